@@ -1,0 +1,96 @@
+package lane
+
+import (
+	"fmt"
+	"strings"
+)
+
+// MaxLen is the longest lane name, in bytes.
+const MaxLen = 63
+
+// Rule names the rule of the lane-name grammar that a value breaks. The
+// gateway quotes it in its 400 answers, so it is part of the API.
+type Rule string
+
+const (
+	RuleEmpty   Rule = "empty"          // nothing left after trimming
+	RuleTooLong Rule = "too-long"       // more than MaxLen characters
+	RuleChars   Rule = "characters"     // a character outside a-z, 0-9 and '-'
+	RuleEdge    Rule = "starts-or-ends" // a '-' at the start or the end
+)
+
+// NameError reports a lane name that breaks the grammar.
+type NameError struct {
+	Value string // the value as received, before trimming
+	Rule  Rule
+}
+
+func (e *NameError) Error() string {
+	switch e.Rule {
+	case RuleEmpty:
+		return fmt.Sprintf("invalid lane %q: empty after trimming", e.Value)
+	case RuleTooLong:
+		return fmt.Sprintf("invalid lane %q: longer than %d characters", e.Value, MaxLen)
+	case RuleChars:
+		return fmt.Sprintf("invalid lane %q: only a-z, 0-9 and '-' are allowed", e.Value)
+	default:
+		return fmt.Sprintf("invalid lane %q: must start and end with a letter or digit", e.Value)
+	}
+}
+
+// Parse trims and lower-cases raw and checks it against the lane-name
+// grammar: 1 to 63 characters of a-z, 0-9 and '-', starting and ending with a
+// letter or digit. It returns the normalised name or a *NameError.
+//
+// Parse does not allocate when raw is already normalised.
+func Parse(raw string) (string, error) {
+	s := strings.TrimSpace(raw)
+	if r := check(s); r != "" {
+		return "", &NameError{Value: raw, Rule: r}
+	}
+	if hasUpper(s) {
+		s = strings.ToLower(s)
+	}
+	return s, nil
+}
+
+// Valid reports whether name is a normalised lane name, that is, whether
+// Parse(name) would return name unchanged. It never allocates.
+func Valid(name string) bool {
+	if check(name) != "" {
+		return false
+	}
+	return !hasUpper(name)
+}
+
+// check tests the grammar case-insensitively on an already trimmed value.
+func check(s string) Rule {
+	switch {
+	case s == "":
+		return RuleEmpty
+	case len(s) > MaxLen:
+		return RuleTooLong
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		case c == '-':
+			if i == 0 || i == len(s)-1 {
+				return RuleEdge
+			}
+		default:
+			return RuleChars
+		}
+	}
+	return ""
+}
+
+func hasUpper(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c >= 'A' && c <= 'Z' {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,144 @@
+// Package policy holds the lanes policy document: per-lane settings (fallback
+// chains, strict lanes), dynamic lane membership rules, canary splits and the
+// outlier-detection settings. It parses and validates documents (YAML or
+// JSON) and defines the Store that keeps the one document in force.
+//
+// A document is refused as a whole when any part of it is invalid; every
+// refusal names the line and the field. See docs/policy.md for the reference.
+package policy
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Default outlier-detection settings, used for every field the document
+// leaves out.
+const (
+	DefaultErrors   = 5
+	DefaultWindow   = 30 * time.Second
+	DefaultEjection = 30 * time.Second
+)
+
+// Policy is one policy document. The zero value is the empty policy: no lane
+// settings, no tags, no canaries and the default outlier settings.
+//
+// A *Policy returned by Parse is validated and normalised (lane names are
+// lower-cased). Treat it as immutable: the routing engine shares it.
+type Policy struct {
+	Lanes   map[string]LaneSettings `yaml:"lanes" json:"lanes,omitempty"`
+	Tags    []TagRule               `yaml:"tags" json:"tags,omitempty"`
+	Canary  []CanaryRule            `yaml:"canary" json:"canary,omitempty"`
+	Outlier Outlier                 `yaml:"outlier" json:"outlier"`
+}
+
+// LaneSettings are the optional settings of one lane.
+type LaneSettings struct {
+	// Fallback lists the lanes tried in order, after the lane itself and
+	// before the baseline.
+	Fallback []string `yaml:"fallback" json:"fallback,omitempty"`
+	// Strict stops the chain before the baseline: a request whose chain has
+	// no instance fails with lane_unavailable instead.
+	Strict bool `yaml:"strict" json:"strict,omitempty"`
+}
+
+// TagRule assigns a lane to the instances of a service that it matches,
+// whatever lane they registered with. Exactly one of Addrs and Labels is set.
+type TagRule struct {
+	Service string            `yaml:"service" json:"service"`
+	Lane    string            `yaml:"lane" json:"lane"`
+	Addrs   []string          `yaml:"addrs" json:"addrs,omitempty"`   // "host:port" or "*:port"
+	Labels  map[string]string `yaml:"labels" json:"labels,omitempty"` // all must match
+	Enabled *bool             `yaml:"enabled" json:"enabled,omitempty"`
+}
+
+// IsEnabled reports whether the rule applies; rules are enabled by default.
+func (r TagRule) IsEnabled() bool { return r.Enabled == nil || *r.Enabled }
+
+// CanaryRule sends Percent percent of the baseline requests for Service to
+// Lane, when Lane has instances of Service.
+type CanaryRule struct {
+	Service string  `yaml:"service" json:"service"`
+	Lane    string  `yaml:"lane" json:"lane"`
+	Percent float64 `yaml:"percent" json:"percent"`
+}
+
+// Outlier configures outlier detection. Zero fields take the defaults.
+type Outlier struct {
+	// Errors failures within Window eject an instance.
+	Errors int `yaml:"errors" json:"errors,omitempty"`
+	// Window is the length of the sliding window the failures are counted in.
+	Window Duration `yaml:"window" json:"window,omitempty"`
+	// Ejection is how long an ejected instance waits before its half-open
+	// probe.
+	Ejection Duration `yaml:"ejection" json:"ejection,omitempty"`
+}
+
+// WithDefaults returns o with every unset field defaulted.
+func (o Outlier) WithDefaults() Outlier {
+	if o.Errors == 0 {
+		o.Errors = DefaultErrors
+	}
+	if o.Window == 0 {
+		o.Window = Duration(DefaultWindow)
+	}
+	if o.Ejection == 0 {
+		o.Ejection = Duration(DefaultEjection)
+	}
+	return o
+}
+
+// Duration is a time.Duration written as a Go duration string ("30s").
+type Duration time.Duration
+
+// D returns d as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+func (d Duration) String() string { return time.Duration(d).String() }
+
+// MarshalJSON writes d as a duration string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()) }
+
+// UnmarshalJSON reads a duration string.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("want a duration string such as \"30s\"")
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// Chain returns the lanes that a request for lane l tries, in order, before
+// the baseline, and whether the chain is strict (stops before the baseline).
+// The chain starts with l itself. It stops at the first strict lane. l must
+// be a normalised lane name; the baseline ("") has an empty chain.
+func (p *Policy) Chain(l string) (chain []string, strict bool) {
+	if l == "" {
+		return nil, false
+	}
+	chain = []string{l}
+	if p == nil {
+		return chain, false
+	}
+	seen := map[string]bool{l: true}
+	if p.Lanes[l].Strict {
+		return chain, true
+	}
+	for _, f := range p.Lanes[l].Fallback {
+		if seen[f] {
+			continue
+		}
+		seen[f] = true
+		chain = append(chain, f)
+		if p.Lanes[f].Strict {
+			return chain, true
+		}
+	}
+	return chain, false
+}

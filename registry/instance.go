@@ -1,0 +1,156 @@
+package registry
+
+import (
+	"fmt"
+	"maps"
+	"net"
+	"strconv"
+	"strings"
+
+	"github.com/lanesdev/lanes/lane"
+)
+
+// DefaultWeight is the weight of an instance that does not set one.
+const DefaultWeight = 100
+
+// MaxWeight bounds Instance.Weight so that weight sums cannot overflow.
+const MaxWeight = 1_000_000
+
+// Instance is one running copy of a service, as registered.
+//
+// An Instance is a value: the registry and the routing engine copy it and
+// never change it after registration. Treat Labels as read-only once the
+// instance has been handed to a Registry.
+type Instance struct {
+	ID      string            `json:"id"`                // unique within the service
+	Service string            `json:"service"`           // for example "orders"
+	Addr    string            `json:"addr"`              // host:port
+	Lane    string            `json:"lane,omitempty"`    // "" is the baseline
+	Zone    string            `json:"zone,omitempty"`    // for same-zone preference
+	Weight  int               `json:"weight"`            // relative share; 0 means DefaultWeight
+	Drain   bool              `json:"drain,omitempty"`   // drained: takes no new requests (the contract's weight 0)
+	Labels  map[string]string `json:"labels,omitempty"`  // matched by dynamic tag rules
+	Version string            `json:"version,omitempty"` // the build the instance runs
+	Host    string            `json:"host,omitempty"`    // the machine or pod it runs on
+}
+
+// EffectiveWeight is the weight the load balancer uses: 0 for a drained
+// instance, DefaultWeight when Weight is unset.
+func (in Instance) EffectiveWeight() int {
+	switch {
+	case in.Drain:
+		return 0
+	case in.Weight <= 0:
+		return DefaultWeight
+	default:
+		return in.Weight
+	}
+}
+
+// Baseline reports whether the instance is registered in the baseline.
+func (in Instance) Baseline() bool { return in.Lane == "" }
+
+// Clone returns a copy of in that shares no memory with it.
+func (in Instance) Clone() Instance {
+	in.Labels = maps.Clone(in.Labels)
+	return in
+}
+
+// Equal reports whether two instances are registered identically.
+func (in Instance) Equal(o Instance) bool {
+	return in.ID == o.ID && in.Service == o.Service && in.Addr == o.Addr &&
+		in.Lane == o.Lane && in.Zone == o.Zone && in.Weight == o.Weight &&
+		in.Drain == o.Drain && in.Version == o.Version && in.Host == o.Host &&
+		maps.Equal(in.Labels, o.Labels)
+}
+
+// FieldError names the field of a registration that is wrong and why.
+type FieldError struct {
+	Field string // for example "lane" or "labels.version"
+	Value string
+	Msg   string
+}
+
+func (e *FieldError) Error() string {
+	return fmt.Sprintf("instance field %s: %q: %s", e.Field, e.Value, e.Msg)
+}
+
+// Normalize validates in and returns it with its lane normalised and its
+// weight defaulted. Every backend calls it on Register, so that the rest of
+// the system sees only valid instances.
+func Normalize(in Instance) (Instance, error) {
+	in = in.Clone()
+	if err := checkName("service", in.Service); err != nil {
+		return in, err
+	}
+	if err := checkName("id", in.ID); err != nil {
+		return in, err
+	}
+	if err := CheckAddr(in.Addr); err != nil {
+		return in, &FieldError{Field: "addr", Value: in.Addr, Msg: err.Error()}
+	}
+	if in.Lane != "" {
+		l, err := lane.Parse(in.Lane)
+		if err != nil {
+			return in, &FieldError{Field: "lane", Value: in.Lane, Msg: "breaks the lane-name rule " + string(err.(*lane.NameError).Rule)}
+		}
+		in.Lane = l
+	}
+	if in.Weight < 0 || in.Weight > MaxWeight {
+		return in, &FieldError{Field: "weight", Value: strconv.Itoa(in.Weight), Msg: fmt.Sprintf("must be within 0..%d", MaxWeight)}
+	}
+	if in.Weight == 0 {
+		in.Weight = DefaultWeight
+	}
+	for _, f := range []struct{ name, v string }{{"zone", in.Zone}, {"version", in.Version}, {"host", in.Host}} {
+		if len(f.v) > 253 || strings.ContainsAny(f.v, "\x00\r\n") {
+			return in, &FieldError{Field: f.name, Value: f.v, Msg: "must be at most 253 printable characters"}
+		}
+	}
+	for k, v := range in.Labels {
+		if k == "" || len(k) > 253 || strings.ContainsAny(k, "\x00\r\n") {
+			return in, &FieldError{Field: "labels", Value: k, Msg: "a label key must be 1 to 253 printable characters"}
+		}
+		if len(v) > 1024 || strings.ContainsAny(v, "\x00") {
+			return in, &FieldError{Field: "labels." + k, Value: v, Msg: "a label value must be at most 1024 characters"}
+		}
+	}
+	return in, nil
+}
+
+// checkName accepts the characters that are safe in an etcd key segment and a
+// URL host: letters, digits, '-', '_' and '.'.
+func checkName(field, v string) error {
+	if v == "" || len(v) > 253 {
+		return &FieldError{Field: field, Value: v, Msg: "must be 1 to 253 characters"}
+	}
+	for i := 0; i < len(v); i++ {
+		c := v[i]
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
+			return &FieldError{Field: field, Value: v, Msg: "only letters, digits, '-', '_' and '.' are allowed"}
+		}
+	}
+	if v == "." || v == ".." {
+		return &FieldError{Field: field, Value: v, Msg: "must not be a dot segment"}
+	}
+	return nil
+}
+
+// CheckService validates a service name as Normalize does.
+func CheckService(name string) error { return checkName("service", name) }
+
+// CheckAddr checks that addr is host:port with a port in 1..65535.
+func CheckAddr(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("not host:port")
+	}
+	if host == "" {
+		return fmt.Errorf("empty host")
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil || p < 1 || p > 65535 {
+		return fmt.Errorf("port %q is not within 1..65535", port)
+	}
+	return nil
+}

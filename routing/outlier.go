@@ -1,0 +1,147 @@
+package routing
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/lanesdev/lanes/policy"
+)
+
+// Health states of an instance under outlier detection.
+const (
+	stateHealthy  uint32 = iota // eligible
+	stateEjected                // out of every eligible set until its ejection ends
+	stateHalfOpen               // ejection over: the next request that could reach it probes it
+	stateProbing                // a probe is in flight; not eligible for other requests
+)
+
+var stateNames = [...]string{"healthy", "ejected", "half-open", "probing"}
+
+// health is the outlier-detection state of one instance. It outlives the
+// snapshots that point at it, for as long as the instance stays registered.
+//
+// state is read on the pick path without a lock; every change to it happens
+// under mu, except the half-open -> probing claim, which is a CAS.
+type health struct {
+	state atomic.Uint32
+
+	mu       sync.Mutex
+	failures []int64 // failure times (ns), oldest first, at most cfg.Errors of them
+	until    int64   // ejected: when the ejection ends; probing: when the probe is given up
+}
+
+// report records one call outcome at now and reports whether the state
+// changed (so the service must rebuild its snapshot).
+func (h *health) report(ok bool, now int64, cfg policy.Outlier) bool {
+	st := h.state.Load()
+	if ok && st == stateHealthy {
+		return false // the common case: no lock
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch h.state.Load() {
+	case stateHealthy:
+		if ok {
+			return false
+		}
+		window := cfg.Window.D().Nanoseconds()
+		// Drop failures that slid out of the window, then add this one.
+		i := 0
+		for i < len(h.failures) && now-h.failures[i] >= window {
+			i++
+		}
+		h.failures = append(h.failures[:0], h.failures[i:]...)
+		h.failures = append(h.failures, now)
+		if len(h.failures) >= cfg.Errors {
+			h.eject(now, cfg)
+			return true
+		}
+		return false
+	case stateProbing:
+		if ok {
+			h.failures = h.failures[:0]
+			h.until = 0
+			h.state.Store(stateHealthy)
+		} else {
+			h.eject(now, cfg)
+		}
+		return true
+	}
+	// Ejected or half-open: outcomes of calls sent before the ejection say
+	// nothing about the probe; ignore them.
+	return false
+}
+
+// eject must be called with mu held.
+func (h *health) eject(now int64, cfg policy.Outlier) {
+	h.failures = h.failures[:0]
+	h.until = now + cfg.Ejection.D().Nanoseconds()
+	h.state.Store(stateEjected)
+}
+
+// advance moves time-driven transitions forward to now and returns the state
+// and, for ejected or probing instances, the time of the next transition.
+//
+// A probe that was never reported within one ejection period counts as a
+// failed probe, so a caller that died mid-probe cannot strand the instance.
+func (h *health) advance(now int64, cfg policy.Outlier) (state uint32, due int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	st := h.state.Load()
+	switch {
+	case st == stateEjected && now >= h.until:
+		st = stateHalfOpen
+		h.state.Store(st)
+	case st == stateProbing && now >= h.until:
+		h.eject(now, cfg)
+		st = stateEjected
+	}
+	if st == stateEjected || st == stateProbing {
+		return st, h.until
+	}
+	return st, 0
+}
+
+// claimProbe turns a half-open instance into a probing one; only one caller
+// wins.
+func (h *health) claimProbe(now int64, cfg policy.Outlier) bool {
+	if !h.state.CompareAndSwap(stateHalfOpen, stateProbing) {
+		return false
+	}
+	h.mu.Lock()
+	h.until = now + cfg.Ejection.D().Nanoseconds()
+	h.mu.Unlock()
+	return true
+}
+
+// Clock tells the engine the time. The engine reads it only when outlier
+// state can change (a failure, a probe, or a pending ejection), never on an
+// ordinary pick.
+type Clock interface {
+	Now() time.Time
+}
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
+// ManualClock is a Clock that moves only when told to. lanes simulate uses it
+// for its virtual time. It is safe for concurrent use.
+type ManualClock struct{ ns atomic.Int64 }
+
+// NewManualClock returns a clock reading t.
+func NewManualClock(t time.Time) *ManualClock {
+	c := &ManualClock{}
+	c.ns.Store(t.UnixNano())
+	return c
+}
+
+// Now returns the clock's time.
+func (c *ManualClock) Now() time.Time { return time.Unix(0, c.ns.Load()) }
+
+// Set moves the clock to t.
+func (c *ManualClock) Set(t time.Time) { c.ns.Store(t.UnixNano()) }
+
+// Advance moves the clock forward by d.
+func (c *ManualClock) Advance(d time.Duration) { c.ns.Add(int64(d)) }

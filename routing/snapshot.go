@@ -1,0 +1,279 @@
+package routing
+
+import (
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync/atomic"
+
+	"github.com/lanesdev/lanes/policy"
+	"github.com/lanesdev/lanes/registry"
+)
+
+// member is one eligible-or-not instance inside a snapshot.
+type member struct {
+	inst   registry.Instance // as registered
+	lane   string            // effective lane, after dynamic tag rules
+	weight int
+	health *health
+	state  uint32 // the health state when the snapshot was built
+}
+
+// group is the instances of one lane of one service (or of one zone of that
+// lane) that a request may reach.
+type group struct {
+	lane     string
+	ready    []*member // eligible for ordinary picks
+	halfOpen []*member // each would take the next request as its probe
+	all      []*member // every member with a positive weight, whatever its health
+	panic    bool      // baseline panic mode: ready holds ejected instances too
+	zones    map[string]*group
+	ids      []string // ids of ready, for Decision.Eligible
+	alias    *alias   // nil when the ready weights are uniform
+	next     atomic.Uint64
+}
+
+func (g *group) empty() bool { return g == nil || len(g.ready) == 0 && len(g.halfOpen) == 0 }
+
+// pickReady chooses among g.ready by weight: a counter step, then either a
+// round-robin index or an alias-table lookup. It is O(1) in the group size.
+func (g *group) pickReady() *member {
+	n := uint64(len(g.ready))
+	i := g.next.Add(1)
+	if g.alias == nil {
+		return g.ready[i%n]
+	}
+	return g.ready[g.alias.pick(i)]
+}
+
+// route is the precomputed answer for requests of one lane.
+type route struct {
+	group  *group // nil when err is set
+	lane   string // the serving lane
+	reason Reason
+	err    *Error
+}
+
+// canarySplit sends the request-key buckets [from, to) to lane.
+type canarySplit struct {
+	from, to uint64
+	lane     string
+	route    *route
+}
+
+// snapshot is the immutable routing state of one service. It is rebuilt
+// whenever the instances, the policy or an instance's health changes, and
+// published through Service.snap.
+type snapshot struct {
+	service  string
+	members  []*member // every registered instance with a positive weight
+	byID     map[string]*member
+	groups   map[string]*group // by effective lane; "" is the baseline
+	routes   map[string]*route // lane requests, by request lane
+	unknown  route             // a lane request whose lane is nowhere in the snapshot or the policy
+	baseline route             // a baseline request
+	invalid  route             // a request with an invalid lane
+	canaries []canarySplit
+	due      int64 // when a time-driven health transition is due (ns); 0 for never
+	outlier  policy.Outlier
+}
+
+// buckets is the resolution of canary splits: 0.01%.
+const buckets = 10000
+
+// build makes a snapshot of svc's instances under cp at time now. It advances
+// the health of every instance and so must run with the service's mutex held.
+func build(svc string, insts []registry.Instance, healths map[string]*health, cp *compiled, now int64) *snapshot {
+	s := &snapshot{
+		service: svc,
+		byID:    make(map[string]*member, len(insts)),
+		groups:  map[string]*group{},
+		routes:  map[string]*route{},
+		outlier: cp.outlier,
+	}
+	lanes := map[string][]*member{}
+	for i := range insts {
+		in := &insts[i]
+		w := in.EffectiveWeight()
+		if w == 0 {
+			continue
+		}
+		h := healths[in.ID]
+		if h == nil {
+			h = &health{}
+			healths[in.ID] = h
+		}
+		st, due := h.advance(now, cp.outlier)
+		if due != 0 && (s.due == 0 || due < s.due) {
+			s.due = due
+		}
+		m := &member{inst: *in, lane: cp.laneOf(in), weight: w, health: h, state: st}
+		s.members = append(s.members, m)
+		s.byID[in.ID] = m
+		lanes[m.lane] = append(lanes[m.lane], m)
+	}
+	for l, ms := range lanes {
+		s.groups[l] = newGroup(l, ms, l == "")
+	}
+
+	base := s.groups[""]
+	if base.empty() {
+		s.baseline = route{err: &Error{Code: CodeNoInstance, Service: svc}}
+	} else {
+		reason := ReasonBaseline
+		if base.panic {
+			reason = ReasonPanic
+		}
+		s.baseline = route{group: base, reason: reason}
+	}
+	s.invalid = s.baseline
+	if s.invalid.err == nil {
+		s.invalid.reason = ReasonInvalidLane
+	}
+
+	// Every lane that has instances here or settings in the policy gets its
+	// own route; any other lane goes straight to the baseline.
+	named := make([]string, 0, len(lanes)+len(cp.policy.Lanes))
+	for l := range lanes {
+		if l != "" {
+			named = append(named, l)
+		}
+	}
+	for l := range cp.policy.Lanes {
+		named = append(named, l)
+	}
+	for _, l := range named {
+		if _, ok := s.routes[l]; !ok {
+			r := s.chainRoute(l, cp)
+			s.routes[l] = &r
+		}
+	}
+	s.unknown = s.fallbackToBaseline("")
+
+	var from uint64
+	for _, c := range cp.canaries[svc] {
+		to := from + uint64(c.Percent*buckets/100+0.5)
+		g := s.groups[c.Lane]
+		if !g.empty() && to > from {
+			s.canaries = append(s.canaries, canarySplit{from: from, to: to, lane: c.Lane,
+				route: &route{group: g, lane: c.Lane, reason: ReasonCanary}})
+		}
+		from = to
+	}
+	return s
+}
+
+// chainRoute walks lane l's chain: l, its fallbacks, then the baseline unless
+// the chain is strict.
+func (s *snapshot) chainRoute(l string, cp *compiled) route {
+	chain, strict := cp.chain(l)
+	for i, c := range chain {
+		if g := s.groups[c]; !g.empty() {
+			r := route{group: g, lane: c, reason: ReasonLane}
+			if i > 0 {
+				r.reason = ReasonFallback
+			}
+			return r
+		}
+	}
+	if strict {
+		return route{err: &Error{Code: CodeLaneUnavailable, Service: s.service, Lane: l}}
+	}
+	return s.fallbackToBaseline(l)
+}
+
+func (s *snapshot) fallbackToBaseline(l string) route {
+	if s.baseline.err != nil {
+		return route{err: &Error{Code: CodeNoInstance, Service: s.service, Lane: l}}
+	}
+	r := s.baseline
+	if r.reason == ReasonBaseline {
+		r.reason = ReasonLaneEmpty
+	}
+	return r
+}
+
+func newGroup(l string, ms []*member, baseline bool) *group {
+	slices.SortFunc(ms, func(a, b *member) int { return strings.Compare(a.inst.ID, b.inst.ID) })
+	g := &group{lane: l, all: ms}
+	for _, m := range ms {
+		switch m.state {
+		case stateHealthy:
+			g.ready = append(g.ready, m)
+		case stateHalfOpen:
+			g.halfOpen = append(g.halfOpen, m)
+		}
+	}
+	if baseline && g.empty() && len(ms) > 0 {
+		// Panic mode: never let ejection empty the baseline.
+		g.ready = ms
+		g.panic = true
+	}
+	g.finish()
+	if zones := zonesOf(ms); len(zones) > 1 || len(zones) == 1 && hasNoZone(ms) {
+		g.zones = make(map[string]*group, len(zones))
+		for _, z := range zones {
+			sub := &group{lane: l, panic: g.panic}
+			for _, m := range g.ready {
+				if m.inst.Zone == z {
+					sub.ready = append(sub.ready, m)
+				}
+			}
+			for _, m := range g.halfOpen {
+				if m.inst.Zone == z {
+					sub.halfOpen = append(sub.halfOpen, m)
+				}
+			}
+			for _, m := range ms {
+				if m.inst.Zone == z {
+					sub.all = append(sub.all, m)
+				}
+			}
+			if !sub.empty() {
+				sub.finish()
+				g.zones[z] = sub
+			}
+		}
+	}
+	return g
+}
+
+func zonesOf(ms []*member) []string {
+	var zs []string
+	for _, m := range ms {
+		if m.inst.Zone != "" && !slices.Contains(zs, m.inst.Zone) {
+			zs = append(zs, m.inst.Zone)
+		}
+	}
+	return zs
+}
+
+func hasNoZone(ms []*member) bool {
+	for _, m := range ms {
+		if m.inst.Zone == "" {
+			return true
+		}
+	}
+	return false
+}
+
+// finish computes the ids, the alias table and a random starting point, so
+// that callers do not all begin with the same instance.
+func (g *group) finish() {
+	g.ids = make([]string, len(g.ready))
+	uniform := true
+	for i, m := range g.ready {
+		g.ids[i] = m.inst.ID
+		if m.weight != g.ready[0].weight {
+			uniform = false
+		}
+	}
+	if !uniform {
+		ws := make([]int, len(g.ready))
+		for i, m := range g.ready {
+			ws[i] = m.weight
+		}
+		g.alias = newAlias(ws)
+	}
+	g.next.Store(rand.Uint64())
+}
