@@ -100,18 +100,23 @@ func (d Duration) String() string { return time.Duration(d).String() }
 // MarshalJSON writes d as a duration string.
 func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()) }
 
+// UnmarshalText reads a duration string such as "30s".
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return fmt.Errorf("bad duration %q: want a number with a unit, such as \"30s\" or \"1m30s\"", b)
+	}
+	*d = Duration(v)
+	return nil
+}
+
 // UnmarshalJSON reads a duration string.
 func (d *Duration) UnmarshalJSON(b []byte) error {
 	var s string
 	if err := json.Unmarshal(b, &s); err != nil {
 		return fmt.Errorf("want a duration string such as \"30s\"")
 	}
-	v, err := time.ParseDuration(s)
-	if err != nil {
-		return err
-	}
-	*d = Duration(v)
-	return nil
+	return d.UnmarshalText([]byte(s))
 }
 
 // Chain returns the lanes that a request for lane l tries, in order, before

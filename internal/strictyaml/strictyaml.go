@@ -5,13 +5,15 @@
 // point at the line of the value it refuses.
 //
 // Struct fields are matched by their `yaml` tag (the name before any comma);
-// fields without one are not decodable. Supported kinds are string, bool,
+// fields without one are not decodable. A type that implements
+// encoding.TextUnmarshaler decodes itself from a scalar. Supported kinds are string, bool,
 // signed and unsigned integers, floats, time.Duration (as a Go duration
 // string such as "30s"), pointers, slices, string-keyed maps and structs.
 package strictyaml
 
 import (
 	"bytes"
+	"encoding"
 	"errors"
 	"fmt"
 	"io"
@@ -185,6 +187,14 @@ func (d *decoder) value(n *yaml.Node, v reflect.Value, path string) error {
 	defer func() { d.depth-- }()
 	if d.depth > 64 {
 		return &Error{Line: n.Line, Field: path, Msg: "nested too deeply"}
+	}
+	if v.CanAddr() && n.Kind == yaml.ScalarNode && n.Tag != "!!null" {
+		if u, ok := v.Addr().Interface().(encoding.TextUnmarshaler); ok {
+			if err := u.UnmarshalText([]byte(n.Value)); err != nil {
+				return &Error{Line: n.Line, Field: path, Msg: err.Error()}
+			}
+			return nil
+		}
 	}
 	if v.Type() == durationType {
 		if n.Kind != yaml.ScalarNode {
