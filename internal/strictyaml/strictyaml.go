@@ -8,7 +8,10 @@
 // fields without one are not decodable. A type that implements
 // encoding.TextUnmarshaler decodes itself from a scalar. Supported kinds are string, bool,
 // signed and unsigned integers, floats, time.Duration (as a Go duration
-// string such as "30s"), pointers, slices, string-keyed maps and structs.
+// string such as "30s"), pointers, slices, string-keyed maps and structs. A
+// field of type yaml.Node receives the raw node, undecoded, so that a nested
+// document (such as a policy inside a scenario) can be decoded later by its
+// own parser; see Document.
 package strictyaml
 
 import (
@@ -154,7 +157,10 @@ type decoder struct {
 	depth int
 }
 
-var durationType = reflect.TypeOf(time.Duration(0))
+var (
+	durationType = reflect.TypeOf(time.Duration(0))
+	nodeType     = reflect.TypeOf(yaml.Node{})
+)
 
 func kindName(n *yaml.Node) string {
 	switch n.Kind {
@@ -195,6 +201,11 @@ func (d *decoder) value(n *yaml.Node, v reflect.Value, path string) error {
 			}
 			return nil
 		}
+	}
+	if v.Type() == nodeType {
+		// Raw passthrough: the caller decodes the node itself.
+		v.Set(reflect.ValueOf(*n))
+		return nil
 	}
 	if v.Type() == durationType {
 		if n.Kind != yaml.ScalarNode {
