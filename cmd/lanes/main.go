@@ -1,0 +1,13 @@
+// Command lanes is the lanes command line. The commands themselves live in
+// internal/cli; this file only connects them to the process.
+package main
+
+import (
+	"os"
+
+	"github.com/lanesdev/lanes/internal/cli"
+)
+
+func main() {
+	os.Exit(cli.Main(os.Args[1:], os.Stdout, os.Stderr))
+}
