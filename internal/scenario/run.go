@@ -252,6 +252,15 @@ func checkOne(st *Step, a answer, fail func(string, ...any)) {
 			fail("expected %s to serve, engine answered %s", laneName(*st.ExpectLane), a.describe())
 		}
 	}
+	if st.ExpectRequestLane != nil {
+		if a.err != nil || a.d.RequestLane != *st.ExpectRequestLane {
+			got := a.describe()
+			if a.err == nil {
+				got = fmt.Sprintf("%s, carrying %s (reason %s)", idList(a.d.Eligible), carried(a.d.RequestLane), a.d.Reason)
+			}
+			fail("expected the request to carry %s downstream, engine answered %s", carried(*st.ExpectRequestLane), got)
+		}
+	}
 }
 
 func sameSet(want, got []string) bool {
@@ -265,6 +274,14 @@ func sameSet(want, got []string) bool {
 }
 
 func idList(ids []string) string { return "[" + strings.Join(ids, ", ") + "]" }
+
+// carried names the lane a request carries downstream, for messages.
+func carried(l string) string {
+	if l == "" {
+		return "no lane"
+	}
+	return "lane " + l
+}
 
 // laneName names a serving lane for messages.
 func laneName(l string) string {

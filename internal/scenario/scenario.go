@@ -65,16 +65,19 @@ type Step struct {
 	Report  *Report
 
 	// Expectations; each is checked only when set.
-	Expect       []string // the eligible set, any order; nil when not set
-	ExpectLane   *string  // the serving lane, normalised; "" is the baseline
-	ExpectError  routing.Code
-	ExpectShare  *Share
-	ExpectSticky int // 0 when not set
+	Expect     []string // the eligible set, any order; nil when not set
+	ExpectLane *string  // the serving lane, normalised; "" is the baseline
+	// ExpectRequestLane is the lane the request carries downstream (after
+	// a canary split, the canary lane); "" for none.
+	ExpectRequestLane *string
+	ExpectError       routing.Code
+	ExpectShare       *Share
+	ExpectSticky      int // 0 when not set
 }
 
 // HasExpectation reports whether the step checks anything.
 func (s *Step) HasExpectation() bool {
-	return s.Expect != nil || s.ExpectLane != nil || s.ExpectError != "" || s.ExpectShare != nil || s.ExpectSticky > 0
+	return s.Expect != nil || s.ExpectLane != nil || s.ExpectRequestLane != nil || s.ExpectError != "" || s.ExpectShare != nil || s.ExpectSticky > 0
 }
 
 // Request is the request a step sends.
@@ -120,14 +123,15 @@ type fileInst struct {
 }
 
 type fileStep struct {
-	At           *time.Duration `yaml:"at"`
-	Request      *fileRequest   `yaml:"request"`
-	Report       *fileReport    `yaml:"report"`
-	Expect       []string       `yaml:"expect"`
-	ExpectLane   *string        `yaml:"expect_lane"`
-	ExpectError  string         `yaml:"expect_error"`
-	ExpectShare  *fileShare     `yaml:"expect_share"`
-	ExpectSticky int            `yaml:"expect_sticky"`
+	At                *time.Duration `yaml:"at"`
+	Request           *fileRequest   `yaml:"request"`
+	Report            *fileReport    `yaml:"report"`
+	Expect            []string       `yaml:"expect"`
+	ExpectLane        *string        `yaml:"expect_lane"`
+	ExpectRequestLane *string        `yaml:"expect_request_lane"`
+	ExpectError       string         `yaml:"expect_error"`
+	ExpectShare       *fileShare     `yaml:"expect_share"`
+	ExpectSticky      int            `yaml:"expect_sticky"`
 }
 
 type fileRequest struct {
@@ -323,7 +327,7 @@ func (p *parser) steps(s *Scenario, steps []fileStep) error {
 		case !hasReq && !hasRep:
 			return p.errorf(path, "a step has exactly one of request and report; this one has neither")
 		case hasRep:
-			for _, f := range []string{"expect", "expect_lane", "expect_error", "expect_share", "expect_sticky"} {
+			for _, f := range expectFields {
 				if p.has(path + "." + f) {
 					return p.errorf(path+"."+f, "a report step takes no expectation; put it on a request step")
 				}
@@ -347,6 +351,9 @@ func (p *parser) steps(s *Scenario, steps []fileStep) error {
 	}
 	return nil
 }
+
+// expectFields are the keys of a step's expectations.
+var expectFields = []string{"expect", "expect_lane", "expect_request_lane", "expect_error", "expect_share", "expect_sticky"}
 
 func (p *parser) report(s *Scenario, fr *fileReport, path string) (*Report, error) {
 	if fr == nil {
@@ -426,6 +433,16 @@ func (p *parser) expectations(s *Scenario, fs *fileStep, st *Step, path string) 
 		}
 		st.ExpectLane = &l
 	}
+	if p.has(path + ".expect_request_lane") {
+		if fs.ExpectRequestLane == nil {
+			return p.errorf(path+".expect_request_lane", `want a lane name, or "" for none`)
+		}
+		l, err := normLane(*fs.ExpectRequestLane)
+		if err != nil {
+			return p.errorf(path+".expect_request_lane", "%v", err)
+		}
+		st.ExpectRequestLane = &l
+	}
 	if p.has(path + ".expect_error") {
 		switch c := routing.Code(fs.ExpectError); c {
 		case routing.CodeNoInstance, routing.CodeLaneUnavailable:
@@ -433,9 +450,9 @@ func (p *parser) expectations(s *Scenario, fs *fileStep, st *Step, path string) 
 		default:
 			return p.errorf(path+".expect_error", "unknown error %q: want %s or %s", fs.ExpectError, routing.CodeNoInstance, routing.CodeLaneUnavailable)
 		}
-		for _, f := range []string{"expect", "expect_lane"} {
+		for _, f := range []string{"expect", "expect_lane", "expect_request_lane"} {
 			if p.has(path + "." + f) {
-				return p.errorf(path+"."+f, "contradicts expect_error: a failed request has no eligible set or lane")
+				return p.errorf(path+"."+f, "contradicts expect_error: a failed request has no eligible set and no lane")
 			}
 		}
 	}
@@ -445,8 +462,8 @@ func (p *parser) expectations(s *Scenario, fs *fileStep, st *Step, path string) 
 			return err
 		}
 		st.ExpectShare = sh
-		for _, f := range []string{"expect", "expect_lane", "expect_error", "expect_sticky"} {
-			if p.has(path + "." + f) {
+		for _, f := range expectFields {
+			if f != "expect_share" && p.has(path+"."+f) {
 				return p.errorf(path+"."+f, "cannot be combined with expect_share, which sends many requests with random keys")
 			}
 		}
