@@ -314,9 +314,9 @@ func (s *Service) route(req Request) (*snapshot, *route, string) {
 		sn = s.advance(sn)
 	}
 	l := req.Lane
-	if l != "" && !lane.Valid(l) {
-		n, err := lane.Parse(l)
-		if err != nil {
+	if l != "" {
+		n, ok := lane.Normalize(l)
+		if !ok {
 			s.e.invalidLanes.Add(1)
 			return sn, &sn.invalid, ""
 		}
