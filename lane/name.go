@@ -12,6 +12,7 @@ const MaxLen = 63
 // gateway quotes it in its 400 answers, so it is part of the API.
 type Rule string
 
+// The rules of the lane-name grammar.
 const (
 	RuleEmpty   Rule = "empty"          // nothing left after trimming
 	RuleTooLong Rule = "too-long"       // more than MaxLen characters
@@ -21,20 +22,28 @@ const (
 
 // NameError reports a lane name that breaks the grammar.
 type NameError struct {
-	Value string // the value as received, before trimming
+	Value string // the value as received, before trimming (percent-decoded, from baggage)
 	Rule  Rule
+	// Header is the header the value was read from, set by
+	// Propagator.Extract; "" for an error from Parse.
+	Header string
 }
 
+// Error names the value, the header it came from if known, and the rule.
 func (e *NameError) Error() string {
+	what := fmt.Sprintf("invalid lane %q", e.Value)
+	if e.Header != "" {
+		what += fmt.Sprintf(" in header %q", e.Header)
+	}
 	switch e.Rule {
 	case RuleEmpty:
-		return fmt.Sprintf("invalid lane %q: empty after trimming", e.Value)
+		return what + ": empty after trimming"
 	case RuleTooLong:
-		return fmt.Sprintf("invalid lane %q: longer than %d characters", e.Value, MaxLen)
+		return fmt.Sprintf("%s: longer than %d characters", what, MaxLen)
 	case RuleChars:
-		return fmt.Sprintf("invalid lane %q: only a-z, 0-9 and '-' are allowed", e.Value)
+		return what + ": only a-z, 0-9 and '-' are allowed"
 	default:
-		return fmt.Sprintf("invalid lane %q: must start and end with a letter or digit", e.Value)
+		return what + ": must start and end with a letter or digit"
 	}
 }
 
