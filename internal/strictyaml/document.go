@@ -2,7 +2,9 @@ package strictyaml
 
 import (
 	"bytes"
+	"fmt"
 	"strconv"
+	"strings"
 
 	"go.yaml.in/yaml/v3"
 )
@@ -95,9 +97,40 @@ func (w *docWriter) node(n *yaml.Node, path string) error {
 // tag writes an explicit tag, as written in the source.
 func (w *docWriter) tag(n *yaml.Node) {
 	if n.Style&yaml.TaggedStyle != 0 && n.Tag != "" {
-		w.buf.WriteString(n.Tag)
+		w.buf.WriteString(tagText(n.Tag))
 		w.buf.WriteByte(' ')
 	}
+}
+
+// tagText writes a tag so that it reads back the same: as it is when it is a
+// plain "!name" or "!!name", else in the verbatim form "!<...>" with every
+// byte outside a small safe set %-escaped.
+func tagText(tag string) string {
+	simple := len(tag) > 1
+	for i, c := range []byte(tag) {
+		if !(c == '!' && i < 2 || c == '-' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
+			simple = false
+		}
+	}
+	if simple {
+		return tag
+	}
+	long := tag
+	if rest, ok := strings.CutPrefix(tag, "!!"); ok {
+		long = "tag:yaml.org,2002:" + rest
+	}
+	var b strings.Builder
+	b.WriteString("!<")
+	for _, c := range []byte(long) {
+		if c == '-' || c == '.' || c == '_' || c == '~' || c == ':' || c == '/' || c == '!' ||
+			c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' {
+			b.WriteByte(c)
+		} else {
+			fmt.Fprintf(&b, "%%%02X", c)
+		}
+	}
+	b.WriteByte('>')
+	return b.String()
 }
 
 func (w *docWriter) scalar(n *yaml.Node) {
@@ -108,13 +141,14 @@ func (w *docWriter) scalar(n *yaml.Node) {
 		return
 	}
 	switch n.Tag {
-	case "!!int", "!!float", "!!bool":
-		// A plain scalar that resolved to a number or a boolean: written
-		// as it was, it resolves the same way again.
-		w.buf.WriteString(n.Value)
+	case "!!str", "":
+		w.buf.WriteString(strconv.QuoteToASCII(n.Value))
 	case "!!null":
 		w.buf.WriteString("null")
 	default:
-		w.buf.WriteString(strconv.QuoteToASCII(n.Value))
+		// A plain scalar that resolved to something else than a string
+		// (a number, a boolean, a timestamp, the merge key): written as
+		// it was, it resolves the same way again.
+		w.buf.WriteString(n.Value)
 	}
 }

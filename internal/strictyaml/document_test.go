@@ -1,6 +1,7 @@
 package strictyaml
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -118,4 +119,34 @@ func TestDecodeNodeField(t *testing.T) {
 	if _, err := Decode([]byte("raw: &a 1\nptr: *a\n"), &out); err == nil {
 		t.Error("an alias into a node field was accepted")
 	}
+}
+
+// FuzzDocument checks that Document's output parses back to the same tree,
+// every node on its line, for any document the YAML library accepts.
+func FuzzDocument(f *testing.F) {
+	f.Add([]byte("a: 1\nb:\n  - x\n  - {y: 'z', n: ~}\n"))
+	f.Add([]byte("lanes:\n  alice: {fallback: [b]}\n\ntext: |\n  two\n  lines\nafter: !!str 3\n"))
+	f.Add([]byte("- [1, 2.5, true, null, .inf, 0x1F, \"q\\\"\"]\n- ? k\n  : v\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var doc yaml.Node
+		if err := decodeNode(yaml.NewDecoder(strings.NewReader(string(data))), &doc); err != nil || len(doc.Content) == 0 {
+			return
+		}
+		out, err := Document(&doc)
+		if err != nil {
+			var e *Error
+			if !errors.As(err, &e) {
+				t.Fatalf("error %T %v", err, err)
+			}
+			return
+		}
+		var back yaml.Node
+		if err := decodeNode(yaml.NewDecoder(strings.NewReader(string(out))), &back); err != nil {
+			t.Fatalf("re-encoded document does not parse: %v\n%q\nfrom\n%q", err, out, data)
+		}
+		if len(back.Content) == 0 {
+			t.Fatalf("re-encoded document is empty: %q from %q", out, data)
+		}
+		sameTree(t, doc.Content[0], back.Content[0])
+	})
 }
