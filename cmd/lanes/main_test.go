@@ -1,0 +1,55 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestBinary builds the real lanes binary and runs `lanes simulate` on the
+// example scenarios (exit 0) and on a malformed file (exit 2).
+func TestBinary(t *testing.T) {
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command to build the binary with")
+	}
+	bin := filepath.Join(t.TempDir(), "lanes")
+	if out, err := exec.Command(gobin, "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	files, _ := filepath.Glob("../../examples/scenarios/*.yaml")
+	if len(files) < 10 {
+		t.Fatalf("%d example files", len(files))
+	}
+
+	code, out, errOut := runBin(t, bin, append([]string{"simulate"}, files...)...)
+	if code != 0 || errOut != "" || strings.Count(out, "\n") != len(files) || strings.Count(out, "ok   ") != len(files) {
+		t.Errorf("examples: exit %d, stderr %q, stdout:\n%s", code, errOut, out)
+	}
+
+	code, out, errOut = runBin(t, bin, "simulate", "../../internal/scenario/testdata/bad/time-goes-back.yaml")
+	want := "../../internal/scenario/testdata/bad/time-goes-back.yaml:7: field steps[1].at: time goes back"
+	if code != 2 || out != "" || !strings.HasPrefix(errOut, want) {
+		t.Errorf("malformed: exit %d, stdout %q, stderr %q", code, out, errOut)
+	}
+}
+
+func runBin(t *testing.T, bin string, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	cmd := exec.Command(bin, args...)
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return 0, out.String(), errb.String()
+	case errors.As(err, &ee):
+		return ee.ExitCode(), out.String(), errb.String()
+	}
+	t.Fatal(err)
+	return 0, "", ""
+}
