@@ -92,6 +92,7 @@ func build(svc string, insts []registry.Instance, healths map[string]*health, cp
 		outlier: cp.outlier,
 	}
 	lanes := map[string][]*member{}
+	pool := make([]member, 0, len(insts)) // one allocation for every member
 	for i := range insts {
 		in := &insts[i]
 		w := in.EffectiveWeight()
@@ -107,7 +108,8 @@ func build(svc string, insts []registry.Instance, healths map[string]*health, cp
 		if due != 0 && (s.due == 0 || due < s.due) {
 			s.due = due
 		}
-		m := &member{inst: *in, lane: cp.laneOf(in), weight: w, health: h, state: st}
+		pool = append(pool, member{inst: *in, lane: cp.laneOf(in), weight: w, health: h, state: st})
+		m := &pool[len(pool)-1]
 		s.members = append(s.members, m)
 		s.byID[in.ID] = m
 		lanes[m.lane] = append(lanes[m.lane], m)

@@ -1,0 +1,167 @@
+package routing
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/lanesdev/lanes/registry"
+)
+
+// fleet builds an engine whose service "orders" has n instances and whose
+// fleet has the given number of lanes. Half of the instances (at least one)
+// are in the baseline; the rest are spread over the lanes, lane-0 first. Every
+// lane also has policy settings, and the lane "ghost", which has no instance,
+// falls back to lane-0.
+func fleet(tb testing.TB, n, lanes int) *Engine {
+	tb.Helper()
+	var pol strings.Builder
+	pol.WriteString("lanes:\n  ghost: {fallback: [lane-0]}\n")
+	for l := range lanes {
+		fmt.Fprintf(&pol, "  lane-%d: {}\n", l)
+	}
+	e := New()
+	tb.Cleanup(func() { e.Close() })
+	e.SetPolicy(mustPolicy(tb, pol.String()))
+	e.SetInstances("orders", fleetInstances(tb, n, lanes))
+	return e
+}
+
+func fleetInstances(tb testing.TB, n, lanes int) []registry.Instance {
+	tb.Helper()
+	insts := make([]registry.Instance, 0, n)
+	base := max(1, n/2)
+	for i := range n {
+		in := registry.Instance{ID: fmt.Sprintf("i%d", i), Service: "orders", Addr: fmt.Sprintf("10.%d.%d.%d:8080", i>>16&255, i>>8&255, i&255), Zone: fmt.Sprintf("az%d", i%3)}
+		if i >= base {
+			in.Lane = fmt.Sprintf("lane-%d", (i-base)%lanes)
+		}
+		norm, err := registry.Normalize(in)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		insts = append(insts, norm)
+	}
+	return insts
+}
+
+var pickCases = []struct {
+	name string
+	req  Request
+	want string // the serving lane
+}{
+	{"request=lane", Request{Lane: "lane-0"}, "lane-0"},
+	{"request=fallback", Request{Lane: "ghost"}, "lane-0"},
+	{"request=baseline", Request{}, ""},
+}
+
+// BenchmarkPick measures one pick through a service handle. Every case must
+// report 0 allocs/op, and ns/op must not grow with the instance count.
+func BenchmarkPick(b *testing.B) {
+	for _, n := range []int{10, 100, 1000, 10000} {
+		b.Run(fmt.Sprintf("instances=%d", n), func(b *testing.B) {
+			for _, lanes := range []int{1, 100} {
+				b.Run(fmt.Sprintf("lanes=%d", lanes), func(b *testing.B) {
+					svc := fleet(b, n, lanes).Service("orders")
+					for _, c := range pickCases {
+						b.Run(c.name, func(b *testing.B) {
+							if r, err := svc.Pick(c.req); err != nil || r.Lane != c.want {
+								b.Fatalf("picked lane %q, %v; want %q", r.Lane, err, c.want)
+							}
+							b.ReportAllocs()
+							for b.Loop() {
+								svc.Pick(c.req)
+							}
+						})
+					}
+				})
+			}
+		})
+	}
+}
+
+// BenchmarkPickZone adds the caller's zone, and BenchmarkPickWeighted mixed
+// weights (the alias-table path).
+func BenchmarkPickZone(b *testing.B) {
+	svc := fleet(b, 10000, 100).Service("orders")
+	req := Request{Lane: "lane-0", Zone: "az1"}
+	b.ReportAllocs()
+	for b.Loop() {
+		svc.Pick(req)
+	}
+}
+
+func BenchmarkPickWeighted(b *testing.B) {
+	e := New()
+	b.Cleanup(func() { e.Close() })
+	insts := fleetInstances(b, 10000, 1)
+	for i := range insts {
+		insts[i].Weight = 1 + i%200
+	}
+	e.SetInstances("orders", insts)
+	svc := e.Service("orders")
+	b.ReportAllocs()
+	for b.Loop() {
+		svc.Pick(Request{})
+	}
+}
+
+func BenchmarkPickCanaryKey(b *testing.B) {
+	e := fleet(b, 1000, 1)
+	e.SetPolicy(mustPolicy(b, "canary:\n  - {service: orders, lane: lane-0, percent: 10}\n"))
+	svc := e.Service("orders")
+	req := Request{Key: "user-42"}
+	b.ReportAllocs()
+	for b.Loop() {
+		svc.Pick(req)
+	}
+}
+
+// BenchmarkPickParallel shows the pick under contention on all cores.
+func BenchmarkPickParallel(b *testing.B) {
+	svc := fleet(b, 1000, 100).Service("orders")
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			svc.Pick(Request{Lane: "lane-0"})
+		}
+	})
+}
+
+// BenchmarkSnapshotRebuild measures the rebuild that follows a change of the
+// instances or the policy.
+func BenchmarkSnapshotRebuild(b *testing.B) {
+	for _, n := range []int{10000} {
+		b.Run(fmt.Sprintf("instances=%d", n), func(b *testing.B) {
+			e := fleet(b, n, 100)
+			insts := fleetInstances(b, n, 100)
+			svc := e.Service("orders")
+			b.ReportAllocs()
+			for b.Loop() {
+				svc.setInstances(insts)
+			}
+		})
+	}
+}
+
+func TestPickDoesNotAllocate(t *testing.T) {
+	e := fleet(t, 1000, 100)
+	e.SetPolicy(mustPolicy(t, "lanes:\n  ghost: {fallback: [lane-0]}\n  strict: {strict: true}\ncanary:\n  - {service: orders, lane: lane-1, percent: 10}\n"))
+	svc := e.Service("orders")
+	empty := e.Service("empty")
+	for _, req := range []Request{
+		{}, {Lane: "lane-0"}, {Lane: "ghost"}, {Lane: "nobody"}, {Zone: "az1"}, {Lane: "lane-3", Zone: "az2"},
+		{Key: "user-7"}, {Lane: "not valid"}, {Lane: "strict"},
+	} {
+		if n := testing.AllocsPerRun(1000, func() { svc.Pick(req) }); n != 0 {
+			t.Errorf("Pick(%+v) allocates %.1f times", req, n)
+		}
+		if n := testing.AllocsPerRun(1000, func() { empty.Pick(req) }); n != 0 {
+			t.Errorf("failing Pick(%+v) allocates %.1f times", req, n)
+		}
+	}
+	r, _ := svc.Pick(Request{})
+	if n := testing.AllocsPerRun(1000, func() { r.Report(true) }); n != 0 {
+		t.Errorf("Report(true) allocates %.1f times", n)
+	}
+}
