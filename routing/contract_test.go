@@ -223,7 +223,7 @@ tags:
 		"b1 orders 10.0.0.1:8080",
 		"x1 orders 10.0.0.2:9090 label.track=beta lane=alice",
 		"x2 orders 10.0.0.3:8080 label.track=beta")
-	f.expect("orders", Request{Lane: "off"}, []string{"b1"}, "")     // disabled rule ignored
+	f.expect("orders", Request{Lane: "off"}, []string{"b1"}, "")        // disabled rule ignored
 	f.expect("orders", Request{Lane: "first"}, []string{"x1"}, "first") // first match wins over registration and later rules
 	f.expect("orders", Request{Lane: "second"}, []string{"x2"}, "second")
 	f.expect("orders", Request{Lane: "alice"}, []string{"b1"}, "") // x1 no longer counts as alice
