@@ -22,7 +22,8 @@ func newSimulate() *cobra.Command {
 		Use:   "simulate FILE|DIR...",
 		Short: "Replay routing scenarios against the routing engine and check their expectations",
 		Long: `simulate replays each scenario file against the real routing engine, with a
-virtual clock, and checks its expectations. See docs/scenario.md for the format.
+virtual clock, and checks its expectations. The format is described, with
+examples, in examples/scenarios/README.md.
 
 Arguments are scenario files; a directory stands for the *.yaml and *.yml
 files directly inside it, in name order. A pattern such as 'dir/*.yaml' that

@@ -110,7 +110,7 @@ func TestParseErrors(t *testing.T) {
 }
 
 func TestParseScenario(t *testing.T) {
-	doc := `name: "  everything  "
+	doc := `name: "  every\nthing  "
 policy:
   lanes:
     Alice: {fallback: [team-a]}
@@ -138,7 +138,7 @@ steps:
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Name != "everything" || s.File != "x.yaml" {
+	if s.Name != "every thing" || s.File != "x.yaml" {
 		t.Errorf("name %q file %q", s.Name, s.File)
 	}
 	if s.Policy == nil || len(s.Policy.Lanes["alice"].Fallback) != 1 {

@@ -5,7 +5,7 @@
 // A scenario names a policy document, a set of instances and a list of
 // steps. Each step either sends a request (and may check what the engine
 // answered) or reports the outcome of a call to outlier detection. The format
-// is described in docs/scenario.md; in short:
+// is described in examples/scenarios/README.md; in short:
 //
 //	name: lane falls back to the baseline   # required
 //	policy: {}                              # optional policy document
@@ -188,7 +188,8 @@ func parse(file string, data []byte) (*Scenario, error) {
 		lines[""] = 1 // an empty document: point at its first line
 	}
 	p := &parser{lines: lines}
-	s := &Scenario{File: file, Name: strings.TrimSpace(doc.Name)}
+	// The name is shown on one summary line: fold any line breaks.
+	s := &Scenario{File: file, Name: strings.Join(strings.Fields(doc.Name), " ")}
 	if s.Name == "" {
 		return nil, p.errorf("name", "required: say in a few words what the scenario shows")
 	}
