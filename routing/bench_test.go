@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/lanesdev/lanes/lane"
 	"github.com/lanesdev/lanes/registry"
 )
 
@@ -156,7 +157,13 @@ func TestPickDoesNotAllocate(t *testing.T) {
 		if n := testing.AllocsPerRun(1000, func() { svc.Pick(req) }); n != 0 {
 			t.Errorf("Pick(%+v) allocates %.1f times", req, n)
 		}
-		if n := testing.AllocsPerRun(1000, func() { empty.Pick(req) }); n != 0 {
+		// A failing pick returns its route's prebuilt error, except for a
+		// lane known nowhere, whose error is built to name that lane.
+		limit := 0.0
+		if l, _ := lane.Normalize(req.Lane); l != "" && l != "ghost" && l != "strict" {
+			limit = 1
+		}
+		if n := testing.AllocsPerRun(1000, func() { empty.Pick(req) }); n > limit {
 			t.Errorf("failing Pick(%+v) allocates %.1f times", req, n)
 		}
 	}

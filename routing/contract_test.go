@@ -448,3 +448,42 @@ func TestErrorMatching(t *testing.T) {
 		t.Fatalf("message %q, want %q", err, want)
 	}
 }
+
+func TestErrorNamesTheRequestLane(t *testing.T) {
+	f := newFixture(t, "", "a1 orders 10.0.9.1:8080 lane=alice")
+	_, err := f.e.Pick("orders", Request{Lane: "bob"})
+	var re *Error
+	if !errors.As(err, &re) || re.Lane != "bob" || re.Code != CodeNoInstance {
+		t.Fatalf("got %#v, want no_instance naming lane bob", err)
+	}
+	if want := `no_instance: service "orders" has no instance for lane "bob" or its fallbacks`; err.Error() != want {
+		t.Fatalf("message %q", err)
+	}
+}
+
+func TestPanicModeKeepsProbeInFlightOut(t *testing.T) {
+	f := newFixture(t, "outlier: {errors: 1, window: 10s, ejection: 30s}\n",
+		"b1 orders 10.0.0.1:8080", "b2 orders 10.0.0.2:8080")
+	s := f.e.Service("orders")
+	s.ReportID("b1", false)
+	f.at(10 * time.Second)
+	s.ReportID("b2", false)
+	f.at(30 * time.Second)
+	f.expect("orders", Request{}, []string{"b1"}, "") // b1's probe; b2 is still ejected
+	d := f.expect("orders", Request{}, []string{"b2"}, "")
+	if d.Reason != ReasonPanic {
+		t.Fatalf("reason %s, want panic", d.Reason)
+	}
+}
+
+func TestGivenUpProbeEjectsFromItsDeadline(t *testing.T) {
+	f := newFixture(t, "outlier: {errors: 1, window: 10s, ejection: 10s}\n",
+		"b1 orders 10.0.0.1:8080", "b2 orders 10.0.0.2:8080")
+	f.e.Service("orders").ReportID("b1", false)
+	f.at(11 * time.Second)
+	f.expect("orders", Request{}, []string{"b1"}, "") // probe, never reported; given up at 21s
+	f.at(25 * time.Second)
+	f.expect("orders", Request{}, []string{"b2"}, "")
+	f.at(31 * time.Second) // 21s + 10s, however late the first request after 21s came
+	f.expect("orders", Request{}, []string{"b1"}, "")
+}

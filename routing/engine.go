@@ -279,7 +279,7 @@ func (s *Service) Instances() []registry.Instance {
 func (s *Service) Pick(req Request) (Result, error) {
 	sn, r, lane := s.route(req)
 	if r.err != nil {
-		return Result{}, r.err
+		return Result{}, r.errFor(lane)
 	}
 	g := r.group
 	if req.Zone != "" && g.zones != nil {
@@ -405,7 +405,7 @@ func (s *Service) Resolve(req Request) (Decision, error) {
 	sn, r, l := s.route(req)
 	d := Decision{Service: s.name, RequestLane: l}
 	if r.err != nil {
-		return d, r.err
+		return d, r.errFor(l)
 	}
 	g := r.group
 	if req.Zone != "" && g.zones != nil {

@@ -89,13 +89,15 @@ func (h *health) advance(now int64, cfg policy.Outlier) (state uint32, due int64
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	st := h.state.Load()
-	switch {
-	case st == stateEjected && now >= h.until:
+	if st == stateProbing && now >= h.until {
+		// The probe was given up at h.until: it failed then, however late
+		// the next request comes, so the new ejection runs from that moment.
+		h.eject(h.until, cfg)
+		st = stateEjected
+	}
+	if st == stateEjected && now >= h.until {
 		st = stateHalfOpen
 		h.state.Store(st)
-	case st == stateProbing && now >= h.until:
-		h.eject(now, cfg)
-		st = stateEjected
 	}
 	if st == stateEjected || st == stateProbing {
 		return st, h.until

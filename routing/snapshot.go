@@ -54,6 +54,16 @@ type route struct {
 	err    *Error
 }
 
+// errFor returns the route's error for a request of lane l. Routes are
+// prebuilt per lane, so this allocates only for the one route that lanes
+// nowhere in the snapshot or the policy share.
+func (r *route) errFor(l string) error {
+	if r.err.Lane == l {
+		return r.err
+	}
+	return &Error{Code: r.err.Code, Service: r.err.Service, Lane: l}
+}
+
 // canarySplit sends the request-key buckets [from, to) to lane.
 type canarySplit struct {
 	from, to uint64
@@ -207,8 +217,16 @@ func newGroup(l string, ms []*member, baseline bool) *group {
 		}
 	}
 	if baseline && g.empty() && len(ms) > 0 {
-		// Panic mode: never let ejection empty the baseline.
-		g.ready = ms
+		// Panic mode: never let ejection empty the baseline. An instance
+		// whose probe is in flight stays out, unless nothing else is left.
+		for _, m := range ms {
+			if m.state != stateProbing {
+				g.ready = append(g.ready, m)
+			}
+		}
+		if len(g.ready) == 0 {
+			g.ready = ms
+		}
 		g.panic = true
 	}
 	g.finish()

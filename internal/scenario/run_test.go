@@ -179,27 +179,3 @@ func TestBadFiles(t *testing.T) {
 
 // The scenarios of testdata/known-bugs describe engine bugs: they fail
 // until the engine is fixed. They are run so that a fix shows up here.
-func TestKnownEngineBugs(t *testing.T) {
-	files, _ := filepath.Glob("testdata/known-bugs/*.yaml")
-	for _, f := range files {
-		t.Run(filepath.Base(f), func(t *testing.T) {
-			data, err := os.ReadFile(f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			s, err := Parse(f, data)
-			if err != nil {
-				t.Fatal(err)
-			}
-			res := Run(s, Options{})
-			if res.OK() {
-				t.Logf("%s passes now: the engine bug is fixed; move it to examples/scenarios", f)
-				return
-			}
-			for _, r := range res.Failures() {
-				t.Logf("%s:%d: step %d: %s", f, r.Line, r.Step, r.Message)
-			}
-			t.Skip("known engine bug, not fixed yet")
-		})
-	}
-}
