@@ -487,3 +487,23 @@ func TestGivenUpProbeEjectsFromItsDeadline(t *testing.T) {
 	f.at(31 * time.Second) // 21s + 10s, however late the first request after 21s came
 	f.expect("orders", Request{}, []string{"b1"}, "")
 }
+
+func TestAdmits(t *testing.T) {
+	f := newFixture(t, "lanes:\n  alice: {fallback: [team-a]}\ntags:\n  - {service: orders, lane: gray, labels: {track: gray}}\n")
+	for _, c := range []struct {
+		serving, req string
+		want         bool
+	}{
+		{"", "", true}, {"", "alice", true}, {"", "not valid", true},
+		{"alice", "alice", true}, {"alice", " ALICE ", true}, {"alice", "", false}, {"alice", "bob", false},
+		{"alice", "al ice", false}, {"team-a", "alice", true}, {"team-a", "team-a", true}, {"alice", "team-a", false},
+	} {
+		if got := f.e.Admits(c.serving, c.req); got != c.want {
+			t.Errorf("Admits(%q, %q) = %v, want %v", c.serving, c.req, got, c.want)
+		}
+	}
+	in := inst(t, "x1 orders 10.0.0.1:80 lane=alice label.track=gray")
+	if got := f.e.LaneOf(in); got != "gray" {
+		t.Fatalf("LaneOf = %q, want gray (tag rules win over registration)", got)
+	}
+}

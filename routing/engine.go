@@ -499,3 +499,36 @@ func (e *Engine) followPolicy() {
 // PolicyReady is closed once the policy in force has been read from the
 // store (at once for an engine without one).
 func (e *Engine) PolicyReady() <-chan struct{} { return e.policyReady }
+
+// Admits reports whether an instance serving lane serving may take a request
+// that carries lane requestLane: the provider-side guard of every transport
+// asks it. A baseline instance ("") admits every request, since lane requests
+// fall back to the baseline. A lane instance admits only requests whose lane
+// chain contains its lane; never a baseline request. requestLane is
+// normalised as Pick normalises it; an invalid value is a baseline request.
+//
+// serving is the instance's effective lane (after dynamic tag rules); see
+// Service.LaneOf.
+func (e *Engine) Admits(serving, requestLane string) bool {
+	if serving == "" {
+		return true
+	}
+	l, ok := lane.Normalize(requestLane)
+	if !ok || l == "" {
+		return false
+	}
+	if l == serving {
+		return true
+	}
+	chain, _ := e.policy.Load().chain(l)
+	for _, c := range chain {
+		if c == serving {
+			return true
+		}
+	}
+	return false
+}
+
+// LaneOf returns the effective lane of an instance: the lane of the first
+// enabled dynamic tag rule that matches it, or else its registered lane.
+func (e *Engine) LaneOf(in registry.Instance) string { return e.policy.Load().laneOf(&in) }
