@@ -1,10 +1,13 @@
 package routing
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/lanesdev/lanes/lane"
 )
 
 // The tests in this file encode the routing contract (docs/routing.md), case
@@ -505,5 +508,15 @@ func TestAdmits(t *testing.T) {
 	in := inst(t, "x1 orders 10.0.0.1:80 lane=alice label.track=gray")
 	if got := f.e.LaneOf(in); got != "gray" {
 		t.Fatalf("LaneOf = %q, want gray (tag rules win over registration)", got)
+	}
+}
+
+func TestRequestFromContext(t *testing.T) {
+	ctx := WithKey(lane.WithLane(context.Background(), "alice"), "user-7")
+	if r := RequestFromContext(ctx, "az1"); r != (Request{Lane: "alice", Zone: "az1", Key: "user-7"}) {
+		t.Fatalf("got %+v", r)
+	}
+	if n := testing.AllocsPerRun(100, func() { RequestFromContext(ctx, "az1") }); n != 0 {
+		t.Fatalf("allocates %.0f times", n)
 	}
 }

@@ -1,0 +1,29 @@
+package routing
+
+import (
+	"context"
+
+	"github.com/lanesdev/lanes/lane"
+)
+
+type keyCtx struct{}
+
+// WithKey returns ctx carrying the request key that makes canary splits
+// sticky (for example a user or session id). Transports read it with
+// KeyFromContext when they build a Request.
+func WithKey(ctx context.Context, key string) context.Context {
+	return context.WithValue(ctx, keyCtx{}, key)
+}
+
+// KeyFromContext returns the request key in ctx, or "".
+func KeyFromContext(ctx context.Context) string {
+	k, _ := ctx.Value(keyCtx{}).(string)
+	return k
+}
+
+// RequestFromContext builds the Request of a call made with ctx: its lane
+// (lane.FromContext), its key (KeyFromContext) and the caller's zone. It does
+// not allocate.
+func RequestFromContext(ctx context.Context, zone string) Request {
+	return Request{Lane: lane.FromContext(ctx), Zone: zone, Key: KeyFromContext(ctx)}
+}
