@@ -80,16 +80,19 @@ func Client(t testing.TB, endpoints []string) *clientv3.Client {
 	return c
 }
 
-// EmbeddedServer is an etcd member running in the test process.
+// EmbeddedServer is an etcd member running in the test process. Clients
+// reach it through a proxy on a fixed loopback port, so that Stop cuts
+// their connections at once and Start brings it back on the same endpoint.
 type EmbeddedServer struct {
-	t          testing.TB
-	dir        string
-	clientAddr string
-	peerAddr   string
+	t        testing.TB
+	dir      string
+	endpoint string // the proxy's host:port, fixed by the first Start
 
-	mu  sync.Mutex
-	srv *etcdserver.Server // nil while stopped
-	eps []string
+	mu         sync.Mutex
+	srv        *etcdserver.Server // nil while stopped
+	proxy      *proxy
+	clientAddr string // etcd's own, reused by restarts
+	peerAddr   string
 }
 
 var _ Server = (*EmbeddedServer)(nil)
@@ -111,7 +114,7 @@ func (e *EmbeddedServer) Kind() string { return "embedded" }
 func (e *EmbeddedServer) Endpoints() []string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return append([]string(nil), e.eps...)
+	return []string{"http://" + e.endpoint}
 }
 
 func (e *EmbeddedServer) Start() error {
@@ -131,24 +134,34 @@ func (e *EmbeddedServer) Start() error {
 	if err != nil {
 		return err
 	}
-	e.srv = srv
-	e.eps = srv.Endpoints()
 	if e.clientAddr == "" {
 		// Keep the ports for restarts.
-		e.clientAddr = strings.TrimPrefix(e.eps[0], "http://")
+		e.clientAddr = strings.TrimPrefix(srv.Endpoints()[0], "http://")
 		e.peerAddr = srv.PeerAddr()
 	}
+	listen := e.endpoint
+	if listen == "" {
+		listen = "127.0.0.1:0"
+	}
+	p, err := newProxy(listen, e.clientAddr)
+	if err != nil {
+		srv.Close()
+		return err
+	}
+	e.srv, e.proxy, e.endpoint = srv, p, p.addr()
 	return nil
 }
 
+// Stop cuts the client connections and stops the member.
 func (e *EmbeddedServer) Stop() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.srv == nil {
 		return nil
 	}
+	e.proxy.close()
 	err := e.srv.Close()
-	e.srv = nil
+	e.srv, e.proxy = nil, nil
 	return err
 }
 

@@ -1,0 +1,20 @@
+package etcdstore
+
+import (
+	"github.com/lanesdev/lanes/policy"
+	"github.com/lanesdev/lanes/registry"
+)
+
+// WatchFrom starts a registry watcher of every service as if it had listed
+// at revision rev and sent that list: its first batch is whatever comes
+// after rev. Tests use it to start a watch from a revision since compacted.
+func WatchFrom(s *Store, rev int64) (registry.Watcher, error) {
+	return s.startWatcher(s.instancesPrefix(), nil, rev)
+}
+
+// PolicyWatchFrom starts a policy watcher as if it had read the key absent at
+// revision rev.
+func PolicyWatchFrom(s *Store, rev int64) (policy.Watcher, error) {
+	p := s.policy
+	return p.startWatcher(p.newWatcher(), rev)
+}

@@ -1,0 +1,278 @@
+package etcdstore_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/lanesdev/lanes/etcdstore"
+	"github.com/lanesdev/lanes/internal/etcdtest"
+	"github.com/lanesdev/lanes/registry"
+)
+
+// The child process of TestLeaseExpiresWhenProcessKilled reads these.
+const (
+	helperEnv          = "LANES_ETCDSTORE_HELPER"
+	helperEndpointsEnv = "LANES_ETCDSTORE_HELPER_ENDPOINTS"
+	helperPrefixEnv    = "LANES_ETCDSTORE_HELPER_PREFIX"
+)
+
+// killTTL is the lease of the killed child: etcd's minimum with its default
+// election timeout.
+const killTTL = 2 * time.Second
+
+// TestHelperProcess is not a test: it is the child process of
+// TestLeaseExpiresWhenProcessKilled. It registers an instance, says so on
+// stdout, and keeps the lease alive until it is killed.
+func TestHelperProcess(t *testing.T) {
+	if os.Getenv(helperEnv) != "register" {
+		t.Skip("the child process of TestLeaseExpiresWhenProcessKilled")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s, err := etcdstore.Open(ctx, etcdstore.Config{
+		Endpoints: strings.Split(os.Getenv(helperEndpointsEnv), ","),
+		Options:   etcdstore.Options{Prefix: os.Getenv(helperPrefixEnv)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Register(ctx, inst("orders", "child", 1), killTTL); err != nil {
+		t.Fatal(err)
+	}
+	os.Stdout.WriteString("registered\n")
+	<-ctx.Done() // the parent kills us long before
+	t.Fatal("helper process was not killed")
+}
+
+// TestLeaseExpiresWhenProcessKilled registers an instance from a child
+// process, lets it renew its lease, kills it with SIGKILL and measures how
+// long the instance takes to disappear: at most its TTL plus etcd's
+// expiry-check period and some slack.
+func TestLeaseExpiresWhenProcessKilled(t *testing.T) {
+	etcdtest.Each(t, func(t *testing.T, srv etcdtest.Server) {
+		ctx := testCtx(t)
+		s := open(t, srv)
+		w, err := s.Watch(ctx, "orders")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Close()
+		if b, err := w.Next(ctx); err != nil || !b.Reset || len(b.Events) != 0 {
+			t.Fatalf("first batch %+v, %v", b, err)
+		}
+
+		cmd := exec.Command(os.Args[0], "-test.run=^TestHelperProcess$", "-test.count=1")
+		cmd.Env = append(os.Environ(),
+			helperEnv+"=register",
+			helperEndpointsEnv+"="+strings.Join(srv.Endpoints(), ","),
+			helperPrefixEnv+"="+s.Prefix())
+		cmd.Stderr = os.Stderr
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		exited := make(chan error, 1)
+		go func() { exited <- cmd.Wait() }()
+		defer func() {
+			cmd.Process.Kill()
+			<-exited
+		}()
+		line := make(chan string, 1)
+		go func() {
+			l, _ := bufio.NewReader(out).ReadString('\n')
+			line <- l
+		}()
+		select {
+		case l := <-line:
+			if l != "registered\n" {
+				t.Fatalf("child said %q", l)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatal("child did not register")
+		}
+
+		b, err := w.Next(ctx)
+		if err != nil || len(b.Events) != 1 || b.Events[0].Type != registry.EventPut || b.Events[0].Instance.ID != "child" {
+			t.Fatalf("want the child's put, got %+v, %v", b, err)
+		}
+		// Let the child renew its lease a few times. Without renewals
+		// the lease would have expired (and the key with it) well before
+		// TTL + 1s; check that the key is still held by the same lease.
+		leaseID := leaseOf(t, s, "orders", "child")
+		time.Sleep(killTTL + time.Second)
+		if got := leaseOf(t, s, "orders", "child"); got != leaseID {
+			t.Fatalf("the child's instance moved from lease %x to %x", leaseID, got)
+		}
+		ttl, err := s.Client().TimeToLive(ctx, leaseID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ttl.TTL < 0 || ttl.GrantedTTL != int64(killTTL/time.Second) {
+			t.Fatalf("the child's lease: %ds left of %ds granted, want a live lease of %v", ttl.TTL, ttl.GrantedTTL, killTTL)
+		}
+
+		if err := cmd.Process.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		killed := time.Now()
+		<-exited
+		exited <- nil // for the deferred cleanup
+
+		b, err = w.Next(ctx)
+		gone := time.Since(killed)
+		if err != nil || len(b.Events) != 1 || b.Events[0].Type != registry.EventDelete || b.Events[0].Instance.ID != "child" {
+			t.Fatalf("want the child's delete, got %+v, %v", b, err)
+		}
+		// The last renewal was at most TTL/3 before the kill; etcd checks
+		// for expired leases every 500ms.
+		const slack = time.Second
+		t.Logf("instance gone %v after SIGKILL (TTL %v)", gone.Round(time.Millisecond), killTTL)
+		if gone > killTTL+slack {
+			t.Fatalf("instance gone %v after SIGKILL, want at most TTL %v + %v", gone, killTTL, slack)
+		}
+	})
+}
+
+// leaseOf returns the lease that holds an instance key.
+func leaseOf(t *testing.T, s *etcdstore.Store, service, id string) clientv3.LeaseID {
+	t.Helper()
+	r, err := s.Client().Get(testCtx(t), s.Prefix()+"instances/"+service+"/"+id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Kvs) != 1 {
+		t.Fatalf("instance %s/%s is not registered", service, id)
+	}
+	return clientv3.LeaseID(r.Kvs[0].Lease)
+}
+
+// TestLeaseReestablished revokes a registration's lease behind its back, as
+// an expiry during a long etcd outage would, and checks that the Lease
+// registers the instance again under a new lease without being closed.
+func TestLeaseReestablished(t *testing.T) {
+	etcdtest.Each(t, func(t *testing.T, srv etcdtest.Server) {
+		ctx := testCtx(t)
+		s := open(t, srv)
+		w, err := s.Watch(ctx, "orders")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Close()
+		w.Next(ctx) // the reset
+		a := inst("orders", "a", 1)
+		l, err := s.Register(ctx, a, 2*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		next := func() registry.Event {
+			t.Helper()
+			b, err := w.Next(ctx)
+			if err != nil || len(b.Events) != 1 {
+				t.Fatalf("want one event, got %+v, %v", b, err)
+			}
+			return b.Events[0]
+		}
+		if ev := next(); ev.Type != registry.EventPut {
+			t.Fatalf("got %+v", ev)
+		}
+		old := leaseOf(t, s, "orders", "a")
+		if _, err := s.Client().Revoke(ctx, old); err != nil {
+			t.Fatal(err)
+		}
+		revoked := time.Now()
+		if ev := next(); ev.Type != registry.EventDelete {
+			t.Fatalf("after revoke got %+v", ev)
+		}
+		ev := next()
+		want, _ := registry.Normalize(a)
+		if ev.Type != registry.EventPut || !ev.Instance.Equal(want) {
+			t.Fatalf("after revoke want the instance again, got %+v", ev)
+		}
+		t.Logf("registered again %v after the revoke", time.Since(revoked).Round(time.Millisecond))
+		if nl := leaseOf(t, s, "orders", "a"); nl == old {
+			t.Fatal("registered again under the revoked lease")
+		}
+		select {
+		case <-l.Done():
+			t.Fatalf("lease ended: %v", l.Err())
+		default:
+		}
+		// The new lease is the Lease's: Update and Close use it.
+		a.Drain = true
+		if err := l.Update(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+		if ev := next(); ev.Type != registry.EventPut || !ev.Instance.Drain {
+			t.Fatalf("after Update got %+v", ev)
+		}
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if ev := next(); ev.Type != registry.EventDelete {
+			t.Fatalf("after Close got %+v", ev)
+		}
+	})
+}
+
+// TestStoreCloseLeavesLeasesToExpire checks that closing the Store stops
+// renewing its leases without deregistering: the instance disappears after
+// its TTL, as if the process had died, and the Lease reports ErrClosed.
+func TestStoreCloseLeavesLeasesToExpire(t *testing.T) {
+	etcdtest.Each(t, func(t *testing.T, srv etcdtest.Server) {
+		ctx := testCtx(t)
+		prefix := uniquePrefix()
+		watching := openPrefix(t, srv, prefix)
+		w, err := watching.Watch(ctx, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Close()
+		w.Next(ctx)
+
+		s, err := etcdstore.Open(ctx, etcdstore.Config{Endpoints: srv.Endpoints(), Options: etcdstore.Options{Prefix: prefix, Logger: testLogger}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := s.Register(ctx, inst("orders", "a", 1), 2*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b, err := w.Next(ctx); err != nil || b.Events[0].Type != registry.EventPut {
+			t.Fatalf("%+v %v", b, err)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		closed := time.Now()
+		select {
+		case <-l.Done():
+		case <-time.After(5 * time.Second):
+			t.Fatal("Done not closed after the Store closed")
+		}
+		if !errors.Is(l.Err(), registry.ErrClosed) {
+			t.Fatalf("Err() = %v, want ErrClosed", l.Err())
+		}
+		if err := l.Close(); err != nil {
+			t.Fatal(err)
+		}
+		b, err := w.Next(ctx)
+		if err != nil || b.Events[0].Type != registry.EventDelete {
+			t.Fatalf("%+v %v", b, err)
+		}
+		if d := time.Since(closed); d < time.Second {
+			t.Fatalf("instance gone %v after Store.Close: it was deregistered, not left to expire", d)
+		}
+	})
+}

@@ -1,0 +1,260 @@
+// Package etcdstore keeps lanes' registry and policy in etcd.
+//
+// A Store implements registry.Registry: every instance is a key under
+// <prefix>instances/<service>/<id>, holding the instance as JSON and attached
+// to an etcd lease that the registering process keeps alive. Store.Policy
+// returns the policy.Store, which keeps the one policy document, as the text
+// that was submitted, at <prefix>policy. The default prefix is "/lanes/".
+//
+// Watches follow the pattern of etcd's naming/endpoints package: list the
+// keys, then watch from the revision of that list, so that no change is
+// missed or reordered. A watch that breaks (etcd restarted, the member lost
+// its leader) resumes from the last revision it delivered; only when etcd
+// has compacted that revision away does it list again and send a reset
+// batch. See docs/etcd.md for the key layout and the details.
+package etcdstore
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	grpcbackoff "google.golang.org/grpc/backoff"
+
+	"github.com/lanesdev/lanes/policy"
+	"github.com/lanesdev/lanes/registry"
+)
+
+// DefaultPrefix is the key prefix used when Options.Prefix is empty.
+const DefaultPrefix = "/lanes/"
+
+// DefaultDialTimeout bounds the first connection of Open when
+// Config.DialTimeout is zero.
+const DefaultDialTimeout = 5 * time.Second
+
+// opTimeout bounds the etcd calls that the Store makes on its own behalf
+// (re-registering a lost lease, revoking a lease on Close). The client waits
+// for a connection rather than failing fast, so every such call needs one.
+const opTimeout = 5 * time.Second
+
+// Options configure a Store.
+type Options struct {
+	// Prefix is prepended to every key (DefaultPrefix when empty). A
+	// trailing "/" is added when missing. Give each lanes installation
+	// sharing an etcd cluster its own prefix.
+	Prefix string
+	// Logger receives the Store's diagnostics: lost leases, broken
+	// watches, invalid values found in etcd (slog.Default() when nil).
+	Logger *slog.Logger
+}
+
+// Config says how Open connects to etcd.
+type Config struct {
+	// Endpoints are the client URLs of the etcd members, for example
+	// "https://etcd-1.internal:2379". At least one is required.
+	Endpoints []string
+	// TLS, when set, is used for every connection (server verification and,
+	// with Certificates, client certificates). Use https endpoints with it.
+	TLS *tls.Config
+	// Username and Password authenticate to etcd when auth is enabled.
+	Username string
+	Password string
+	// DialTimeout bounds connecting and the first request of Open
+	// (DefaultDialTimeout when zero).
+	DialTimeout time.Duration
+
+	Options
+}
+
+// Store keeps lanes' registry and policy in etcd. It implements
+// registry.Registry; Policy returns its policy.Store. It is safe for
+// concurrent use.
+type Store struct {
+	client *clientv3.Client
+	owned  bool // Close closes client
+	prefix string
+	log    *slog.Logger
+	policy *policyStore
+
+	ctx    context.Context // cancelled by Close; parent of every lease and watch
+	cancel context.CancelFunc
+
+	mu     sync.Mutex
+	closed bool
+	wg     sync.WaitGroup // lease and watch goroutines
+}
+
+var _ registry.Registry = (*Store)(nil)
+
+// Open connects to the etcd cluster of cfg and returns a Store that owns the
+// connection: Close closes it. It fails when no endpoint answers a read of
+// the lanes keys within cfg.DialTimeout (or before ctx is done), so that a
+// wrong address, certificate or password is reported here.
+func Open(ctx context.Context, cfg Config) (*Store, error) {
+	if len(cfg.Endpoints) == 0 {
+		return nil, errors.New("etcdstore: no endpoints")
+	}
+	if cfg.DialTimeout <= 0 {
+		cfg.DialTimeout = DefaultDialTimeout
+	}
+	c, err := clientv3.New(clientv3.Config{
+		Endpoints:   cfg.Endpoints,
+		DialTimeout: cfg.DialTimeout,
+		// Detect a dead connection (a member that vanished without closing
+		// it) within seconds rather than the TCP timeout.
+		DialKeepAliveTime:    10 * time.Second,
+		DialKeepAliveTimeout: 5 * time.Second,
+		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+			// gRPC's default reconnect backoff grows to two minutes. After an
+			// etcd outage, leases must be renewed within their TTL of etcd's
+			// return, so retry at least every two seconds.
+			Backoff:           grpcbackoff.Config{BaseDelay: 200 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
+			MinConnectTimeout: cfg.DialTimeout,
+		})},
+		TLS:      cfg.TLS,
+		Username: cfg.Username,
+		Password: cfg.Password,
+		// The client's own logging is silenced: every failure it would
+		// report reaches the Store, which logs it with slog or returns it.
+		Logger: zap.NewNop(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("etcdstore: connect to %s: %w", strings.Join(cfg.Endpoints, ","), err)
+	}
+	s, err := New(c, cfg.Options)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	s.owned = true
+	cctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
+	defer cancel()
+	if _, err := c.Get(cctx, s.policy.key, clientv3.WithCountOnly()); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("etcdstore: connect to %s: %w", strings.Join(cfg.Endpoints, ","), err)
+	}
+	return s, nil
+}
+
+// New returns a Store that uses an existing client. Close does not close
+// the client; close it after the Store.
+func New(client *clientv3.Client, opts Options) (*Store, error) {
+	if client == nil {
+		return nil, errors.New("etcdstore: nil client")
+	}
+	prefix := opts.Prefix
+	if prefix == "" {
+		prefix = DefaultPrefix
+	}
+	if !strings.HasSuffix(prefix, "/") {
+		prefix += "/"
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Store{
+		client: client,
+		prefix: prefix,
+		log:    log.With("component", "etcdstore"),
+		ctx:    ctx,
+		cancel: cancel,
+	}
+	s.policy = &policyStore{s: s, key: prefix + "policy"}
+	return s, nil
+}
+
+// Client returns the etcd client the Store uses.
+func (s *Store) Client() *clientv3.Client { return s.client }
+
+// Prefix returns the key prefix of the Store, ending in "/".
+func (s *Store) Prefix() string { return s.prefix }
+
+// Policy returns the policy store, kept at <prefix>policy.
+func (s *Store) Policy() policy.Store { return s.policy }
+
+// Close ends every watch (their Next returns ErrClosed) and stops renewing
+// every lease still open, without revoking them: the instances disappear
+// when their TTL runs out, as if the process had died. It waits for the
+// Store's goroutines, then closes the client if Open created it. It is safe
+// to call more than once.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	s.cancel()
+	s.wg.Wait()
+	if s.owned {
+		if err := s.client.Close(); err != nil && !errors.Is(err, context.Canceled) {
+			return err
+		}
+	}
+	return nil
+}
+
+// isClosed reports whether Close has been called.
+func (s *Store) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+// spawn runs f in a goroutine that Close waits for. It returns false, and
+// does not run f, when the Store is closed.
+func (s *Store) spawn(f func()) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		f()
+	}()
+	return true
+}
+
+func (s *Store) instancesPrefix() string { return s.prefix + "instances/" }
+
+func (s *Store) instanceKey(service, id string) string {
+	return s.instancesPrefix() + service + "/" + id
+}
+
+// backoff is a capped exponential delay with jitter, for retries.
+type backoff struct {
+	next, min, max time.Duration
+}
+
+func newBackoff(min, max time.Duration) *backoff { return &backoff{next: min, min: min, max: max} }
+
+// wait sleeps for the next delay, or until ctx is done (then it returns
+// false).
+func (b *backoff) wait(ctx context.Context) bool {
+	d := b.next/2 + rand.N(b.next/2+1)
+	b.next = min(2*b.next, b.max)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+func (b *backoff) reset() { b.next = b.min }

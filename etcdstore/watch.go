@@ -1,0 +1,314 @@
+package etcdstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/lanesdev/lanes/registry"
+)
+
+// Watch implements registry.Registry. It lists the instances of service (of
+// every service when service is empty) with ctx, so that an unreachable etcd
+// is reported here, and returns a Watcher whose first batch is that list as
+// a reset.
+//
+// The Watcher's goroutine then watches from the revision after the list.
+// Each etcd watch response becomes one Batch. When the watch breaks (etcd
+// restarted, or the member lost its leader: the watch requires one, so that
+// it cannot hang on a partitioned member), it resumes from the last revision
+// delivered, with backoff, and no change is lost. When etcd has compacted
+// that revision away, it lists again and sends a reset batch.
+//
+// A key whose value is not a valid instance (not JSON, not passing
+// registry.Normalize, or not matching its key) is logged and treated as
+// absent: it is left out of lists, and a put of such a value over a valid
+// instance is delivered as the delete of that instance.
+func (s *Store) Watch(ctx context.Context, service string) (registry.Watcher, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	prefix := s.instancesPrefix()
+	if service != "" {
+		if err := registry.CheckService(service); err != nil {
+			return nil, err
+		}
+		prefix += service + "/"
+	}
+	if s.isClosed() {
+		return nil, registry.ErrClosed
+	}
+	first, err := s.list(ctx, prefix)
+	if err != nil {
+		return nil, fmt.Errorf("etcdstore: watch: %w", err)
+	}
+	return s.startWatcher(prefix, &first, first.Revision)
+}
+
+// startWatcher starts a watcher of prefix whose first batch is first (if
+// not nil) and that watches from revision rev (exclusive).
+func (s *Store) startWatcher(prefix string, first *registry.Batch, rev int64) (*watcher, error) {
+	w := &watcher{s: s, prefix: prefix, out: make(chan registry.Batch, 1), done: make(chan struct{})}
+	w.ctx, w.cancel = context.WithCancel(s.ctx)
+	if first != nil {
+		w.out <- *first
+	}
+	if !s.spawn(func() { w.run(rev) }) {
+		w.cancel()
+		return nil, registry.ErrClosed
+	}
+	return w, nil
+}
+
+// list returns the instances under prefix as a reset batch.
+func (s *Store) list(ctx context.Context, prefix string) (registry.Batch, error) {
+	resp, err := s.client.Get(ctx, prefix, clientv3.WithPrefix())
+	if err != nil {
+		return registry.Batch{}, err
+	}
+	b := registry.Batch{Reset: true, Revision: resp.Header.Revision}
+	for _, kv := range resp.Kvs {
+		inst, err := s.decode(kv)
+		if err != nil {
+			s.log.Warn("skipping an invalid instance in etcd", "key", string(kv.Key), "revision", kv.ModRevision, "err", err)
+			continue
+		}
+		b.Events = append(b.Events, registry.Event{Type: registry.EventPut, Instance: inst, Revision: kv.ModRevision})
+	}
+	return b, nil
+}
+
+// splitKey returns the service and ID of an instance key.
+func (s *Store) splitKey(key []byte) (service, id string, ok bool) {
+	rest, ok := strings.CutPrefix(string(key), s.instancesPrefix())
+	if !ok {
+		return "", "", false
+	}
+	service, id, ok = strings.Cut(rest, "/")
+	if !ok || service == "" || id == "" || strings.Contains(id, "/") {
+		return "", "", false
+	}
+	return service, id, true
+}
+
+// decode returns the instance stored in kv, validated.
+func (s *Store) decode(kv *mvccpb.KeyValue) (registry.Instance, error) {
+	service, id, ok := s.splitKey(kv.Key)
+	if !ok {
+		return registry.Instance{}, errors.New("key is not <prefix>instances/<service>/<id>")
+	}
+	var in registry.Instance
+	if err := json.Unmarshal(kv.Value, &in); err != nil {
+		return registry.Instance{}, fmt.Errorf("value is not an instance in JSON: %w", err)
+	}
+	in, err := registry.Normalize(in)
+	if err != nil {
+		return registry.Instance{}, err
+	}
+	if in.Service != service || in.ID != id {
+		return registry.Instance{}, fmt.Errorf("value is instance %s/%s, not the one its key names", in.Service, in.ID)
+	}
+	return in, nil
+}
+
+// event turns an etcd event into a registry event; ok is false when there
+// is nothing to deliver.
+func (s *Store) event(ev *clientv3.Event) (e registry.Event, ok bool) {
+	kv := ev.Kv
+	e.Revision = kv.ModRevision
+	service, id, keyOK := s.splitKey(kv.Key)
+	if !keyOK {
+		s.log.Warn("skipping a key that is not an instance", "key", string(kv.Key), "revision", kv.ModRevision)
+		return e, false
+	}
+	if ev.Type == clientv3.EventTypeDelete {
+		e.Type = registry.EventDelete
+		e.Instance = registry.Instance{Service: service, ID: id}
+		return e, true
+	}
+	inst, err := s.decode(kv)
+	if err != nil {
+		s.log.Warn("skipping an invalid instance in etcd", "key", string(kv.Key), "revision", kv.ModRevision, "err", err)
+		if ev.PrevKv != nil {
+			if _, perr := s.decode(ev.PrevKv); perr == nil {
+				// The valid instance that was there is gone.
+				e.Type = registry.EventDelete
+				e.Instance = registry.Instance{Service: service, ID: id}
+				return e, true
+			}
+		}
+		return e, false
+	}
+	e.Type = registry.EventPut
+	e.Instance = inst
+	return e, true
+}
+
+// watcher is a registry.Watcher on etcd.
+type watcher struct {
+	s      *Store
+	prefix string
+	ctx    context.Context // cancelled by Close and by Store.Close
+	cancel context.CancelFunc
+	out    chan registry.Batch // run sends here; capacity 1 for the first list
+	done   chan struct{}       // closed when run returns
+
+	closeOnce sync.Once
+	mu        sync.Mutex
+	closed    bool
+}
+
+// Next implements registry.Watcher.
+func (w *watcher) Next(ctx context.Context) (registry.Batch, error) {
+	w.mu.Lock()
+	closed := w.closed
+	w.mu.Unlock()
+	if closed {
+		return registry.Batch{}, registry.ErrClosed
+	}
+	select {
+	case b := <-w.out:
+		return b, nil
+	case <-w.done:
+		return registry.Batch{}, registry.ErrClosed
+	case <-ctx.Done():
+		return registry.Batch{}, ctx.Err()
+	}
+}
+
+// Close implements registry.Watcher: it cancels the watch and waits for its
+// goroutine.
+func (w *watcher) Close() error {
+	w.closeOnce.Do(func() {
+		w.mu.Lock()
+		w.closed = true
+		w.mu.Unlock()
+		w.cancel()
+		<-w.done
+	})
+	return nil
+}
+
+// send hands b to Next; it returns false when the watcher is closing.
+func (w *watcher) send(b registry.Batch) bool {
+	select {
+	case w.out <- b:
+		return true
+	case <-w.ctx.Done():
+		return false
+	}
+}
+
+// run follows the keys from revision rev (exclusive) until the watcher is
+// closed. It is the watcher's goroutine.
+func (w *watcher) run(rev int64) {
+	defer close(w.done)
+	bo := newBackoff(100*time.Millisecond, 2*time.Second)
+	relist := false
+	for w.ctx.Err() == nil {
+		if relist {
+			b, err := w.s.list(w.ctx, w.prefix)
+			if err != nil {
+				if w.ctx.Err() != nil || w.s.client.Ctx().Err() != nil {
+					return
+				}
+				w.s.log.Warn("watch: list failed; retrying", "prefix", w.prefix, "err", err)
+				if !bo.wait(w.ctx) {
+					return
+				}
+				continue
+			}
+			if !w.send(b) {
+				return
+			}
+			rev, relist = b.Revision, false
+		}
+		progressed, err := w.follow(&rev)
+		switch {
+		case w.ctx.Err() != nil:
+			return
+		case errors.Is(err, rpctypes.ErrCompacted):
+			w.s.log.Info("watch: revision compacted; listing again", "prefix", w.prefix, "revision", rev+1)
+			relist = true
+			continue
+		case w.s.client.Ctx().Err() != nil:
+			w.s.log.Error("watch: the etcd client was closed; ending the watch", "prefix", w.prefix)
+			return
+		}
+		w.s.log.Warn("watch interrupted; resuming", "prefix", w.prefix, "revision", rev+1, "err", err)
+		if progressed {
+			bo.reset()
+		}
+		if !bo.wait(w.ctx) {
+			return
+		}
+	}
+}
+
+// follow watches from *rev+1 and delivers every response as a batch,
+// advancing *rev, until the watch fails or w.ctx is done. progressed
+// reports whether any response arrived.
+func (w *watcher) follow(rev *int64) (progressed bool, err error) {
+	return followKeys(w.ctx, w.s.client, w.prefix, true, rev, func(wr clientv3.WatchResponse) bool {
+		b := registry.Batch{}
+		for _, ev := range wr.Events {
+			if e, ok := w.s.event(ev); ok {
+				b.Events = append(b.Events, e)
+			}
+			b.Revision = ev.Kv.ModRevision
+		}
+		if len(b.Events) > 0 && !w.send(b) {
+			return false
+		}
+		*rev = b.Revision
+		return true
+	})
+}
+
+// followKeys watches key (a prefix when prefix is set) from *rev+1 and calls
+// deliver for every response with events, in order. It advances *rev on
+// progress notifications; deliver advances it for events. It returns when
+// the watch fails (with the error, rpctypes.ErrCompacted when the revision is
+// gone), when deliver returns false, or when ctx is done.
+//
+// The watch requires a leader, so that a member cut off from its cluster
+// ends the watch with ErrNoLeader instead of leaving it silent forever.
+func followKeys(ctx context.Context, c *clientv3.Client, key string, prefix bool, rev *int64, deliver func(clientv3.WatchResponse) bool) (progressed bool, err error) {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	opts := []clientv3.OpOption{clientv3.WithRev(*rev + 1), clientv3.WithPrevKV(), clientv3.WithProgressNotify()}
+	if prefix {
+		opts = append(opts, clientv3.WithPrefix())
+	}
+	for wr := range c.Watch(wctx, key, opts...) {
+		if err := wr.Err(); err != nil {
+			return progressed, err
+		}
+		progressed = true
+		if wr.IsProgressNotify() {
+			// Every change up to the header's revision has been delivered.
+			if r := wr.Header.Revision; r > *rev {
+				*rev = r
+			}
+			continue
+		}
+		if len(wr.Events) == 0 {
+			continue
+		}
+		if !deliver(wr) {
+			return progressed, ctx.Err()
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return progressed, err
+	}
+	return progressed, errors.New("watch channel closed")
+}

@@ -1,0 +1,12 @@
+//go:build !linux
+
+package etcdtest
+
+import (
+	"os/exec"
+	"testing"
+)
+
+func setPdeathsig(*exec.Cmd) {}
+
+func tmpfsDir(testing.TB) string { return "" }
