@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"math"
+	"net/netip"
 	"slices"
 	"sort"
 	"strconv"
@@ -84,6 +85,11 @@ func (p *Policy) validate(lines strictyaml.Lines) *Error {
 			fb[i] = nf
 		}
 		s.Fallback = fb
+		for i, c := range s.Clients {
+			if err := checkClient(c); err != nil {
+				return lines.At(fmt.Sprintf("%s.clients[%d]", path, i), "invalid client address %q: want an IP or a CIDR", c)
+			}
+		}
 		lanes[n] = s
 	}
 	if len(p.Lanes) > 0 {
@@ -156,6 +162,20 @@ func (p *Policy) validate(lines strictyaml.Lines) *Error {
 		}
 	}
 
+	switch p.Gateway.LaneChoice {
+	case "", ChoiceAll, ChoiceNone, ChoiceAllowlist:
+	default:
+		return lines.At("gateway.lane_choice", "unknown lane choice %q: want %s, %s or %s", p.Gateway.LaneChoice, ChoiceAll, ChoiceNone, ChoiceAllowlist)
+	}
+	for i, c := range p.Gateway.Allow {
+		if err := checkClient(c); err != nil {
+			return lines.At(fmt.Sprintf("gateway.allow[%d]", i), "invalid client address %q: want an IP or a CIDR", c)
+		}
+	}
+	if len(p.Gateway.Allow) > 0 && p.Gateway.LaneChoice != ChoiceAllowlist {
+		return lines.At("gateway.allow", "allow is used only with lane_choice: %s", ChoiceAllowlist)
+	}
+
 	o := p.Outlier
 	switch {
 	case o.Errors < 0 || has(lines, "outlier.errors") && o.Errors == 0:
@@ -171,6 +191,16 @@ func (p *Policy) validate(lines strictyaml.Lines) *Error {
 }
 
 func has(l strictyaml.Lines, path string) bool { _, ok := l[path]; return ok }
+
+// checkClient accepts an IP address or a CIDR.
+func checkClient(c string) error {
+	if strings.Contains(c, "/") {
+		_, err := netip.ParsePrefix(c)
+		return err
+	}
+	_, err := netip.ParseAddr(c)
+	return err
+}
 
 // checkTagAddr accepts host:port and *:port.
 func checkTagAddr(a string) error {

@@ -143,3 +143,36 @@ func TestValidateGoPolicy(t *testing.T) {
 		t.Fatalf("got %v", err)
 	}
 }
+
+func TestParseGatewayAndLifetimes(t *testing.T) {
+	p, err := Parse("p.yaml", []byte(`
+lanes:
+  alice:
+    expires: 2026-12-24T18:00:00Z
+    clients: ["10.1.2.3", "10.9.0.0/16", "::1"]
+gateway:
+  lane_choice: allowlist
+  allow: ["127.0.0.0/8"]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 12, 24, 18, 0, 0, 0, time.UTC)
+	if p.Expired("alice", at.Add(-time.Second)) || !p.Expired("alice", at) || p.Expired("bob", at) {
+		t.Fatal("Expired is wrong around the expiry")
+	}
+	if p.Gateway.Choice() != ChoiceAllowlist || (&Policy{}).Gateway.Choice() != ChoiceAll {
+		t.Fatal("lane choice default")
+	}
+	for doc, want := range map[string]string{
+		"lanes:\n  a: {expires: tomorrow}\n":              `field lanes.a.expires`,
+		"lanes:\n  a: {clients: [\"10.0.0.300\"]}\n":      `field lanes.a.clients[0]: invalid client address "10.0.0.300"`,
+		"gateway: {lane_choice: some}\n":                  `field gateway.lane_choice: unknown lane choice "some"`,
+		"gateway: {lane_choice: allowlist, allow: [x]}\n": `field gateway.allow[0]: invalid client address "x"`,
+		"gateway: {allow: [\"10.0.0.0/8\"]}\n":            `field gateway.allow: allow is used only with lane_choice: allowlist`,
+	} {
+		if _, err := Parse("p.yaml", []byte(doc)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%q: got %v, want %q", doc, err, want)
+		}
+	}
+}

@@ -31,6 +31,34 @@ type Policy struct {
 	Tags    []TagRule               `yaml:"tags" json:"tags,omitempty"`
 	Canary  []CanaryRule            `yaml:"canary" json:"canary,omitempty"`
 	Outlier Outlier                 `yaml:"outlier" json:"outlier"`
+	Gateway Gateway                 `yaml:"gateway" json:"gateway"`
+}
+
+// Lane choice at the gateway: who may pick a request's lane with the x-lane
+// header or the lane baggage member.
+const (
+	ChoiceAll       = "all"       // every client (the default)
+	ChoiceNone      = "none"      // no client: lanes come from cookies, hosts, claims and canaries only
+	ChoiceAllowlist = "allowlist" // clients whose address is in Gateway.Allow
+)
+
+// Gateway holds the rules the edge applies when it assigns a request's lane.
+type Gateway struct {
+	// LaneChoice says which clients may choose a lane with headers:
+	// ChoiceAll (default), ChoiceNone or ChoiceAllowlist. The lane headers
+	// of any other client are stripped.
+	LaneChoice string `yaml:"lane_choice" json:"lane_choice,omitempty"`
+	// Allow lists the client addresses (IPs or CIDRs) that may choose a lane
+	// when LaneChoice is ChoiceAllowlist.
+	Allow []string `yaml:"allow" json:"allow,omitempty"`
+}
+
+// Choice returns the gateway's lane choice, defaulted.
+func (g Gateway) Choice() string {
+	if g.LaneChoice == "" {
+		return ChoiceAll
+	}
+	return g.LaneChoice
 }
 
 // LaneSettings are the optional settings of one lane.
@@ -41,6 +69,22 @@ type LaneSettings struct {
 	// Strict stops the chain before the baseline: a request whose chain has
 	// no instance fails with lane_unavailable instead.
 	Strict bool `yaml:"strict" json:"strict,omitempty"`
+	// Expires, when set, ends the lane: from then on its instances take no
+	// traffic (requests for it fall back as for an empty lane) and the
+	// control plane refuses to register new ones.
+	Expires *time.Time `yaml:"expires" json:"expires,omitempty"`
+	// Clients claims client addresses (IPs or CIDRs) for the lane: the
+	// gateway assigns the lane to requests from them.
+	Clients []string `yaml:"clients" json:"clients,omitempty"`
+}
+
+// Expired reports whether lane l has expired at t.
+func (p *Policy) Expired(l string, t time.Time) bool {
+	if p == nil {
+		return false
+	}
+	e := p.Lanes[l].Expires
+	return e != nil && !t.Before(*e)
 }
 
 // TagRule assigns a lane to the instances of a service that it matches,

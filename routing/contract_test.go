@@ -520,3 +520,20 @@ func TestRequestFromContext(t *testing.T) {
 		t.Fatalf("allocates %.0f times", n)
 	}
 }
+
+func TestExpiredLaneTakesNoTraffic(t *testing.T) {
+	f := newFixture(t, "lanes:\n  alice: {expires: 2023-11-14T22:15:00Z}\n", // 100s after the fixture's start
+		"b1 orders 10.0.0.1:8080", "a1 orders 10.0.9.1:8080 lane=alice")
+	f.expect("orders", Request{Lane: "alice"}, []string{"a1"}, "alice")
+	f.at(99 * time.Second)
+	f.expect("orders", Request{Lane: "alice"}, []string{"a1"}, "alice")
+	f.at(100 * time.Second)
+	d := f.expect("orders", Request{Lane: "alice"}, []string{"b1"}, "")
+	if d.Reason != ReasonLaneEmpty {
+		t.Fatalf("reason %s, want lane-empty", d.Reason)
+	}
+	r, err := f.e.Pick("orders", Request{Lane: "alice"})
+	if err != nil || r.Instance.ID != "b1" {
+		t.Fatalf("picked %v, %v", r.Instance, err)
+	}
+}

@@ -16,6 +16,7 @@ type compiled struct {
 	tags     map[string][]policy.TagRule // enabled rules, by service, in order
 	canaries map[string][]policy.CanaryRule
 	chains   map[string]chain
+	expires  map[string]int64 // lane -> expiry (unix ns)
 }
 
 type chain struct {
@@ -42,9 +43,15 @@ func compile(p *policy.Policy) *compiled {
 	for _, k := range p.Canary {
 		c.canaries[k.Service] = append(c.canaries[k.Service], k)
 	}
-	for l := range p.Lanes {
+	for l, set := range p.Lanes {
 		ls, strict := p.Chain(l)
 		c.chains[l] = chain{ls, strict}
+		if set.Expires != nil {
+			if c.expires == nil {
+				c.expires = map[string]int64{}
+			}
+			c.expires[l] = set.Expires.UnixNano()
+		}
 	}
 	return c
 }

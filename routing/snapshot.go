@@ -84,7 +84,7 @@ type snapshot struct {
 	baseline route             // a baseline request
 	invalid  route             // a request with an invalid lane
 	canaries []canarySplit
-	due      int64 // when a time-driven health transition is due (ns); 0 for never
+	due      int64 // when a time-driven change is due (ns): a health transition or a lane expiry; 0 for never
 	outlier  policy.Outlier
 }
 
@@ -109,6 +109,15 @@ func build(svc string, insts []registry.Instance, healths map[string]*health, cp
 		if w == 0 {
 			continue
 		}
+		lane := cp.laneOf(in)
+		if exp, ok := cp.expires[lane]; ok {
+			if now >= exp {
+				continue // an expired lane takes no traffic
+			}
+			if s.due == 0 || exp < s.due {
+				s.due = exp
+			}
+		}
 		h := healths[in.ID]
 		if h == nil {
 			h = &health{}
@@ -118,7 +127,7 @@ func build(svc string, insts []registry.Instance, healths map[string]*health, cp
 		if due != 0 && (s.due == 0 || due < s.due) {
 			s.due = due
 		}
-		pool = append(pool, member{inst: *in, lane: cp.laneOf(in), weight: w, health: h, state: st})
+		pool = append(pool, member{inst: *in, lane: lane, weight: w, health: h, state: st})
 		m := &pool[len(pool)-1]
 		s.members = append(s.members, m)
 		s.byID[in.ID] = m
