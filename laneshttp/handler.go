@@ -1,0 +1,133 @@
+package laneshttp
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/lanesdev/lanes/lane"
+	"github.com/lanesdev/lanes/registry"
+	"github.com/lanesdev/lanes/routing"
+)
+
+// Middleware is the server side of lanes: it reads the lane of each incoming
+// request into the request's context and, with a guard, refuses requests a
+// lane instance must not serve. Handler returns one.
+type Middleware struct {
+	next   http.Handler
+	prop   lane.Propagator
+	log    *slog.Logger
+	engine *routing.Engine   // nil: no guard
+	inst   registry.Instance // the guarded instance
+	exempt []string
+
+	invalid atomic.Uint64
+	refused atomic.Uint64
+	logged  atomic.Int64 // when an invalid lane was last logged, in Unix ns
+}
+
+// Handler returns a Middleware that serves next.
+//
+// For each request it reads the lane from the headers with the propagator
+// (x-lane, then the lane member of baggage, then aliases) and serves next
+// with the request's context carrying it ([lane.FromContext]); calls made
+// with that context, through a lanes Transport, stay in the lane. The
+// request's headers are left as they are.
+//
+// Inside the mesh an invalid lane is ignored: the request is served as a
+// baseline request, the event is counted (Middleware.InvalidLanes) and
+// logged with slog, at most once a second.
+//
+// With WithGuard, a lane instance refuses a request whose lane chain does not
+// include its lane (a baseline request, or one of another lane) with 421
+// Misdirected Request, the header X-Lanes-Error: misdirected, and a message
+// naming the lane it serves; requests to the exempt paths
+// (DefaultExemptPaths, WithExemptPaths) are always served. WithoutGuard turns
+// the guard off. A baseline instance admits every request.
+//
+// Options: WithPropagator, WithLogger, WithGuard, WithoutGuard,
+// WithExemptPaths.
+func Handler(next http.Handler, opts ...Option) *Middleware {
+	return newMiddleware(next, newConfig(opts))
+}
+
+func newMiddleware(next http.Handler, c *config) *Middleware {
+	m := &Middleware{next: next, prop: c.prop, log: c.log, exempt: c.exempt}
+	if c.guardIn != nil && c.engine != nil && !c.noGuard {
+		m.engine, m.inst = c.engine, *c.guardIn
+	}
+	return m
+}
+
+// InvalidLanes returns how many requests carried an invalid lane and were
+// served as baseline requests.
+func (m *Middleware) InvalidLanes() uint64 { return m.invalid.Load() }
+
+// Refused returns how many requests the guard refused with 421.
+func (m *Middleware) Refused() uint64 { return m.refused.Load() }
+
+// Guarded reports whether the guard is on.
+func (m *Middleware) Guarded() bool { return m.engine != nil }
+
+// ServeHTTP implements http.Handler.
+func (m *Middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	name, _, err := m.prop.Extract(lane.HTTPHeader(r.Header))
+	if err != nil {
+		m.invalid.Add(1)
+		m.logInvalid(r, err)
+	}
+	if m.engine != nil && !m.isExempt(r.URL.Path) {
+		if serving := m.engine.LaneOf(m.inst); !m.engine.Admits(serving, name) {
+			m.refused.Add(1)
+			m.refuse(w, serving, name)
+			return
+		}
+	}
+	m.next.ServeHTTP(w, r.WithContext(lane.WithLane(r.Context(), name)))
+}
+
+func (m *Middleware) isExempt(path string) bool {
+	for _, p := range m.exempt {
+		if strings.HasPrefix(path, p) && (len(path) == len(p) || path[len(p)] == '/' || strings.HasSuffix(p, "/")) {
+			return true
+		}
+	}
+	return false
+}
+
+func (m *Middleware) refuse(w http.ResponseWriter, serving, requestLane string) {
+	h := w.Header()
+	h.Set(ErrorHeader, CodeMisdirected)
+	h.Set("Content-Type", "text/plain; charset=utf-8")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusMisdirectedRequest)
+	what := "a baseline request"
+	if requestLane != "" {
+		what = fmt.Sprintf("a request in lane %q", requestLane)
+	}
+	fmt.Fprintf(w, "%s: this instance of %q serves lane %q, and %s does not reach it\n",
+		CodeMisdirected, m.inst.Service, serving, what)
+}
+
+func (m *Middleware) logInvalid(r *http.Request, err error) {
+	now := time.Now().UnixNano()
+	last := m.logged.Load()
+	if now-last < int64(time.Second) || !m.logged.CompareAndSwap(last, now) {
+		return
+	}
+	var ne *lane.NameError
+	if !errors.As(err, &ne) {
+		m.log.WarnContext(r.Context(), "lanes: lane not read; serving as baseline", "err", err)
+		return
+	}
+	v := ne.Value
+	if len(v) > 80 {
+		v = v[:80] + "..."
+	}
+	m.log.WarnContext(r.Context(), "lanes: invalid lane ignored; serving as baseline",
+		"header", ne.Header, "rule", string(ne.Rule), "value", v, "invalid_total", m.invalid.Load())
+}

@@ -1,0 +1,162 @@
+package laneshttp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/lanesdev/lanes/registry"
+)
+
+// Serve runs srv on lis as an instance of a lanes service, until ctx is done.
+//
+//  1. It places the instance: fields set in inst win, then WithLane and
+//     WithZone, then the LANES_* variables (registry.ApplyEnv; LANES_LANE,
+//     LANES_ZONE, LANES_ADDR, ...), and the address defaults to the
+//     listener's (an unspecified IP such as 0.0.0.0 is replaced by this
+//     host's first non-loopback address). inst.Service is required.
+//  2. It replaces srv.Handler (http.DefaultServeMux when nil) with the
+//     Middleware of Handler, guarded for the instance when WithEngine is
+//     given and WithoutGuard is not.
+//  3. It starts serving on lis, then registers the instance in reg.
+//  4. When ctx is done it deregisters the instance first, waits
+//     WithDrainDelay, then shuts srv down gracefully (WithShutdownTimeout,
+//     after which srv is closed), and returns nil.
+//
+// It returns early, after shutting down, with the error of a registration
+// that fails or is lost, or of srv.Serve. Serve closes lis.
+//
+// Options: WithLane, WithZone, WithEnv, WithTTL, WithEngine, WithoutGuard,
+// WithExemptPaths, WithPropagator, WithLogger, WithDrainDelay,
+// WithShutdownTimeout.
+func Serve(ctx context.Context, srv *http.Server, lis net.Listener, reg registry.Registry, inst registry.Instance, opts ...Option) (err error) {
+	c := newConfig(opts)
+	inst, err = place(inst, c, lis.Addr())
+	if err != nil {
+		lis.Close()
+		return err
+	}
+	next := srv.Handler
+	if next == nil {
+		next = http.DefaultServeMux
+	}
+	if c.engine != nil && !c.noGuard {
+		c.guardIn = &inst
+	} else if !c.noGuard && inst.Lane != "" {
+		c.log.Warn("lanes: no engine given (WithEngine): the guard is off", "service", inst.Service, "lane", inst.Lane)
+	}
+	mw := newMiddleware(next, c)
+	srv.Handler = mw
+
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- srv.Serve(lis) }()
+
+	lease, err := reg.Register(ctx, inst, c.ttl)
+	if err != nil {
+		shutdown(ctx, srv, c)
+		<-serveErr
+		return fmt.Errorf("laneshttp: register %s/%s: %w", inst.Service, inst.ID, err)
+	}
+	c.log.Info("lanes: instance registered", "service", inst.Service, "id", inst.ID, "addr", inst.Addr, "lane", inst.Lane, "zone", inst.Zone, "guard", mw.Guarded())
+
+	select {
+	case <-ctx.Done():
+		// Deregister first, so that callers stop picking this instance,
+		// and serve on while they learn it.
+		lease.Close()
+		time.Sleep(c.drain)
+		err = shutdown(ctx, srv, c)
+		if e := <-serveErr; !errors.Is(e, http.ErrServerClosed) && err == nil {
+			err = e
+		}
+		return err
+	case e := <-serveErr:
+		lease.Close()
+		return e
+	case <-lease.Done():
+		c.log.Error("lanes: registration lost; shutting down", "service", inst.Service, "id", inst.ID, "err", lease.Err())
+		shutdown(ctx, srv, c)
+		<-serveErr
+		return fmt.Errorf("laneshttp: registration of %s/%s lost: %w", inst.Service, inst.ID, lease.Err())
+	}
+}
+
+// place fills the instance from the options, the environment and the
+// listener, and normalises it.
+func place(inst registry.Instance, c *config, addr net.Addr) (registry.Instance, error) {
+	if inst.Lane == "" {
+		inst.Lane = c.lane
+	}
+	if inst.Zone == "" && c.zoneSet {
+		inst.Zone = c.zone
+	}
+	getenv := func(k string) string {
+		v := c.getenv(k)
+		if k == registry.EnvAddr && strings.TrimSpace(v) == "" {
+			return advertise(addr)
+		}
+		return v
+	}
+	inst, err := registry.ApplyEnv(inst, getenv)
+	if err != nil {
+		return inst, fmt.Errorf("laneshttp: %w", err)
+	}
+	inst, err = registry.Normalize(inst)
+	if err != nil {
+		return inst, fmt.Errorf("laneshttp: instance: %w", err)
+	}
+	return inst, nil
+}
+
+// shutdown shuts srv down gracefully within the shutdown timeout, then
+// closes it.
+func shutdown(ctx context.Context, srv *http.Server, c *config) error {
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.shutdown)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		srv.Close()
+		return fmt.Errorf("laneshttp: shutdown: %w", err)
+	}
+	return nil
+}
+
+// advertise returns the address to register for a listener's address.
+func advertise(a net.Addr) string {
+	tcp, ok := a.(*net.TCPAddr)
+	if !ok {
+		return a.String()
+	}
+	ip := tcp.IP
+	if ip == nil || ip.IsUnspecified() {
+		ip = hostIP()
+	}
+	return net.JoinHostPort(ip.String(), strconv.Itoa(tcp.Port))
+}
+
+// hostIP returns this host's first non-loopback unicast address, IPv4
+// first, or the IPv4 loopback address.
+func hostIP() net.IP {
+	addrs, _ := net.InterfaceAddrs()
+	var v6 net.IP
+	for _, a := range addrs {
+		n, ok := a.(*net.IPNet)
+		if !ok || !n.IP.IsGlobalUnicast() {
+			continue
+		}
+		if v4 := n.IP.To4(); v4 != nil {
+			return v4
+		}
+		if v6 == nil {
+			v6 = n.IP
+		}
+	}
+	if v6 != nil {
+		return v6
+	}
+	return net.IPv4(127, 0, 0, 1)
+}

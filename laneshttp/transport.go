@@ -1,0 +1,476 @@
+package laneshttp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/lanesdev/lanes/lane"
+	"github.com/lanesdev/lanes/registry"
+	"github.com/lanesdev/lanes/routing"
+)
+
+// DefaultReadyTimeout is how long a Transport waits, at most, for the
+// registry to list a service's instances the first time the service is
+// called (see Transport.ReadyTimeout).
+const DefaultReadyTimeout = 10 * time.Second
+
+// maxRepicks bounds the picks a retry makes to find an instance that has not
+// failed this request already.
+const maxRepicks = 8
+
+// ErrNotService is wrapped by the error that a Transport with RefuseOthers
+// returns for a host that is not a lanes service.
+var ErrNotService = errors.New("laneshttp: not a lanes service")
+
+// Outcome is what one attempt says about the health of the instance that
+// served it, for outlier detection.
+type Outcome uint8
+
+const (
+	// Ignore reports nothing: the attempt says nothing about the instance
+	// (for example, the caller gave up).
+	Ignore Outcome = iota
+	// Success reports the instance healthy.
+	Success
+	// Failure reports a failure, which counts towards ejection.
+	Failure
+)
+
+// Transport is an [http.RoundTripper] that routes requests to lanes services
+// through a routing engine. See the package documentation.
+//
+// Only Engine is required. A Transport is safe for concurrent use; do not
+// change its fields once it is in use.
+type Transport struct {
+	// Engine routes the requests. Required.
+	Engine *routing.Engine
+
+	// Base sends the requests once routed, and the requests to other hosts.
+	// nil means http.DefaultTransport.
+	Base http.RoundTripper
+
+	// Zone is the caller's zone, for same-zone preference ("" when unknown).
+	Zone string
+
+	// Propagator writes the lane to outgoing requests. Its Aliases are
+	// removed from baseline requests.
+	Propagator lane.Propagator
+
+	// Services reports whether a URL host (without port) is a lanes service.
+	// nil means SingleLabel.
+	Services func(host string) bool
+
+	// RefuseOthers makes RoundTrip fail, with an error wrapping
+	// ErrNotService, for a host that is not a lanes service. By default such
+	// requests go to Base untouched: no lane is written and none is removed.
+	RefuseOthers bool
+
+	// Retries is how many times a failed attempt may be retried, each time
+	// on an instance that has not failed this request yet. 0 means 1; a
+	// negative value turns retries off. See the retry rules in docs/http.md.
+	Retries int
+
+	// Idempotent reports whether a request may be retried after a connection
+	// error. nil means IsIdempotent.
+	Idempotent func(*http.Request) bool
+
+	// RetryStatus reports whether a response status of an idempotent request
+	// is retried like a connection error. nil means none: a 503 is returned
+	// to the caller, not retried.
+	RetryStatus func(code int) bool
+
+	// Classify turns the result of one attempt into an Outcome for outlier
+	// detection. nil means DefaultClassify.
+	Classify func(req *http.Request, res *http.Response, err error) Outcome
+
+	// ReadyTimeout bounds the wait for the registry to list a service's
+	// instances when a request is the first to the service (only with an
+	// engine that follows a registry). 0 means DefaultReadyTimeout; a
+	// negative value does not wait. After the wait, the request is routed on
+	// what the engine knows.
+	ReadyTimeout time.Duration
+}
+
+// NewTransport returns a Transport on the engine e, configured by the client
+// options: WithBase, WithZone, WithPropagator, WithServices,
+// WithRefuseOthers, WithRetries, WithIdempotent, WithRetryStatus,
+// WithClassify and WithReadyTimeout. Without WithZone, the zone is read from
+// LANES_ZONE.
+func NewTransport(e *routing.Engine, opts ...Option) *Transport {
+	c := newConfig(opts)
+	t := c.transport
+	t.Engine = e
+	t.Propagator = c.prop
+	if !c.zoneSet {
+		t.Zone = strings.TrimSpace(c.getenv(registry.EnvZone))
+	} else {
+		t.Zone = c.zone
+	}
+	return &t
+}
+
+// NewClient returns an [http.Client] whose transport is NewTransport(e,
+// opts...).
+func NewClient(e *routing.Engine, opts ...Option) *http.Client {
+	return &http.Client{Transport: NewTransport(e, opts...)}
+}
+
+// SingleLabel reports whether host is a bare service name: a name of one DNS
+// label, such as "orders", that is a valid service name and not "localhost".
+// It is the default of Transport.Services: hosts with a dot (DNS names, IPv4
+// addresses) and IPv6 addresses are not lanes services.
+func SingleLabel(host string) bool {
+	if host == "" || host == "localhost" || strings.ContainsAny(host, ".:") {
+		return false
+	}
+	return registry.CheckService(host) == nil
+}
+
+// ServiceNames returns a Transport.Services function that matches exactly the
+// given names.
+func ServiceNames(names ...string) func(host string) bool {
+	set := make(map[string]bool, len(names))
+	for _, n := range names {
+		set[n] = true
+	}
+	return func(host string) bool { return set[host] }
+}
+
+// IsIdempotent is the default of Transport.Idempotent: the methods GET, HEAD,
+// OPTIONS, TRACE, PUT and DELETE, and any request with an Idempotency-Key or
+// X-Idempotency-Key header, as net/http decides.
+func IsIdempotent(req *http.Request) bool {
+	switch req.Method {
+	case "", http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace, http.MethodPut, http.MethodDelete:
+		return true
+	}
+	if _, ok := req.Header["Idempotency-Key"]; ok {
+		return true
+	}
+	_, ok := req.Header["X-Idempotency-Key"]
+	return ok
+}
+
+// DefaultClassify is the default of Transport.Classify:
+//
+//   - an error while the request's context is done (the caller gave up or
+//     ran out of time) is Ignore: it says nothing about the instance;
+//   - any other error (refused or reset connection, timeout of the base
+//     transport, broken response) is a Failure;
+//   - a 5xx response is a Failure, unless it carries the X-Lanes-Error
+//     header: that is a routing failure further downstream, answered by a
+//     healthy instance;
+//   - any other response, including the guard's 421, is a Success.
+func DefaultClassify(req *http.Request, res *http.Response, err error) Outcome {
+	if err != nil {
+		if req.Context().Err() != nil {
+			return Ignore
+		}
+		return Failure
+	}
+	if res.StatusCode >= 500 && res.Header.Get(ErrorHeader) == "" {
+		return Failure
+	}
+	return Success
+}
+
+// RoundTrip implements [http.RoundTripper]. It does not modify req: it sends
+// a copy whose URL host is the instance's address. The Host header stays
+// what the caller would have sent: req.Host, or else the URL's host (the
+// service name).
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL == nil {
+		return t.base().RoundTrip(req) // the base reports the error
+	}
+	host := req.URL.Hostname()
+	if !t.routes(host) {
+		if t.RefuseOthers {
+			closeBody(req)
+			return nil, fmt.Errorf("%w: host %q", ErrNotService, host)
+		}
+		return t.base().RoundTrip(req)
+	}
+	if t.Engine == nil {
+		closeBody(req)
+		return nil, errors.New("laneshttp: Transport.Engine is nil")
+	}
+	ctx := req.Context()
+	svc := t.Engine.Service(host)
+	if err := t.waitReady(ctx, svc); err != nil {
+		closeBody(req)
+		return nil, err
+	}
+	rr := routing.RequestFromContext(ctx, t.Zone)
+	pick, err := svc.Pick(rr)
+	if err != nil {
+		closeBody(req)
+		return nil, fmt.Errorf("laneshttp: %w", err)
+	}
+
+	base := t.base()
+	retries := t.Retries
+	if retries == 0 {
+		retries = 1
+	}
+	var failedBuf [4]string
+	failed := failedBuf[:0]
+	body := req.Body
+	for attempt := 0; ; attempt++ {
+		res, err := base.RoundTrip(t.outbound(req, pick, body))
+		t.report(req, pick, res, err)
+		if attempt >= retries || !t.retryable(req, res, err) || ctx.Err() != nil || !replayable(req) {
+			return res, err
+		}
+		failed = append(failed, pick.Instance.ID)
+		// A fresh body before the pick, so that a probe claimed by the
+		// pick is always sent.
+		b, berr := freshBody(req)
+		if berr != nil {
+			return res, err
+		}
+		next, ok := repick(svc, rr, failed)
+		if !ok {
+			closeReader(b)
+			return res, err
+		}
+		if res != nil {
+			discard(res)
+		}
+		pick, body = next, b
+	}
+}
+
+// CloseIdleConnections closes the idle connections of Base, if it has such a
+// method; [http.Client.CloseIdleConnections] calls it.
+func (t *Transport) CloseIdleConnections() {
+	type closeIdler interface{ CloseIdleConnections() }
+	if c, ok := t.base().(closeIdler); ok {
+		c.CloseIdleConnections()
+	}
+}
+
+func (t *Transport) base() http.RoundTripper {
+	if t.Base != nil {
+		return t.Base
+	}
+	return http.DefaultTransport
+}
+
+func (t *Transport) routes(host string) bool {
+	if t.Services != nil {
+		return t.Services(host)
+	}
+	return SingleLabel(host)
+}
+
+// waitReady waits, the first time a service is called, for the registry to
+// list its instances.
+func (t *Transport) waitReady(ctx context.Context, svc *routing.Service) error {
+	select {
+	case <-svc.Ready():
+		return nil
+	default:
+	}
+	d := t.ReadyTimeout
+	if d < 0 {
+		return nil
+	}
+	if d == 0 {
+		d = DefaultReadyTimeout
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-svc.Ready():
+	case <-timer.C:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return nil
+}
+
+// outbound returns the request to send to the picked instance: a shallow copy
+// of req with its own URL, the given body, and headers that carry the pick's
+// request lane. req is not modified.
+func (t *Transport) outbound(req *http.Request, pick routing.Result, body io.ReadCloser) *http.Request {
+	out := new(http.Request)
+	*out = *req // as http.Request.WithContext copies it
+	u := *req.URL
+	u.Host = pick.Instance.Addr
+	out.URL = &u
+	if out.Host == "" {
+		out.Host = req.URL.Host
+	}
+	out.Body = body
+	out.Header = t.headers(req.Header, pick.RequestLane)
+	return out
+}
+
+// headers returns h with the lane l written, as a copy when that changes
+// anything: always for a lane, and for the baseline only when h has lane
+// headers to remove.
+func (t *Transport) headers(h http.Header, l string) http.Header {
+	if l == "" && !t.hasLaneHeaders(h) {
+		return h
+	}
+	// A copy as http.Header.Clone makes it: one backing array for all the
+	// values, each slice capped so that appending to it copies.
+	n := 0
+	for _, v := range h {
+		n += len(v)
+	}
+	sv := make([]string, n)
+	c := make(http.Header, len(h)+2)
+	for k, v := range h {
+		if ck := t.laneKey(k); ck != "" && ck != k {
+			// A lane header set under a spelling that is not canonical
+			// would go out as a second header: merge it.
+			c[ck] = append(c[ck], v...)
+			continue
+		}
+		if v == nil {
+			c[k] = nil
+			continue
+		}
+		m := copy(sv, v)
+		if prev, ok := c[k]; ok { // merged into from another spelling
+			c[k] = append(prev, sv[:m:m]...)
+		} else {
+			c[k] = sv[:m:m]
+		}
+		sv = sv[m:]
+	}
+	t.Propagator.InjectLane(l, lane.HTTPHeader(c))
+	return c
+}
+
+// laneKey returns the canonical name of k when k is, in any spelling, a
+// header that carries the lane (x-lane, baggage, or an alias); "" otherwise.
+func (t *Transport) laneKey(k string) string {
+	switch {
+	case strings.EqualFold(k, lane.Header):
+		return "X-Lane"
+	case strings.EqualFold(k, lane.BaggageHeader):
+		return "Baggage"
+	}
+	for _, a := range t.Propagator.Aliases {
+		if a != "" && strings.EqualFold(k, a) {
+			return http.CanonicalHeaderKey(a)
+		}
+	}
+	return ""
+}
+
+// hasLaneHeaders reports whether h has a header that a baseline request must
+// not carry: x-lane or an alias in any spelling, or a baggage header that
+// might have a lane member. It errs on the side of yes.
+func (t *Transport) hasLaneHeaders(h http.Header) bool {
+	for k, v := range h {
+		switch ck := t.laneKey(k); {
+		case ck == "":
+		case ck == "Baggage":
+			for _, s := range v {
+				if strings.Contains(s, lane.BaggageKey) {
+					return true
+				}
+			}
+		default:
+			return true
+		}
+	}
+	return false
+}
+
+func (t *Transport) report(req *http.Request, pick routing.Result, res *http.Response, err error) {
+	classify := t.Classify
+	if classify == nil {
+		classify = DefaultClassify
+	}
+	switch classify(req, res, err) {
+	case Success:
+		pick.Report(true)
+	case Failure:
+		pick.Report(false)
+	}
+}
+
+// retryable reports whether an attempt's result calls for another attempt on
+// another instance (before the checks on the retry budget, the deadline and
+// the body).
+func (t *Transport) retryable(req *http.Request, res *http.Response, err error) bool {
+	if err != nil {
+		return t.idempotent(req)
+	}
+	if res.StatusCode == http.StatusMisdirectedRequest && res.Header.Get(ErrorHeader) == CodeMisdirected {
+		// The guard refused the request before any handler saw it: safe to
+		// send elsewhere, whatever the method.
+		return true
+	}
+	return t.RetryStatus != nil && t.RetryStatus(res.StatusCode) && t.idempotent(req)
+}
+
+func (t *Transport) idempotent(req *http.Request) bool {
+	if t.Idempotent != nil {
+		return t.Idempotent(req)
+	}
+	return IsIdempotent(req)
+}
+
+// repick picks again until the instance is not one that failed already (or
+// is a claimed probe, which must be sent), at most maxRepicks times.
+func repick(svc *routing.Service, rr routing.Request, failed []string) (routing.Result, bool) {
+	for range maxRepicks {
+		p, err := svc.Pick(rr)
+		if err != nil {
+			return p, false
+		}
+		if p.Probe() || !contains(failed, p.Instance.ID) {
+			return p, true
+		}
+	}
+	return routing.Result{}, false
+}
+
+func contains(s []string, v string) bool {
+	for _, x := range s {
+		if x == v {
+			return true
+		}
+	}
+	return false
+}
+
+// replayable reports whether req's body can be sent again.
+func replayable(req *http.Request) bool {
+	return req.Body == nil || req.Body == http.NoBody || req.GetBody != nil
+}
+
+// freshBody returns a new copy of req's body for another attempt.
+func freshBody(req *http.Request) (io.ReadCloser, error) {
+	if req.Body == nil || req.Body == http.NoBody {
+		return req.Body, nil
+	}
+	return req.GetBody()
+}
+
+func closeBody(req *http.Request) {
+	closeReader(req.Body)
+}
+
+func closeReader(r io.ReadCloser) {
+	if r != nil && r != http.NoBody {
+		r.Close()
+	}
+}
+
+// discard reads a little of a response body that is not returned, so that
+// its connection can be reused, and closes it.
+func discard(res *http.Response) {
+	io.CopyN(io.Discard, res.Body, 4<<10)
+	res.Body.Close()
+}
