@@ -1,0 +1,133 @@
+// Package gateway is the edge of lanes: the HTTP reverse proxy that `lanes up`
+// puts in front of a fleet. It decides each incoming request's lane once, at
+// the trust boundary, routes the request through the routing engine
+// (routing.Engine) to an instance of the service its route names, and sends
+// the lane on in the request's headers, so that every later hop keeps it.
+//
+// The gateway serves HTTP/1.1 and HTTP/2 without TLS (h2c, prior knowledge;
+// [Gateway.Serve] enables both), and passes gRPC through: a request with
+// content-type application/grpc goes to the upstream over h2c, streams in both
+// directions and brings its trailers back.
+//
+// # Routes
+//
+// [Config.Routes] map requests to services. A route matches on an exact host
+// (compared without the port, case-insensitively), a path prefix, or both;
+// the first route that matches wins, and a request that matches none gets
+// 404. A path prefix matches whole path segments: "/orders" and "/orders/"
+// both match "/orders" and "/orders/42", never "/ordersx". With StripPrefix
+// the prefix is removed before the request goes upstream ("/orders/42" ->
+// "/42", "/orders" -> "/").
+//
+// # Lane hosts
+//
+// With [Config.Domain] set (say "lanes.localhost"), a host of the form
+// <label>.<rest> where <rest> is the domain or ends with "."+domain is a
+// lane host: its first label names the lane. Routes are then matched against
+// the host without that label: alice.lanes.localhost matches as
+// lanes.localhost (so only path routes and routes on lanes.localhost apply),
+// and alice.orders.lanes.localhost matches a host route on
+// orders.lanes.localhost. A host that is itself the host of a route is never a
+// lane host, so a route on orders.lanes.localhost keeps working for baseline
+// traffic.
+//
+// # Lane assignment
+//
+// The lane of a request is the first of these sources that gives one; the
+// ones after it are not looked at:
+//
+//  1. Headers: the x-lane header, then the "lane" member of the W3C baggage
+//     header, then the alias headers of [Config.Aliases] in order (see
+//     lane.Propagator.Extract). Only clients that the policy lets choose
+//     read them: gateway.lane_choice "all" (the default) lets every client
+//     choose, "none" no client, and "allowlist" the clients whose address is
+//     in gateway.allow. The lane headers of the other clients are not read
+//     and are removed before the request goes upstream; that is not an
+//     error.
+//  2. The "lane" cookie ([Config.LaneCookie]).
+//  3. The lane host (above).
+//  4. The client address: first the static claims of the policy
+//     (lanes.<lane>.clients; the most specific prefix wins, and a lane past
+//     its expires time claims nothing), then the dynamic claims of
+//     [Config.Claims] (registered by `lanes dev`).
+//  5. None of the above: the request is a baseline request, and the routing
+//     engine may split it to a canary lane by the policy's canary rules. The
+//     split is sticky by request key: the [Config.KeyHeader] header
+//     ("x-lanes-key"), or else the [Config.KeyCookie] cookie ("lanes-key");
+//     without a key it is random.
+//
+// Sources 1 to 4 can be turned off one by one with [Config.Disable]
+// (SourceHeaders, SourceCookie, SourceHost, SourcePolicyClients,
+// SourceClaims); the policy's lane_choice turns off the first one for some or
+// all clients. Canary splits are the policy's to turn off.
+//
+// A value that is not a valid lane name, from any source that is read, is
+// refused with 400 Bad Request; the body names the source, the value and the
+// rule of the lane-name grammar that it breaks (lane.NameError.Rule:
+// "empty", "too-long", "characters" or "starts-or-ends"), and the
+// x-lanes-error response header says "invalid_lane".
+//
+// # Trust
+//
+// The incoming request is the trust boundary. The client address is the
+// direct peer, unless the peer is in [Config.TrustedProxies]: then the
+// gateway walks X-Forwarded-For from right to left, skipping trusted
+// addresses, and takes the first untrusted one (if all are trusted, the
+// left-most; an entry that is not an IP address stops the walk at the last
+// good one). X-Forwarded-For from any other peer is ignored, and dropped on
+// the way upstream. The client address decides lane_choice: allowlist and the
+// client-address claims.
+//
+// Upstream, the request carries what the gateway decided and nothing the
+// client sent about lanes: every incoming x-lane header, the lane member of
+// baggage and the alias headers are removed; for a lane request, x-lane and
+// the baggage member lane=<lane> are set (the other baggage members are kept,
+// in order). X-Forwarded-For (the trusted chain, if any, plus the peer),
+// X-Forwarded-Host and X-Forwarded-Proto are set as
+// httputil.ProxyRequest.SetXForwarded does. The Host header is the
+// instance's address unless [Config.PreserveHost] is set.
+//
+// # Responses
+//
+// Every response carries:
+//
+//   - x-lane: the lane the request was given (the canary lane for a request
+//     split to one); absent for a baseline request;
+//   - x-lane-served: the lane of the instance that served this hop, or
+//     "baseline" (on a routing error or a 404, absent).
+//
+// Errors of the gateway itself carry x-lanes-error with a code:
+//
+//	400 invalid_lane      a lane source held an invalid lane name
+//	404 no_route          no route matches the host and path
+//	503 no_instance       the routing engine found no instance (routing.Error)
+//	503 lane_unavailable  a strict lane chain has no instance (routing.Error)
+//	502 upstream          the instance could not be reached or failed mid-call
+//
+// The body names the service and the lane where they are known. A gRPC request
+// gets the same codes as a gRPC status in a trailers-only response
+// (InvalidArgument, Unimplemented, Unavailable) with the same x-lanes-error
+// header, so that gRPC clients see a proper status.
+//
+// # Outlier detection and retries
+//
+// Every proxied call's outcome is reported to the engine (Result.Report): a
+// connection error, an HTTP 5xx or, for gRPC, status Unavailable counts as a
+// failure; a 5xx that carries x-lanes-error does not (it is a routing failure
+// further downstream, answered by a healthy instance, as laneshttp judges it
+// too). When the call to an instance fails before any response (connection
+// refused, reset, timeout) and the request has no body and is idempotent
+// (GET, HEAD, OPTIONS, TRACE, PUT, DELETE, or any method with an
+// Idempotency-Key or X-Idempotency-Key header), the gateway picks another
+// instance for the same request lane and tries once more; otherwise, or when
+// the retry fails too, the client gets 502. gRPC calls are never retried.
+// A request whose client went away is not reported.
+//
+// # Metrics
+//
+// With [Config.Registerer] set, the gateway counts requests by assignment
+// source (lanes_gateway_requests_total{source}: header, baggage, alias,
+// cookie, host, policy-clients, claims, canary, baseline), proxied requests
+// by the lane that served them (lanes_gateway_served_total{lane}, "baseline"
+// for the baseline) and its own errors (lanes_gateway_errors_total{code}).
+package gateway

@@ -1,0 +1,418 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/lanesdev/lanes/lane"
+	"github.com/lanesdev/lanes/routing"
+)
+
+// Defaults of Config.
+const (
+	DefaultLaneCookie          = "lane"
+	DefaultKeyHeader           = "x-lanes-key"
+	DefaultKeyCookie           = "lanes-key"
+	DefaultMaxIdleConnsPerHost = 512
+	DefaultReadyTimeout        = 5 * time.Second
+)
+
+// Config is what a Gateway needs. Engine and Routes are required.
+type Config struct {
+	// Engine routes every request. The gateway does not close it.
+	Engine *routing.Engine
+	// Routes map hosts and path prefixes to services; the first match wins.
+	Routes []Route
+	// Domain, when set, makes <lane>.<Domain> hosts lane hosts, for example
+	// "lanes.localhost" for alice.lanes.localhost.
+	Domain string
+	// TrustedProxies are the peers whose X-Forwarded-For is believed.
+	TrustedProxies []netip.Prefix
+	// Claims returns the lane that a client address is claimed for, if any
+	// (the dynamic claims of `lanes dev`). It is called for requests that no
+	// earlier source put in a lane, and must be safe for concurrent use and
+	// fast. Nil: no dynamic claims.
+	Claims func(netip.Addr) (lane string, ok bool)
+	// Zone is the gateway's zone, for the engine's zone preference.
+	Zone string
+	// Logger receives the gateway's warnings; default slog.Default().
+	Logger *slog.Logger
+	// Registerer, when set, gets the gateway's Prometheus counters.
+	Registerer prometheus.Registerer
+
+	// Aliases are more headers to read the lane from after x-lane and
+	// baggage (see lane.Propagator); they are always removed upstream.
+	Aliases []string
+	// LaneCookie names the lane cookie; default "lane".
+	LaneCookie string
+	// KeyHeader and KeyCookie name where the request key of canary splits
+	// is read, the header first; defaults "x-lanes-key" and "lanes-key".
+	KeyHeader string
+	KeyCookie string
+	// Disable turns lane-assignment sources off.
+	Disable []Source
+	// PreserveHost sends the client's Host header upstream instead of the
+	// instance's address.
+	PreserveHost bool
+	// MaxIdleConnsPerHost bounds the idle keep-alive connections kept to
+	// each instance; default 512.
+	MaxIdleConnsPerHost int
+	// ReadyTimeout bounds how long the first requests wait for the engine
+	// to have read the policy and a service's instances; default 5s.
+	ReadyTimeout time.Duration
+}
+
+// Gateway is the lanes edge proxy: an http.Handler. Serve it with
+// Gateway.Serve (HTTP/1.1 and h2c), or with a server of your own that enables
+// unencrypted HTTP/2 for gRPC. Close it when done.
+type Gateway struct {
+	engine     *routing.Engine
+	routes     []route
+	domain     string
+	trusted    []netip.Prefix
+	claims     func(netip.Addr) (string, bool)
+	zone       string
+	log        *slog.Logger
+	prop       lane.Propagator
+	aliases    []string // canonical header keys
+	laneCookie string
+	keyHeader  string // canonical
+	keyCookie  string
+	preserve   bool
+	readyWait  time.Duration
+	off        struct{ headers, cookie, host, policyClients, claims bool }
+
+	view  atomic.Pointer[policyView]
+	m     *metrics
+	proxy *httputil.ReverseProxy
+	h1    *http.Transport
+	h2c   *http.Transport
+	pool  sync.Pool // *reqState
+
+	// lifecycle
+	mu       sync.Mutex
+	servers  map[*http.Server]struct{}
+	closing  atomic.Bool
+	inflight atomic.Int64
+	drained  chan struct{}
+	drainOne sync.Once
+}
+
+// New validates cfg and returns a gateway. It asks the engine for every
+// routed service at once, so that an engine following a registry starts
+// watching them.
+func New(cfg Config) (*Gateway, error) {
+	if cfg.Engine == nil {
+		return nil, errors.New("gateway: engine: nil; the gateway routes through a routing.Engine")
+	}
+	if len(cfg.Routes) == 0 {
+		return nil, errors.New("gateway: routes: empty; give at least one route")
+	}
+	routes, err := validateRoutes(cfg.Routes)
+	if err != nil {
+		return nil, err
+	}
+	g := &Gateway{
+		engine:     cfg.Engine,
+		routes:     routes,
+		claims:     cfg.Claims,
+		zone:       cfg.Zone,
+		log:        cfg.Logger,
+		laneCookie: cfg.LaneCookie,
+		keyHeader:  cfg.KeyHeader,
+		keyCookie:  cfg.KeyCookie,
+		preserve:   cfg.PreserveHost,
+		readyWait:  cfg.ReadyTimeout,
+		servers:    map[*http.Server]struct{}{},
+		drained:    make(chan struct{}),
+	}
+	if g.log == nil {
+		g.log = slog.Default()
+	}
+	if cfg.Domain != "" {
+		d := strings.ToLower(strings.TrimSpace(cfg.Domain))
+		if err := checkHost(d); err != nil {
+			return nil, fmt.Errorf("gateway: domain: invalid domain %q: %v", cfg.Domain, err)
+		}
+		g.domain = d
+	}
+	for i, p := range cfg.TrustedProxies {
+		if !p.IsValid() {
+			return nil, fmt.Errorf("gateway: trusted_proxies[%d]: invalid prefix %q", i, p)
+		}
+		if p.Addr().Is4In6() && p.Bits() >= 96 {
+			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
+		}
+		g.trusted = append(g.trusted, p.Masked())
+	}
+	for i, a := range cfg.Aliases {
+		if !validHeader(a) {
+			return nil, fmt.Errorf("gateway: aliases[%d]: invalid header name %q", i, a)
+		}
+		if strings.EqualFold(a, lane.Header) || strings.EqualFold(a, lane.BaggageHeader) {
+			return nil, fmt.Errorf("gateway: aliases[%d]: %q is read anyway; list only other headers", i, a)
+		}
+		g.aliases = append(g.aliases, http.CanonicalHeaderKey(a))
+	}
+	g.prop = lane.Propagator{Aliases: slices.Clone(cfg.Aliases)}
+	if g.laneCookie == "" {
+		g.laneCookie = DefaultLaneCookie
+	} else if !validHeader(g.laneCookie) {
+		return nil, fmt.Errorf("gateway: lane_cookie: invalid cookie name %q", cfg.LaneCookie)
+	}
+	if g.keyHeader == "" {
+		g.keyHeader = DefaultKeyHeader
+	} else if !validHeader(g.keyHeader) {
+		return nil, fmt.Errorf("gateway: key_header: invalid header name %q", cfg.KeyHeader)
+	}
+	g.keyHeader = http.CanonicalHeaderKey(g.keyHeader)
+	if g.keyCookie == "" {
+		g.keyCookie = DefaultKeyCookie
+	} else if !validHeader(g.keyCookie) {
+		return nil, fmt.Errorf("gateway: key_cookie: invalid cookie name %q", cfg.KeyCookie)
+	}
+	for i, s := range cfg.Disable {
+		switch s {
+		case SourceHeaders:
+			g.off.headers = true
+		case SourceCookie:
+			g.off.cookie = true
+		case SourceHost:
+			g.off.host = true
+		case SourcePolicyClients:
+			g.off.policyClients = true
+		case SourceClaims:
+			g.off.claims = true
+		default:
+			return nil, fmt.Errorf("gateway: disable[%d]: unknown source %q: want %s, %s, %s, %s or %s",
+				i, s, SourceHeaders, SourceCookie, SourceHost, SourcePolicyClients, SourceClaims)
+		}
+	}
+	if cfg.MaxIdleConnsPerHost < 0 {
+		return nil, fmt.Errorf("gateway: max_idle_conns_per_host: %d is negative", cfg.MaxIdleConnsPerHost)
+	}
+	if g.readyWait <= 0 {
+		g.readyWait = DefaultReadyTimeout
+	}
+	g.m, err = newMetrics(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	idle := cfg.MaxIdleConnsPerHost
+	if idle == 0 {
+		idle = DefaultMaxIdleConnsPerHost
+	}
+	g.h1, g.h2c = newTransports(idle)
+	g.proxy = &httputil.ReverseProxy{
+		Rewrite:        g.rewrite,
+		Transport:      &upstream{g: g},
+		ModifyResponse: g.modifyResponse,
+		ErrorHandler:   g.proxyError,
+		ErrorLog:       slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
+		BufferPool:     bufferPool{},
+	}
+	g.pool.New = func() any { return new(reqState) }
+	for i := range g.routes {
+		g.routes[i].svc = g.engine.Service(g.routes[i].Service)
+	}
+	return g, nil
+}
+
+// validHeader reports whether s is a token (RFC 9110), as header and cookie
+// names must be.
+func validHeader(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+func newTransports(idle int) (h1, h2c *http.Transport) {
+	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
+	var p1, p2 http.Protocols
+	p1.SetHTTP1(true)
+	p2.SetUnencryptedHTTP2(true)
+	h1 = &http.Transport{
+		Proxy:                 nil, // never an environment proxy
+		DialContext:           dialer.DialContext,
+		MaxIdleConnsPerHost:   idle,
+		IdleConnTimeout:       90 * time.Second,
+		ExpectContinueTimeout: time.Second,
+		DisableCompression:    true, // pass encodings through untouched
+		Protocols:             &p1,
+	}
+	h2c = &http.Transport{
+		Proxy:              nil,
+		DialContext:        dialer.DialContext,
+		IdleConnTimeout:    90 * time.Second,
+		DisableCompression: true,
+		Protocols:          &p2,
+	}
+	return h1, h2c
+}
+
+// bufferPool lends ReverseProxy its copy buffers.
+type bufferPool struct{}
+
+var buffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
+
+func (bufferPool) Get() []byte  { return *buffers.Get().(*[]byte) }
+func (bufferPool) Put(b []byte) { buffers.Put(&b) }
+
+// Serve accepts connections on ln and serves the gateway on them, with
+// HTTP/1.1 and HTTP/2 without TLS (prior knowledge, as gRPC clients speak
+// it). It returns http.ErrServerClosed after Close or Shutdown.
+func (g *Gateway) Serve(ln net.Listener) error {
+	var p http.Protocols
+	p.SetHTTP1(true)
+	p.SetUnencryptedHTTP2(true)
+	srv := &http.Server{
+		Handler:           g,
+		Protocols:         &p,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
+	}
+	g.mu.Lock()
+	if g.closing.Load() {
+		g.mu.Unlock()
+		ln.Close()
+		return http.ErrServerClosed
+	}
+	g.servers[srv] = struct{}{}
+	g.mu.Unlock()
+	err := srv.Serve(ln)
+	g.mu.Lock()
+	delete(g.servers, srv)
+	g.mu.Unlock()
+	return err
+}
+
+// Shutdown stops the servers that Serve started gracefully, as
+// http.Server.Shutdown does, and waits for every request in flight through
+// the gateway to end, or for ctx. When ctx ends first it closes what is
+// left, as Close does, and returns ctx's error.
+func (g *Gateway) Shutdown(ctx context.Context) error {
+	g.closing.Store(true)
+	var errs []error
+	for _, srv := range g.serversNow() {
+		if err := srv.Shutdown(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		g.Close()
+		return errors.Join(errs...)
+	}
+	g.checkDrained()
+	select {
+	case <-g.drained:
+	case <-ctx.Done():
+		g.Close()
+		return ctx.Err()
+	}
+	g.h1.CloseIdleConnections()
+	g.h2c.CloseIdleConnections()
+	return nil
+}
+
+// Close closes the servers that Serve started and their connections, which
+// cancels their requests, waits for every request in flight through the
+// gateway to end, and closes the idle upstream connections. Requests that
+// arrive later get 503. The engine is left open. Close a server of your own
+// that serves the gateway before calling Close.
+func (g *Gateway) Close() error {
+	g.closing.Store(true)
+	var errs []error
+	for _, srv := range g.serversNow() {
+		if err := srv.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	g.checkDrained()
+	<-g.drained
+	g.h1.CloseIdleConnections()
+	g.h2c.CloseIdleConnections()
+	return errors.Join(errs...)
+}
+
+func (g *Gateway) serversNow() []*http.Server {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := make([]*http.Server, 0, len(g.servers))
+	for s := range g.servers {
+		out = append(out, s)
+	}
+	return out
+}
+
+// enter counts a request in; it fails once the gateway is closing.
+func (g *Gateway) enter() bool {
+	if g.closing.Load() {
+		return false
+	}
+	g.inflight.Add(1)
+	if g.closing.Load() {
+		g.exit()
+		return false
+	}
+	return true
+}
+
+func (g *Gateway) exit() {
+	if g.inflight.Add(-1) == 0 && g.closing.Load() {
+		g.drainOne.Do(func() { close(g.drained) })
+	}
+}
+
+func (g *Gateway) checkDrained() {
+	if g.inflight.Load() == 0 {
+		g.drainOne.Do(func() { close(g.drained) })
+	}
+}
+
+// policyView returns the compiled view of the policy in force.
+func (g *Gateway) policyView() *policyView {
+	p := g.engine.Policy()
+	if v := g.view.Load(); v != nil && v.src == p {
+		return v
+	}
+	v := compilePolicy(p)
+	g.view.Store(v)
+	return v
+}
+
+// match returns the first route matching host and path, or nil.
+func (g *Gateway) match(host, path string) *route {
+	for i := range g.routes {
+		r := &g.routes[i]
+		if r.Host != "" && !strings.EqualFold(r.Host, host) {
+			continue
+		}
+		if r.PathPrefix != "" && !matchPath(path, r.prefix) {
+			continue
+		}
+		return r
+	}
+	return nil
+}

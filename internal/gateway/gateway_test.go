@@ -1,0 +1,575 @@
+package gateway
+
+import (
+	"fmt"
+	"math"
+	"net"
+	"net/http"
+	"net/netip"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/lanesdev/lanes/lane"
+)
+
+func TestRouteByHeader(t *testing.T) {
+	w := newWorld(t, "", Config{})
+	twoLanes(t, w)
+	expectServed(t, w.get(t, "/x", map[string]string{"x-lane": "alice"}), "alice-1", "alice")
+	expectServed(t, w.get(t, "/x", map[string]string{"x-lane": " Alice "}), "alice-1", "alice")
+	expectServed(t, w.get(t, "/x", nil), "base", "")
+	// A lane without instances falls back to the baseline, and keeps its lane.
+	expectServed(t, w.get(t, "/x", map[string]string{"x-lane": "bob"}), "base", "bob")
+}
+
+func TestRouteByBaggage(t *testing.T) {
+	w := newWorld(t, "", Config{})
+	twoLanes(t, w)
+	r := w.get(t, "/x", map[string]string{"baggage": "userId=42,lane=alice;p=1, session=abc"})
+	expectServed(t, r, "alice-1", "alice")
+	// Upstream: the lane member first, the other members kept in order.
+	if got, want := r.echo.hdr(t, "baggage"), "lane=alice,userId=42,session=abc"; got != want {
+		t.Errorf("upstream baggage = %q, want %q", got, want)
+	}
+	if got := r.echo.hdr(t, "x-lane"); got != "alice" {
+		t.Errorf("upstream x-lane = %q, want alice", got)
+	}
+	// x-lane wins over baggage.
+	expectServed(t, w.get(t, "/x", map[string]string{"x-lane": "alice", "baggage": "lane=bob"}), "alice-1", "alice")
+}
+
+func TestRouteByAlias(t *testing.T) {
+	w := newWorld(t, "", Config{Aliases: []string{"x-asm-prefer-tag"}})
+	twoLanes(t, w)
+	r := w.get(t, "/x", map[string]string{"x-asm-prefer-tag": "alice"})
+	expectServed(t, r, "alice-1", "alice")
+	if got := r.echo.hdr(t, "x-asm-prefer-tag"); got != "" {
+		t.Errorf("the alias header went upstream: %q", got)
+	}
+	if got := r.echo.hdr(t, "x-lane"); got != "alice" {
+		t.Errorf("upstream x-lane = %q, want alice", got)
+	}
+}
+
+func TestRouteByCookie(t *testing.T) {
+	w := newWorld(t, "", Config{})
+	twoLanes(t, w)
+	expectServed(t, w.get(t, "/x", map[string]string{"cookie": "a=1; lane=alice; b=2"}), "alice-1", "alice")
+	expectServed(t, w.get(t, "/x", map[string]string{"cookie": `lane="alice"`}), "alice-1", "alice")
+	expectServed(t, w.get(t, "/x", map[string]string{"cookie": "xlane=alice; lanes=alice"}), "base", "")
+}
+
+func TestRouteByHost(t *testing.T) {
+	w := newWorld(t, "", Config{
+		Domain: "lanes.localhost",
+		Routes: []Route{
+			{Host: "payments.lanes.localhost", Service: "payments"},
+			{PathPrefix: "/", Service: "orders"},
+		},
+	})
+	twoLanes(t, w)
+	payBase := newBackend(t, "pay-base", "")
+	payAlice := newBackend(t, "pay-alice", "alice")
+	w.register(t, "payments", payBase.id, payBase.addr, "")
+	w.register(t, "payments", payAlice.id, payAlice.addr, "alice")
+
+	for _, c := range []struct {
+		host, id, lane string
+	}{
+		{"alice.lanes.localhost", "alice-1", "alice"},
+		{"ALICE.Lanes.Localhost:8080", "alice-1", "alice"},
+		{"lanes.localhost", "base", ""},
+		{"other.example.com", "base", ""},
+		// The route on payments.lanes.localhost is no lane host...
+		{"payments.lanes.localhost", "pay-base", ""},
+		// ...and a lane label in front of it keeps the route.
+		{"alice.payments.lanes.localhost", "pay-alice", "alice"},
+		{"bob.payments.lanes.localhost", "pay-base", "bob"},
+	} {
+		t.Run(c.host, func(t *testing.T) {
+			expectServed(t, w.get(t, "/x", map[string]string{"host": c.host}), c.id, c.lane)
+		})
+	}
+	// The header comes before the host.
+	expectServed(t, w.get(t, "/x", map[string]string{"host": "bob.lanes.localhost", "x-lane": "alice"}), "alice-1", "alice")
+}
+
+func TestRouteByHostDisabled(t *testing.T) {
+	w := newWorld(t, "", Config{Domain: "lanes.localhost", Disable: []Source{SourceHost}})
+	twoLanes(t, w)
+	expectServed(t, w.get(t, "/x", map[string]string{"host": "alice.lanes.localhost"}), "base", "")
+}
+
+func TestSourceOrder(t *testing.T) {
+	w := newWorld(t, `
+lanes:
+  claimed: {clients: ["127.0.0.0/8"]}
+`, Config{Domain: "lanes.localhost"})
+	base := newBackend(t, "base", "")
+	w.register(t, "orders", base.id, base.addr, "")
+	for _, ln := range []string{"header", "cookie", "host", "claimed"} {
+		b := newBackend(t, ln+"-1", ln)
+		w.register(t, "orders", b.id, b.addr, ln)
+	}
+	all := map[string]string{"x-lane": "header", "cookie": "lane=cookie", "host": "host.lanes.localhost"}
+	expectServed(t, w.get(t, "/", all), "header-1", "header")
+	delete(all, "x-lane")
+	expectServed(t, w.get(t, "/", all), "cookie-1", "cookie")
+	delete(all, "cookie")
+	expectServed(t, w.get(t, "/", all), "host-1", "host")
+	delete(all, "host")
+	expectServed(t, w.get(t, "/", all), "claimed-1", "claimed")
+}
+
+func TestDisableSources(t *testing.T) {
+	w := newWorld(t, `
+lanes:
+  alice: {clients: ["127.0.0.1"]}
+`, Config{
+		Disable: []Source{SourceHeaders, SourceCookie, SourcePolicyClients, SourceClaims},
+		Claims:  func(netip.Addr) (string, bool) { return "alice", true },
+	})
+	twoLanes(t, w)
+	r := w.get(t, "/", map[string]string{"x-lane": "alice", "cookie": "lane=alice", "baggage": "lane=alice,k=v"})
+	expectServed(t, r, "base", "")
+	if got := r.echo.hdr(t, "x-lane"); got != "" {
+		t.Errorf("a disabled x-lane went upstream: %q", got)
+	}
+	if got := r.echo.hdr(t, "baggage"); got != "k=v" {
+		t.Errorf("upstream baggage = %q, want k=v", got)
+	}
+}
+
+func TestRouteByStaticClaim(t *testing.T) {
+	w := newWorld(t, `
+lanes:
+  alice: {clients: ["127.0.0.2", "10.9.0.0/16"]}
+  bob: {clients: ["127.0.0.0/24"]}
+`, Config{})
+	base, _ := twoLanes(t, w)
+	bob := newBackend(t, "bob-1", "bob")
+	w.register(t, "orders", bob.id, bob.addr, "bob")
+
+	expectServed(t, do(t, clientFrom(t, "127.0.0.2"), "GET", w.url+"/", nil), "alice-1", "alice") // the most specific claim
+	expectServed(t, do(t, clientFrom(t, "127.0.0.3"), "GET", w.url+"/", nil), "bob-1", "bob")
+	expectServed(t, do(t, clientFrom(t, "127.0.1.1"), "GET", w.url+"/", nil), base.id, "")
+	// A spoofed X-Forwarded-For from an untrusted peer is ignored.
+	expectServed(t, do(t, clientFrom(t, "127.0.1.1"), "GET", w.url+"/", map[string]string{"x-forwarded-for": "10.9.1.1"}), base.id, "")
+}
+
+func TestExpiredClaim(t *testing.T) {
+	w := newWorld(t, `
+lanes:
+  alice: {clients: ["127.0.0.0/8"], expires: 2001-01-01T00:00:00Z}
+`, Config{})
+	twoLanes(t, w)
+	expectServed(t, w.get(t, "/", nil), "base", "")
+}
+
+func TestRouteByDynamicClaim(t *testing.T) {
+	var mu sync.Mutex
+	claims := map[netip.Addr]string{netip.MustParseAddr("127.0.0.4"): "alice", netip.MustParseAddr("10.1.2.3"): "alice"}
+	var asked []netip.Addr
+	w := newWorld(t, `
+lanes:
+  bob: {clients: ["127.0.0.5"]}
+`, Config{
+		TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.6/32")},
+		Claims: func(a netip.Addr) (string, bool) {
+			mu.Lock()
+			defer mu.Unlock()
+			asked = append(asked, a)
+			l, ok := claims[a]
+			return l, ok
+		},
+	})
+	base, _ := twoLanes(t, w)
+	bob := newBackend(t, "bob-1", "bob")
+	w.register(t, "orders", bob.id, bob.addr, "bob")
+
+	expectServed(t, do(t, clientFrom(t, "127.0.0.4"), "GET", w.url+"/", nil), "alice-1", "alice")
+	// The static claim of the policy comes first.
+	expectServed(t, do(t, clientFrom(t, "127.0.0.5"), "GET", w.url+"/", nil), "bob-1", "bob")
+	// Untrusted peer: its X-Forwarded-For is ignored.
+	expectServed(t, do(t, clientFrom(t, "127.0.0.7"), "GET", w.url+"/", map[string]string{"x-forwarded-for": "10.1.2.3"}), base.id, "")
+	// Trusted proxy: the right-most untrusted address is the client.
+	tp := clientFrom(t, "127.0.0.6")
+	r := do(t, tp, "GET", w.url+"/", map[string]string{"x-forwarded-for": "10.1.2.3"})
+	expectServed(t, r, "alice-1", "alice")
+	if got, want := r.echo.hdr(t, "x-forwarded-for"), "10.1.2.3, 127.0.0.6"; got != want {
+		t.Errorf("upstream x-forwarded-for = %q, want %q", got, want)
+	}
+	// A spoofed left-most entry does not count: the proxy appended the real client.
+	expectServed(t, do(t, tp, "GET", w.url+"/", map[string]string{"x-forwarded-for": "10.1.2.3, 192.0.2.1"}), base.id, "")
+	// Trusted hops on the right are skipped.
+	expectServed(t, do(t, tp, "GET", w.url+"/", map[string]string{"x-forwarded-for": "192.0.2.1, 10.1.2.3, 127.0.0.6"}), "alice-1", "alice")
+
+	mu.Lock()
+	defer mu.Unlock()
+	for _, a := range asked {
+		if a == netip.MustParseAddr("127.0.0.5") {
+			t.Errorf("Claims was asked about a client that the policy claims")
+		}
+	}
+}
+
+func TestUntrustedForwardingHeadersDropped(t *testing.T) {
+	w := newWorld(t, "", Config{})
+	twoLanes(t, w)
+	r := w.get(t, "/", map[string]string{"x-forwarded-for": "10.1.2.3", "x-forwarded-proto": "https", "forwarded": "for=10.1.2.3"})
+	expectServed(t, r, "base", "")
+	if got := r.echo.hdr(t, "x-forwarded-for"); got != "127.0.0.1" {
+		t.Errorf("upstream x-forwarded-for = %q, want the peer 127.0.0.1 only", got)
+	}
+	if got := r.echo.hdr(t, "x-forwarded-proto"); got != "http" {
+		t.Errorf("upstream x-forwarded-proto = %q, want http", got)
+	}
+	if got := r.echo.hdr(t, "forwarded"); got != "" {
+		t.Errorf("upstream forwarded = %q, want none", got)
+	}
+}
+
+func TestLaneChoiceNone(t *testing.T) {
+	w := newWorld(t, "gateway: {lane_choice: none}\n", Config{Aliases: []string{"x-tag"}})
+	twoLanes(t, w)
+	r := w.get(t, "/", map[string]string{"x-lane": "alice", "baggage": "lane=alice,k=v", "x-tag": "alice"})
+	expectServed(t, r, "base", "")
+	for _, k := range []string{"x-lane", "x-tag"} {
+		if got := r.echo.hdr(t, k); got != "" {
+			t.Errorf("upstream %s = %q, want none", k, got)
+		}
+	}
+	if got := r.echo.hdr(t, "baggage"); got != "k=v" {
+		t.Errorf("upstream baggage = %q, want k=v", got)
+	}
+	// Not allowed to choose means not read either: an invalid value is no error.
+	expectServed(t, w.get(t, "/", map[string]string{"x-lane": "-bad-"}), "base", "")
+	// The cookie still chooses.
+	expectServed(t, w.get(t, "/", map[string]string{"x-lane": "bob", "cookie": "lane=alice"}), "alice-1", "alice")
+}
+
+func TestLaneChoiceAllowlist(t *testing.T) {
+	w := newWorld(t, `
+gateway:
+  lane_choice: allowlist
+  allow: ["127.0.0.8/32"]
+`, Config{})
+	twoLanes(t, w)
+	r := do(t, clientFrom(t, "127.0.0.8"), "GET", w.url+"/", map[string]string{"x-lane": "alice"})
+	expectServed(t, r, "alice-1", "alice")
+	r = do(t, clientFrom(t, "127.0.0.9"), "GET", w.url+"/", map[string]string{"x-lane": "alice", "baggage": "lane=alice"})
+	expectServed(t, r, "base", "")
+	if got := r.echo.hdr(t, "x-lane"); got != "" {
+		t.Errorf("upstream x-lane = %q from a client not allowed to choose", got)
+	}
+	if got := r.echo.hdr(t, "baggage"); got != "" {
+		t.Errorf("upstream baggage = %q, want none", got)
+	}
+
+	// A policy change applies without a restart.
+	w.setPolicy(t, "gateway: {lane_choice: all}\n")
+	expectServed(t, do(t, clientFrom(t, "127.0.0.9"), "GET", w.url+"/", map[string]string{"x-lane": "alice"}), "alice-1", "alice")
+}
+
+func TestInvalidLane(t *testing.T) {
+	w := newWorld(t, "", Config{Domain: "lanes.localhost", Aliases: []string{"x-tag"}, Claims: func(a netip.Addr) (string, bool) {
+		return "", false
+	}})
+	base, _ := twoLanes(t, w)
+	for _, c := range []struct {
+		name   string
+		header map[string]string
+		rule   lane.Rule
+		source string
+	}{
+		{"header-chars", map[string]string{"x-lane": "al_ice"}, lane.RuleChars, `header "x-lane"`},
+		{"header-edge", map[string]string{"x-lane": "-alice"}, lane.RuleEdge, `header "x-lane"`},
+		{"header-long", map[string]string{"x-lane": strings.Repeat("a", 64)}, lane.RuleTooLong, `header "x-lane"`},
+		{"baggage", map[string]string{"baggage": "lane=al%20ice"}, lane.RuleChars, `the "lane" member of header "baggage"`},
+		{"alias", map[string]string{"x-tag": "alice!"}, lane.RuleChars, `header "x-tag"`},
+		{"cookie", map[string]string{"cookie": "lane=alice-"}, lane.RuleEdge, `cookie "lane"`},
+		{"host", map[string]string{"host": "al_ice.lanes.localhost"}, lane.RuleChars, `host "al_ice.lanes.localhost"`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			r := w.get(t, "/", c.header)
+			if r.status != http.StatusBadRequest {
+				t.Fatalf("status %d, want 400", r.status)
+			}
+			if !strings.Contains(r.body, fmt.Sprintf("rule %q", c.rule)) || !strings.Contains(r.body, c.source) {
+				t.Errorf("body %q does not name the rule %q and the source %s", r.body, c.rule, c.source)
+			}
+			if got := r.header.Get("X-Lanes-Error"); got != "invalid_lane" {
+				t.Errorf("x-lanes-error = %q, want invalid_lane", got)
+			}
+		})
+	}
+	if n := base.hits.Load(); n != 0 {
+		t.Errorf("the backend got %d requests with invalid lanes", n)
+	}
+}
+
+func TestInvalidDynamicClaim(t *testing.T) {
+	w := newWorld(t, "", Config{Claims: func(a netip.Addr) (string, bool) { return "Bad Lane", true }})
+	twoLanes(t, w)
+	r := w.get(t, "/", nil)
+	if r.status != http.StatusBadRequest || !strings.Contains(r.body, `rule "characters"`) || !strings.Contains(r.body, "claim of client 127.0.0.1") {
+		t.Errorf("got %d %q, want 400 naming the claim and the rule", r.status, r.body)
+	}
+}
+
+func TestResponseHeaders(t *testing.T) {
+	w := newWorld(t, "lanes:\n  team: {}\n  alice: {fallback: [team]}\n", Config{})
+	base := newBackend(t, "base", "")
+	team := newBackend(t, "team-1", "team")
+	w.register(t, "orders", base.id, base.addr, "")
+	w.register(t, "orders", team.id, team.addr, "team")
+	// alice falls back to team: x-lane is the request lane, x-lane-served the instance's.
+	r := w.get(t, "/", map[string]string{"x-lane": "alice"})
+	if r.header.Get("X-Lane") != "alice" || r.header.Get("X-Lane-Served") != "team" {
+		t.Errorf("x-lane %q, x-lane-served %q; want alice, team", r.header.Get("X-Lane"), r.header.Get("X-Lane-Served"))
+	}
+	r = w.get(t, "/", nil)
+	if _, ok := r.header["X-Lane"]; ok || r.header.Get("X-Lane-Served") != "baseline" {
+		t.Errorf("baseline: x-lane %q, x-lane-served %q; want none, baseline", r.header.Values("X-Lane"), r.header.Get("X-Lane-Served"))
+	}
+}
+
+func TestNoInstance(t *testing.T) {
+	w := newWorld(t, "lanes:\n  strict: {strict: true}\n", Config{})
+	alice := newBackend(t, "alice-1", "alice")
+	w.register(t, "orders", alice.id, alice.addr, "alice")
+	r := w.get(t, "/", nil)
+	if r.status != http.StatusServiceUnavailable || r.header.Get("X-Lanes-Error") != "no_instance" {
+		t.Fatalf("got %d, x-lanes-error %q; want 503 no_instance", r.status, r.header.Get("X-Lanes-Error"))
+	}
+	if !strings.Contains(r.body, "no_instance") || !strings.Contains(r.body, `"orders"`) {
+		t.Errorf("body %q does not name the code and the service", r.body)
+	}
+	r = w.get(t, "/", map[string]string{"x-lane": "strict"})
+	if r.status != http.StatusServiceUnavailable || r.header.Get("X-Lanes-Error") != "lane_unavailable" ||
+		!strings.Contains(r.body, `"strict"`) || r.header.Get("X-Lane") != "strict" {
+		t.Errorf("strict lane: got %d %q, x-lanes-error %q, x-lane %q", r.status, r.body, r.header.Get("X-Lanes-Error"), r.header.Get("X-Lane"))
+	}
+	if n := alice.hits.Load(); n != 0 {
+		t.Errorf("a baseline request reached a lane instance %d times", n)
+	}
+}
+
+func TestUnknownRoute(t *testing.T) {
+	w := newWorld(t, "", Config{Routes: []Route{
+		{Host: "orders.example.com", Service: "orders"},
+		{PathPrefix: "/api/", Service: "orders"},
+	}})
+	twoLanes(t, w)
+	for _, c := range []struct{ host, path string }{
+		{"other.example.com", "/x"},
+		{"other.example.com", "/apix"},
+	} {
+		r := w.get(t, c.path, map[string]string{"host": c.host})
+		if r.status != http.StatusNotFound || r.header.Get("X-Lanes-Error") != "no_route" {
+			t.Errorf("%s%s: got %d %q, want 404 no_route", c.host, c.path, r.status, r.header.Get("X-Lanes-Error"))
+		}
+	}
+	expectServed(t, w.get(t, "/x", map[string]string{"host": "Orders.Example.com:80"}), "base", "")
+	expectServed(t, w.get(t, "/api", map[string]string{"host": "other"}), "base", "")
+}
+
+func TestPathPrefix(t *testing.T) {
+	w := newWorld(t, "", Config{Routes: []Route{
+		{PathPrefix: "/orders/", StripPrefix: true, Service: "orders"},
+		{PathPrefix: "/keep", Service: "orders"},
+		{PathPrefix: "/", Service: "default"},
+	}})
+	base := newBackend(t, "base", "")
+	def := newBackend(t, "default", "")
+	w.register(t, "orders", base.id, base.addr, "")
+	w.register(t, "default", def.id, def.addr, "")
+	for _, c := range []struct{ in, id, path, query, raw string }{
+		{"/orders/42?x=1", "base", "/42", "x=1", ""},
+		{"/orders", "base", "/", "", ""},
+		{"/orders/", "base", "/", "", ""},
+		{"/orders/a%2Fb", "base", "/a/b", "", "/a%2Fb"},
+		{"/keep/1", "base", "/keep/1", "", ""},
+		{"/keep", "base", "/keep", "", ""},
+		{"/keeper", "default", "/keeper", "", ""},
+		{"/ordersx", "default", "/ordersx", "", ""},
+	} {
+		r := w.get(t, c.in, nil)
+		if r.echo.ID != c.id || r.echo.Path != c.path || r.echo.Query != c.query || r.echo.RawPath != c.raw {
+			t.Errorf("%s: served by %q at %q (raw %q) ?%q; want %q at %q (raw %q) ?%q", c.in, r.echo.ID, r.echo.Path, r.echo.RawPath, r.echo.Query, c.id, c.path, c.raw, c.query)
+		}
+	}
+}
+
+func TestUpstreamLaneHeaders(t *testing.T) {
+	w := newWorld(t, "", Config{})
+	twoLanes(t, w)
+	// A lane request: x-lane and the baggage member, other members kept.
+	r := w.get(t, "/", map[string]string{"x-lane": "alice", "baggage": "a=1,lane=bob,b=2"})
+	expectServed(t, r, "alice-1", "alice")
+	if got := r.echo.hdr(t, "x-lane"); got != "alice" {
+		t.Errorf("upstream x-lane = %q", got)
+	}
+	if got := r.echo.hdr(t, "baggage"); got != "lane=alice,a=1,b=2" {
+		t.Errorf("upstream baggage = %q", got)
+	}
+	// A baseline request: no lane headers at all.
+	r = w.get(t, "/", map[string]string{"baggage": "a=1, b=2"})
+	expectServed(t, r, "base", "")
+	if got := r.echo.hdr(t, "x-lane"); got != "" {
+		t.Errorf("baseline: upstream x-lane = %q", got)
+	}
+	if got := r.echo.hdr(t, "baggage"); got != "a=1, b=2" {
+		t.Errorf("baseline: upstream baggage = %q, want it untouched", got)
+	}
+	// The forwarding headers and the host.
+	if got := r.echo.hdr(t, "x-forwarded-host"); got != w.addr {
+		t.Errorf("x-forwarded-host = %q, want %q", got, w.addr)
+	}
+	if r.echo.Host == w.addr {
+		t.Errorf("upstream Host = %q, want the instance's address", r.echo.Host)
+	}
+}
+
+func TestPreserveHost(t *testing.T) {
+	w := newWorld(t, "", Config{PreserveHost: true})
+	twoLanes(t, w)
+	r := w.get(t, "/", map[string]string{"host": "shop.example.com"})
+	if r.echo.Host != "shop.example.com" {
+		t.Errorf("upstream Host = %q, want shop.example.com", r.echo.Host)
+	}
+}
+
+func TestCanarySplit(t *testing.T) {
+	w := newWorld(t, `
+canary:
+  - {service: orders, lane: canary, percent: 30}
+`, Config{})
+	base := newBackend(t, "base", "")
+	can := newBackend(t, "canary-1", "canary")
+	w.register(t, "orders", base.id, base.addr, "")
+	w.register(t, "orders", can.id, can.addr, "canary")
+
+	const n = 1000
+	first := map[string]string{}
+	canaries := 0
+	for i := range n {
+		key := fmt.Sprintf("user-%d", i)
+		h := map[string]string{"x-lanes-key": key}
+		if i%2 == 1 {
+			h = map[string]string{"cookie": "lanes-key=" + key}
+		}
+		r := w.get(t, "/", h)
+		if r.status != 200 {
+			t.Fatalf("status %d", r.status)
+		}
+		first[key] = r.echo.ID
+		if r.echo.ID == can.id {
+			canaries++
+			expectServed(t, r, can.id, "canary")
+			if got := r.echo.hdr(t, "x-lane"); got != "canary" {
+				t.Fatalf("a canary request went upstream with x-lane %q", got)
+			}
+		} else {
+			expectServed(t, r, base.id, "")
+		}
+	}
+	share := float64(canaries) / n
+	// 30% of 1000 stable hashes: the binomial standard deviation is 1.4%.
+	if math.Abs(share-0.30) > 0.06 {
+		t.Errorf("canary share %.3f, want 0.30 ± 0.06", share)
+	}
+	// Sticky: the same key gets the same answer, by header or by cookie.
+	for i := 0; i < n; i += 37 {
+		key := fmt.Sprintf("user-%d", i)
+		for _, h := range []map[string]string{{"x-lanes-key": key}, {"cookie": "lanes-key=" + key}} {
+			if r := w.get(t, "/", h); r.echo.ID != first[key] {
+				t.Errorf("key %s: served by %s, first by %s", key, r.echo.ID, first[key])
+			}
+		}
+	}
+	// A lane request is never split.
+	for range 20 {
+		expectServed(t, w.get(t, "/", map[string]string{"x-lane": "alice", "x-lanes-key": "user-1"}), base.id, "alice")
+	}
+}
+
+func TestOutlierEjection(t *testing.T) {
+	w := newWorld(t, "outlier: {errors: 2, window: 1m, ejection: 10m}\n", Config{})
+	good := newBackend(t, "good", "")
+	bad := newBackend(t, "bad", "")
+	bad.status.Store(http.StatusInternalServerError)
+	w.register(t, "orders", good.id, good.addr, "")
+	w.register(t, "orders", bad.id, bad.addr, "")
+	// Round robin sends every other request to bad until it is ejected.
+	for i := 0; i < 20; i++ {
+		w.get(t, "/", nil)
+	}
+	hits := bad.hits.Load()
+	if hits < 2 || hits > 3 {
+		t.Errorf("the failing instance took %d requests; want it ejected after 2 failures", hits)
+	}
+	for range 20 {
+		expectServed(t, w.get(t, "/", nil), good.id, "")
+	}
+	if got := bad.hits.Load(); got != hits {
+		t.Errorf("the ejected instance took %d more requests", got-hits)
+	}
+}
+
+func TestRetryOnConnectionRefused(t *testing.T) {
+	w := newWorld(t, "outlier: {errors: 1000, window: 1m, ejection: 10m}\n", Config{})
+	good := newBackend(t, "good", "")
+	// A port nobody listens on.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := l.Addr().String()
+	l.Close()
+	w.register(t, "orders", good.id, good.addr, "")
+	w.register(t, "orders", "dead", dead, "")
+	for i := range 10 {
+		r := w.get(t, fmt.Sprintf("/%d", i), nil)
+		expectServed(t, r, good.id, "")
+	}
+	// POST is not retried: some requests reach the dead instance and fail.
+	bad := 0
+	for range 10 {
+		r := do(t, w.client, http.MethodPost, w.url+"/", nil)
+		switch r.status {
+		case http.StatusOK:
+		case http.StatusBadGateway:
+			bad++
+			if r.header.Get("X-Lanes-Error") != "upstream" || !strings.Contains(r.body, `"dead"`) {
+				t.Errorf("502: x-lanes-error %q, body %q", r.header.Get("X-Lanes-Error"), r.body)
+			}
+		default:
+			t.Fatalf("POST: status %d", r.status)
+		}
+	}
+	if bad == 0 {
+		t.Errorf("no POST reached the dead instance: retried, or not balanced")
+	}
+}
+
+func TestConnectionErrorsEject(t *testing.T) {
+	w := newWorld(t, "outlier: {errors: 2, window: 1m, ejection: 10m}\n", Config{})
+	good := newBackend(t, "good", "")
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := l.Addr().String()
+	l.Close()
+	w.register(t, "orders", good.id, good.addr, "")
+	w.register(t, "orders", "dead", dead, "")
+	for range 6 {
+		do(t, w.client, http.MethodPost, w.url+"/", nil)
+	}
+	for range 10 {
+		r := do(t, w.client, http.MethodPost, w.url+"/", nil)
+		expectServed(t, r, good.id, "")
+	}
+}

@@ -1,0 +1,156 @@
+package gateway
+
+import (
+	"fmt"
+	"net/url"
+	"strings"
+
+	"github.com/lanesdev/lanes/registry"
+	"github.com/lanesdev/lanes/routing"
+)
+
+// Route maps requests to a service. At least one of Host and PathPrefix
+// should be set; a route with neither matches every request (a default
+// route, useful last).
+type Route struct {
+	// Host matches the request's host exactly, without the port and
+	// ignoring case, for example "orders.example.com". For a lane host
+	// (see Config.Domain) it is compared with the host less its lane label.
+	Host string
+	// PathPrefix matches paths that start with it at a segment boundary:
+	// "/orders/" and "/orders" both match "/orders" and "/orders/42". It
+	// must start with "/".
+	PathPrefix string
+	// StripPrefix removes PathPrefix from the path before the request goes
+	// upstream, keeping a leading "/".
+	StripPrefix bool
+	// Service is the service the route sends requests to.
+	Service string
+}
+
+// route is a validated Route with its service handle.
+type route struct {
+	Route
+	prefix string // PathPrefix without its trailing "/" ("" for "/")
+	svc    *routing.Service
+}
+
+// validateRoutes checks routes and returns them compiled. Errors name the
+// field and the value.
+func validateRoutes(rs []Route) ([]route, error) {
+	out := make([]route, 0, len(rs))
+	for i, r := range rs {
+		field := fmt.Sprintf("routes[%d]", i)
+		if err := registry.CheckService(r.Service); err != nil {
+			return nil, fmt.Errorf("gateway: %s.service: invalid service %q: %s", field, r.Service, err.(*registry.FieldError).Msg)
+		}
+		if r.Host != "" {
+			h := strings.ToLower(r.Host)
+			if err := checkHost(h); err != nil {
+				return nil, fmt.Errorf("gateway: %s.host: invalid host %q: %v", field, r.Host, err)
+			}
+			r.Host = h
+		}
+		if r.PathPrefix != "" {
+			if err := checkPrefix(r.PathPrefix); err != nil {
+				return nil, fmt.Errorf("gateway: %s.path_prefix: invalid path prefix %q: %v", field, r.PathPrefix, err)
+			}
+		} else if r.StripPrefix {
+			return nil, fmt.Errorf("gateway: %s.strip_prefix: set without a path_prefix", field)
+		}
+		c := route{Route: r, prefix: strings.TrimSuffix(r.PathPrefix, "/")}
+		for j, p := range out {
+			if p.Host == c.Host && p.prefix == c.prefix {
+				return nil, fmt.Errorf("gateway: %s: host %q and path_prefix %q are those of routes[%d], so it can never match", field, r.Host, r.PathPrefix, j)
+			}
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// checkHost accepts a lower-case DNS name or IP literal without a port.
+func checkHost(h string) error {
+	if strings.Contains(h, "://") {
+		return fmt.Errorf("want a host name without a scheme")
+	}
+	if len(h) > 253 {
+		return fmt.Errorf("longer than 253 characters")
+	}
+	if strings.HasPrefix(h, "[") || strings.Count(h, ":") > 1 {
+		return fmt.Errorf("want a host name, not an IPv6 literal")
+	}
+	for i := 0; i < len(h); i++ {
+		c := h[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '-', c == '.', c == '_':
+		case c == ':':
+			return fmt.Errorf("want a host name without a port")
+		default:
+			return fmt.Errorf("character %q is not allowed in a host name", c)
+		}
+	}
+	if h[0] == '.' || h[len(h)-1] == '.' || strings.Contains(h, "..") {
+		return fmt.Errorf("empty label")
+	}
+	return nil
+}
+
+// checkPrefix accepts an absolute, clean URL path.
+func checkPrefix(p string) error {
+	if !strings.HasPrefix(p, "/") {
+		return fmt.Errorf("must start with \"/\"")
+	}
+	if strings.ContainsAny(p, "?#") {
+		return fmt.Errorf("must not hold a query or a fragment")
+	}
+	u, err := url.Parse(p)
+	if err != nil || u.Path != p {
+		return fmt.Errorf("must be a plain path, not percent-encoded")
+	}
+	for _, seg := range strings.Split(strings.Trim(p, "/"), "/") {
+		if seg == "." || seg == ".." {
+			return fmt.Errorf("must not hold dot segments")
+		}
+	}
+	if strings.Contains(p, "//") {
+		return fmt.Errorf("must not hold empty segments")
+	}
+	return nil
+}
+
+// matchPath reports whether path matches the segment prefix p (a PathPrefix
+// without its trailing "/"; "" matches everything).
+func matchPath(path, p string) bool {
+	if p == "" {
+		return true
+	}
+	if !strings.HasPrefix(path, p) {
+		return false
+	}
+	return len(path) == len(p) || path[len(p)] == '/'
+}
+
+// strip removes the segment prefix p from path, keeping a leading "/".
+func strip(path, p string) string {
+	rest := path[len(p):]
+	if rest == "" {
+		return "/"
+	}
+	return rest
+}
+
+// stripURL removes the route's prefix from u's path (and raw path).
+func stripURL(u *url.URL, p string) {
+	if p == "" || !matchPath(u.Path, p) {
+		return
+	}
+	u.Path = strip(u.Path, p)
+	if u.RawPath != "" {
+		if matchPath(u.RawPath, p) {
+			u.RawPath = strip(u.RawPath, p)
+		} else {
+			u.RawPath = "" // re-escaped from Path
+		}
+	}
+}

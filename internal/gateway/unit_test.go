@@ -1,0 +1,275 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/lanesdev/lanes/routing"
+)
+
+func TestNewValidation(t *testing.T) {
+	e := routing.New()
+	defer e.Close()
+	ok := []Route{{PathPrefix: "/", Service: "orders"}}
+	for _, c := range []struct {
+		name string
+		cfg  Config
+		want string // in the error
+	}{
+		{"no engine", Config{Routes: ok}, "engine"},
+		{"no routes", Config{Engine: e}, "routes: empty"},
+		{"bad service", Config{Engine: e, Routes: []Route{{PathPrefix: "/", Service: "a b"}}}, `routes[0].service: invalid service "a b"`},
+		{"empty service", Config{Engine: e, Routes: []Route{{PathPrefix: "/"}}}, `routes[0].service`},
+		{"host with port", Config{Engine: e, Routes: []Route{{Host: "a.com:80", Service: "s"}}}, `routes[0].host: invalid host "a.com:80"`},
+		{"host with scheme", Config{Engine: e, Routes: []Route{{Host: "http://a.com", Service: "s"}}}, `routes[0].host`},
+		{"relative prefix", Config{Engine: e, Routes: []Route{{PathPrefix: "orders/", Service: "s"}}}, `routes[0].path_prefix: invalid path prefix "orders/"`},
+		{"prefix with query", Config{Engine: e, Routes: []Route{{PathPrefix: "/a?b", Service: "s"}}}, `routes[0].path_prefix`},
+		{"dot segment", Config{Engine: e, Routes: []Route{{PathPrefix: "/a/../b", Service: "s"}}}, `routes[0].path_prefix`},
+		{"strip without prefix", Config{Engine: e, Routes: []Route{{Host: "a.com", StripPrefix: true, Service: "s"}}}, `routes[0].strip_prefix`},
+		{"unreachable", Config{Engine: e, Routes: []Route{{PathPrefix: "/a/", Service: "s"}, {PathPrefix: "/a", Service: "t"}}}, `routes[1]: host "" and path_prefix "/a" are those of routes[0]`},
+		{"bad domain", Config{Engine: e, Routes: ok, Domain: "lanes..localhost"}, `domain: invalid domain "lanes..localhost"`},
+		{"bad alias", Config{Engine: e, Routes: ok, Aliases: []string{"a b"}}, `aliases[0]: invalid header name "a b"`},
+		{"x-lane alias", Config{Engine: e, Routes: ok, Aliases: []string{"X-Lane"}}, `aliases[0]`},
+		{"bad source", Config{Engine: e, Routes: ok, Disable: []Source{"canary"}}, `disable[0]: unknown source "canary"`},
+		{"bad cookie", Config{Engine: e, Routes: ok, LaneCookie: "a;b"}, `lane_cookie: invalid cookie name "a;b"`},
+		{"bad key header", Config{Engine: e, Routes: ok, KeyHeader: "a:b"}, `key_header`},
+		{"bad proxy", Config{Engine: e, Routes: ok, TrustedProxies: []netip.Prefix{{}}}, `trusted_proxies[0]`},
+		{"negative idle", Config{Engine: e, Routes: ok, MaxIdleConnsPerHost: -1}, `max_idle_conns_per_host`},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			g, err := New(c.cfg)
+			if err == nil {
+				g.Close()
+				t.Fatalf("New accepted the config")
+			}
+			if !strings.Contains(err.Error(), c.want) {
+				t.Errorf("error %q does not contain %q", err, c.want)
+			}
+		})
+	}
+}
+
+func TestClientAddr(t *testing.T) {
+	g := &Gateway{trusted: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("::1/128")}}
+	for _, c := range []struct {
+		peer    string
+		xff     []string
+		want    string
+		trusted bool
+	}{
+		{"192.0.2.1:5", []string{"198.51.100.1"}, "192.0.2.1", false},
+		{"10.0.0.1:5", nil, "10.0.0.1", true},
+		{"10.0.0.1:5", []string{"198.51.100.1"}, "198.51.100.1", true},
+		{"10.0.0.1:5", []string{"198.51.100.1, 203.0.113.9"}, "203.0.113.9", true},
+		{"10.0.0.1:5", []string{"198.51.100.1", "203.0.113.9, 10.1.1.1"}, "203.0.113.9", true},
+		{"10.0.0.1:5", []string{"10.2.2.2, 10.1.1.1"}, "10.2.2.2", true},
+		{"10.0.0.1:5", []string{"198.51.100.1, garbage, 10.1.1.1"}, "10.1.1.1", true},
+		{"10.0.0.1:5", []string{" , 203.0.113.9:443 ,"}, "203.0.113.9", true},
+		{"10.0.0.1:5", []string{"[2001:db8::1]:443"}, "2001:db8::1", true},
+		{"[::1]:5", []string{"::ffff:198.51.100.7"}, "198.51.100.7", true},
+		{"[::ffff:10.0.0.1]:5", []string{"198.51.100.1"}, "198.51.100.1", true},
+		{"pipe", []string{"198.51.100.1"}, "invalid IP", false},
+	} {
+		r := &http.Request{RemoteAddr: c.peer, Header: http.Header{}}
+		for _, v := range c.xff {
+			r.Header.Add("X-Forwarded-For", v)
+		}
+		got, trusted := g.clientAddr(r)
+		if got.String() != c.want || trusted != c.trusted {
+			t.Errorf("peer %s, xff %q: got %s (trusted %v), want %s (trusted %v)", c.peer, c.xff, got, trusted, c.want, c.trusted)
+		}
+	}
+}
+
+func TestCookie(t *testing.T) {
+	h := http.Header{"Cookie": {"a=1; lane=alice", `b="x"; lanes-key="k 1"`}}
+	for name, want := range map[string]string{"a": "1", "lane": "alice", "b": "x", "lanes-key": "k 1"} {
+		if got, ok := cookie(h, name); !ok || got != want {
+			t.Errorf("cookie %s = %q, %v; want %q", name, got, ok, want)
+		}
+	}
+	if _, ok := cookie(h, "Lane"); ok {
+		t.Errorf("cookie names are case-sensitive")
+	}
+}
+
+func TestHostOnly(t *testing.T) {
+	for in, want := range map[string]string{"a.com": "a.com", "a.com:80": "a.com", "[::1]:80": "::1", "[::1]": "::1", "::1": "::1", "": ""} {
+		if got := hostOnly(in); got != want {
+			t.Errorf("hostOnly(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	w := newWorld(t, "canary:\n  - {service: orders, lane: canary, percent: 100}\n", Config{Registerer: reg})
+	twoLanes(t, w)
+	w.get(t, "/", nil) // no canary instance: baseline
+	w.get(t, "/", map[string]string{"x-lane": "alice"})
+	w.get(t, "/", map[string]string{"x-lane": "alice"})
+	w.get(t, "/", map[string]string{"cookie": "lane=bob"})
+	w.get(t, "/", map[string]string{"x-lane": "-"})
+	can := newBackend(t, "canary-1", "canary")
+	w.register(t, "orders", can.id, can.addr, "canary")
+	w.get(t, "/", nil)
+
+	want := map[string]float64{
+		`lanes_gateway_requests_total{source="alias"}`:          0,
+		`lanes_gateway_requests_total{source="baggage"}`:        0,
+		`lanes_gateway_requests_total{source="baseline"}`:       1,
+		`lanes_gateway_requests_total{source="canary"}`:         1,
+		`lanes_gateway_requests_total{source="claims"}`:         0,
+		`lanes_gateway_requests_total{source="cookie"}`:         1,
+		`lanes_gateway_requests_total{source="header"}`:         2,
+		`lanes_gateway_requests_total{source="host"}`:           0,
+		`lanes_gateway_requests_total{source="policy-clients"}`: 0,
+		`lanes_gateway_served_total{lane="alice"}`:              2,
+		`lanes_gateway_served_total{lane="baseline"}`:           2,
+		`lanes_gateway_served_total{lane="canary"}`:             1,
+		`lanes_gateway_errors_total{code="invalid_lane"}`:       1,
+	}
+	got := map[string]float64{}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			var labels []string
+			for _, l := range m.GetLabel() {
+				labels = append(labels, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
+			}
+			got[fmt.Sprintf("%s{%s}", mf.GetName(), strings.Join(labels, ","))] = m.GetCounter().GetValue()
+		}
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("metrics:\n got %v\nwant %v", got, want)
+	}
+	// A second gateway on the same registerer is refused.
+	if _, err := New(Config{Engine: w.engine, Routes: []Route{{PathPrefix: "/", Service: "orders"}}, Registerer: reg}); err == nil || !strings.Contains(err.Error(), "already registered") {
+		t.Errorf("second gateway on one registerer: %v", err)
+	}
+}
+
+// TestCloseWaitsForRequests checks that Close cancels the requests in
+// flight, waits for them, and that later requests are refused.
+func TestCloseWaitsForRequests(t *testing.T) {
+	reg, e := routingWorld(t)
+	_ = reg
+	entered := make(chan struct{})
+	release := make(chan struct{})
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		close(entered)
+		select {
+		case <-r.Context().Done():
+		case <-release:
+		}
+	}))
+	defer slow.Close()
+	defer close(release)
+	registerAddr(t, reg, e, "orders", "slow", strings.TrimPrefix(slow.URL, "http://"))
+
+	g, err := New(Config{Engine: e, Routes: []Route{{PathPrefix: "/", Service: "orders"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- g.Serve(l) }()
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	got := make(chan error, 1)
+	go func() {
+		resp, err := (&http.Client{Transport: tr}).Get("http://" + l.Addr().String() + "/")
+		if err == nil {
+			resp.Body.Close()
+		}
+		got <- err
+	}()
+	<-entered
+	closed := make(chan error, 1)
+	go func() { closed <- g.Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	case <-time.After(waitFor):
+		t.Fatal("Close did not return")
+	}
+	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+		t.Errorf("Serve: %v", err)
+	}
+	<-got // the client's connection was closed under it
+	// After Close: refused, whatever server calls the handler.
+	rec := httptest.NewRecorder()
+	g.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+	if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("X-Lanes-Error") != "closed" {
+		t.Errorf("after Close: %d %q", rec.Code, rec.Header().Get("X-Lanes-Error"))
+	}
+	if err := g.Serve(l); !errors.Is(err, http.ErrServerClosed) {
+		t.Errorf("Serve after Close: %v", err)
+	}
+}
+
+func TestShutdown(t *testing.T) {
+	reg, e := routingWorld(t)
+	b := newBackend(t, "base", "")
+	registerAddr(t, reg, e, "orders", b.id, b.addr)
+	g, err := New(Config{Engine: e, Routes: []Route{{PathPrefix: "/", Service: "orders"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- g.Serve(l) }()
+	tr := &http.Transport{}
+	defer tr.CloseIdleConnections()
+	resp, err := (&http.Client{Transport: tr}).Get("http://" + l.Addr().String() + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	if err := g.Shutdown(ctx); err != nil {
+		t.Errorf("Shutdown: %v", err)
+	}
+	if err := <-served; !errors.Is(err, http.ErrServerClosed) {
+		t.Errorf("Serve: %v", err)
+	}
+}
+
+func TestNotReady(t *testing.T) {
+	// A store whose watch never delivers: the engine never has a policy.
+	e := routing.New(routing.WithPolicyStore(stuckStore{}))
+	defer e.Close()
+	g, err := New(Config{Engine: e, Routes: []Route{{PathPrefix: "/", Service: "orders"}}, ReadyTimeout: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	rec := httptest.NewRecorder()
+	g.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
+	if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("X-Lanes-Error") != "not_ready" {
+		t.Errorf("got %d %q, want 503 not_ready", rec.Code, rec.Header().Get("X-Lanes-Error"))
+	}
+}
