@@ -319,12 +319,14 @@ func (t *Transport) headers(h http.Header, l string) http.Header {
 		return h
 	}
 	// A copy as http.Header.Clone makes it: one backing array for all the
-	// values, each slice capped so that appending to it copies.
+	// values, each slice capped so that appending to it copies; plus two
+	// slots for the lane headers, so that the propagator writes them in
+	// place.
 	n := 0
 	for _, v := range h {
 		n += len(v)
 	}
-	sv := make([]string, n)
+	sv := make([]string, n+2)
 	c := make(http.Header, len(h)+2)
 	for k, v := range h {
 		if ck := t.laneKey(k); ck != "" && ck != k {
@@ -345,8 +347,41 @@ func (t *Transport) headers(h http.Header, l string) http.Header {
 		}
 		sv = sv[m:]
 	}
-	t.Propagator.InjectLane(l, lane.HTTPHeader(c))
+	if lane.Valid(l) {
+		for _, k := range [...]string{"X-Lane", "Baggage"} {
+			if len(c[k]) == 0 {
+				c[k], sv = sv[:1:1], sv[1:] // an empty baggage value is no member
+			}
+		}
+	}
+	t.Propagator.InjectLane(l, inPlace(c))
 	return c
+}
+
+// inPlace is a lane.Carrier over headers that the transport owns: Set
+// overwrites the first value of a header that has one, instead of allocating
+// a new slice.
+type inPlace http.Header
+
+func (h inPlace) Get(key string) string      { return lane.HTTPHeader(h).Get(key) }
+func (h inPlace) Values(key string) []string { return lane.HTTPHeader(h).Values(key) }
+func (h inPlace) Del(key string)             { lane.HTTPHeader(h).Del(key) }
+
+func (h inPlace) Set(key, value string) {
+	switch key {
+	case lane.Header:
+		key = "X-Lane"
+	case lane.BaggageHeader:
+		key = "Baggage"
+	default:
+		key = http.CanonicalHeaderKey(key)
+	}
+	if v := h[key]; len(v) > 0 {
+		v[0] = value
+		h[key] = v[:1]
+		return
+	}
+	h[key] = []string{value}
 }
 
 // laneKey returns the canonical name of k when k is, in any spelling, a

@@ -1,0 +1,183 @@
+package laneshttp_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/lanesdev/lanes/lane"
+	"github.com/lanesdev/lanes/laneshttp"
+	"github.com/lanesdev/lanes/registry"
+	"github.com/lanesdev/lanes/routing"
+)
+
+// benchEngine returns an engine whose service orders has one baseline
+// instance at addr.
+func benchEngine(tb testing.TB, addr string) *routing.Engine {
+	in, err := registry.Normalize(registry.Instance{ID: "o1", Service: "orders", Addr: addr})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	e := routing.New(routing.WithLogger(quiet))
+	tb.Cleanup(func() { e.Close() })
+	e.SetInstances("orders", []registry.Instance{in})
+	return e
+}
+
+// okServer answers "ok" to everything.
+func okServer(tb testing.TB) *httptest.Server {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") }))
+	tb.Cleanup(srv.Close)
+	return srv
+}
+
+// newBase returns the base transport of both sides of the comparison: the
+// same keep-alive settings.
+func newBase(tb testing.TB) *http.Transport {
+	tr := &http.Transport{MaxIdleConnsPerHost: 4, DisableCompression: true}
+	tb.Cleanup(tr.CloseIdleConnections)
+	return tr
+}
+
+func do(tb testing.TB, c *http.Client, req *http.Request) {
+	res, err := c.Do(req)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	io.Copy(io.Discard, res.Body)
+	res.Body.Close()
+	if res.StatusCode != 200 {
+		tb.Fatalf("status %d", res.StatusCode)
+	}
+}
+
+// BenchmarkRoundTrip compares a GET through the lanes Transport with the
+// same GET through a plain http.Transport, to the same loopback server, with
+// the same keep-alive settings:
+//
+//   - plain: the plain transport;
+//   - lanes: a baseline request through lanes;
+//   - lanes-lane: a request in lane alice, which falls back to the baseline
+//     instance, so that the lane headers are written and parsed;
+//   - interleaved: one of each per iteration, each timed on its own; it
+//     reports the ratios x-plain-baseline and x-plain-lane (lanes time over
+//     plain time), which stay meaningful on a busy machine since the three
+//     share its noise.
+func BenchmarkRoundTrip(b *testing.B) {
+	srv := okServer(b)
+	e := benchEngine(b, srv.Listener.Addr().String())
+	type client struct {
+		c   *http.Client
+		req *http.Request
+	}
+	clients := func(b *testing.B) (plain, lanes, laneReq client) {
+		mk := func(rt http.RoundTripper, ctx context.Context, url string) client {
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			c := client{&http.Client{Transport: rt}, req}
+			do(b, c.c, c.req) // connect outside the measurement
+			return c
+		}
+		plain = mk(newBase(b), context.Background(), srv.URL+"/x")
+		lanes = mk(&laneshttp.Transport{Engine: e, Base: newBase(b)}, context.Background(), "http://orders/x")
+		laneReq = mk(&laneshttp.Transport{Engine: e, Base: newBase(b)}, lane.WithLane(context.Background(), "alice"), "http://orders/x")
+		return
+	}
+	for _, name := range []string{"plain", "lanes", "lanes-lane"} {
+		b.Run(name, func(b *testing.B) {
+			plain, lanes, laneReq := clients(b)
+			c := map[string]client{"plain": plain, "lanes": lanes, "lanes-lane": laneReq}[name]
+			b.ReportAllocs()
+			for b.Loop() {
+				do(b, c.c, c.req)
+			}
+		})
+	}
+	b.Run("interleaved", func(b *testing.B) {
+		plain, lanes, laneReq := clients(b)
+		var spent [3]time.Duration
+		for b.Loop() {
+			for i, c := range [...]client{plain, lanes, laneReq} {
+				start := time.Now()
+				do(b, c.c, c.req)
+				spent[i] += time.Since(start)
+			}
+		}
+		b.ReportMetric(float64(spent[1])/float64(spent[0]), "x-plain-baseline")
+		b.ReportMetric(float64(spent[2])/float64(spent[0]), "x-plain-lane")
+	})
+}
+
+// stubBase answers every request with the same response, without a network:
+// the allocations measured through it are those of the transport alone.
+type stubBase struct{ res *http.Response }
+
+func (s stubBase) RoundTrip(*http.Request) (*http.Response, error) { return s.res, nil }
+
+// TestRoundTripAllocs bounds what the lanes Transport allocates per request
+// on top of its base transport: the shallow copy of the request and of its
+// URL (the RoundTripper contract forbids changing the caller's), plus, for a
+// request that carries a lane, a copy of the headers and the lane headers.
+// The pick itself allocates nothing.
+func TestRoundTripAllocs(t *testing.T) {
+	e := benchEngine(t, "127.0.0.1:1")
+	stub := stubBase{&http.Response{StatusCode: 200, Header: http.Header{}, Body: http.NoBody}}
+	tr := &laneshttp.Transport{Engine: e, Base: stub}
+	for _, tc := range []struct {
+		name string
+		lane string
+		hdr  []string
+		max  float64
+	}{
+		{"baseline", "", nil, 2},
+		{"baseline with other headers", "", []string{"Accept", "*/*", "Baggage", "team=x"}, 2},
+		{"lane", "alice", nil, 7},
+		{"lane with other headers", "alice", []string{"Accept", "*/*", "Baggage", "team=x"}, 7},
+		{"baseline with stale lane headers", "", []string{"X-Lane", "bob", "Baggage", "lane=bob,team=x"}, 7},
+	} {
+		req, _ := http.NewRequestWithContext(lane.WithLane(context.Background(), tc.lane), http.MethodGet, "http://orders/x", nil)
+		for i := 0; i+1 < len(tc.hdr); i += 2 {
+			req.Header.Set(tc.hdr[i], tc.hdr[i+1])
+		}
+		plain := testing.AllocsPerRun(200, func() { stub.RoundTrip(req) })
+		lanes := testing.AllocsPerRun(200, func() {
+			if _, err := tr.RoundTrip(req); err != nil {
+				t.Fatal(err)
+			}
+		})
+		t.Logf("%s: %v allocations on top of the base transport", tc.name, lanes-plain)
+		if lanes-plain > tc.max {
+			t.Errorf("%s: %v allocations on top of the base transport, want at most %v", tc.name, lanes-plain, tc.max)
+		}
+	}
+}
+
+// TestRoundTripAllocsOverLoopback compares a whole GET over loopback through
+// lanes and through a plain transport: the difference must stay small. It
+// includes the server's parsing of the lane headers, and is a bound, not a
+// count: other goroutines may allocate meanwhile.
+func TestRoundTripAllocsOverLoopback(t *testing.T) {
+	if testing.Short() {
+		t.Skip("short")
+	}
+	srv := okServer(t)
+	e := benchEngine(t, srv.Listener.Addr().String())
+	measure := func(c *http.Client, ctx context.Context, url string) float64 {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		do(t, c, req)
+		return testing.AllocsPerRun(200, func() { do(t, c, req) })
+	}
+	plain := measure(&http.Client{Transport: newBase(t)}, context.Background(), srv.URL+"/x")
+	for _, l := range []string{"", "alice"} {
+		lanes := measure(&http.Client{Transport: &laneshttp.Transport{Engine: e, Base: newBase(t)}}, lane.WithLane(context.Background(), l), "http://orders/x")
+		t.Logf("lane %q: plain %v, lanes %v allocations per GET", l, plain, lanes)
+		if lanes-plain > 20 {
+			t.Errorf("lane %q: lanes %v vs plain %v allocations per GET", l, lanes, plain)
+		}
+	}
+}
