@@ -1,0 +1,57 @@
+package lanesgrpc
+
+import (
+	"google.golang.org/grpc/resolver"
+
+	"github.com/lanesdev/lanes/registry"
+	"github.com/lanesdev/lanes/routing"
+)
+
+// instanceKey is the key of the registry.Instance attribute of an endpoint.
+type instanceKey struct{}
+
+// serviceKey is the key of the *routing.Service attribute of a resolver
+// state.
+type serviceKey struct{}
+
+// instanceAttr wraps an instance so that attributes.Attributes can compare
+// it: registry.Instance holds a map and is not comparable with ==.
+type instanceAttr struct{ inst registry.Instance }
+
+// Equal reports whether o is an instanceAttr holding an identical
+// registration; attributes.Attributes.Equal calls it.
+func (a instanceAttr) Equal(o any) bool {
+	b, ok := o.(instanceAttr)
+	return ok && a.inst.Equal(b.inst)
+}
+
+// SetInstance returns a copy of ep that carries inst, the registration the
+// endpoint was resolved from. The lanes resolver sets it on every endpoint it
+// produces; inst must not be modified afterwards.
+func SetInstance(ep resolver.Endpoint, inst registry.Instance) resolver.Endpoint {
+	ep.Attributes = ep.Attributes.WithValue(instanceKey{}, instanceAttr{inst})
+	return ep
+}
+
+// InstanceFromEndpoint returns the registration stored in ep by SetInstance,
+// and false if there is none. The returned Instance shares its Labels with
+// the attribute: treat it as read-only.
+func InstanceFromEndpoint(ep resolver.Endpoint) (registry.Instance, bool) {
+	a, ok := ep.Attributes.Value(instanceKey{}).(instanceAttr)
+	return a.inst, ok
+}
+
+// SetService returns a copy of s that carries the routing handle of the
+// service it lists. The lanes balancer picks through this handle; the lanes
+// resolver sets it on every state it produces.
+func SetService(s resolver.State, svc *routing.Service) resolver.State {
+	s.Attributes = s.Attributes.WithValue(serviceKey{}, svc)
+	return s
+}
+
+// ServiceFromState returns the routing handle stored in s by SetService, or
+// nil.
+func ServiceFromState(s resolver.State) *routing.Service {
+	svc, _ := s.Attributes.Value(serviceKey{}).(*routing.Service)
+	return svc
+}

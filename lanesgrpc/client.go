@@ -1,0 +1,36 @@
+package lanesgrpc
+
+import (
+	"fmt"
+
+	"google.golang.org/grpc"
+
+	"github.com/lanesdev/lanes/registry"
+	"github.com/lanesdev/lanes/routing"
+)
+
+// NewClient returns a gRPC client of service that routes every call with e:
+// grpc.NewClient("lanes:///"+service) with the lanes resolver (NewBuilder,
+// which also selects the lanes balancer and the retry policy of
+// WithIdempotent), and the lanes client interceptors, innermost, after any
+// interceptor of WithDialOptions.
+//
+// NewClient chooses no transport credentials: pass them with
+// WithDialOptions. Like grpc.NewClient it does not connect; the first call
+// does. Close the connection when done.
+func NewClient(e *routing.Engine, service string, opts ...Option) (*grpc.ClientConn, error) {
+	if err := registry.CheckService(service); err != nil {
+		return nil, fmt.Errorf("lanesgrpc: %w", err)
+	}
+	cfg := newConfig(opts)
+	if _, err := parseMethods(cfg.idempotent); err != nil {
+		return nil, err
+	}
+	dopts := append([]grpc.DialOption(nil), cfg.dialOpts...)
+	dopts = append(dopts,
+		grpc.WithResolvers(NewBuilder(e, opts...)),
+		grpc.WithChainUnaryInterceptor(UnaryClientInterceptor(opts...)),
+		grpc.WithChainStreamInterceptor(StreamClientInterceptor(opts...)),
+	)
+	return grpc.NewClient(Scheme+":///"+service, dopts...)
+}

@@ -1,0 +1,190 @@
+package lanesgrpc
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/lanesdev/lanes/lane"
+)
+
+// UnaryClientInterceptor returns the client interceptor for unary calls. It
+// writes the lane of the call's context (lane.FromContext) to the outgoing
+// metadata: x-lane and the baggage member "lane", other baggage members
+// kept. A baseline call removes stale lane keys (x-lane, alias headers, the
+// baggage member) from outgoing metadata that was copied from an incoming
+// request.
+//
+// For the methods of WithIdempotent it also marks the call so that the
+// lanes picker avoids, on a retry, the instance the failed attempt went to.
+//
+// The lane a canary split chooses at this hop is carried by the picker
+// itself (balancer.PickResult.Metadata), since the split happens at the
+// pick, after the interceptors. NewClient installs the interceptors.
+func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
+	ci := newClientInterceptor(newConfig(opts))
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts ...grpc.CallOption) error {
+		return invoker(ci.outgoing(ctx, method), method, req, reply, cc, callOpts...)
+	}
+}
+
+// StreamClientInterceptor is UnaryClientInterceptor for streaming calls.
+func StreamClientInterceptor(opts ...Option) grpc.StreamClientInterceptor {
+	ci := newClientInterceptor(newConfig(opts))
+	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, callOpts ...grpc.CallOption) (grpc.ClientStream, error) {
+		return streamer(ci.outgoing(ctx, method), desc, cc, method, callOpts...)
+	}
+}
+
+type clientInterceptor struct {
+	prop lane.Propagator
+	idem methodSet
+}
+
+func newClientInterceptor(c *config) *clientInterceptor {
+	idem, _ := parseMethods(c.idempotent) // NewClient reports bad entries; here they never match
+	return &clientInterceptor{prop: c.prop, idem: idem}
+}
+
+// outgoing returns the context of the call with the lane in its metadata.
+func (ci *clientInterceptor) outgoing(ctx context.Context, method string) context.Context {
+	l := lane.FromContext(ctx)
+	md, ok := metadata.FromOutgoingContext(ctx) // a copy
+	if l != "" || ok && ci.hasLaneKeys(md) {
+		if !ok {
+			md = metadata.MD{}
+		}
+		ci.prop.InjectLane(l, lane.Metadata(md)) // an invalid lane is written as the baseline
+		ctx = metadata.NewOutgoingContext(ctx, md)
+	}
+	if ci.idem.contains(method) {
+		ctx = withCallState(ctx)
+	}
+	return ctx
+}
+
+// hasLaneKeys reports whether md may hold a lane that a baseline call must
+// remove. It may err towards yes.
+func (ci *clientInterceptor) hasLaneKeys(md metadata.MD) bool {
+	if len(md[lane.Header]) > 0 {
+		return true
+	}
+	for _, a := range ci.prop.Aliases {
+		if len(md[strings.ToLower(a)]) > 0 {
+			return true
+		}
+	}
+	for _, v := range md[lane.BaggageHeader] {
+		if strings.Contains(v, lane.BaggageKey) {
+			return true
+		}
+	}
+	return false
+}
+
+// UnaryServerInterceptor returns the server interceptor for unary calls. It
+// reads the lane of the request from the incoming metadata (x-lane, then the
+// baggage member "lane", then the propagator's aliases) into the context of
+// the handler, where lane.FromContext finds it and the lanes client
+// interceptors carry it on. A request without a lane, or with an invalid one,
+// is a baseline request: the context then carries the baseline explicitly.
+// Invalid lanes are counted by WithInvalidLaneHandler and logged.
+//
+// With WithGuard, it then refuses the requests that the guard does not
+// admit.
+func UnaryServerInterceptor(opts ...Option) grpc.UnaryServerInterceptor {
+	return newServerInterceptor(newConfig(opts)).unary
+}
+
+// StreamServerInterceptor is UnaryServerInterceptor for streaming calls.
+func StreamServerInterceptor(opts ...Option) grpc.StreamServerInterceptor {
+	return newServerInterceptor(newConfig(opts)).stream
+}
+
+// ServerOptions returns the server interceptors as options for
+// grpc.NewServer, chained after any interceptor given before them:
+//
+//	guard := lanesgrpc.NewGuard(engine)
+//	srv := grpc.NewServer(lanesgrpc.ServerOptions(lanesgrpc.WithGuard(guard))...)
+func ServerOptions(opts ...Option) []grpc.ServerOption {
+	si := newServerInterceptor(newConfig(opts))
+	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(si.unary), grpc.ChainStreamInterceptor(si.stream)}
+}
+
+type serverInterceptor struct {
+	prop      lane.Propagator
+	guard     *Guard
+	log       *slog.Logger
+	onInvalid func(context.Context, string, *lane.NameError)
+
+	invalid atomic.Uint64 // invalid lanes since the last log line
+	lastLog atomic.Int64  // unix ns of the last log line
+}
+
+func newServerInterceptor(c *config) *serverInterceptor {
+	return &serverInterceptor{prop: c.prop, guard: c.guard, log: c.log, onInvalid: c.onInvalid}
+}
+
+func (si *serverInterceptor) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	ctx, err := si.incoming(ctx, info.FullMethod)
+	if err != nil {
+		return nil, err
+	}
+	return handler(ctx, req)
+}
+
+func (si *serverInterceptor) stream(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	ctx, err := si.incoming(ss.Context(), info.FullMethod)
+	if err != nil {
+		return err
+	}
+	return handler(srv, &serverStream{ServerStream: ss, ctx: ctx})
+}
+
+// incoming returns the handler's context, or the guard's refusal.
+func (si *serverInterceptor) incoming(ctx context.Context, method string) (context.Context, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	name, _, err := si.prop.Extract(lane.Metadata(md))
+	if err != nil {
+		si.invalidLane(ctx, method, err)
+	}
+	ctx = lane.WithLane(ctx, name)
+	if si.guard != nil {
+		if err := si.guard.Check(ctx, method); err != nil {
+			return nil, err
+		}
+	}
+	return ctx, nil
+}
+
+// logEvery is the least time between two log lines about invalid lanes.
+const logEvery = 10 * time.Second
+
+func (si *serverInterceptor) invalidLane(ctx context.Context, method string, err error) {
+	var ne *lane.NameError
+	errors.As(err, &ne)
+	if si.onInvalid != nil {
+		si.onInvalid(ctx, method, ne)
+	}
+	si.invalid.Add(1)
+	now := time.Now().UnixNano()
+	last := si.lastLog.Load()
+	if now-last >= int64(logEvery) && si.lastLog.CompareAndSwap(last, now) {
+		si.log.Warn("lanes: invalid lane ignored; request served as baseline",
+			"method", method, "err", err, "invalid_since_last_log", si.invalid.Swap(0))
+	}
+}
+
+// serverStream gives a stream handler the context with the lane.
+type serverStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *serverStream) Context() context.Context { return s.ctx }

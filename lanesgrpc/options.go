@@ -1,0 +1,190 @@
+package lanesgrpc
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/lanesdev/lanes/lane"
+)
+
+// An Option configures the parts of this package. One option type serves the
+// client side (NewClient, NewBuilder, the client interceptors), the server
+// side (the server interceptors) and Serve; each part reads the options that
+// concern it and ignores the others, as the documentation of each option
+// says.
+type Option func(*config)
+
+type config struct {
+	zone       string
+	prop       lane.Propagator
+	log        *slog.Logger
+	idempotent []string
+	dialOpts   []grpc.DialOption
+	guard      *Guard
+	exempt     []string
+	onInvalid  func(ctx context.Context, fullMethod string, err *lane.NameError)
+	lane       string
+	laneSet    bool
+	ttl        time.Duration
+	grace      time.Duration
+	getenv     func(string) string
+	refresh    time.Duration
+}
+
+// Defaults.
+const (
+	// DefaultGracePeriod is how long Serve lets calls in flight finish after
+	// deregistering, before it closes the remaining connections.
+	DefaultGracePeriod = 30 * time.Second
+	// defaultRefresh is how often the resolver re-reads the engine's view of
+	// the service when nothing asked it to (see resolver.go).
+	defaultRefresh = time.Second
+)
+
+func newConfig(opts []Option) *config {
+	c := &config{log: slog.Default(), grace: DefaultGracePeriod, refresh: defaultRefresh}
+	for _, o := range opts {
+		if o != nil {
+			o(c)
+		}
+	}
+	return c
+}
+
+// WithZone sets the zone of this process. On the client side it is the
+// caller's zone, for the engine's zone preference; in Serve it is the zone
+// the instance registers with (it wins over LANES_ZONE).
+func WithZone(zone string) Option { return func(c *config) { c.zone = zone } }
+
+// WithPropagator sets the propagator that reads and writes the lane in
+// metadata, for alias headers (client and server interceptors). The default
+// is the zero lane.Propagator: x-lane and the baggage member "lane".
+func WithPropagator(p lane.Propagator) Option { return func(c *config) { c.prop = p } }
+
+// WithLogger sets the logger of the server interceptors, the resolver and
+// Serve (default: slog.Default()).
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) {
+		if l != nil {
+			c.log = l
+		}
+	}
+}
+
+// WithIdempotent lists the methods that are safe to send twice: a call to one
+// of them that fails with Unavailable (which includes connection errors) is
+// retried once, on another instance of the same lane set, within the caller's
+// deadline. Each entry is a full method name, "/package.Service/Method", or
+// "/package.Service/*" for every method of a service. Other methods are not
+// retried (gRPC's transparent retry of calls that never reached a server
+// still applies).
+//
+// It is read by NewClient and NewBuilder (which put the retry policy in the
+// service config) and by the client interceptors (which tell the picker to
+// avoid the instance that failed).
+func WithIdempotent(methods ...string) Option {
+	return func(c *config) { c.idempotent = append(c.idempotent, methods...) }
+}
+
+// WithDialOptions adds options to the grpc.NewClient call of NewClient, for
+// example the transport credentials, which NewClient does not choose.
+func WithDialOptions(opts ...grpc.DialOption) Option {
+	return func(c *config) { c.dialOpts = append(c.dialOpts, opts...) }
+}
+
+// WithGuard installs g in the server interceptors, which then refuse
+// requests that g does not admit. Give the same guard to Serve, which tells
+// it the instance it guards.
+func WithGuard(g *Guard) Option { return func(c *config) { c.guard = g } }
+
+// WithInvalidLaneHandler sets a function that the server interceptors call
+// for each request that carries an invalid lane (the request is then served
+// as a baseline request), for example to count them. The interceptors also
+// log such requests, at most once per ten seconds.
+func WithInvalidLaneHandler(f func(ctx context.Context, fullMethod string, err *lane.NameError)) Option {
+	return func(c *config) { c.onInvalid = f }
+}
+
+// WithLane sets the lane the instance registers in, for Serve. It wins over
+// LANES_LANE; an empty name registers in the baseline.
+func WithLane(name string) Option { return func(c *config) { c.lane, c.laneSet = name, true } }
+
+// WithTTL sets the lease of the registration, for Serve (default
+// registry.DefaultTTL).
+func WithTTL(d time.Duration) Option { return func(c *config) { c.ttl = d } }
+
+// WithGracePeriod sets how long Serve waits for calls in flight after
+// deregistering, before it stops the server hard (default
+// DefaultGracePeriod). Zero or negative waits forever.
+func WithGracePeriod(d time.Duration) Option { return func(c *config) { c.grace = d } }
+
+// WithGetenv sets the function Serve reads the LANES_* variables with
+// (default os.Getenv), for tests and for platforms that pass them otherwise.
+func WithGetenv(f func(string) string) Option { return func(c *config) { c.getenv = f } }
+
+// withRefresh sets the resolver's backstop refresh interval (tests).
+func withRefresh(d time.Duration) Option { return func(c *config) { c.refresh = d } }
+
+// methodSet is a set of full method names and whole services.
+type methodSet struct {
+	methods  map[string]bool // "/pkg.Svc/Method"
+	services map[string]bool // "pkg.Svc"
+}
+
+// parseMethods reads WithIdempotent entries. It returns the valid ones and
+// an error naming the first invalid one.
+func parseMethods(list []string) (methodSet, error) {
+	s := methodSet{methods: map[string]bool{}, services: map[string]bool{}}
+	var err error
+	for _, m := range list {
+		svc, meth, ok := splitMethod(m)
+		if !ok {
+			if err == nil {
+				err = fmt.Errorf("lanesgrpc: idempotent method %q: want \"/package.Service/Method\" or \"/package.Service/*\"", m)
+			}
+			continue
+		}
+		if meth == "*" {
+			s.services[svc] = true
+		} else {
+			s.methods[m] = true
+		}
+	}
+	return s, err
+}
+
+// splitMethod splits "/svc/method" into its parts.
+func splitMethod(full string) (svc, method string, ok bool) {
+	rest, ok := strings.CutPrefix(full, "/")
+	if !ok {
+		return "", "", false
+	}
+	svc, method, ok = strings.Cut(rest, "/")
+	if !ok || svc == "" || method == "" || strings.ContainsAny(method, "/") {
+		return "", "", false
+	}
+	return svc, method, true
+}
+
+// contains reports whether fullMethod is in the set. It does not allocate.
+func (s methodSet) contains(fullMethod string) bool {
+	if len(s.methods) == 0 && len(s.services) == 0 {
+		return false
+	}
+	if s.methods[fullMethod] {
+		return true
+	}
+	if len(s.services) > 0 {
+		if svc, _, ok := splitMethod(fullMethod); ok {
+			return s.services[svc]
+		}
+	}
+	return false
+}
+
+func (s methodSet) empty() bool { return len(s.methods) == 0 && len(s.services) == 0 }

@@ -1,0 +1,253 @@
+package lanesgrpc
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+
+	"google.golang.org/grpc/balancer"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/status"
+
+	"github.com/lanesdev/lanes/routing"
+)
+
+// maxPicks bounds how many times one call asks the engine for an instance
+// before it gives up on finding a ready connection in this picker.
+const maxPicks = 8
+
+// conn is the state of the connection to one address, in one picker.
+type conn struct {
+	state  connectivity.State
+	picker balancer.Picker // the pick_first child's picker
+}
+
+// picker is an immutable snapshot of the connections, rebuilt whenever one
+// of them changes state or the resolver sends new instances. Routing
+// decisions are not in it: each Pick asks the engine, whose own snapshot
+// follows the registry and the policy.
+type picker struct {
+	svc   *routing.Service
+	zone  string
+	conns map[string]conn                    // by instance address
+	dones map[string]func(balancer.DoneInfo) // by instance id
+	b     *lanesBalancer
+}
+
+// Pick asks the engine for an instance for the call and returns the ready
+// connection to its address.
+//
+// When the chosen instance has no ready connection, Pick asks again, up to
+// maxPicks times in all. An instance whose connection is in
+// TRANSIENT_FAILURE is reported to outlier detection as a failed call (once
+// per Pick), so that the engine soon stops choosing it; a half-open probe
+// that cannot be sent is reported failed too. When no ready connection was
+// found, Pick returns ErrNoSubConnAvailable if one of the chosen instances
+// is still connecting (or has no connection yet: the resolver is then asked
+// for a fresh state), and otherwise an error naming the service, the lane
+// and the last connection error, which gRPC turns into Unavailable (or
+// waits on, for a wait-for-ready call).
+//
+// A routing error (no_instance, lane_unavailable) ends the call with
+// Unavailable and the engine's message, prefixed with "lanes: ".
+//
+// On a retry of an idempotent call, Pick avoids the instance of the
+// previous attempt when another one is ready.
+//
+// Pick does not allocate, except on the error paths and the first time a
+// canary lane is carried.
+func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
+	if p.svc == nil {
+		return balancer.PickResult{}, errNoService
+	}
+	req := routing.RequestFromContext(info.Ctx, p.zone)
+	cs := callStateFrom(info.Ctx)
+	avoid := cs.lastID()
+
+	var (
+		pending  bool
+		connErr  error
+		reported [maxPicks]string // ids reported as connection failures
+		nrep     int
+		spare    routing.Result // the avoided instance, if ready
+		hasSpare bool
+	)
+	for range maxPicks {
+		res, err := p.svc.Pick(req)
+		if err != nil {
+			return balancer.PickResult{}, status.Error(codes.Unavailable, "lanes: "+err.Error())
+		}
+		c, ok := p.conns[res.Instance.Addr]
+		if !ok {
+			// The engine knows an instance the resolver has not listed yet.
+			pending = true
+			p.b.requestResolve()
+			if res.Probe() {
+				res.Report(false)
+			}
+			continue
+		}
+		switch c.state {
+		case connectivity.Ready:
+			if avoid != "" && res.Instance.ID == avoid && !res.Probe() {
+				if !hasSpare {
+					spare, hasSpare = res, true
+				}
+				continue
+			}
+			return p.result(info, c, res, req, cs)
+		case connectivity.TransientFailure:
+			if _, err := c.picker.Pick(info); err != nil {
+				connErr = err
+			}
+			if !contains(reported[:nrep], res.Instance.ID) {
+				res.Report(false)
+				reported[nrep] = res.Instance.ID
+				nrep++
+			}
+		default: // Connecting or Idle
+			pending = true
+			if res.Probe() {
+				res.Report(false)
+			}
+		}
+	}
+	if hasSpare {
+		return p.result(info, p.conns[spare.Instance.Addr], spare, req, cs)
+	}
+	if pending {
+		return balancer.PickResult{}, balancer.ErrNoSubConnAvailable
+	}
+	return balancer.PickResult{}, &unreachableError{service: p.svc.Name(), lane: req.Lane, err: connErr}
+}
+
+// result completes the pick of a ready connection.
+func (p *picker) result(info balancer.PickInfo, c conn, res routing.Result, req routing.Request, cs *callState) (balancer.PickResult, error) {
+	pr, err := c.picker.Pick(info)
+	if err != nil {
+		// The connection left READY after this picker was built; a new
+		// picker is on its way.
+		return balancer.PickResult{}, balancer.ErrNoSubConnAvailable
+	}
+	pr.Done = p.dones[res.Instance.ID]
+	if req.Lane == "" && res.RequestLane != "" {
+		// A canary split chose the lane of this baseline request: it must
+		// travel downstream, and the metadata of the call was written
+		// before the pick. See docs/grpc.md.
+		pr.Metadata = p.b.md.get(res.RequestLane)
+	}
+	if cs != nil {
+		cs.last.Store(&res.Instance.ID)
+	}
+	return pr, nil
+}
+
+func contains(ids []string, id string) bool {
+	for _, x := range ids {
+		if x == id {
+			return true
+		}
+	}
+	return false
+}
+
+// unreachableError is the picker's error when every instance it was given
+// has a failed connection.
+type unreachableError struct {
+	service, lane string
+	err           error
+}
+
+func (e *unreachableError) Error() string {
+	l := "baseline request"
+	if e.lane != "" {
+		l = fmt.Sprintf("lane %q", e.lane)
+	}
+	msg := fmt.Sprintf("lanes: unreachable: service %q, %s: no instance chosen by the engine has a ready connection", e.service, l)
+	if e.err != nil {
+		msg += ": " + e.err.Error()
+	}
+	return msg
+}
+
+func (e *unreachableError) Unwrap() error { return e.err }
+
+// reportFunc returns the PickResult.Done of the calls sent to instance id:
+// it feeds their outcome to outlier detection, as routing.Result.Report
+// would (one function per instance, made once, so that a pick allocates
+// nothing).
+func reportFunc(svc *routing.Service, id string) func(balancer.DoneInfo) {
+	return func(di balancer.DoneInfo) {
+		switch outcome(di) {
+		case outcomeSuccess:
+			svc.ReportID(id, true)
+		case outcomeFailure:
+			svc.ReportID(id, false)
+		}
+	}
+}
+
+type callOutcome uint8
+
+const (
+	outcomeSuccess callOutcome = iota
+	outcomeFailure
+	outcomeUnknown // not reported
+)
+
+// outcome classifies a finished call for outlier detection:
+//
+//   - Unavailable, which includes every connection error, is a failure.
+//   - DeadlineExceeded and Canceled say nothing about the instance (the
+//     caller's budget ran out, or it gave up; a lane instance paused in a
+//     debugger must not be ejected), and neither does a call that gRPC never
+//     sent: they are not reported. A half-open probe that ends so is given
+//     up by the engine after one ejection period, which counts as a failure.
+//   - Everything else, success and application errors alike (Internal and
+//     Unknown included: a handler's bug fails on every instance), is a
+//     success: the instance answered.
+func outcome(di balancer.DoneInfo) callOutcome {
+	if di.Err == nil {
+		if !di.BytesSent {
+			return outcomeUnknown // picked, but gRPC found the transport gone
+		}
+		return outcomeSuccess
+	}
+	switch status.Code(di.Err) {
+	case codes.Unavailable:
+		return outcomeFailure
+	case codes.DeadlineExceeded, codes.Canceled:
+		return outcomeUnknown
+	}
+	return outcomeSuccess
+}
+
+// callKey is the context key of a call's callState.
+type callKey struct{}
+
+// callState is what the client interceptors share with the picker for one
+// retryable call: the instance of the last attempt, to avoid on the next.
+type callState struct {
+	last atomic.Pointer[string] // points into the engine's snapshot
+}
+
+func withCallState(ctx context.Context) context.Context {
+	return context.WithValue(ctx, callKey{}, &callState{})
+}
+
+func callStateFrom(ctx context.Context) *callState {
+	cs, _ := ctx.Value(callKey{}).(*callState)
+	return cs
+}
+
+// lastID returns the instance id of the previous attempt, or "".
+func (cs *callState) lastID() string {
+	if cs == nil {
+		return ""
+	}
+	if p := cs.last.Load(); p != nil {
+		return *p
+	}
+	return ""
+}

@@ -1,0 +1,237 @@
+package lanesgrpc
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/serviceconfig"
+
+	"github.com/lanesdev/lanes/registry"
+	"github.com/lanesdev/lanes/routing"
+)
+
+// Scheme is the URI scheme of lanes targets: "lanes:///orders" names the
+// service "orders".
+const Scheme = "lanes"
+
+// NewBuilder returns a resolver.Builder for "lanes:///<service>" targets that
+// feeds gRPC the instances of the service as the routing engine e sees them.
+// Register it for one ClientConn with grpc.WithResolvers; it is not
+// registered globally, because it needs an engine. NewClient does this for
+// you.
+//
+// Each endpoint has one address, the instance's Addr, and carries the
+// registry.Instance (see InstanceFromEndpoint). The state carries the
+// engine's handle of the service (see ServiceFromState) and a service config
+// that selects the lanes balancer, with the zone of WithZone, and the retry
+// policy of the methods of WithIdempotent. A service config from the
+// resolver takes precedence over grpc.WithDefaultServiceConfig.
+//
+// The resolver waits until the engine has listed the service, then follows
+// the engine's view. It re-reads that view at once when gRPC asks it to
+// (ResolveNow: the lanes picker asks when the engine picks an instance that
+// has no connection yet, and gRPC asks when a connection fails), and at
+// least once a second otherwise.
+func NewBuilder(e *routing.Engine, opts ...Option) resolver.Builder {
+	return &builder{e: e, cfg: newConfig(opts)}
+}
+
+type builder struct {
+	e   *routing.Engine
+	cfg *config
+}
+
+func (b *builder) Scheme() string { return Scheme }
+
+func (b *builder) Build(t resolver.Target, cc resolver.ClientConn, _ resolver.BuildOptions) (resolver.Resolver, error) {
+	name := t.Endpoint()
+	if err := registry.CheckService(name); err != nil {
+		return nil, fmt.Errorf("lanesgrpc: target %q: %w", t.String(), err)
+	}
+	idem, err := parseMethods(b.cfg.idempotent)
+	if err != nil {
+		return nil, err
+	}
+	sc := cc.ParseServiceConfig(serviceConfigJSON(b.cfg.zone, idem))
+	if sc.Err != nil {
+		return nil, fmt.Errorf("lanesgrpc: service config: %w", sc.Err)
+	}
+	svc := b.e.Service(name)
+	return startResolver(cc, svc, svc, sc, b.cfg), nil
+}
+
+// source is what the resolver reads: a *routing.Service.
+type source interface {
+	Instances() []registry.Instance
+	Ready() <-chan struct{}
+}
+
+// notifier is the change notification that the resolver uses instead of its
+// periodic re-read when the source offers it. *routing.Service does not yet;
+// see docs/grpc.md ("Resolver") for the proposed method.
+type notifier interface {
+	// Changed returns a channel that is closed at the next change of the
+	// instances: read it before Instances, wait on it after.
+	Changed() <-chan struct{}
+}
+
+type lanesResolver struct {
+	cc      resolver.ClientConn
+	svc     *routing.Service
+	src     source
+	sc      *serviceconfig.ParseResult
+	refresh time.Duration
+	now     chan struct{} // ResolveNow requests; capacity 1
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+func startResolver(cc resolver.ClientConn, svc *routing.Service, src source, sc *serviceconfig.ParseResult, cfg *config) *lanesResolver {
+	r := &lanesResolver{cc: cc, svc: svc, src: src, sc: sc, refresh: cfg.refresh, now: make(chan struct{}, 1)}
+	r.ctx, r.cancel = context.WithCancel(context.Background())
+	r.wg.Add(1)
+	go r.run()
+	return r
+}
+
+// ResolveNow asks for an immediate re-read. It does not block.
+func (r *lanesResolver) ResolveNow(resolver.ResolveNowOptions) {
+	select {
+	case r.now <- struct{}{}:
+	default:
+	}
+}
+
+// Close stops the resolver and waits for its goroutine.
+func (r *lanesResolver) Close() {
+	r.cancel()
+	r.wg.Wait()
+}
+
+func (r *lanesResolver) run() {
+	defer r.wg.Done()
+	select {
+	case <-r.src.Ready():
+	case <-r.ctx.Done():
+		return
+	}
+	n, _ := r.src.(notifier)
+	var tick <-chan time.Time
+	if n == nil {
+		t := time.NewTicker(r.refresh)
+		defer t.Stop()
+		tick = t.C
+	}
+	var last []registry.Instance
+	push := true
+	for {
+		var changed <-chan struct{}
+		if n != nil {
+			changed = n.Changed()
+		}
+		insts := r.src.Instances()
+		slices.SortFunc(insts, func(a, b registry.Instance) int { return cmp.Compare(a.ID, b.ID) })
+		if push || !slices.EqualFunc(insts, last, registry.Instance.Equal) {
+			r.push(insts)
+			last = insts
+		}
+		select {
+		case <-r.ctx.Done():
+			return
+		case <-r.now:
+			// An explicit request always pushes: the balancer clears its
+			// pending request when it gets a state.
+			push = true
+		case <-changed:
+			push = false
+		case <-tick:
+			push = false
+		}
+	}
+}
+
+func (r *lanesResolver) push(insts []registry.Instance) {
+	eps := make([]resolver.Endpoint, 0, len(insts))
+	for _, in := range insts {
+		ep := resolver.Endpoint{Addresses: []resolver.Address{{Addr: in.Addr}}}
+		eps = append(eps, SetInstance(ep, in))
+	}
+	// The error is the balancer's verdict on the state (for example
+	// ErrBadResolverState); there is nothing better to send, and gRPC
+	// itself asks again with backoff.
+	_ = r.cc.UpdateState(SetService(resolver.State{Endpoints: eps, ServiceConfig: r.sc}, r.svc))
+}
+
+// Retry policy of idempotent methods: one retry, after about 10ms.
+const (
+	retryAttempts = 2
+	retryBackoff  = "0.01s"
+)
+
+// serviceConfigJSON is the service config the resolver supplies: the lanes
+// balancer, and the retry policy of the idempotent methods.
+func serviceConfigJSON(zone string, idem methodSet) string {
+	type name struct {
+		Service string `json:"service"`
+		Method  string `json:"method,omitempty"`
+	}
+	type retryPolicy struct {
+		MaxAttempts          int      `json:"maxAttempts"`
+		InitialBackoff       string   `json:"initialBackoff"`
+		MaxBackoff           string   `json:"maxBackoff"`
+		BackoffMultiplier    float64  `json:"backoffMultiplier"`
+		RetryableStatusCodes []string `json:"retryableStatusCodes"`
+	}
+	type methodConfig struct {
+		Name        []name      `json:"name"`
+		RetryPolicy retryPolicy `json:"retryPolicy"`
+	}
+	type throttling struct {
+		MaxTokens  int     `json:"maxTokens"`
+		TokenRatio float64 `json:"tokenRatio"`
+	}
+	type sc struct {
+		LB           []map[string]LBConfig `json:"loadBalancingConfig"`
+		MethodConfig []methodConfig        `json:"methodConfig,omitempty"`
+		Throttling   *throttling           `json:"retryThrottling,omitempty"`
+	}
+	doc := sc{LB: []map[string]LBConfig{{Name: {Zone: zone}}}}
+	if !idem.empty() {
+		var names []name
+		for s := range idem.services {
+			names = append(names, name{Service: s})
+		}
+		for m := range idem.methods {
+			s, meth, _ := splitMethod(m)
+			if !idem.services[s] {
+				names = append(names, name{Service: s, Method: meth})
+			}
+		}
+		slices.SortFunc(names, func(a, b name) int {
+			return cmp.Or(cmp.Compare(a.Service, b.Service), cmp.Compare(a.Method, b.Method))
+		})
+		doc.MethodConfig = []methodConfig{{Name: names, RetryPolicy: retryPolicy{
+			MaxAttempts:          retryAttempts,
+			InitialBackoff:       retryBackoff,
+			MaxBackoff:           retryBackoff,
+			BackoffMultiplier:    1,
+			RetryableStatusCodes: []string{"UNAVAILABLE"},
+		}}}
+		// Retries stop while failures outnumber successes by about 50 to
+		// 5 in the recent past, so that an outage is not doubled.
+		doc.Throttling = &throttling{MaxTokens: 100, TokenRatio: 0.1}
+	}
+	b, err := json.Marshal(doc)
+	if err != nil {
+		panic(err) // plain structs: cannot fail
+	}
+	return string(b)
+}
