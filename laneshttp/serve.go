@@ -34,9 +34,9 @@ import (
 // Options: WithLane, WithZone, WithEnv, WithTTL, WithEngine, WithoutGuard,
 // WithExemptPaths, WithPropagator, WithLogger, WithDrainDelay,
 // WithShutdownTimeout.
-func Serve(ctx context.Context, srv *http.Server, lis net.Listener, reg registry.Registry, inst registry.Instance, opts ...Option) (err error) {
+func Serve(ctx context.Context, srv *http.Server, lis net.Listener, reg registry.Registry, inst registry.Instance, opts ...Option) error {
 	c := newConfig(opts)
-	inst, err = place(inst, c, lis.Addr())
+	inst, err := place(inst, c, lis.Addr())
 	if err != nil {
 		lis.Close()
 		return err

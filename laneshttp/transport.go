@@ -41,6 +41,18 @@ const (
 	Failure
 )
 
+func (o Outcome) String() string {
+	switch o {
+	case Ignore:
+		return "ignore"
+	case Success:
+		return "success"
+	case Failure:
+		return "failure"
+	}
+	return "unknown"
+}
+
 // Transport is an [http.RoundTripper] that routes requests to lanes services
 // through a routing engine. See the package documentation.
 //
