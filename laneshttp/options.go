@@ -11,6 +11,10 @@ import (
 	"github.com/lanesdev/lanes/routing"
 )
 
+// DefaultShutdownTimeout bounds Serve's graceful shutdown unless
+// WithShutdownTimeout says otherwise.
+const DefaultShutdownTimeout = 30 * time.Second
+
 // DefaultExemptPaths are the paths that the guard never refuses: health and
 // metrics endpoints, which are called by the platform, not by lanes callers.
 // A path is exempt when it equals one of them or starts with one of them
@@ -45,7 +49,7 @@ type config struct {
 }
 
 func newConfig(opts []Option) *config {
-	c := &config{getenv: os.Getenv, exempt: DefaultExemptPaths, shutdown: 30 * time.Second}
+	c := &config{getenv: os.Getenv, exempt: DefaultExemptPaths, shutdown: DefaultShutdownTimeout}
 	for _, o := range opts {
 		if o != nil {
 			o(c)
@@ -168,6 +172,6 @@ func WithTTL(d time.Duration) Option { return func(c *config) { c.ttl = d } }
 // on etcd.
 func WithDrainDelay(d time.Duration) Option { return func(c *config) { c.drain = d } }
 
-// WithShutdownTimeout bounds Serve's graceful shutdown (default 30s); the
-// server is then closed.
+// WithShutdownTimeout bounds Serve's graceful shutdown (default
+// DefaultShutdownTimeout); the server is then closed.
 func WithShutdownTimeout(d time.Duration) Option { return func(c *config) { c.shutdown = d } }
