@@ -508,7 +508,7 @@ func (e *Engine) PolicyReady() <-chan struct{} { return e.policyReady }
 // normalised as Pick normalises it; an invalid value is a baseline request.
 //
 // serving is the instance's effective lane (after dynamic tag rules); see
-// Service.LaneOf.
+// Engine.LaneOf.
 func (e *Engine) Admits(serving, requestLane string) bool {
 	if serving == "" {
 		return true
