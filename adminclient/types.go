@@ -1,0 +1,362 @@
+package adminclient
+
+import (
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/lanesdev/lanes/policy"
+	"github.com/lanesdev/lanes/registry"
+)
+
+// This file holds the JSON documents of the admin API (docs/api.md). The
+// server (internal/admin) uses the same types, so the two cannot drift.
+
+// Duration is a time.Duration written in JSON as a Go duration string
+// ("10s", "1h30m").
+type Duration time.Duration
+
+// D returns d as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+func (d Duration) String() string { return time.Duration(d).String() }
+
+// MarshalJSON writes d as a duration string.
+func (d Duration) MarshalJSON() ([]byte, error) { return json.Marshal(d.String()) }
+
+// UnmarshalJSON reads a duration string, or a number of seconds.
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		var n float64
+		if err := json.Unmarshal(b, &n); err != nil {
+			return fmt.Errorf("want a duration string such as \"10s\"")
+		}
+		*d = Duration(n * float64(time.Second))
+		return nil
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("bad duration %q: want a number with a unit, such as \"10s\"", s)
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// Error is the error document of every refusal:
+//
+//	{"error": {"code": "forbidden", "message": "...", "field": "lane", "value": "bob"}}
+//
+// As a Go error it also carries the HTTP status.
+type Error struct {
+	Status  int    `json:"-"`
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	// Field names the request field (or, for a policy document, the dotted
+	// path in the document) that is wrong, and Value its value.
+	Field string `json:"field,omitempty"`
+	Value string `json:"value,omitempty"`
+	// Line is the line of a policy document the error points at (1-based).
+	Line int `json:"line,omitempty"`
+}
+
+func (e *Error) Error() string {
+	var b strings.Builder
+	if e.Line > 0 {
+		b.WriteString("line ")
+		b.WriteString(strconv.Itoa(e.Line))
+		b.WriteString(": ")
+	}
+	b.WriteString(e.Message)
+	if e.Code != "" {
+		b.WriteString(" (")
+		b.WriteString(e.Code)
+		if e.Status != 0 {
+			b.WriteString(", HTTP ")
+			b.WriteString(strconv.Itoa(e.Status))
+		}
+		b.WriteString(")")
+	}
+	return b.String()
+}
+
+// Is makes errors.Is(err, &Error{Code: c}) match any *Error with code c.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Code == e.Code
+}
+
+// ErrorBody wraps Error on the wire.
+type ErrorBody struct {
+	Error *Error `json:"error"`
+}
+
+// Error codes.
+const (
+	CodeBadRequest    = "bad_request"    // 400: malformed request or invalid field
+	CodeUnauthorized  = "unauthorized"   // 401: no token, or an unknown one
+	CodeForbidden     = "forbidden"      // 403: the token's scope does not allow this
+	CodeLaneExpired   = "lane_expired"   // 403 on register, 410 on heartbeat: the lane has expired
+	CodeNotFound      = "not_found"      // 404
+	CodeConflict      = "conflict"       // 409: held by another lane or registration
+	CodeInvalidPolicy = "invalid_policy" // 422: the policy document is refused; field and line say where
+	CodeUnavailable   = "unavailable"    // 503: etcd cannot be reached
+	CodeInternal      = "internal"       // 500
+)
+
+// Info describes a running control plane (GET /v1/info).
+type Info struct {
+	Version string      `json:"version"`
+	Etcd    EtcdInfo    `json:"etcd"`
+	Admin   AdminInfo   `json:"admin"`
+	Gateway GatewayInfo `json:"gateway"`
+}
+
+// EtcdInfo says where the control plane keeps its state.
+type EtcdInfo struct {
+	Endpoints []string `json:"endpoints"`
+	Embedded  bool     `json:"embedded"`
+	Prefix    string   `json:"prefix"`
+}
+
+// AdminInfo describes the admin API.
+type AdminInfo struct {
+	URL string `json:"url"`
+}
+
+// GatewayInfo describes the gateway, so that tools can print the request
+// that reaches a lane.
+type GatewayInfo struct {
+	URL            string   `json:"url"`    // "" when the control plane runs no gateway
+	Domain         string   `json:"domain"` // <lane>.<domain> hosts select a lane
+	Routes         []Route  `json:"routes"`
+	TrustedProxies []string `json:"trusted_proxies,omitempty"`
+	Zone           string   `json:"zone,omitempty"`
+}
+
+// Route sends the requests for a host or under a path prefix to a service.
+type Route struct {
+	Host    string `json:"host,omitempty"`
+	Prefix  string `json:"prefix,omitempty"`
+	Service string `json:"service"`
+}
+
+func (r Route) String() string {
+	if r.Host != "" {
+		return r.Host + r.Prefix + "=" + r.Service
+	}
+	return r.Prefix + "=" + r.Service
+}
+
+// Service summarises one service (GET /v1/services).
+type Service struct {
+	Name      string `json:"name"`
+	Instances int    `json:"instances"`
+	// Lanes lists the effective lanes that have instances of the service,
+	// "" standing for the baseline.
+	Lanes []string `json:"lanes"`
+}
+
+// Instance is a registered instance as the admin API shows it.
+type Instance struct {
+	registry.Instance
+	// EffectiveLane is the lane after the policy's dynamic tag rules.
+	EffectiveLane string `json:"effective_lane"`
+	// State is "ready", "drained", or "expired" (its lane has expired).
+	State string `json:"state"`
+	// Registration is the etcd lease that keeps the instance alive, in hex.
+	Registration string `json:"registration,omitempty"`
+}
+
+// Lane describes one lane: from the policy, the registry and the claims
+// (GET /v1/lanes).
+type Lane struct {
+	Name      string     `json:"name"`
+	Instances int        `json:"instances"`
+	Services  []string   `json:"services"`
+	Fallback  []string   `json:"fallback,omitempty"`
+	Strict    bool       `json:"strict,omitempty"`
+	Expires   *time.Time `json:"expires,omitempty"`
+	Expired   bool       `json:"expired,omitempty"`
+	Clients   []string   `json:"clients,omitempty"` // from the policy
+	Claims    []string   `json:"claims,omitempty"`  // client IPs claimed by dev sessions
+	InPolicy  bool       `json:"in_policy"`
+}
+
+// LaneUpdate is the body of PUT /v1/lanes/{lane}. Exactly one of Expires,
+// ExpiresIn and NoExpiry is set.
+type LaneUpdate struct {
+	Expires   *time.Time `json:"expires,omitempty"`
+	ExpiresIn Duration   `json:"expires_in,omitempty"`
+	NoExpiry  bool       `json:"no_expiry,omitempty"`
+}
+
+// PolicyDocument is the policy in force (GET /v1/policy) or the answer to
+// PUT /v1/policy and POST /v1/policy/validate.
+type PolicyDocument struct {
+	Revision int64          `json:"revision"`
+	Raw      string         `json:"raw"`
+	Policy   *policy.Policy `json:"policy"`
+}
+
+// Explanation answers GET /v1/explain: how a request of a lane, from a
+// zone, reaches a service.
+type Explanation struct {
+	Service string `json:"service"`
+	// Lane is the request lane, normalised ("" for a baseline request).
+	Lane string `json:"lane"`
+	Zone string `json:"zone,omitempty"`
+	Key  string `json:"key,omitempty"`
+	// Strict says the chain stops before the baseline.
+	Strict bool `json:"strict,omitempty"`
+	// Steps walks the chain: the lane, each fallback, the baseline.
+	Steps []ExplainStep `json:"steps"`
+	// Canaries lists the canary splits of the service (baseline requests
+	// only).
+	Canaries []ExplainCanary `json:"canaries,omitempty"`
+	// Decision is the engine's answer; Error is set instead when no
+	// instance may serve the request.
+	Decision *Decision `json:"decision,omitempty"`
+	Error    *Error    `json:"error,omitempty"`
+	Notes    []string  `json:"notes,omitempty"`
+}
+
+// ExplainStep is one lane of the chain.
+type ExplainStep struct {
+	Lane string `json:"lane"` // "" for the baseline
+	// Role is "lane", "fallback" or "baseline".
+	Role      string            `json:"role"`
+	Expired   bool              `json:"expired,omitempty"`
+	Instances []ExplainInstance `json:"instances"`
+	// Eligible lists the instances of the step that may serve, after the
+	// zone preference.
+	Eligible []string `json:"eligible"`
+	// Outcome is "serves", "empty" (the chain goes on), "stops" (a strict
+	// chain ends here) or "not reached".
+	Outcome string `json:"outcome"`
+	Note    string `json:"note,omitempty"`
+}
+
+// ExplainInstance is an instance as one step sees it.
+type ExplainInstance struct {
+	ID   string `json:"id"`
+	Addr string `json:"addr"`
+	Zone string `json:"zone,omitempty"`
+	// RegisteredLane is set when a tag rule moved the instance into this
+	// step's lane from another.
+	RegisteredLane string `json:"registered_lane,omitempty"`
+	// State is "eligible", "drained", "expired" or "other-zone".
+	State string `json:"state"`
+}
+
+// ExplainCanary is one canary split of the service.
+type ExplainCanary struct {
+	Lane      string  `json:"lane"`
+	Percent   float64 `json:"percent"`
+	Instances int     `json:"instances"` // 0: the split takes no share
+}
+
+// Decision is the routing engine's decision for the request.
+type Decision struct {
+	Lane        string   `json:"lane"`
+	RequestLane string   `json:"request_lane"`
+	Reason      string   `json:"reason"`
+	Eligible    []string `json:"eligible"`
+}
+
+// Token is a registration credential (GET/POST /v1/tokens). Exactly one of
+// Lane and Baseline is set: a token registers instances in that lane only,
+// or in the baseline only.
+type Token struct {
+	ID       string    `json:"id"`
+	Name     string    `json:"name,omitempty"`
+	Lane     string    `json:"lane,omitempty"`
+	Baseline bool      `json:"baseline,omitempty"`
+	Created  time.Time `json:"created"`
+	// Secret is the token itself, returned once by POST /v1/tokens and
+	// never stored.
+	Secret string `json:"token,omitempty"`
+}
+
+// Scope names the token's scope: "lane:<name>" or "baseline".
+func (t Token) Scope() string {
+	if t.Baseline {
+		return "baseline"
+	}
+	return "lane:" + t.Lane
+}
+
+// TokenRequest is the body of POST /v1/tokens.
+type TokenRequest struct {
+	Name     string `json:"name,omitempty"`
+	Lane     string `json:"lane,omitempty"`
+	Baseline bool   `json:"baseline,omitempty"`
+}
+
+// RegisterRequest is the body of POST /v1/instances.
+type RegisterRequest struct {
+	Instance registry.Instance `json:"instance"`
+	TTL      Duration          `json:"ttl,omitempty"`
+	// Registration, when set, updates the instance under that registration
+	// (which must still hold it; otherwise nothing changes and Held is
+	// false in the answer).
+	Registration string `json:"registration,omitempty"`
+	// IfAbsent registers only when no registration holds the instance's
+	// key; used to re-register after a lost lease without overwriting a
+	// newer registration.
+	IfAbsent bool `json:"if_absent,omitempty"`
+}
+
+// Registration is the answer to POST /v1/instances and to heartbeats.
+type Registration struct {
+	Instance     registry.Instance `json:"instance"`
+	Registration string            `json:"registration"`
+	TTL          Duration          `json:"ttl"`
+	// Held reports whether the registration holds the instance's key.
+	Held bool `json:"held"`
+}
+
+// HeartbeatRequest is the body of POST /v1/instances/{service}/{id}/heartbeat.
+type HeartbeatRequest struct {
+	Registration string `json:"registration"`
+}
+
+// Claim puts the requests of one client IP in a lane at the gateway, for as
+// long as the registration it is attached to lives (GET/POST /v1/claims).
+type Claim struct {
+	IP           string    `json:"ip"`
+	Lane         string    `json:"lane"`
+	Registration string    `json:"registration"`
+	Created      time.Time `json:"created"`
+}
+
+// ClaimRequest is the body of POST /v1/claims. IP defaults to the address
+// the request comes from; a lane token may claim only that one.
+type ClaimRequest struct {
+	Lane         string `json:"lane"`
+	IP           string `json:"ip,omitempty"`
+	Registration string `json:"registration"`
+}
+
+// Batch is one line of GET /v1/watch/instances: registry.Batch on the wire.
+type Batch struct {
+	Reset    bool    `json:"reset,omitempty"`
+	Revision int64   `json:"revision"`
+	Events   []Event `json:"events"`
+}
+
+// Event is one change in a Batch.
+type Event struct {
+	Type     string            `json:"type"` // "put" or "delete"
+	Instance registry.Instance `json:"instance"`
+	Revision int64             `json:"revision"`
+}
+
+// Listing is what `lanes ls -o json` prints.
+type Listing struct {
+	Services  []Service  `json:"services"`
+	Instances []Instance `json:"instances"`
+	Lanes     []Lane     `json:"lanes"`
+}

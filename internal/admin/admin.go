@@ -1,0 +1,359 @@
+// Package admin is the lanes admin API: JSON over HTTP, served by `lanes up`
+// on the admin address (docs/api.md).
+//
+// It lists services, instances and lanes; gets, puts and validates the
+// policy; explains a route; sets lane lifetimes; manages registration tokens;
+// registers instances (an etcd lease per registration, renewed by heartbeats)
+// and client-IP claims for dev sessions. Health is at /healthz and
+// Prometheus metrics at /metrics.
+//
+// Everything the API keeps lives in etcd, next to the registry and the policy
+// (docs/etcd.md): the server holds no state of its own, so several control
+// planes may serve one etcd prefix.
+//
+//	<prefix>tokens/<id>  a registration token: its scope and the SHA-256 of its secret
+//	<prefix>claims/<ip>  a client-IP claim, attached to the lease of a registration
+package admin
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/lanesdev/lanes/adminclient"
+	"github.com/lanesdev/lanes/etcdstore"
+	"github.com/lanesdev/lanes/routing"
+)
+
+// Config configures a Server.
+type Config struct {
+	// Store is the etcd store of the registry and the policy. Required.
+	Store *etcdstore.Store
+	// Engine is the control plane's routing engine, following Store. It
+	// gives the policy in force. Required.
+	Engine *routing.Engine
+	// AdminToken is the admin credential. Required.
+	AdminToken string
+	// Info is what GET /v1/info answers (the version is filled in).
+	Info adminclient.Info
+	// Claims, when set, is counted in the metrics.
+	Claims *ClaimTable
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// Now defaults to time.Now.
+	Now func() time.Time
+	// Gatherer, when set, is served at /metrics together with the API's own
+	// metrics (for example prometheus.DefaultGatherer, which holds the
+	// embedded etcd's).
+	Gatherer prometheus.Gatherer
+}
+
+// Version is reported by GET /v1/info.
+var Version = "dev"
+
+// Server is the admin API, an http.Handler.
+type Server struct {
+	cfg       Config
+	store     *etcdstore.Store
+	cli       *clientv3.Client
+	prefix    string
+	engine    *routing.Engine
+	adminHash [32]byte
+	log       *slog.Logger
+	now       func() time.Time
+	mux       *http.ServeMux
+	metrics   *metrics
+	handler   http.Handler
+
+	// streams is cancelled by Close: watch streams end with it.
+	streams      context.Context
+	cancelStream context.CancelFunc
+	wg           sync.WaitGroup
+}
+
+// New returns the admin API.
+func New(cfg Config) (*Server, error) {
+	if cfg.Store == nil || cfg.Engine == nil {
+		return nil, errors.New("admin: Config.Store and Config.Engine are required")
+	}
+	if len(cfg.AdminToken) < 16 {
+		return nil, errors.New("admin: the admin token must be at least 16 characters")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	cfg.Info.Version = Version
+	s := &Server{
+		cfg:       cfg,
+		store:     cfg.Store,
+		cli:       cfg.Store.Client(),
+		prefix:    cfg.Store.Prefix(),
+		engine:    cfg.Engine,
+		adminHash: sha256.Sum256([]byte(cfg.AdminToken)),
+		log:       cfg.Logger.With("component", "admin"),
+		now:       cfg.Now,
+		mux:       http.NewServeMux(),
+	}
+	s.streams, s.cancelStream = context.WithCancel(context.Background())
+	s.metrics = newMetrics(cfg.Claims)
+	s.routes()
+	s.handler = s.metrics.instrument(s.mux)
+	return s, nil
+}
+
+// ServeHTTP implements http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.ServeHTTP(w, r) }
+
+// Close ends the watch streams in progress (so that an http.Server's
+// Shutdown does not wait for them) and waits for their handlers.
+func (s *Server) Close() error {
+	s.cancelStream()
+	s.wg.Wait()
+	return nil
+}
+
+// access says who may call an endpoint.
+type access int
+
+const (
+	public  access = iota // no token
+	anyone                // any valid token
+	adminOn               // the admin token
+)
+
+type handlerFunc func(w http.ResponseWriter, r *http.Request, p *principal) error
+
+func (s *Server) routes() {
+	h := func(pattern string, a access, f handlerFunc) {
+		s.mux.Handle(pattern, s.metrics.label(pattern, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			var p *principal
+			if a != public {
+				var err error
+				if p, err = s.authenticate(r); err != nil {
+					s.writeError(w, r, err)
+					return
+				}
+				if a == adminOn && !p.admin {
+					s.writeError(w, r, forbidden("", "", "this endpoint needs the admin token"))
+					return
+				}
+			}
+			if err := f(w, r, p); err != nil {
+				s.writeError(w, r, err)
+			}
+		})))
+	}
+	h("GET /healthz", public, s.health)
+	s.mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.gatherer(s.cfg.Gatherer), promhttp.HandlerOpts{}))
+	h("GET /v1/info", anyone, s.info)
+	h("GET /v1/services", anyone, s.listServices)
+	h("GET /v1/instances", anyone, s.listInstances)
+	h("POST /v1/instances", anyone, s.register)
+	h("POST /v1/instances/{service}/{id}/heartbeat", anyone, s.heartbeat)
+	h("DELETE /v1/instances/{service}/{id}", anyone, s.deregister)
+	h("GET /v1/watch/instances", anyone, s.watchInstances)
+	h("GET /v1/lanes", anyone, s.listLanes)
+	h("GET /v1/lanes/{lane}", anyone, s.getLane)
+	h("PUT /v1/lanes/{lane}", adminOn, s.putLane)
+	h("GET /v1/policy", anyone, s.getPolicy)
+	h("PUT /v1/policy", adminOn, s.putPolicy)
+	h("POST /v1/policy/validate", anyone, s.validatePolicy)
+	h("GET /v1/explain", anyone, s.explain)
+	h("GET /v1/tokens", adminOn, s.listTokens)
+	h("POST /v1/tokens", adminOn, s.createToken)
+	h("DELETE /v1/tokens/{id}", adminOn, s.revokeToken)
+	h("GET /v1/claims", anyone, s.listClaims)
+	h("POST /v1/claims", anyone, s.createClaim)
+	h("DELETE /v1/claims/{ip}", anyone, s.deleteClaim)
+	h("/", public, func(w http.ResponseWriter, r *http.Request, _ *principal) error {
+		return &apiError{status: http.StatusNotFound, body: adminclient.Error{Code: adminclient.CodeNotFound,
+			Message: fmt.Sprintf("no endpoint %s %s; see docs/api.md", r.Method, r.URL.Path)}}
+	})
+}
+
+// principal is who called: the admin, or the holder of a registration token.
+type principal struct {
+	admin bool
+	token adminclient.Token // when not admin
+}
+
+// allows reports whether p may act on lane l ("" for the baseline).
+func (p *principal) allows(l string) bool {
+	if p.admin {
+		return true
+	}
+	if l == "" {
+		return p.token.Baseline
+	}
+	return !p.token.Baseline && p.token.Lane == l
+}
+
+func (p *principal) String() string {
+	if p.admin {
+		return "the admin token"
+	}
+	if p.token.Baseline {
+		return fmt.Sprintf("token %s (scope: baseline)", p.token.ID)
+	}
+	return fmt.Sprintf("token %s (scope: lane %s)", p.token.ID, p.token.Lane)
+}
+
+// authenticate reads the bearer token of r.
+func (s *Server) authenticate(r *http.Request) (*principal, error) {
+	h := r.Header.Get("Authorization")
+	tok, ok := strings.CutPrefix(h, "Bearer ")
+	tok = strings.TrimSpace(tok)
+	if !ok || tok == "" {
+		return nil, unauthorized("this endpoint needs a token: send \"Authorization: Bearer <token>\"")
+	}
+	sum := sha256.Sum256([]byte(tok))
+	if subtle.ConstantTimeCompare(sum[:], s.adminHash[:]) == 1 {
+		return &principal{admin: true}, nil
+	}
+	t, err := s.checkToken(r.Context(), tok)
+	if err != nil {
+		return nil, err
+	}
+	return &principal{token: t}, nil
+}
+
+// apiError is an error answer.
+type apiError struct {
+	status int
+	body   adminclient.Error
+}
+
+func (e *apiError) Error() string { return e.body.Error() }
+
+func errorf(status int, code, field, value, format string, args ...any) *apiError {
+	return &apiError{status: status, body: adminclient.Error{Code: code, Field: field, Value: value, Message: fmt.Sprintf(format, args...)}}
+}
+
+func badRequest(field, value, format string, args ...any) *apiError {
+	return errorf(http.StatusBadRequest, adminclient.CodeBadRequest, field, value, format, args...)
+}
+
+func forbidden(field, value, format string, args ...any) *apiError {
+	return errorf(http.StatusForbidden, adminclient.CodeForbidden, field, value, format, args...)
+}
+
+func unauthorized(msg string) *apiError {
+	return errorf(http.StatusUnauthorized, adminclient.CodeUnauthorized, "", "", "%s", msg)
+}
+
+func notFound(field, value, format string, args ...any) *apiError {
+	return errorf(http.StatusNotFound, adminclient.CodeNotFound, field, value, format, args...)
+}
+
+func conflict(field, value, format string, args ...any) *apiError {
+	return errorf(http.StatusConflict, adminclient.CodeConflict, field, value, format, args...)
+}
+
+// etcdError is the answer for a failed etcd call.
+func etcdError(what string, err error) error {
+	if errors.Is(err, context.Canceled) {
+		return err
+	}
+	return errorf(http.StatusServiceUnavailable, adminclient.CodeUnavailable, "", "", "%s: %v", what, err)
+}
+
+func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	var ae *apiError
+	if !errors.As(err, &ae) {
+		if errors.Is(err, context.Canceled) && r.Context().Err() != nil {
+			return // the client went away
+		}
+		s.log.Error("admin request failed", "method", r.Method, "path", r.URL.Path, "err", err)
+		ae = errorf(http.StatusInternalServerError, adminclient.CodeInternal, "", "", "%v", err)
+	}
+	if ae.status == http.StatusUnauthorized {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="lanes"`)
+	}
+	writeJSON(w, ae.status, adminclient.ErrorBody{Error: &ae.body})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
+}
+
+// maxBody bounds JSON request bodies.
+const maxBody = 1 << 20
+
+// decode reads a strict JSON body into v; a bad field is a 400 naming it.
+func decode(r *http.Request, v any) error {
+	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, maxBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		var te *json.UnmarshalTypeError
+		var se *json.SyntaxError
+		switch {
+		case errors.Is(err, io.EOF):
+			return badRequest("", "", "the request needs a JSON body")
+		case errors.As(err, &te):
+			return badRequest(te.Field, te.Value, "field %s: want %s, got %s", te.Field, te.Type, te.Value)
+		case errors.As(err, &se):
+			return badRequest("", "", "malformed JSON at byte %d: %v", se.Offset, err)
+		case strings.HasPrefix(err.Error(), "json: unknown field "):
+			f, _ := strconv.Unquote(strings.TrimPrefix(err.Error(), "json: unknown field "))
+			return badRequest(f, "", "unknown field %q", f)
+		default:
+			return badRequest("", "", "malformed JSON body: %v", err)
+		}
+	}
+	if dec.More() {
+		return badRequest("", "", "more than one JSON value in the body")
+	}
+	return nil
+}
+
+// remoteIP is the address the request comes from (the TCP peer; the admin
+// API does not trust forwarding headers).
+func remoteIP(r *http.Request) netip.Addr {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	a, _ := netip.ParseAddr(host)
+	return a.Unmap()
+}
+
+func (s *Server) health(w http.ResponseWriter, r *http.Request, _ *principal) error {
+	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+	defer cancel()
+	if _, err := s.cli.Get(ctx, s.prefix+"policy", clientv3.WithCountOnly()); err != nil {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "etcd": err.Error()})
+		return nil
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "etcd": "ok"})
+	return nil
+}
+
+func (s *Server) info(w http.ResponseWriter, r *http.Request, _ *principal) error {
+	writeJSON(w, http.StatusOK, s.cfg.Info)
+	return nil
+}

@@ -1,0 +1,297 @@
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"net/netip"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/lanesdev/lanes/adminclient"
+	"github.com/lanesdev/lanes/lane"
+)
+
+// A claim puts the requests from one client IP in a lane at the gateway. It
+// lives at <prefix>claims/<ip>, attached to the lease of a registration in
+// that lane: it vanishes when the dev session that made it ends, or stops
+// sending heartbeats.
+
+func (s *Server) claimKey(ip netip.Addr) string { return s.prefix + "claims/" + ip.String() }
+
+func (s *Server) claims(ctx context.Context) ([]adminclient.Claim, error) {
+	resp, err := s.cli.Get(ctx, s.prefix+"claims/", clientv3.WithPrefix())
+	if err != nil {
+		return nil, etcdError("list claims", err)
+	}
+	out := []adminclient.Claim{}
+	for _, kv := range resp.Kvs {
+		if c, ok := parseClaim(kv); ok {
+			out = append(out, c)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].IP < out[j].IP })
+	return out, nil
+}
+
+func parseClaim(kv *mvccpb.KeyValue) (adminclient.Claim, bool) {
+	var c adminclient.Claim
+	if json.Unmarshal(kv.Value, &c) != nil {
+		return c, false
+	}
+	a, err := netip.ParseAddr(c.IP)
+	if err != nil || !lane.Valid(c.Lane) || !strings.HasSuffix(string(kv.Key), "/"+a.Unmap().String()) {
+		return c, false
+	}
+	return c, true
+}
+
+func (s *Server) listClaims(w http.ResponseWriter, r *http.Request, _ *principal) error {
+	out, err := s.claims(r.Context())
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"claims": out})
+	return nil
+}
+
+func (s *Server) createClaim(w http.ResponseWriter, r *http.Request, p *principal) error {
+	var req adminclient.ClaimRequest
+	if err := decode(r, &req); err != nil {
+		return err
+	}
+	l, err := lane.Parse(req.Lane)
+	if err != nil {
+		return badRequest("lane", req.Lane, "%v", err)
+	}
+	if !p.allows(l) {
+		return forbidden("lane", l, "%s cannot claim clients for lane %q", p, l)
+	}
+	remote := remoteIP(r)
+	ip := remote
+	if req.IP != "" {
+		a, err := netip.ParseAddr(req.IP)
+		if err != nil {
+			return badRequest("ip", req.IP, "not an IP address")
+		}
+		ip = a.Unmap()
+	}
+	if !ip.IsValid() {
+		return badRequest("ip", req.IP, "cannot tell the address the request comes from; name it in ip")
+	}
+	if !p.admin && ip != remote {
+		return forbidden("ip", ip.String(), "%s may claim only the address it connects from (%s)", p, remote)
+	}
+	ctx := r.Context()
+	if err := s.refuseExpired(ctx, "lane", l); err != nil {
+		return err
+	}
+	id, err := parseLease(req.Registration)
+	if err != nil {
+		return err
+	}
+	// The registration must hold an instance in the lane: the claim lives
+	// as long as that dev session.
+	ttl, err := s.cli.TimeToLive(ctx, id, clientv3.WithAttachedKeys())
+	if errors.Is(err, rpctypes.ErrLeaseNotFound) || err == nil && ttl.TTL <= 0 {
+		return notFound("registration", req.Registration, "registration %s has expired or was never made", req.Registration)
+	}
+	if err != nil {
+		return etcdError("read registration", err)
+	}
+	inLane := false
+	for _, k := range ttl.Keys {
+		if !strings.HasPrefix(string(k), s.prefix+"instances/") {
+			continue
+		}
+		kl, ok, err := s.laneOfKey(ctx, string(k))
+		if err != nil {
+			return err
+		}
+		if ok && kl == l {
+			inLane = true
+		}
+	}
+	if !inLane {
+		return badRequest("registration", req.Registration, "registration %s holds no instance in lane %q; a claim lives with a registration of its lane", req.Registration, l)
+	}
+	c := adminclient.Claim{IP: ip.String(), Lane: l, Registration: req.Registration, Created: s.now().UTC()}
+	val, _ := json.Marshal(c)
+	key := s.claimKey(ip)
+	for range 5 {
+		cur, err := s.cli.Get(ctx, key)
+		if err != nil {
+			return etcdError("read claim", err)
+		}
+		cmp := clientv3.Compare(clientv3.CreateRevision(key), "=", 0)
+		if len(cur.Kvs) == 1 {
+			old, ok := parseClaim(cur.Kvs[0])
+			if ok && old.Lane != l {
+				return conflict("ip", c.IP, "%s is claimed by lane %q", c.IP, old.Lane)
+			}
+			cmp = clientv3.Compare(clientv3.ModRevision(key), "=", cur.Kvs[0].ModRevision)
+		}
+		resp, err := s.cli.Txn(ctx).If(cmp).Then(clientv3.OpPut(key, string(val), clientv3.WithLease(id))).Commit()
+		if err != nil {
+			return etcdError("store claim", err)
+		}
+		if resp.Succeeded {
+			s.log.Info("client claimed", "ip", c.IP, "lane", l, "registration", req.Registration)
+			writeJSON(w, http.StatusCreated, c)
+			return nil
+		}
+	}
+	return conflict("ip", c.IP, "the claim of %s keeps changing; try again", c.IP)
+}
+
+func (s *Server) deleteClaim(w http.ResponseWriter, r *http.Request, p *principal) error {
+	a, err := netip.ParseAddr(r.PathValue("ip"))
+	if err != nil {
+		return badRequest("ip", r.PathValue("ip"), "not an IP address")
+	}
+	ctx := r.Context()
+	key := s.claimKey(a.Unmap())
+	cur, err := s.cli.Get(ctx, key)
+	if err != nil {
+		return etcdError("read claim", err)
+	}
+	if len(cur.Kvs) == 0 {
+		return notFound("ip", a.String(), "no claim of %s", a)
+	}
+	if c, ok := parseClaim(cur.Kvs[0]); ok && !p.allows(c.Lane) {
+		return forbidden("ip", a.String(), "%s cannot remove a claim of lane %q", p, c.Lane)
+	}
+	if _, err := s.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.ModRevision(key), "=", cur.Kvs[0].ModRevision)).
+		Then(clientv3.OpDelete(key)).Commit(); err != nil {
+		return etcdError("delete claim", err)
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
+
+// ClaimTable follows the claims in etcd, for the gateway: Lookup answers
+// from memory. It lists the claims, then watches from the list's revision,
+// and lists again whenever the watch breaks.
+type ClaimTable struct {
+	cli    *clientv3.Client
+	prefix string
+	log    *slog.Logger
+
+	m      atomic.Pointer[map[netip.Addr]string]
+	ready  chan struct{}
+	once   sync.Once
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// WatchClaims starts following the claims under prefix ("<prefix>claims/").
+// Close stops it.
+func WatchClaims(cli *clientv3.Client, prefix string, log *slog.Logger) *ClaimTable {
+	if log == nil {
+		log = slog.Default()
+	}
+	t := &ClaimTable{cli: cli, prefix: prefix + "claims/", log: log.With("component", "claims"), ready: make(chan struct{}), done: make(chan struct{})}
+	empty := map[netip.Addr]string{}
+	t.m.Store(&empty)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.cancel = cancel
+	go t.run(ctx)
+	return t
+}
+
+// Lookup returns the lane that claims addr.
+func (t *ClaimTable) Lookup(addr netip.Addr) (string, bool) {
+	l, ok := (*t.m.Load())[addr.Unmap()]
+	return l, ok
+}
+
+// Len returns the number of claims.
+func (t *ClaimTable) Len() int { return len(*t.m.Load()) }
+
+// Ready is closed once the claims have been listed.
+func (t *ClaimTable) Ready() <-chan struct{} { return t.ready }
+
+// Close stops following and waits for the goroutine.
+func (t *ClaimTable) Close() error {
+	t.cancel()
+	<-t.done
+	return nil
+}
+
+func (t *ClaimTable) run(ctx context.Context) {
+	defer close(t.done)
+	backoff := 100 * time.Millisecond
+	for ctx.Err() == nil {
+		err := t.follow(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		t.log.Warn("claims watch ended; listing again", "err", err)
+		d := backoff/2 + rand.N(backoff/2+1)
+		backoff = min(2*backoff, 2*time.Second)
+		select {
+		case <-time.After(d):
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+func (t *ClaimTable) follow(ctx context.Context) error {
+	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	resp, err := t.cli.Get(lctx, t.prefix, clientv3.WithPrefix())
+	cancel()
+	if err != nil {
+		return err
+	}
+	m := map[netip.Addr]string{}
+	for _, kv := range resp.Kvs {
+		if c, ok := parseClaim(kv); ok {
+			m[netip.MustParseAddr(c.IP).Unmap()] = c.Lane
+		}
+	}
+	t.m.Store(&m)
+	t.once.Do(func() { close(t.ready) })
+	wctx, wcancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer wcancel()
+	wch := t.cli.Watch(wctx, t.prefix, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
+	for wr := range wch {
+		if err := wr.Err(); err != nil {
+			return err
+		}
+		next := make(map[netip.Addr]string, len(*t.m.Load())+1)
+		for k, v := range *t.m.Load() {
+			next[k] = v
+		}
+		for _, ev := range wr.Events {
+			a, err := netip.ParseAddr(strings.TrimPrefix(string(ev.Kv.Key), t.prefix))
+			if err != nil {
+				continue
+			}
+			a = a.Unmap()
+			switch ev.Type {
+			case clientv3.EventTypeDelete:
+				delete(next, a)
+			case clientv3.EventTypePut:
+				if c, ok := parseClaim(ev.Kv); ok {
+					next[a] = c.Lane
+				} else {
+					delete(next, a)
+				}
+			}
+		}
+		t.m.Store(&next)
+	}
+	return errors.New("watch closed")
+}

@@ -1,0 +1,162 @@
+package admin
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"net/http"
+	"sort"
+	"strings"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/lanesdev/lanes/adminclient"
+	"github.com/lanesdev/lanes/lane"
+)
+
+// A registration token reads "lanes_<id>_<secret>": id is 12 hex digits,
+// public (it names the token in listings and revocations), and secret 64 hex
+// digits. etcd keeps, at <prefix>tokens/<id>, the token's scope and the
+// SHA-256 of the whole token, never the token itself. The admin token reads
+// "lanes_admin_<secret>" and is not stored in etcd at all.
+const (
+	tokenPrefix      = "lanes_"
+	AdminTokenPrefix = "lanes_admin_"
+	idLen            = 12
+)
+
+// storedToken is the value at <prefix>tokens/<id>.
+type storedToken struct {
+	adminclient.Token
+	Hash string `json:"sha256"`
+}
+
+// NewAdminToken returns a fresh admin token.
+func NewAdminToken() string { return AdminTokenPrefix + randomHex(32) }
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func (s *Server) tokenKey(id string) string { return s.prefix + "tokens/" + id }
+
+// tokenID returns the id part of a registration token, or "".
+func tokenID(tok string) string {
+	rest, ok := strings.CutPrefix(tok, tokenPrefix)
+	if !ok || len(rest) < idLen+2 || rest[idLen] != '_' {
+		return ""
+	}
+	id := rest[:idLen]
+	if _, err := hex.DecodeString(id); err != nil {
+		return ""
+	}
+	return id
+}
+
+// checkToken looks a registration token up in etcd.
+func (s *Server) checkToken(ctx context.Context, tok string) (adminclient.Token, error) {
+	id := tokenID(tok)
+	if id == "" {
+		return adminclient.Token{}, unauthorized("unknown token: it is neither the admin token nor a registration token")
+	}
+	resp, err := s.cli.Get(ctx, s.tokenKey(id))
+	if err != nil {
+		return adminclient.Token{}, etcdError("read token", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return adminclient.Token{}, unauthorized("unknown token " + id + " (revoked, or never created)")
+	}
+	var st storedToken
+	if err := json.Unmarshal(resp.Kvs[0].Value, &st); err != nil {
+		s.log.Warn("unreadable token record", "key", string(resp.Kvs[0].Key), "err", err)
+		return adminclient.Token{}, unauthorized("unknown token " + id)
+	}
+	sum := sha256.Sum256([]byte(tok))
+	if subtle.ConstantTimeCompare([]byte(hex.EncodeToString(sum[:])), []byte(st.Hash)) != 1 {
+		return adminclient.Token{}, unauthorized("wrong secret for token " + id)
+	}
+	return st.Token, nil
+}
+
+func (s *Server) listTokens(w http.ResponseWriter, r *http.Request, _ *principal) error {
+	resp, err := s.cli.Get(r.Context(), s.prefix+"tokens/", clientv3.WithPrefix())
+	if err != nil {
+		return etcdError("list tokens", err)
+	}
+	out := []adminclient.Token{}
+	for _, kv := range resp.Kvs {
+		var st storedToken
+		if err := json.Unmarshal(kv.Value, &st); err != nil {
+			s.log.Warn("unreadable token record", "key", string(kv.Key), "err", err)
+			continue
+		}
+		out = append(out, st.Token)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Created.Before(out[j].Created) })
+	writeJSON(w, http.StatusOK, map[string]any{"tokens": out})
+	return nil
+}
+
+func (s *Server) createToken(w http.ResponseWriter, r *http.Request, _ *principal) error {
+	var req adminclient.TokenRequest
+	if err := decode(r, &req); err != nil {
+		return err
+	}
+	t := adminclient.Token{Name: strings.TrimSpace(req.Name), Baseline: req.Baseline, Created: s.now().UTC()}
+	switch {
+	case req.Baseline && req.Lane != "":
+		return badRequest("lane", req.Lane, "set either lane or baseline, not both")
+	case req.Baseline:
+	case req.Lane == "":
+		return badRequest("lane", "", "a token is scoped to one lane (set lane) or to the baseline (set baseline: true)")
+	default:
+		l, err := lane.Parse(req.Lane)
+		if err != nil {
+			return badRequest("lane", req.Lane, "%v", err)
+		}
+		t.Lane = l
+	}
+	if len(t.Name) > 200 {
+		return badRequest("name", t.Name, "at most 200 characters")
+	}
+	for range 5 {
+		t.ID = randomHex(idLen / 2)
+		secret := tokenPrefix + t.ID + "_" + randomHex(32)
+		sum := sha256.Sum256([]byte(secret))
+		val, _ := json.Marshal(storedToken{Token: t, Hash: hex.EncodeToString(sum[:])})
+		key := s.tokenKey(t.ID)
+		resp, err := s.cli.Txn(r.Context()).
+			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+			Then(clientv3.OpPut(key, string(val))).
+			Commit()
+		if err != nil {
+			return etcdError("create token", err)
+		}
+		if resp.Succeeded {
+			s.log.Info("token created", "id", t.ID, "scope", t.Scope(), "name", t.Name)
+			t.Secret = secret
+			writeJSON(w, http.StatusCreated, t)
+			return nil
+		}
+	}
+	return errorf(http.StatusInternalServerError, adminclient.CodeInternal, "", "", "could not pick an unused token id")
+}
+
+func (s *Server) revokeToken(w http.ResponseWriter, r *http.Request, _ *principal) error {
+	id := r.PathValue("id")
+	resp, err := s.cli.Delete(r.Context(), s.tokenKey(id))
+	if err != nil {
+		return etcdError("revoke token", err)
+	}
+	if resp.Deleted == 0 {
+		return notFound("id", id, "no token %q", id)
+	}
+	s.log.Info("token revoked", "id", id)
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}
