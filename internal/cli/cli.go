@@ -73,6 +73,6 @@ environment) when the lane has no instance of a service.`,
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(newSimulate())
+	root.AddCommand(newSimulate(), newUp(stderr), newDemo(stderr), newLs(), newPolicy(), newRoute(), newDev(), newToken(), newLane())
 	return root
 }

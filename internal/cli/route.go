@@ -1,0 +1,141 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/lanesdev/lanes/adminclient"
+)
+
+func newRoute() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "route",
+		Short: "Explain how requests are routed",
+	}
+	cmd.AddCommand(newRouteExplain())
+	return cmd
+}
+
+func newRouteExplain() *cobra.Command {
+	var cf clientFlags
+	var laneName, zone, key, output string
+	cmd := &cobra.Command{
+		Use:   "explain SERVICE [--lane L] [--zone Z]",
+		Short: "Walk a request's lane chain to a service and show the decision",
+		Long: `explain shows, for a request to SERVICE carrying lane L (none: a baseline
+request) from zone Z, each step of the lane chain — the lane, its fallbacks,
+the baseline — with the instances there and why each is or is not eligible,
+then the routing engine's decision.
+
+Exit status: 0 when an instance may serve the request, 1 when none may
+(no_instance or lane_unavailable).`,
+		Example: `  lanes route explain payments --lane alice
+  lanes route explain orders --lane feature-x --zone az1 -o json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkOutput(output, "text", "json"); err != nil {
+				return err
+			}
+			c, err := cf.client()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			ctx, cancel := callCtx(cmd)
+			defer cancel()
+			ex, err := c.Explain(ctx, args[0], laneName, zone, key)
+			if err != nil {
+				return apiFailure(c, err)
+			}
+			if output == "json" {
+				printJSON(cmd.OutOrStdout(), ex)
+			} else {
+				printExplanation(cmd.OutOrStdout(), ex)
+			}
+			if ex.Error != nil {
+				return &exitError{code: ExitFail}
+			}
+			return nil
+		},
+	}
+	cf.add(cmd)
+	cmd.Flags().StringVar(&laneName, "lane", "", "the request's lane (none: a baseline request)")
+	cmd.Flags().StringVar(&zone, "zone", "", "the caller's zone")
+	cmd.Flags().StringVar(&key, "key", "", "the request key of sticky canary splits")
+	cmd.Flags().StringVarP(&output, "output", "o", "text", "text or json")
+	return cmd
+}
+
+func printExplanation(w io.Writer, ex adminclient.Explanation) {
+	head := fmt.Sprintf("%s, ", ex.Service)
+	if ex.Lane == "" {
+		head += "baseline request"
+	} else {
+		head += "lane " + ex.Lane
+	}
+	if ex.Zone != "" {
+		head += ", zone " + ex.Zone
+	}
+	if ex.Key != "" {
+		head += ", key " + ex.Key
+	}
+	fmt.Fprintln(w, head)
+	for i, st := range ex.Steps {
+		name := st.Role
+		if st.Lane != "" {
+			name += " " + st.Lane
+		}
+		if st.Expired {
+			name += " (expired)"
+		}
+		line := fmt.Sprintf("  %d. %-22s %s", i+1, name, st.Outcome)
+		var parts []string
+		for _, in := range st.Instances {
+			p := in.ID + " " + in.Addr
+			var notes []string
+			if in.Zone != "" {
+				notes = append(notes, "zone "+in.Zone)
+			}
+			if in.State != "eligible" {
+				notes = append(notes, in.State)
+			}
+			if in.RegisteredLane != "" {
+				notes = append(notes, "tagged from "+in.RegisteredLane)
+			}
+			if len(notes) > 0 {
+				p += " (" + strings.Join(notes, ", ") + ")"
+			}
+			parts = append(parts, p)
+		}
+		if len(parts) > 0 {
+			line += ": " + strings.Join(parts, "; ")
+		}
+		if st.Note != "" {
+			line += " — " + st.Note
+		}
+		fmt.Fprintln(w, line)
+	}
+	for _, c := range ex.Canaries {
+		state := fmt.Sprintf("%d instance(s)", c.Instances)
+		if c.Instances == 0 {
+			state = "no instance: takes no share"
+		}
+		fmt.Fprintf(w, "  canary %s: %g%% of baseline requests (%s)\n", c.Lane, c.Percent, state)
+	}
+	if d := ex.Decision; d != nil {
+		fmt.Fprintf(w, "decision: serve from %s, reason %s, eligible %s", laneLabel(d.Lane), d.Reason, strings.Join(d.Eligible, ", "))
+		if d.RequestLane != "" {
+			fmt.Fprintf(w, "; lane %s travels downstream", d.RequestLane)
+		}
+		fmt.Fprintln(w)
+	}
+	if ex.Error != nil {
+		fmt.Fprintf(w, "decision: %s (%s)\n", ex.Error.Code, ex.Error.Message)
+	}
+	for _, n := range ex.Notes {
+		fmt.Fprintln(w, "note: "+n)
+	}
+}

@@ -1,0 +1,193 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/lanesdev/lanes/adminclient"
+)
+
+func newToken() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "token",
+		Short: "Manage registration tokens (needs the admin token)",
+		Long: `token manages the credentials that services and 'lanes dev' register with.
+A token is scoped to one lane, or to the baseline: a lane token registers
+instances of its lane only, never of another lane or of the baseline; the
+baseline needs a baseline token. etcd keeps only a hash of each token.`,
+	}
+	cmd.AddCommand(newTokenCreate(), newTokenLs(), newTokenRevoke())
+	return cmd
+}
+
+func newTokenCreate() *cobra.Command {
+	var cf clientFlags
+	var req adminclient.TokenRequest
+	cmd := &cobra.Command{
+		Use:   "create (--lane LANE | --baseline) [--name NAME]",
+		Short: "Create a token; prints it (only this once) on stdout",
+		Example: `  lanes token create --lane alice --name "alice's laptop"
+  export LANES_TOKEN=$(lanes token create --baseline --name ci)`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if (req.Lane == "") == !req.Baseline {
+				return &exitError{code: ExitUsage, err: errors.New("give exactly one of --lane LANE and --baseline")}
+			}
+			c, err := cf.client()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			ctx, cancel := callCtx(cmd)
+			defer cancel()
+			t, err := c.CreateToken(ctx, req)
+			if err != nil {
+				return apiFailure(c, err)
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), t.Secret)
+			fmt.Fprintf(cmd.ErrOrStderr(), "lanes: token %s created (scope: %s); it is shown only this once\n", t.ID, t.Scope())
+			return nil
+		},
+	}
+	cf.add(cmd)
+	cmd.Flags().StringVar(&req.Lane, "lane", "", "the lane the token registers into")
+	cmd.Flags().BoolVar(&req.Baseline, "baseline", false, "the token registers into the baseline")
+	cmd.Flags().StringVar(&req.Name, "name", "", "a name to recognise the token by")
+	return cmd
+}
+
+func newTokenLs() *cobra.Command {
+	var cf clientFlags
+	var output string
+	cmd := &cobra.Command{
+		Use:   "ls",
+		Short: "List the tokens (without their secrets)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := checkOutput(output, "table", "json"); err != nil {
+				return err
+			}
+			c, err := cf.client()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			ctx, cancel := callCtx(cmd)
+			defer cancel()
+			ts, err := c.Tokens(ctx)
+			if err != nil {
+				return apiFailure(c, err)
+			}
+			if output == "json" {
+				return printJSON(cmd.OutOrStdout(), map[string]any{"tokens": ts})
+			}
+			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "ID\tSCOPE\tNAME\tCREATED")
+			for _, t := range ts {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", t.ID, t.Scope(), dash(t.Name), t.Created.UTC().Format(time.RFC3339))
+			}
+			return tw.Flush()
+		},
+	}
+	cf.add(cmd)
+	cmd.Flags().StringVarP(&output, "output", "o", "table", "table or json")
+	return cmd
+}
+
+func newTokenRevoke() *cobra.Command {
+	var cf clientFlags
+	cmd := &cobra.Command{
+		Use:   "revoke ID",
+		Short: "Revoke a token: it registers and renews nothing from now on",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := cf.client()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			ctx, cancel := callCtx(cmd)
+			defer cancel()
+			if err := c.RevokeToken(ctx, args[0]); err != nil {
+				return apiFailure(c, err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "token %s revoked\n", args[0])
+			return nil
+		},
+	}
+	cf.add(cmd)
+	return cmd
+}
+
+func newLane() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "lane",
+		Short: "Manage lane lifetimes (needs the admin token)",
+	}
+	var cf clientFlags
+	var in time.Duration
+	var at string
+	var never bool
+	expire := &cobra.Command{
+		Use:   "expire LANE (--in DURATION | --at TIME | --never)",
+		Short: "Set when a lane expires: its instances then take no traffic and no new ones register",
+		Long: `expire sets lanes.<LANE>.expires in the policy document, keeping the rest of
+the document as it is. From that time on the lane's instances take no traffic
+(requests for the lane fall back as for an empty lane), registrations into it
+are refused and its registrations end at their next heartbeat.`,
+		Example: `  lanes lane expire feature-x --in 72h
+  lanes lane expire alice --at 2026-12-24T18:00:00Z
+  lanes lane expire alice --never`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var u adminclient.LaneUpdate
+			n := 0
+			if in != 0 {
+				u.ExpiresIn = adminclient.Duration(in)
+				n++
+			}
+			if at != "" {
+				t, err := time.Parse(time.RFC3339, at)
+				if err != nil {
+					return &exitError{code: ExitUsage, err: fmt.Errorf("--at %q: want an RFC 3339 time such as 2026-12-24T18:00:00Z", at)}
+				}
+				u.Expires = &t
+				n++
+			}
+			if never {
+				u.NoExpiry = true
+				n++
+			}
+			if n != 1 {
+				return &exitError{code: ExitUsage, err: errors.New("give exactly one of --in, --at and --never")}
+			}
+			c, err := cf.client()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			ctx, cancel := callCtx(cmd)
+			defer cancel()
+			l, err := c.UpdateLane(ctx, args[0], u)
+			if err != nil {
+				return apiFailure(c, err)
+			}
+			if l.Expires == nil {
+				fmt.Fprintf(cmd.OutOrStdout(), "lane %s does not expire\n", l.Name)
+			} else {
+				fmt.Fprintf(cmd.OutOrStdout(), "lane %s expires at %s\n", l.Name, l.Expires.UTC().Format(time.RFC3339))
+			}
+			return nil
+		},
+	}
+	cf.add(expire)
+	expire.Flags().DurationVar(&in, "in", 0, "expire after this long, such as 72h")
+	expire.Flags().StringVar(&at, "at", "", "expire at this RFC 3339 time")
+	expire.Flags().BoolVar(&never, "never", false, "remove the expiry")
+	cmd.AddCommand(expire)
+	return cmd
+}
