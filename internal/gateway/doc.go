@@ -34,7 +34,8 @@
 // # Lane assignment
 //
 // The lane of a request is the first of these sources that gives one; the
-// ones after it are not looked at:
+// ones after it are not looked at. A source that is present but empty (an
+// empty header or cookie) counts as absent.
 //
 //  1. Headers: the x-lane header, then the "lane" member of the W3C baggage
 //     header, then the alias headers of [Config.Aliases] in order (see
@@ -94,7 +95,11 @@
 //   - x-lane: the lane the request was given (the canary lane for a request
 //     split to one); absent for a baseline request;
 //   - x-lane-served: the lane of the instance that served this hop, or
-//     "baseline" (on a routing error or a 404, absent).
+//     "baseline"; on a 502, the lane of the instance that failed; absent when
+//     no instance was picked (400, 404, 503).
+//
+// An x-lane or x-lane-served header of the upstream response is replaced by
+// the gateway's own (the client learns about the gateway's hop only).
 //
 // Errors of the gateway itself carry x-lanes-error with a code:
 //
@@ -103,6 +108,9 @@
 //	503 no_instance       the routing engine found no instance (routing.Error)
 //	503 lane_unavailable  a strict lane chain has no instance (routing.Error)
 //	502 upstream          the instance could not be reached or failed mid-call
+//	503 not_ready         the engine had not read the policy or the service's
+//	                      instances within Config.ReadyTimeout (first requests only)
+//	503 closed            the gateway is closing
 //
 // The body names the service and the lane where they are known. A gRPC request
 // gets the same codes as a gRPC status in a trailers-only response

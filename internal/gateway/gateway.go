@@ -96,10 +96,11 @@ type Gateway struct {
 	off        struct{ headers, cookie, host, policyClients, claims bool }
 
 	view  atomic.Pointer[policyView]
+	lanes laneCache
 	m     *metrics
 	proxy *httputil.ReverseProxy
-	h1    *http.Transport
-	h2c   *http.Transport
+	h1    http.RoundTripper // HTTP/1.1 with keep-alive
+	h2c   http.RoundTripper // h2c, for gRPC
 	pool  sync.Pool // *reqState
 
 	// lifecycle
@@ -331,8 +332,7 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 		g.Close()
 		return ctx.Err()
 	}
-	g.h1.CloseIdleConnections()
-	g.h2c.CloseIdleConnections()
+	g.closeIdle()
 	return nil
 }
 
@@ -351,9 +351,16 @@ func (g *Gateway) Close() error {
 	}
 	g.checkDrained()
 	<-g.drained
-	g.h1.CloseIdleConnections()
-	g.h2c.CloseIdleConnections()
+	g.closeIdle()
 	return errors.Join(errs...)
+}
+
+func (g *Gateway) closeIdle() {
+	for _, rt := range []http.RoundTripper{g.h1, g.h2c} {
+		if c, ok := rt.(interface{ CloseIdleConnections() }); ok {
+			c.CloseIdleConnections()
+		}
+	}
 }
 
 func (g *Gateway) serversNow() []*http.Server {

@@ -4,12 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -292,9 +290,6 @@ func twoLanes(t testing.TB, w *world) (base, alice *backend) {
 	w.register(t, "orders", alice.id, alice.addr, "alice")
 	return base, alice
 }
-
-var _ = fmt.Sprintf
-var _ sync.Mutex
 
 // routingWorld is a memory registry and an engine following it, without a
 // gateway.

@@ -20,6 +20,7 @@ const (
 	hLane       = "X-Lane"
 	hLaneServed = "X-Lane-Served"
 	hError      = "X-Lanes-Error"
+	hBaggage    = "Baggage"
 	hXFF        = "X-Forwarded-For"
 	hXFHost     = "X-Forwarded-Host"
 	hXFProto    = "X-Forwarded-Proto"
@@ -116,7 +117,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		var re *routing.Error
 		if errors.As(err, &re) {
 			if l != "" {
-				w.Header()[hLane] = []string{l}
+				w.Header()[hLane] = g.lanes.get(l).lane
 			}
 			g.m.errors(string(re.Code))
 			g.fail(w, grpc, http.StatusServiceUnavailable, string(re.Code), "lanes: "+re.Error())
@@ -132,9 +133,9 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	g.m.source(source)
 	h := w.Header()
 	if res.RequestLane != "" {
-		h[hLane] = []string{res.RequestLane}
+		h[hLane] = g.lanes.get(res.RequestLane).lane
 	}
-	h[hLaneServed] = servedValue(res.Lane)
+	h[hLaneServed] = g.servedValue(res.Lane)
 
 	g.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), stateKey{}, st)))
 }
@@ -144,13 +145,14 @@ func (g *Gateway) release(st *reqState) {
 	g.pool.Put(st)
 }
 
-var baselineServed = []string{"baseline"}
+var baselineServed = []string{"baseline"}[:1:1]
 
-func servedValue(l string) []string {
+// servedValue is the x-lane-served value of serving lane l.
+func (g *Gateway) servedValue(l string) []string {
 	if l == "" {
 		return baselineServed
 	}
-	return []string{l}
+	return g.lanes.get(l).lane
 }
 
 // ready waits, the first time, for the engine to have read the policy and
@@ -296,7 +298,14 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	for _, a := range g.aliases {
 		delete(out.Header, a)
 	}
-	g.prop.InjectLane(st.res.RequestLane, lane.HTTPHeader(out.Header))
+	l := st.res.RequestLane
+	if l != "" && len(out.Header[hBaggage]) == 0 {
+		v := g.lanes.get(l) // the common case, without allocating
+		out.Header[hLane] = v.lane
+		out.Header[hBaggage] = v.baggage
+		return
+	}
+	g.prop.InjectLane(l, lane.HTTPHeader(out.Header))
 }
 
 // modifyResponse reports the outcome and settles the lane headers of the
@@ -397,7 +406,7 @@ func (u *upstream) RoundTrip(req *http.Request) (*http.Response, error) {
 		u.g.log.Debug("lanes gateway: retrying on another instance", "service", st.route.Service,
 			"failed", failed.Instance.ID, "next", res.Instance.ID, "err", err)
 		st.res, st.reported, st.retried = res, false, true
-		st.w.Header()[hLaneServed] = servedValue(res.Lane)
+		st.w.Header()[hLaneServed] = u.g.servedValue(res.Lane)
 		r2 := new(http.Request)
 		*r2 = *req
 		u2 := new(url.URL)

@@ -1,0 +1,261 @@
+#!/usr/bin/env bash
+# bench/gateway.sh: the lanes gateway against nginx, side by side.
+#
+# What it does:
+#   1. installs wrk and nginx from Debian if they are missing (apt-get; needs
+#      root or sudo);
+#   2. builds bench/backend and bench/gatewaybench, and starts two loopback
+#      backends, one baseline and one in lane "alice"; each answers "ok" and
+#      names its lane in the X-Backend-Lane response header;
+#   3. starts the lanes gateway (bench/gatewaybench: internal/gateway on an
+#      in-memory registry holding the two backends) and nginx, with a
+#      generated config that routes by `map $http_x_lane $backend` to two
+#      upstreams; both keep upstream connections alive (nginx: keepalive 64,
+#      proxy_http_version 1.1, Connection ""; lanes: 512 idle connections
+#      per instance);
+#   4. runs wrk against each proxy, for baseline requests and for requests
+#      with `x-lane: alice`, ROUNDS times, alternating the proxies; a wrk Lua
+#      script counts every response that is not a 200 from the expected lane;
+#      With GOPROXY_PLAIN=1 (the default) a plain httputil.ReverseProxy with
+#      the gateway's transport settings ("goproxy", gatewaybench -plain) runs
+#      the baseline case too, to show what Go's proxy costs without lanes;
+#   5. prints requests/s and latency percentiles per run and the median per
+#      case, and exits 1 if any response came from the wrong lane (or was
+#      not a 200), 0 otherwise.
+#
+# Usage: bench/gateway.sh            (from anywhere in the repository)
+# Environment:
+#   DURATION=10s    wrk duration of each run
+#   THREADS=2       wrk threads
+#   CONNS=64        wrk connections
+#   ROUNDS=3        runs per proxy and case (the median is reported)
+#   WARMUP=2s       a wrk run before measuring each proxy, not counted
+#   CPUPROFILE=f    write a CPU profile of the lanes gateway to f
+#   GOPROXY_PLAIN=0 skip the plain Go reverse proxy
+#   KEEP=1          keep the temporary directory (configs, logs)
+#
+# Everything listens on 127.0.0.1 on free ports; everything started is
+# stopped on exit. The script is not part of `go test`.
+set -euo pipefail
+
+DURATION=${DURATION:-10s}
+THREADS=${THREADS:-2}
+CONNS=${CONNS:-64}
+ROUNDS=${ROUNDS:-3}
+WARMUP=${WARMUP:-2s}
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+
+# 1. Tools.
+need=()
+command -v wrk >/dev/null 2>&1 || need+=(wrk)
+command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need+=(nginx-light)
+if [ ${#need[@]} -gt 0 ]; then
+	echo "installing ${need[*]} from Debian" >&2
+	sudo=""
+	[ "$(id -u)" -eq 0 ] || sudo="sudo"
+	$sudo apt-get update -qq >/dev/null
+	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+NGINX=$(command -v nginx || echo /usr/sbin/nginx)
+
+tmp=$(mktemp -d /tmp/lanes-bench.XXXXXX)
+pids=()
+cleanup() {
+	for p in "${pids[@]}"; do
+		kill "$p" 2>/dev/null || true
+	done
+	for p in "${pids[@]}"; do
+		wait "$p" 2>/dev/null || true
+	done
+	if [ "${KEEP:-}" = 1 ]; then
+		echo "kept $tmp" >&2
+	else
+		rm -rf "$tmp"
+	fi
+}
+trap cleanup EXIT
+
+# 2. Backends.
+go build -o "$tmp/backend" ./bench/backend
+go build -o "$tmp/gatewaybench" ./bench/gatewaybench
+
+# start NAME CMD...: runs CMD in the background, waits for the address it
+# prints on its first line, and sets $addr.
+start() {
+	local name=$1
+	shift
+	"$@" >"$tmp/$name.out" 2>"$tmp/$name.err" &
+	pids+=($!)
+	for _ in $(seq 1 100); do
+		if [ -s "$tmp/$name.out" ]; then
+			addr=$(head -n1 "$tmp/$name.out")
+			return
+		fi
+		sleep 0.1
+	done
+	echo "$name did not start:" >&2
+	cat "$tmp/$name.err" >&2
+	exit 2
+}
+
+start backend-baseline "$tmp/backend" -lane ""
+base=$addr
+start backend-alice "$tmp/backend" -lane alice
+alice=$addr
+
+# 3. The proxies.
+gwargs=(-baseline "$base" -alice "$alice")
+[ -n "${CPUPROFILE:-}" ] && gwargs+=(-cpuprofile "$CPUPROFILE")
+start lanes "$tmp/gatewaybench" "${gwargs[@]}"
+lanes=$addr
+goproxy=""
+if [ "${GOPROXY_PLAIN:-1}" = 1 ]; then
+	start goproxy "$tmp/gatewaybench" -plain -baseline "$base" -alice "$alice"
+	goproxy=$addr
+fi
+
+nport=$("$tmp/backend" -free-port)
+mkdir -p "$tmp/nginx/logs"
+cat >"$tmp/nginx/nginx.conf" <<EOF
+worker_processes auto;
+pid $tmp/nginx/nginx.pid;
+error_log $tmp/nginx/logs/error.log warn;
+events { worker_connections 4096; }
+http {
+    access_log off;
+    client_body_temp_path $tmp/nginx/body;
+    proxy_temp_path $tmp/nginx/proxy;
+    fastcgi_temp_path $tmp/nginx/fastcgi;
+    uwsgi_temp_path $tmp/nginx/uwsgi;
+    scgi_temp_path $tmp/nginx/scgi;
+    upstream baseline_upstream { server $base; keepalive 64; }
+    upstream alice_upstream { server $alice; keepalive 64; }
+    map \$http_x_lane \$backend {
+        default baseline_upstream;
+        alice   alice_upstream;
+    }
+    server {
+        listen 127.0.0.1:$nport;
+        location / {
+            proxy_pass http://\$backend;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+        }
+    }
+}
+EOF
+"$NGINX" -p "$tmp/nginx" -c "$tmp/nginx/nginx.conf" -g 'daemon off;' 2>"$tmp/nginx.err" &
+pids+=($!)
+for _ in $(seq 1 100); do
+	curl -fsS -o /dev/null "http://127.0.0.1:$nport/" 2>/dev/null && break
+	sleep 0.1
+done
+nginx=127.0.0.1:$nport
+
+# Both answer, from the right lane, before any measurement.
+for p in "$lanes" "$nginx"; do
+	for want in baseline alice; do
+		h=()
+		[ "$want" = baseline ] || h=(-H "x-lane: $want")
+		got=$(curl -fsS -D - -o /dev/null "${h[@]}" "http://$p/" | tr -d '\r' | awk -F': ' 'tolower($1)=="x-backend-lane"{print $2}')
+		if [ "$got" != "$want" ]; then
+			echo "sanity check: $p answered from lane '$got' for '$want'" >&2
+			exit 1
+		fi
+	done
+done
+
+# 4. wrk, with a Lua script that sets the lane and checks every response.
+cat >"$tmp/check.lua" <<'EOF'
+-- wrk ... -s check.lua -- <lane>: sets x-lane unless <lane> is "baseline",
+-- and counts responses that are not a 200 from that lane.
+local threads = {}
+function setup(thread) table.insert(threads, thread) end
+function init(args)
+   want = args[1] or "baseline"
+   responses, mismatches = 0, 0
+   if want ~= "baseline" then wrk.headers["x-lane"] = want end
+end
+function response(status, headers, body)
+   responses = responses + 1
+   if status ~= 200 or headers["X-Backend-Lane"] ~= want then
+      mismatches = mismatches + 1
+   end
+end
+function done(summary, latency, requests)
+   local r, m = 0, 0
+   for _, t in ipairs(threads) do
+      r = r + t:get("responses")
+      m = m + t:get("mismatches")
+   end
+   local e = summary.errors
+   io.write(string.format("RESULT rps=%.0f p50=%.3f p90=%.3f p99=%.3f responses=%d mismatches=%d errors=%d\n",
+      summary.requests / (summary.duration / 1e6),
+      latency:percentile(50) / 1000, latency:percentile(90) / 1000, latency:percentile(99) / 1000,
+      r, m, e.connect + e.read + e.write + e.status + e.timeout))
+end
+EOF
+
+echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), $(uname -sr)"
+echo "wrk -t$THREADS -c$CONNS -d$DURATION, $ROUNDS rounds; lanes on $lanes, nginx $("$NGINX" -v 2>&1 | sed 's/.*\///') on $nginx"
+echo "backends: baseline $base, alice $alice"
+
+for p in "$lanes" "$nginx" $goproxy; do
+	wrk -t"$THREADS" -c"$CONNS" -d"$WARMUP" "http://$p/" >/dev/null
+done
+
+fail=0
+results="$tmp/results"
+: >"$results"
+for round in $(seq 1 "$ROUNDS"); do
+	for want in baseline alice; do
+		for proxy in lanes nginx goproxy; do
+			case $proxy in
+			lanes) p=$lanes ;;
+			nginx) p=$nginx ;;
+			goproxy)
+				# The plain Go proxy knows no lanes: baseline requests only.
+				[ -n "$goproxy" ] && [ "$want" = baseline ] || continue
+				p=$goproxy
+				;;
+			esac
+			line=$(wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" --latency -s "$tmp/check.lua" "http://$p/" -- "$want" | grep '^RESULT')
+			echo "round $round  $proxy  $want  ${line#RESULT }"
+			echo "$proxy $want ${line#RESULT }" >>"$results"
+			mism=$(sed 's/.*mismatches=\([0-9]*\).*/\1/' <<<"$line")
+			errs=$(sed 's/.*errors=\([0-9]*\).*/\1/' <<<"$line")
+			if [ "$mism" != 0 ] || [ "$errs" != 0 ]; then
+				echo "  !! $mism responses from the wrong lane or not 200, $errs socket errors" >&2
+				fail=1
+			fi
+		done
+	done
+done
+
+# 5. Medians.
+echo
+printf '%-7s %-9s %10s %9s %9s %9s\n' proxy request 'req/s' 'p50 ms' 'p90 ms' 'p99 ms'
+for want in baseline alice; do
+	for proxy in lanes nginx goproxy; do
+		grep -q "^$proxy $want " "$results" || continue
+		awk -v p=$proxy -v w=$want '
+			BEGIN { n = 0 }
+			$1 == p && $2 == w {
+				for (i = 3; i <= NF; i++) { split($i, kv, "="); v[kv[1], n] = kv[2] }
+				n++
+			}
+			function median(k,   i, j, t, a) {
+				for (i = 0; i < n; i++) a[i] = v[k, i] + 0
+				for (i = 0; i < n; i++) for (j = i + 1; j < n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
+				return a[int((n - 1) / 2)]
+			}
+			END { printf "%-7s %-9s %10d %9.3f %9.3f %9.3f\n", p, w, median("rps"), median("p50"), median("p90"), median("p99") }
+		' "$results"
+	done
+done
+if [ $fail != 0 ]; then
+	echo "FAIL: some responses came from the wrong lane" >&2
+	exit 1
+fi

@@ -1,0 +1,258 @@
+package gateway
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lanesdev/lanes/registry"
+	"github.com/lanesdev/lanes/routing"
+)
+
+// benchBackend is a loopback server answering "ok" with its lane in a header.
+func benchBackend(b *testing.B, ln string) string {
+	b.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	body := []byte("ok\n")
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h["X-Backend-Lane"] = []string{ln}
+		h["Content-Type"] = []string{"text/plain"}
+		w.Write(body)
+	})}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		srv.Serve(l)
+	}()
+	b.Cleanup(func() {
+		srv.Close()
+		<-done
+	})
+	return l.Addr().String()
+}
+
+// serve serves h on a loopback port until the benchmark ends.
+func serve(b *testing.B, h http.Handler) string {
+	b.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := &http.Server{Handler: h}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		srv.Serve(l)
+	}()
+	b.Cleanup(func() {
+		srv.Close()
+		<-done
+	})
+	return "http://" + l.Addr().String()
+}
+
+// benchEngine is an engine with a baseline and an alice instance of orders.
+func benchEngine(b *testing.B, baseAddr, aliceAddr string) *routing.Engine {
+	b.Helper()
+	e := routing.New()
+	b.Cleanup(func() { e.Close() })
+	var insts []registry.Instance
+	for _, in := range []registry.Instance{
+		{ID: "base", Service: "orders", Addr: baseAddr},
+		{ID: "alice", Service: "orders", Addr: aliceAddr, Lane: "alice"},
+	} {
+		n, err := registry.Normalize(in)
+		if err != nil {
+			b.Fatal(err)
+		}
+		insts = append(insts, n)
+	}
+	e.SetInstances("orders", insts)
+	return e
+}
+
+// plainProxy is the baseline of comparison: an httputil.ReverseProxy to one
+// backend with the same transport settings, no lanes.
+func plainProxy(target string, rt http.RoundTripper) *httputil.ReverseProxy {
+	u := &url.URL{Scheme: "http", Host: target}
+	return &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.SetURL(u)
+			pr.SetXForwarded()
+		},
+		Transport:  rt,
+		BufferPool: bufferPool{},
+	}
+}
+
+var benchCases = []struct {
+	name   string
+	header http.Header
+	want   string // the lane that must answer
+}{
+	{"request=baseline", http.Header{}, ""},
+	{"request=lane", http.Header{"X-Lane": {"alice"}}, "alice"},
+}
+
+// BenchmarkGateway sends requests through the gateway over loopback, one at a
+// time, next to a plain httputil.ReverseProxy to the same backend. The
+// difference per request is the gateway's own cost (assignment, pick, lane
+// headers); the rest is HTTP on loopback, twice.
+func BenchmarkGateway(b *testing.B) {
+	baseAddr, aliceAddr := benchBackend(b, ""), benchBackend(b, "alice")
+	e := benchEngine(b, baseAddr, aliceAddr)
+	g, err := New(Config{Engine: e, Routes: []Route{{PathPrefix: "/", Service: "orders"}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { g.Close() })
+	h1, _ := newTransports(DefaultMaxIdleConnsPerHost)
+	b.Cleanup(h1.CloseIdleConnections)
+
+	proxies := []struct {
+		name string
+		url  string
+	}{
+		{"proxy=reverseproxy", serve(b, plainProxy(baseAddr, h1))},
+		{"proxy=lanes", serve(b, g)},
+	}
+	client := &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 64, DisableCompression: true}}
+	b.Cleanup(client.CloseIdleConnections)
+	for _, p := range proxies {
+		for _, c := range benchCases {
+			if p.name == "proxy=reverseproxy" && c.want != "" {
+				continue
+			}
+			b.Run(p.name+"/"+c.name, func(b *testing.B) {
+				req, _ := http.NewRequest(http.MethodGet, p.url+"/orders/1", nil)
+				req.Header = c.header
+				check := func() {
+					resp, err := client.Do(req)
+					if err != nil {
+						b.Fatal(err)
+					}
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+					if resp.StatusCode != 200 || resp.Header.Get("X-Backend-Lane") != c.want {
+						b.Fatalf("status %d from lane %q, want 200 from %q", resp.StatusCode, resp.Header.Get("X-Backend-Lane"), c.want)
+					}
+				}
+				check()
+				b.ReportAllocs()
+				for b.Loop() {
+					check()
+				}
+			})
+		}
+	}
+}
+
+// BenchmarkGatewayParallel is BenchmarkGateway with concurrent clients.
+func BenchmarkGatewayParallel(b *testing.B) {
+	baseAddr, aliceAddr := benchBackend(b, ""), benchBackend(b, "alice")
+	e := benchEngine(b, baseAddr, aliceAddr)
+	g, err := New(Config{Engine: e, Routes: []Route{{PathPrefix: "/", Service: "orders"}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { g.Close() })
+	h1, _ := newTransports(DefaultMaxIdleConnsPerHost)
+	b.Cleanup(h1.CloseIdleConnections)
+	for _, p := range []struct{ name, url string }{
+		{"proxy=reverseproxy", serve(b, plainProxy(baseAddr, h1))},
+		{"proxy=lanes", serve(b, g)},
+	} {
+		b.Run(p.name, func(b *testing.B) {
+			client := &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 64, DisableCompression: true}}
+			defer client.CloseIdleConnections()
+			b.ReportAllocs()
+			b.SetParallelism(8)
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					resp, err := client.Get(p.url + "/orders/1")
+					if err != nil {
+						b.Error(err)
+						return
+					}
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+			})
+		})
+	}
+}
+
+// cannedTransport answers every request at once, without a network, so that
+// BenchmarkServeHTTP measures the proxy alone.
+type cannedTransport struct{}
+
+func (cannedTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	return &http.Response{
+		StatusCode: 200, Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1,
+		Header:        http.Header{"Content-Type": {"text/plain"}, "Content-Length": {"3"}},
+		Body:          io.NopCloser(strings.NewReader("ok\n")),
+		ContentLength: 3,
+		Request:       req,
+	}, nil
+}
+
+// discardWriter is a cheap http.ResponseWriter.
+type discardWriter struct {
+	h    http.Header
+	code int
+}
+
+func (w *discardWriter) Header() http.Header         { return w.h }
+func (w *discardWriter) Write(p []byte) (int, error) { return len(p), nil }
+func (w *discardWriter) WriteHeader(code int)        { w.code = code }
+
+// BenchmarkServeHTTP calls ServeHTTP in-process with a transport that answers
+// at once: the gateway's work per request (route, lane, pick, rewrite,
+// response headers) against a plain ReverseProxy's, allocations included.
+func BenchmarkServeHTTP(b *testing.B) {
+	e := benchEngine(b, "127.0.0.1:1", "127.0.0.1:2")
+	g, err := New(Config{Engine: e, Routes: []Route{{PathPrefix: "/", Service: "orders"}}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { g.Close() })
+	g.h1 = cannedTransport{}
+	plain := plainProxy("127.0.0.1:1", cannedTransport{})
+	ctx, cancel := context.WithCancel(context.Background())
+	b.Cleanup(cancel)
+	for _, p := range []struct {
+		name string
+		h    http.Handler
+	}{{"proxy=reverseproxy", plain}, {"proxy=lanes", g}} {
+		for _, c := range benchCases {
+			if p.name == "proxy=reverseproxy" && c.want != "" {
+				continue
+			}
+			b.Run(p.name+"/"+c.name, func(b *testing.B) {
+				req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://gw.example/orders/1", nil)
+				req.RemoteAddr = "192.0.2.1:1234"
+				req.Header = c.header
+				w := &discardWriter{h: http.Header{}}
+				b.ReportAllocs()
+				for b.Loop() {
+					clear(w.h)
+					p.h.ServeHTTP(w, req)
+					if w.code != 200 {
+						b.Fatalf("status %d", w.code)
+					}
+				}
+			})
+		}
+	}
+	_ = time.Second
+}
