@@ -101,7 +101,7 @@ type Gateway struct {
 	proxy *httputil.ReverseProxy
 	h1    http.RoundTripper // HTTP/1.1 with keep-alive
 	h2c   http.RoundTripper // h2c, for gRPC
-	pool  sync.Pool // *reqState
+	pool  sync.Pool         // *reqState
 
 	// lifecycle
 	mu       sync.Mutex
