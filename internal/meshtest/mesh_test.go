@@ -25,8 +25,8 @@ import (
 	"github.com/lanesdev/lanes/etcdstore"
 	"github.com/lanesdev/lanes/internal/etcdtest"
 	"github.com/lanesdev/lanes/lane"
-	"github.com/lanesdev/lanes/laneshttp"
 	"github.com/lanesdev/lanes/lanesgrpc"
+	"github.com/lanesdev/lanes/laneshttp"
 	"github.com/lanesdev/lanes/registry"
 	"github.com/lanesdev/lanes/routing"
 )
