@@ -52,8 +52,8 @@ type servingLane struct {
 	lane string
 }
 
-// NewGuard returns a guard that asks e. WithExempt adds method prefixes to
-// DefaultExempt.
+// NewGuard returns a guard that asks e. WithExemptMethods adds method
+// prefixes to DefaultExempt.
 func NewGuard(e *routing.Engine, opts ...Option) *Guard {
 	c := newConfig(opts)
 	g := &Guard{e: e}
@@ -61,9 +61,10 @@ func NewGuard(e *routing.Engine, opts ...Option) *Guard {
 	return g
 }
 
-// WithExempt adds full-method prefixes that a Guard admits whatever their
-// lane, such as "/my.pkg.Admin/" or "/my.pkg.Orders/Ping" (read by NewGuard).
-func WithExempt(prefixes ...string) Option {
+// WithExemptMethods adds full-method prefixes that a Guard admits whatever
+// their lane, such as "/my.pkg.Admin/" or "/my.pkg.Orders/Ping", to
+// DefaultExempt (read by NewGuard).
+func WithExemptMethods(prefixes ...string) Option {
 	return func(c *config) { c.exempt = append(c.exempt, prefixes...) }
 }
 

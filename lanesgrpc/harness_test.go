@@ -165,8 +165,8 @@ func (m *mesh) start(service, id, l string, opts ...backendOpt) *backend {
 	b.cancel = cancel
 	serveOpts := append([]lanesgrpc.Option{
 		lanesgrpc.WithLane(l),
-		lanesgrpc.WithGetenv(func(string) string { return "" }),
-		lanesgrpc.WithGracePeriod(patience),
+		lanesgrpc.WithEnv(func(string) string { return "" }),
+		lanesgrpc.WithShutdownTimeout(patience),
 		lanesgrpc.WithGuard(b.guard),
 	}, bc.serveOps...)
 	go func() {

@@ -416,7 +416,7 @@ func TestGuard(t *testing.T) {
 		}
 	})
 	t.Run("configured_exemption", func(t *testing.T) {
-		g := lanesgrpc.NewGuard(m.engine, lanesgrpc.WithExempt("/grpc.testing.TestService/EmptyCall"))
+		g := lanesgrpc.NewGuard(m.engine, lanesgrpc.WithExemptMethods("/grpc.testing.TestService/EmptyCall"))
 		g.SetInstance(registry.Instance{ID: "x", Service: "orders", Addr: "127.0.0.1:1", Lane: "alice"})
 		if err := g.Check(callCtx(t, ""), "/grpc.testing.TestService/EmptyCall"); err != nil {
 			t.Fatal(err)

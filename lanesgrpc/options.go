@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"time"
 
 	"google.golang.org/grpc"
 
 	"github.com/lanesdev/lanes/lane"
+	"github.com/lanesdev/lanes/registry"
 )
 
 // An Option configures the parts of this package. One option type serves the
@@ -21,6 +23,7 @@ type Option func(*config)
 
 type config struct {
 	zone       string
+	zoneSet    bool
 	prop       lane.Propagator
 	log        *slog.Logger
 	idempotent []string
@@ -29,25 +32,25 @@ type config struct {
 	exempt     []string
 	onInvalid  func(ctx context.Context, fullMethod string, err *lane.NameError)
 	lane       string
-	laneSet    bool
 	ttl        time.Duration
-	grace      time.Duration
+	drain      time.Duration
+	shutdown   time.Duration
 	getenv     func(string) string
 	refresh    time.Duration
 }
 
 // Defaults.
 const (
-	// DefaultGracePeriod is how long Serve lets calls in flight finish after
-	// deregistering, before it closes the remaining connections.
-	DefaultGracePeriod = 30 * time.Second
+	// DefaultShutdownTimeout is how long Serve lets calls in flight finish
+	// after deregistering, before it stops the server hard.
+	DefaultShutdownTimeout = 30 * time.Second
 	// defaultRefresh is how often the resolver re-reads the engine's view of
 	// the service when nothing asked it to (see resolver.go).
 	defaultRefresh = time.Second
 )
 
 func newConfig(opts []Option) *config {
-	c := &config{log: slog.Default(), grace: DefaultGracePeriod, refresh: defaultRefresh}
+	c := &config{log: slog.Default(), shutdown: DefaultShutdownTimeout, refresh: defaultRefresh, getenv: os.Getenv}
 	for _, o := range opts {
 		if o != nil {
 			o(c)
@@ -56,10 +59,19 @@ func newConfig(opts []Option) *config {
 	return c
 }
 
-// WithZone sets the zone of this process. On the client side it is the
-// caller's zone, for the engine's zone preference; in Serve it is the zone
-// the instance registers with (it wins over LANES_ZONE).
-func WithZone(zone string) Option { return func(c *config) { c.zone = zone } }
+// callerZone is the caller's zone: WithZone, else LANES_ZONE.
+func (c *config) callerZone() string {
+	if c.zoneSet {
+		return c.zone
+	}
+	return strings.TrimSpace(c.getenv(registry.EnvZone))
+}
+
+// WithZone sets the zone of this process. For NewClient and NewBuilder it is
+// the caller's zone, for the engine's zone preference (default: LANES_ZONE).
+// For Serve it is the instance's zone when the instance does not set one
+// (before LANES_ZONE).
+func WithZone(zone string) Option { return func(c *config) { c.zone, c.zoneSet = zone, true } }
 
 // WithPropagator sets the propagator that reads and writes the lane in
 // metadata, for alias headers (client and server interceptors). The default
@@ -110,22 +122,36 @@ func WithInvalidLaneHandler(f func(ctx context.Context, fullMethod string, err *
 	return func(c *config) { c.onInvalid = f }
 }
 
-// WithLane sets the lane the instance registers in, for Serve. It wins over
-// LANES_LANE; an empty name registers in the baseline.
-func WithLane(name string) Option { return func(c *config) { c.lane, c.laneSet = name, true } }
+// WithLane sets the lane the instance registers in, for Serve, when the
+// instance does not set one (before LANES_LANE).
+func WithLane(name string) Option { return func(c *config) { c.lane = name } }
 
-// WithTTL sets the lease of the registration, for Serve (default
+// WithTTL sets the lease of Serve's registration (default
 // registry.DefaultTTL).
 func WithTTL(d time.Duration) Option { return func(c *config) { c.ttl = d } }
 
-// WithGracePeriod sets how long Serve waits for calls in flight after
-// deregistering, before it stops the server hard (default
-// DefaultGracePeriod). Zero or negative waits forever.
-func WithGracePeriod(d time.Duration) Option { return func(c *config) { c.grace = d } }
+// WithDrainDelay makes Serve wait, between deregistering the instance and
+// stopping the server, for callers to learn that the instance is gone; it
+// serves normally meanwhile. Default 0: the lanes picker skips a connection
+// that the server's GOAWAY closed, so callers lose no call without it; a
+// delay still spares them the reconnection attempts.
+func WithDrainDelay(d time.Duration) Option { return func(c *config) { c.drain = d } }
 
-// WithGetenv sets the function Serve reads the LANES_* variables with
-// (default os.Getenv), for tests and for platforms that pass them otherwise.
-func WithGetenv(f func(string) string) Option { return func(c *config) { c.getenv = f } }
+// WithShutdownTimeout bounds Serve's graceful stop (default
+// DefaultShutdownTimeout); the server is then stopped hard. Zero or
+// negative waits for every call in flight.
+func WithShutdownTimeout(d time.Duration) Option { return func(c *config) { c.shutdown = d } }
+
+// WithEnv sets the function that reads the LANES_* variables (default
+// os.Getenv): the caller's zone for NewClient and NewBuilder, the instance
+// for Serve.
+func WithEnv(getenv func(string) string) Option {
+	return func(c *config) {
+		if getenv != nil {
+			c.getenv = getenv
+		}
+	}
+}
 
 // withRefresh sets the resolver's backstop refresh interval (tests).
 func withRefresh(d time.Duration) Option { return func(c *config) { c.refresh = d } }

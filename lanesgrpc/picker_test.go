@@ -296,9 +296,11 @@ func newFakeSource() *fakeSource {
 	return s
 }
 
-func (s *fakeSource) Instances() []registry.Instance { return append([]registry.Instance(nil), *s.insts.Load()...) }
-func (s *fakeSource) Ready() <-chan struct{}         { return s.ready }
-func (s *fakeSource) Changed() <-chan struct{}       { return *s.changed.Load() }
+func (s *fakeSource) Instances() []registry.Instance {
+	return append([]registry.Instance(nil), *s.insts.Load()...)
+}
+func (s *fakeSource) Ready() <-chan struct{}   { return s.ready }
+func (s *fakeSource) Changed() <-chan struct{} { return *s.changed.Load() }
 
 func (s *fakeSource) set(insts ...registry.Instance) {
 	s.insts.Store(&insts)

@@ -29,9 +29,10 @@ const Scheme = "lanes"
 // Each endpoint has one address, the instance's Addr, and carries the
 // registry.Instance (see InstanceFromEndpoint). The state carries the
 // engine's handle of the service (see ServiceFromState) and a service config
-// that selects the lanes balancer, with the zone of WithZone, and the retry
-// policy of the methods of WithIdempotent. A service config from the
-// resolver takes precedence over grpc.WithDefaultServiceConfig.
+// that selects the lanes balancer, with the caller's zone (WithZone, else
+// LANES_ZONE read through WithEnv), and the retry policy of the methods of
+// WithIdempotent. A service config from the resolver takes precedence over
+// grpc.WithDefaultServiceConfig.
 //
 // The resolver waits until the engine has listed the service, then follows
 // the engine's view. It re-reads that view at once when gRPC asks it to
@@ -58,7 +59,7 @@ func (b *builder) Build(t resolver.Target, cc resolver.ClientConn, _ resolver.Bu
 	if err != nil {
 		return nil, err
 	}
-	sc := cc.ParseServiceConfig(serviceConfigJSON(b.cfg.zone, idem))
+	sc := cc.ParseServiceConfig(serviceConfigJSON(b.cfg.callerZone(), idem))
 	if sc.Err != nil {
 		return nil, fmt.Errorf("lanesgrpc: service config: %w", sc.Err)
 	}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -12,125 +14,115 @@ import (
 	"github.com/lanesdev/lanes/registry"
 )
 
-// Serve runs srv on lis as an instance of inst.Service, registered in reg
-// while it serves, until ctx is done.
+// Serve runs srv on lis as an instance of a lanes service, until ctx is done.
 //
-// It places the instance first: WithLane and WithZone win over the fields of
-// inst, which win over the LANES_* variables (registry.ApplyEnv, read with
-// WithGetenv's function or os.Getenv); Addr defaults to the listener's
-// address, which must then have a routable host (listen on a given IP, or set
-// Addr or LANES_ADDR). A WithGuard guard is told the instance before the
-// server accepts connections.
+//  1. It places the instance: fields set in inst win, then WithLane and
+//     WithZone, then the LANES_* variables (registry.ApplyEnv, read through
+//     WithEnv; LANES_LANE, LANES_ZONE, LANES_ADDR, ...). The address
+//     defaults to the listener's (an unspecified IP such as 0.0.0.0 is
+//     replaced by this host's first non-loopback address). inst.Service is
+//     required. A WithGuard guard is told the instance.
+//  2. It starts serving on lis, then registers the instance in reg (with
+//     WithTTL's lease).
+//  3. When ctx is done it deregisters the instance first, so that callers
+//     stop choosing it, waits WithDrainDelay, then stops srv gracefully:
+//     calls in flight may finish within WithShutdownTimeout, after which srv
+//     is stopped hard. It returns nil.
 //
-// It then starts serving and registers the instance (with WithTTL's lease).
-// When ctx is done it deregisters first, so that callers stop choosing the
-// instance, then stops the server gracefully: calls in flight may finish
-// within WithGracePeriod, after which the server is stopped hard.
+// It returns early, after stopping srv, with the error of a registration
+// that fails or is lost, or of srv.Serve. Like grpc.Server.Serve, it closes
+// lis.
 //
-// Like grpc.Server.Serve, Serve closes lis when it returns. It returns nil
-// after a shutdown through ctx; an error if the instance
-// cannot be placed or registered (the server is then stopped), or if srv
-// stopped serving by itself (the instance is then deregistered). If the
-// registry gives up the lease while serving, Serve logs it and keeps
-// serving.
+// The server interceptors cannot be added here: give them to grpc.NewServer
+// (ServerOptions), with the same guard as Serve's WithGuard.
 func Serve(ctx context.Context, srv *grpc.Server, lis net.Listener, reg registry.Registry, inst registry.Instance, opts ...Option) error {
-	cfg := newConfig(opts)
-	inst, err := place(inst, lis, cfg)
+	c := newConfig(opts)
+	inst, err := place(inst, c, lis.Addr())
 	if err != nil {
 		lis.Close()
 		return err
 	}
-	if cfg.guard != nil {
-		cfg.guard.SetInstance(inst)
+	if c.guard != nil {
+		c.guard.SetInstance(inst)
 	}
 
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(lis) }()
 
-	lease, err := reg.Register(ctx, inst, cfg.ttl)
+	lease, err := reg.Register(ctx, inst, c.ttl)
 	if err != nil {
 		srv.Stop()
 		<-served
 		return fmt.Errorf("lanesgrpc: register %s/%s: %w", inst.Service, inst.ID, err)
 	}
-	log := cfg.log.With("service", inst.Service, "id", inst.ID, "addr", inst.Addr, "lane", inst.Lane)
-	log.Info("lanes: serving and registered")
+	log := c.log.With("service", inst.Service, "id", inst.ID)
+	log.Info("lanes: instance registered", "addr", inst.Addr, "lane", inst.Lane, "zone", inst.Zone, "guard", c.guard != nil)
 
-	var serveErr error
-	stopped := false
-	leaseDone := lease.Done()
-wait:
-	for {
-		select {
-		case <-ctx.Done():
-			break wait
-		case serveErr = <-served:
-			stopped = true
-			break wait
-		case <-leaseDone:
-			log.Error("lanes: registration lost; still serving", "err", lease.Err())
-			leaseDone = nil
+	select {
+	case <-ctx.Done():
+		if err := lease.Close(); err != nil {
+			log.Warn("lanes: deregistration failed; the lease will expire", "err", err)
 		}
-	}
-
-	if err := lease.Close(); err != nil {
-		log.Warn("lanes: deregistration failed; the lease will expire", "err", err)
-	}
-	if stopped {
-		if serveErr == nil {
-			serveErr = errors.New("lanesgrpc: server stopped")
+		sleep(c.drain)
+		stop(srv, c.shutdown)
+		if err := <-served; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			return err
 		}
-		return serveErr
-	}
-	gracefulStop(srv, cfg.grace)
-	if err := <-served; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		return nil
+	case err := <-served:
+		lease.Close()
+		if err == nil {
+			err = errors.New("lanesgrpc: the server was stopped")
+		}
 		return err
+	case <-lease.Done():
+		log.Error("lanes: registration lost; stopping", "err", lease.Err())
+		lease.Close() // releases what the backend still holds
+		stop(srv, c.shutdown)
+		<-served
+		return fmt.Errorf("lanesgrpc: registration of %s/%s lost: %w", inst.Service, inst.ID, lease.Err())
 	}
-	log.Info("lanes: deregistered and stopped")
-	return nil
 }
 
-// place resolves the instance to register.
-func place(inst registry.Instance, lis net.Listener, cfg *config) (registry.Instance, error) {
-	if cfg.zone != "" {
-		inst.Zone = cfg.zone
+// place fills the instance from the options, the environment and the
+// listener, and normalises it.
+func place(inst registry.Instance, c *config, addr net.Addr) (registry.Instance, error) {
+	if inst.Lane == "" {
+		inst.Lane = c.lane
 	}
-	if cfg.laneSet {
-		inst.Lane = cfg.lane
+	if inst.Zone == "" && c.zoneSet {
+		inst.Zone = c.zone
 	}
-	placed, err := registry.ApplyEnv(inst, cfg.getenv)
-	if err != nil {
-		return inst, fmt.Errorf("lanesgrpc: %w", err)
-	}
-	if cfg.laneSet {
-		placed.Lane = cfg.lane // even "": the option wins over LANES_LANE
-	}
-	if placed.Addr == "" {
-		a, ok := lis.Addr().(*net.TCPAddr)
-		if !ok || a.IP == nil || a.IP.IsUnspecified() {
-			return inst, fmt.Errorf("lanesgrpc: listener address %s has no routable host: set Instance.Addr or %s", lis.Addr(), registry.EnvAddr)
+	getenv := func(k string) string {
+		v := c.getenv(k)
+		if k == registry.EnvAddr && strings.TrimSpace(v) == "" {
+			return advertise(addr)
 		}
-		placed.Addr = a.String()
+		return v
 	}
-	placed, err = registry.Normalize(placed)
+	inst, err := registry.ApplyEnv(inst, getenv)
 	if err != nil {
 		return inst, fmt.Errorf("lanesgrpc: %w", err)
 	}
-	return placed, nil
+	inst, err = registry.Normalize(inst)
+	if err != nil {
+		return inst, fmt.Errorf("lanesgrpc: instance: %w", err)
+	}
+	return inst, nil
 }
 
-// gracefulStop stops srv gracefully, and hard after grace (if positive).
-func gracefulStop(srv *grpc.Server, grace time.Duration) {
+// stop stops srv gracefully, and hard after timeout (if positive).
+func stop(srv *grpc.Server, timeout time.Duration) {
 	done := make(chan struct{})
 	go func() {
 		srv.GracefulStop()
 		close(done)
 	}()
-	if grace <= 0 {
+	if timeout <= 0 {
 		<-done
 		return
 	}
-	t := time.NewTimer(grace)
+	t := time.NewTimer(timeout)
 	defer t.Stop()
 	select {
 	case <-done:
@@ -138,4 +130,46 @@ func gracefulStop(srv *grpc.Server, grace time.Duration) {
 		srv.Stop()
 		<-done
 	}
+}
+
+func sleep(d time.Duration) {
+	if d > 0 {
+		time.Sleep(d)
+	}
+}
+
+// advertise returns the address to register for a listener's address.
+func advertise(a net.Addr) string {
+	tcp, ok := a.(*net.TCPAddr)
+	if !ok {
+		return a.String()
+	}
+	ip := tcp.IP
+	if ip == nil || ip.IsUnspecified() {
+		ip = hostIP()
+	}
+	return net.JoinHostPort(ip.String(), strconv.Itoa(tcp.Port))
+}
+
+// hostIP returns this host's first non-loopback unicast address, IPv4
+// first, or the IPv4 loopback address.
+func hostIP() net.IP {
+	addrs, _ := net.InterfaceAddrs()
+	var v6 net.IP
+	for _, a := range addrs {
+		n, ok := a.(*net.IPNet)
+		if !ok || !n.IP.IsGlobalUnicast() {
+			continue
+		}
+		if v4 := n.IP.To4(); v4 != nil {
+			return v4
+		}
+		if v6 == nil {
+			v6 = n.IP
+		}
+	}
+	if v6 != nil {
+		return v6
+	}
+	return net.IPv4(127, 0, 0, 1)
 }
