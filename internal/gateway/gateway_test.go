@@ -5,7 +5,9 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/netip"
+	"net/textproto"
 	"strings"
 	"sync"
 	"testing"
@@ -332,6 +334,37 @@ func TestResponseHeaders(t *testing.T) {
 	r = w.get(t, "/", nil)
 	if _, ok := r.header["X-Lane"]; ok || r.header.Get("X-Lane-Served") != "baseline" {
 		t.Errorf("baseline: x-lane %q, x-lane-served %q; want none, baseline", r.header.Values("X-Lane"), r.header.Get("X-Lane-Served"))
+	}
+}
+
+// TestEarlyHints checks that the lane headers survive a 1xx response, after
+// which the proxy clears the response's header map.
+func TestEarlyHints(t *testing.T) {
+	w := newWorld(t, "", Config{})
+	_, alice := twoLanes(t, w)
+	alice.hints.Store(true)
+	var hints []int
+	req, err := http.NewRequest(http.MethodGet, w.url+"/", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("x-lane", "alice")
+	req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+		Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
+			hints = append(hints, code)
+			return nil
+		},
+	}))
+	resp, err := w.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if len(hints) != 1 || hints[0] != http.StatusEarlyHints {
+		t.Errorf("1xx responses %v, want [103]", hints)
+	}
+	if resp.Header.Get("X-Lane") != "alice" || resp.Header.Get("X-Lane-Served") != "alice" {
+		t.Errorf("after a 103: x-lane %q, x-lane-served %q", resp.Header.Get("X-Lane"), resp.Header.Get("X-Lane-Served"))
 	}
 }
 

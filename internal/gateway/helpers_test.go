@@ -56,6 +56,7 @@ type backend struct {
 	addr     string
 	hits     atomic.Int64
 	status   atomic.Int32 // 0: 200
+	hints    atomic.Bool  // send 103 Early Hints first
 	srv      *http.Server
 	done     chan struct{}
 }
@@ -89,6 +90,11 @@ func (b *backend) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	// A stale lane header from upstream must not reach the client.
 	w.Header().Set("X-Lane-Served", "from-the-backend")
+	if b.hints.Load() {
+		w.Header().Set("Link", "</style.css>; rel=preload")
+		w.WriteHeader(http.StatusEarlyHints)
+		w.Header().Del("Link")
+	}
 	if s := b.status.Load(); s != 0 {
 		w.WriteHeader(int(s))
 	}

@@ -131,12 +131,6 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		source = srcCanary
 	}
 	g.m.source(source)
-	h := w.Header()
-	if res.RequestLane != "" {
-		h[hLane] = g.lanes.get(res.RequestLane).lane
-	}
-	h[hLaneServed] = g.servedValue(res.Lane)
-
 	g.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), stateKey{}, st)))
 }
 
@@ -308,13 +302,25 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	g.prop.InjectLane(l, lane.HTTPHeader(out.Header))
 }
 
+// laneHeaders sets the response headers x-lane and x-lane-served of a
+// proxied request on w. They are set once the instance has answered (or
+// failed), as the proxy clears the header map after a 1xx response.
+func (g *Gateway) laneHeaders(st *reqState) {
+	h := st.w.Header()
+	if l := st.res.RequestLane; l != "" {
+		h[hLane] = g.lanes.get(l).lane
+	}
+	h[hLaneServed] = g.servedValue(st.res.Lane)
+}
+
 // modifyResponse reports the outcome and settles the lane headers of the
 // response.
 func (g *Gateway) modifyResponse(resp *http.Response) error {
 	st := stateOf(resp.Request.Context())
 	h := resp.Header
-	delete(h, hLane) // the gateway's own are on the ResponseWriter
+	delete(h, hLane) // the gateway's own go on the ResponseWriter
 	delete(h, hLaneServed)
+	g.laneHeaders(st)
 	g.m.served(st.res.Lane)
 	// A 5xx with x-lanes-error is a routing failure further downstream,
 	// answered by a healthy instance (as laneshttp classifies it).
@@ -364,6 +370,7 @@ func (b *grpcBody) Close() error {
 // proxyError answers a call that got no response from the instance.
 func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	st := stateOf(r.Context())
+	g.laneHeaders(st)
 	if r.Context().Err() != nil {
 		// The client went away: that says nothing about the instance.
 		w.WriteHeader(http.StatusBadGateway)
@@ -406,7 +413,6 @@ func (u *upstream) RoundTrip(req *http.Request) (*http.Response, error) {
 		u.g.log.Debug("lanes gateway: retrying on another instance", "service", st.route.Service,
 			"failed", failed.Instance.ID, "next", res.Instance.ID, "err", err)
 		st.res, st.reported, st.retried = res, false, true
-		st.w.Header()[hLaneServed] = u.g.servedValue(res.Lane)
 		r2 := new(http.Request)
 		*r2 = *req
 		u2 := new(url.URL)
