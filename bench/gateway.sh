@@ -2,8 +2,8 @@
 # bench/gateway.sh: the lanes gateway against nginx, side by side.
 #
 # What it does:
-#   1. installs wrk and nginx from Debian if they are missing (apt-get; needs
-#      root or sudo);
+#   1. installs wrk, nginx (nginx-light) and curl from Debian if they are
+#      missing (apt-get; needs root or sudo);
 #   2. builds bench/backend and bench/gatewaybench, and starts two loopback
 #      backends, one baseline and one in lane "alice"; each answers "ok" and
 #      names its lane in the X-Backend-Lane response header;
@@ -15,13 +15,14 @@
 #      per instance);
 #   4. runs wrk against each proxy, for baseline requests and for requests
 #      with `x-lane: alice`, ROUNDS times, alternating the proxies; a wrk Lua
-#      script counts every response that is not a 200 from the expected lane;
-#      With GOPROXY_PLAIN=1 (the default) a plain httputil.ReverseProxy with
+#      script counts every response that is not a 200 from the expected lane.
+#      With GOPROXY_PLAIN=1 (the default), a plain httputil.ReverseProxy with
 #      the gateway's transport settings ("goproxy", gatewaybench -plain) runs
 #      the baseline case too, to show what Go's proxy costs without lanes;
-#   5. prints requests/s and latency percentiles per run and the median per
-#      case, and exits 1 if any response came from the wrong lane (or was
-#      not a 200), 0 otherwise.
+#   5. prints requests/s, latency percentiles and the proxy's CPU time per
+#      request (user + system, from /proc, nginx workers included) per run,
+#      and the median of each column per case; exits 1 if any response came
+#      from the wrong lane (or was not a 200), 0 otherwise.
 #
 # Usage: bench/gateway.sh            (from anywhere in the repository)
 # Environment:
@@ -51,6 +52,7 @@ cd "$root"
 need=()
 command -v wrk >/dev/null 2>&1 || need+=(wrk)
 command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need+=(nginx-light)
+command -v curl >/dev/null 2>&1 || need+=(curl)
 if [ ${#need[@]} -gt 0 ]; then
 	echo "installing ${need[*]} from Debian" >&2
 	sudo=""
@@ -110,10 +112,12 @@ gwargs=(-baseline "$base" -alice "$alice")
 [ -n "${CPUPROFILE:-}" ] && gwargs+=(-cpuprofile "$CPUPROFILE")
 start lanes "$tmp/gatewaybench" "${gwargs[@]}"
 lanes=$addr
+lanes_pid=${pids[-1]}
 goproxy=""
 if [ "${GOPROXY_PLAIN:-1}" = 1 ]; then
 	start goproxy "$tmp/gatewaybench" -plain -baseline "$base" -alice "$alice"
 	goproxy=$addr
+	goproxy_pid=${pids[-1]}
 fi
 
 nport=$("$tmp/backend" -free-port)
@@ -148,6 +152,7 @@ http {
 EOF
 "$NGINX" -p "$tmp/nginx" -c "$tmp/nginx/nginx.conf" -g 'daemon off;' 2>"$tmp/nginx.err" &
 pids+=($!)
+nginx_pid=$!
 for _ in $(seq 1 100); do
 	curl -fsS -o /dev/null "http://127.0.0.1:$nport/" 2>/dev/null && break
 	sleep 0.1
@@ -166,6 +171,18 @@ for p in "$lanes" "$nginx"; do
 		fi
 	done
 done
+
+# cputicks PID: the CPU time (user + system, in clock ticks) used so far by
+# PID and its children (the nginx workers).
+cputicks() {
+	local t=0 p f
+	for p in "$1" $(pgrep -P "$1" || true); do
+		f=$(cut -d' ' -f14,15 "/proc/$p/stat" 2>/dev/null) || continue
+		t=$((t + ${f% *} + ${f#* }))
+	done
+	echo $t
+}
+hz=$(getconf CLK_TCK)
 
 # 4. wrk, with a Lua script that sets the lane and checks every response.
 cat >"$tmp/check.lua" <<'EOF'
@@ -213,15 +230,20 @@ for round in $(seq 1 "$ROUNDS"); do
 	for want in baseline alice; do
 		for proxy in lanes nginx goproxy; do
 			case $proxy in
-			lanes) p=$lanes ;;
-			nginx) p=$nginx ;;
+			lanes) p=$lanes pid=$lanes_pid ;;
+			nginx) p=$nginx pid=$nginx_pid ;;
 			goproxy)
 				# The plain Go proxy knows no lanes: baseline requests only.
 				[ -n "$goproxy" ] && [ "$want" = baseline ] || continue
-				p=$goproxy
+				p=$goproxy pid=$goproxy_pid
 				;;
 			esac
+			c0=$(cputicks "$pid")
 			line=$(wrk -t"$THREADS" -c"$CONNS" -d"$DURATION" --latency -s "$tmp/check.lua" "http://$p/" -- "$want" | grep '^RESULT')
+			c1=$(cputicks "$pid")
+			n=$(sed 's/.*responses=\([0-9]*\).*/\1/' <<<"$line")
+			# The proxy's CPU time per request, in microseconds.
+			line="$line cpu_us=$(((c1 - c0) * 1000000 / hz / (n > 0 ? n : 1)))"
 			echo "round $round  $proxy  $want  ${line#RESULT }"
 			echo "$proxy $want ${line#RESULT }" >>"$results"
 			mism=$(sed 's/.*mismatches=\([0-9]*\).*/\1/' <<<"$line")
@@ -236,7 +258,7 @@ done
 
 # 5. Medians.
 echo
-printf '%-7s %-9s %10s %9s %9s %9s\n' proxy request 'req/s' 'p50 ms' 'p90 ms' 'p99 ms'
+printf '%-7s %-9s %10s %9s %9s %9s %12s\n' proxy request 'req/s' 'p50 ms' 'p90 ms' 'p99 ms' 'CPU us/req'
 for want in baseline alice; do
 	for proxy in lanes nginx goproxy; do
 		grep -q "^$proxy $want " "$results" || continue
@@ -251,7 +273,7 @@ for want in baseline alice; do
 				for (i = 0; i < n; i++) for (j = i + 1; j < n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
 				return a[int((n - 1) / 2)]
 			}
-			END { printf "%-7s %-9s %10d %9.3f %9.3f %9.3f\n", p, w, median("rps"), median("p50"), median("p90"), median("p99") }
+			END { printf "%-7s %-9s %10d %9.3f %9.3f %9.3f %12d\n", p, w, median("rps"), median("p50"), median("p90"), median("p99"), median("cpu_us") }
 		' "$results"
 	done
 done
