@@ -172,3 +172,13 @@ func TestPickDoesNotAllocate(t *testing.T) {
 		t.Errorf("Report(true) allocates %.1f times", n)
 	}
 }
+
+// BenchmarkReport is the outcome report every transport makes after a call.
+func BenchmarkReport(b *testing.B) {
+	svc := fleet(b, 100, 1).Service("orders")
+	r, _ := svc.Pick(Request{})
+	b.ReportAllocs()
+	for b.Loop() {
+		r.Report(true)
+	}
+}

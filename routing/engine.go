@@ -369,6 +369,9 @@ func (s *Service) claim(g *group) *member {
 }
 
 func (s *Service) report(h *health, ok bool) {
+	if ok && h.state.Load() == stateHealthy {
+		return // the common case: no clock, no lock
+	}
 	if h.report(ok, s.now(), s.snap.Load().outlier) {
 		s.mu.Lock()
 		s.rebuild()
