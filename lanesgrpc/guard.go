@@ -52,9 +52,12 @@ type servingLane struct {
 	lane string
 }
 
-// NewGuard returns a guard that asks e. WithExemptMethods adds method
-// prefixes to DefaultExempt.
+// NewGuard returns a guard that asks e, which must not be nil.
+// WithExemptMethods adds method prefixes to DefaultExempt.
 func NewGuard(e *routing.Engine, opts ...Option) *Guard {
+	if e == nil {
+		panic("lanesgrpc: NewGuard with a nil engine")
+	}
 	c := newConfig(opts)
 	g := &Guard{e: e}
 	g.exempt = append(append(g.exempt, DefaultExempt...), c.exempt...)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"strings"
 	"sync"
@@ -29,6 +30,9 @@ import (
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// quiet is the logger of the instances the tests run.
+var quiet = slog.New(slog.DiscardHandler)
 
 // patience bounds every wait of these tests. It is generous: the tests run
 // on loaded machines and under -race, and measure nothing.
@@ -148,7 +152,7 @@ func (m *mesh) start(service, id, l string, opts ...backendOpt) *backend {
 		o(&bc)
 	}
 	b := &backend{id: id, service: service, lane: l, next: bc.next, done: make(chan error, 1), health: health.NewServer()}
-	sopts := []lanesgrpc.Option{lanesgrpc.WithInvalidLaneHandler(func(context.Context, string, *lane.NameError) { b.invalid.Add(1) })}
+	sopts := []lanesgrpc.Option{lanesgrpc.WithLogger(quiet), lanesgrpc.WithInvalidLaneHandler(func(context.Context, string, *lane.NameError) { b.invalid.Add(1) })}
 	if !bc.noGuard {
 		b.guard = lanesgrpc.NewGuard(m.engine)
 		sopts = append(sopts, lanesgrpc.WithGuard(b.guard))
@@ -167,6 +171,7 @@ func (m *mesh) start(service, id, l string, opts ...backendOpt) *backend {
 		lanesgrpc.WithLane(l),
 		lanesgrpc.WithEnv(func(string) string { return "" }),
 		lanesgrpc.WithShutdownTimeout(patience),
+		lanesgrpc.WithLogger(quiet),
 		lanesgrpc.WithGuard(b.guard),
 	}, bc.serveOps...)
 	go func() {

@@ -579,3 +579,31 @@ func TestNewClientRefusesBadOptions(t *testing.T) {
 		t.Fatal("bad service name accepted")
 	}
 }
+
+func TestHealthCheck(t *testing.T) {
+	m := newMesh(t)
+	m.setPolicy("outlier:\n  ejection: 1s\n")
+	a := m.start("orders", "a", "")
+	m.start("orders", "b", "")
+	orders := m.client("orders", lanesgrpc.WithHealthCheck(""))
+
+	seen := map[string]bool{}
+	waitFor(t, "both instances to serve", func() bool {
+		seen[mustServe(t, orders, "")] = true
+		return seen["a"] && seen["b"]
+	})
+	// a says it is not serving: its connection leaves READY, and every call
+	// goes to b.
+	a.health.SetServingStatus("", healthpb.HealthCheckResponse_NOT_SERVING)
+	streak := 0
+	waitFor(t, "ten calls in a row served by b", func() bool {
+		if mustServe(t, orders, "") == "b" {
+			streak++
+		} else {
+			streak = 0
+		}
+		return streak >= 10
+	})
+	a.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	waitFor(t, "a to serve again", func() bool { return mustServe(t, orders, "") == "a" })
+}

@@ -27,6 +27,7 @@ type config struct {
 	prop       lane.Propagator
 	log        *slog.Logger
 	idempotent []string
+	health     *string
 	dialOpts   []grpc.DialOption
 	guard      *Guard
 	exempt     []string
@@ -102,6 +103,14 @@ func WithLogger(l *slog.Logger) Option {
 func WithIdempotent(methods ...string) Option {
 	return func(c *config) { c.idempotent = append(c.idempotent, methods...) }
 }
+
+// WithHealthCheck turns on gRPC client-side health checking (read by
+// NewClient and NewBuilder, which put it in the service config): each
+// connection watches the grpc.health.v1 status of service ("" for the
+// server as a whole), and an instance that is not SERVING counts as
+// unreachable, so that the engine ejects it and routes around it. The
+// servers must run the health service.
+func WithHealthCheck(service string) Option { return func(c *config) { c.health = &service } }
 
 // WithDialOptions adds options to the grpc.NewClient call of NewClient, for
 // example the transport credentials, which NewClient does not choose.

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	_ "google.golang.org/grpc/health" // the client-side health check of WithHealthCheck
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/serviceconfig"
 
@@ -59,7 +60,7 @@ func (b *builder) Build(t resolver.Target, cc resolver.ClientConn, _ resolver.Bu
 	if err != nil {
 		return nil, err
 	}
-	sc := cc.ParseServiceConfig(serviceConfigJSON(b.cfg.callerZone(), idem))
+	sc := cc.ParseServiceConfig(serviceConfigJSON(b.cfg.callerZone(), idem, b.cfg.health))
 	if sc.Err != nil {
 		return nil, fmt.Errorf("lanesgrpc: service config: %w", sc.Err)
 	}
@@ -179,7 +180,7 @@ const (
 
 // serviceConfigJSON is the service config the resolver supplies: the lanes
 // balancer, and the retry policy of the idempotent methods.
-func serviceConfigJSON(zone string, idem methodSet) string {
+func serviceConfigJSON(zone string, idem methodSet, health *string) string {
 	type name struct {
 		Service string `json:"service"`
 		Method  string `json:"method,omitempty"`
@@ -199,12 +200,19 @@ func serviceConfigJSON(zone string, idem methodSet) string {
 		MaxTokens  int     `json:"maxTokens"`
 		TokenRatio float64 `json:"tokenRatio"`
 	}
+	type healthCheck struct {
+		ServiceName string `json:"serviceName"`
+	}
 	type sc struct {
 		LB           []map[string]LBConfig `json:"loadBalancingConfig"`
 		MethodConfig []methodConfig        `json:"methodConfig,omitempty"`
 		Throttling   *throttling           `json:"retryThrottling,omitempty"`
+		Health       *healthCheck          `json:"healthCheckConfig,omitempty"`
 	}
 	doc := sc{LB: []map[string]LBConfig{{Name: {Zone: zone}}}}
+	if health != nil {
+		doc.Health = &healthCheck{ServiceName: *health}
+	}
 	if !idem.empty() {
 		var names []name
 		for s := range idem.services {
@@ -226,8 +234,9 @@ func serviceConfigJSON(zone string, idem methodSet) string {
 			BackoffMultiplier:    1,
 			RetryableStatusCodes: []string{"UNAVAILABLE"},
 		}}}
-		// Retries stop while failures outnumber successes by about 50 to
-		// 5 in the recent past, so that an outage is not doubled.
+		// gRPC's retry throttling: a failure that could be retried costs a
+		// token, a success returns a tenth of one, and retries pause while
+		// half of the tokens are gone, so that an outage is not doubled.
 		doc.Throttling = &throttling{MaxTokens: 100, TokenRatio: 0.1}
 	}
 	b, err := json.Marshal(doc)

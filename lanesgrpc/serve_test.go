@@ -89,7 +89,7 @@ func TestServe(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- lanesgrpc.Serve(ctx, srv, lis, reg, registry.Instance{Service: "orders", Zone: "az-code"},
-			lanesgrpc.WithEnv(func(k string) string { return env[k] }), lanesgrpc.WithZone("az-option"), lanesgrpc.WithGuard(guard))
+			lanesgrpc.WithEnv(func(k string) string { return env[k] }), lanesgrpc.WithZone("az-option"), lanesgrpc.WithGuard(guard), lanesgrpc.WithLogger(quiet))
 	}()
 
 	if err := <-reg.answered; err != nil {
@@ -135,7 +135,7 @@ func TestServeOptionsBeforeEnv(t *testing.T) {
 	go func() {
 		done <- lanesgrpc.Serve(ctx, newHealthServer(), lis, reg, registry.Instance{ID: "o-1", Service: "orders"},
 			lanesgrpc.WithEnv(func(k string) string { return map[string]string{"LANES_LANE": "env", "LANES_ZONE": "az-env"}[k] }),
-			lanesgrpc.WithLane("opt"), lanesgrpc.WithZone("az-opt"))
+			lanesgrpc.WithLane("opt"), lanesgrpc.WithZone("az-opt"), lanesgrpc.WithLogger(quiet))
 	}()
 	w, err := reg.Watch(ctx, "orders")
 	if err != nil {
@@ -177,7 +177,7 @@ func TestServeFailures(t *testing.T) {
 		lis, _ := net.Listen("tcp", "127.0.0.1:0")
 		reg := registry.NewMemory()
 		reg.Close()
-		err := lanesgrpc.Serve(context.Background(), newHealthServer(), lis, reg, registry.Instance{Service: "orders"})
+		err := lanesgrpc.Serve(context.Background(), newHealthServer(), lis, reg, registry.Instance{Service: "orders"}, lanesgrpc.WithLogger(quiet))
 		if err == nil || !strings.Contains(err.Error(), "register orders/") {
 			t.Fatalf("got %v", err)
 		}
@@ -188,7 +188,7 @@ func TestServeFailures(t *testing.T) {
 		lis, _ := net.Listen("tcp", "127.0.0.1:0")
 		done := make(chan error, 1)
 		go func() {
-			done <- lanesgrpc.Serve(context.Background(), newHealthServer(), lis, reg, registry.Instance{ID: "o-1", Service: "orders"})
+			done <- lanesgrpc.Serve(context.Background(), newHealthServer(), lis, reg, registry.Instance{ID: "o-1", Service: "orders"}, lanesgrpc.WithLogger(quiet))
 		}()
 		<-reg.answered
 		<-reg.registered
@@ -206,7 +206,7 @@ func TestServeFailures(t *testing.T) {
 		lis, _ := net.Listen("tcp", "127.0.0.1:0")
 		done := make(chan error, 1)
 		go func() {
-			done <- lanesgrpc.Serve(context.Background(), srv, lis, reg, registry.Instance{ID: "o-1", Service: "orders"})
+			done <- lanesgrpc.Serve(context.Background(), srv, lis, reg, registry.Instance{ID: "o-1", Service: "orders"}, lanesgrpc.WithLogger(quiet))
 		}()
 		<-reg.answered
 		<-reg.registered

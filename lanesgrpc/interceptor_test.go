@@ -1,0 +1,46 @@
+package lanesgrpc
+
+import (
+	"context"
+	"testing"
+
+	"google.golang.org/grpc/metadata"
+
+	"github.com/lanesdev/lanes/lane"
+)
+
+// TestInterceptorAllocations bounds what the interceptors allocate per call,
+// besides gRPC itself.
+func TestInterceptorAllocations(t *testing.T) {
+	si := newServerInterceptor(newConfig(nil))
+	ci := newClientInterceptor(newConfig([]Option{WithIdempotent("/a.B/Idem")}))
+	incoming := func(kv ...string) context.Context {
+		kv = append([]string{":authority", "orders", "content-type", "application/grpc", "user-agent", "grpc-go/1.85.0"}, kv...)
+		return metadata.NewIncomingContext(context.Background(), metadata.Pairs(kv...))
+	}
+	bg := context.Background()
+	for _, tc := range []struct {
+		name   string
+		server bool
+		ctx    context.Context
+		method string
+		max    float64
+		why    string
+	}{
+		{"server_baseline", true, incoming(), "/a.B/C", 2, "the carrier interface, the context"},
+		{"server_lane", true, incoming("x-lane", "alice", "baggage", "lane=alice,team=x"), "/a.B/C", 4,
+			"the carrier interface, the copy of x-lane, the context and its value"},
+		{"client_baseline", false, bg, "/a.B/C", 0, ""},
+		{"client_lane", false, lane.WithLane(bg, "alice"), "/a.B/C", 7,
+			"the metadata, its two values, the baggage string, the outgoing context"},
+		{"client_idempotent", false, bg, "/a.B/Idem", 2, "the retry state and its context"},
+	} {
+		f := func() { ci.outgoing(tc.ctx, tc.method) }
+		if tc.server {
+			f = func() { si.incoming(tc.ctx, tc.method) }
+		}
+		if n := testing.AllocsPerRun(1000, f); n > tc.max {
+			t.Errorf("%s: %.0f allocations, want at most %.0f (%s)", tc.name, n, tc.max, tc.why)
+		}
+	}
+}
