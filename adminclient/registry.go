@@ -284,6 +284,13 @@ func (l *lease) heartbeat() {
 		case IsCode(err, CodeNotFound):
 			l.r.log.Warn("registration expired; registering again", "service", inst.Service, "id", inst.ID)
 			if err := l.reestablish(); err != nil {
+				if IsCode(err, CodeConflict) {
+					// Another registration of the same id took over
+					// meanwhile: leave it, as every backend does.
+					l.r.log.Info("instance was registered again by another registration meanwhile; leaving it", "service", inst.Service, "id", inst.ID)
+					<-l.ctx.Done()
+					return
+				}
 				if l.fatal(err) {
 					return
 				}
@@ -331,9 +338,6 @@ func (l *lease) reestablish() error {
 	l.mu.Lock()
 	l.reg = reg.Registration
 	l.mu.Unlock()
-	if !reg.Held {
-		l.r.log.Info("instance was registered again by another registration meanwhile; leaving it", "service", reg.Instance.Service, "id", reg.Instance.ID)
-	}
 	return nil
 }
 

@@ -84,7 +84,9 @@ type Server struct {
 	// streams is cancelled by Close: watch streams end with it.
 	streams      context.Context
 	cancelStream context.CancelFunc
-	wg           sync.WaitGroup
+	mu           sync.Mutex
+	closed       bool
+	wg           sync.WaitGroup // watch streams
 }
 
 // New returns the admin API.
@@ -126,9 +128,24 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.handler.S
 // Close ends the watch streams in progress (so that an http.Server's
 // Shutdown does not wait for them) and waits for their handlers.
 func (s *Server) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
 	s.cancelStream()
 	s.wg.Wait()
 	return nil
+}
+
+// beginStream registers a watch stream that Close waits for; false once
+// closed.
+func (s *Server) beginStream() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.wg.Add(1)
+	return true
 }
 
 // access says who may call an endpoint.

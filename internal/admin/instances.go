@@ -444,12 +444,14 @@ func (s *Server) watchInstances(w http.ResponseWriter, r *http.Request, _ *princ
 			return fieldError("", err)
 		}
 	}
+	if !s.beginStream() {
+		return errorf(http.StatusServiceUnavailable, adminclient.CodeUnavailable, "", "", "the control plane is shutting down")
+	}
+	defer s.wg.Done()
 	ctx, cancel := context.WithCancel(r.Context())
 	defer cancel()
 	stop := context.AfterFunc(s.streams, cancel)
 	defer stop()
-	s.wg.Add(1)
-	defer s.wg.Done()
 	wt, err := s.store.Watch(ctx, svc)
 	if err != nil {
 		return etcdError("watch instances", err)

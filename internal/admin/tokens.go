@@ -149,6 +149,9 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request, _ *principa
 
 func (s *Server) revokeToken(w http.ResponseWriter, r *http.Request, _ *principal) error {
 	id := r.PathValue("id")
+	if _, err := hex.DecodeString(id); err != nil || len(id) != idLen {
+		return notFound("id", id, "no token %q: a token id is %d hex digits", id, idLen)
+	}
 	resp, err := s.cli.Delete(r.Context(), s.tokenKey(id))
 	if err != nil {
 		return etcdError("revoke token", err)

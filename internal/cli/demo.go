@@ -56,6 +56,7 @@ takes the same settings as 'lanes up' (addresses, data directory, etcd).`,
 			printDemoHelp(out, rt)
 			select {
 			case <-ctx.Done():
+				log.Info("stopping")
 			case err := <-s.Failed():
 				return &exitError{code: ExitFail, err: err}
 			}

@@ -179,11 +179,14 @@ func Run(ctx context.Context, cfg Config, out io.Writer, opts ...Option) error {
 	var runErr error
 	select {
 	case <-ctx.Done():
+		s.rt.Log.Info("stopping")
 	case runErr = <-s.Failed():
+		s.rt.Log.Error("a component failed; stopping", "err", runErr)
 	}
 	if err := s.Close(); err != nil {
 		return errors.Join(runErr, err)
 	}
+	s.rt.Log.Info("stopped")
 	return runErr
 }
 
@@ -207,7 +210,7 @@ func NewLogger(w io.Writer, level string) *slog.Logger {
 func listen(what, addr string) (net.Listener, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return nil, fmt.Errorf("listen on %s (%s): %w", addr, what, err)
+		return nil, fmt.Errorf("listen on %s (--%s-addr): %w", addr, what, err)
 	}
 	return ln, nil
 }
