@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -510,5 +511,61 @@ func TestUpRefusesBadSettings(t *testing.T) {
 		"--etcd-client-addr", "127.0.0.1:0", "--etcd-peer-addr", "127.0.0.1:0")
 	if code != 1 || !strings.Contains(errOut, ln.Addr().String()) {
 		t.Errorf("admin port in use: exit %d, stderr %q", code, errOut)
+	}
+}
+
+// TestUpExternalEtcdAuth runs `lanes up` on an etcd server process with
+// authentication on, configured by a config file and LANES_* variables, as
+// a user whose role may only read and write the lanes prefix: everything
+// the control plane writes (instances, tokens, claims, the policy) stays
+// under it. A wrong password fails the start-up with exit status 1.
+func TestUpExternalEtcdAuth(t *testing.T) {
+	srv := etcdtest.Process(t)
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	c := etcdtest.Client(t, srv.Endpoints())
+	const prefix = "/lanes-auth/"
+	for _, step := range []func() error{
+		func() error { _, err := c.UserAdd(ctx, "root", "rootpw"); return err },
+		func() error { _, err := c.UserGrantRole(ctx, "root", "root"); return err },
+		func() error { _, err := c.UserAdd(ctx, "lanes", "s3cret"); return err },
+		func() error { _, err := c.RoleAdd(ctx, "lanes"); return err },
+		func() error {
+			_, err := c.RoleGrantPermission(ctx, "lanes", prefix, clientv3.GetPrefixRangeEnd(prefix), clientv3.PermissionType(clientv3.PermReadWrite))
+			return err
+		},
+		func() error { _, err := c.UserGrantRole(ctx, "lanes", "lanes"); return err },
+		func() error { _, err := c.AuthEnable(ctx); return err },
+	} {
+		if err := step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := filepath.Join(t.TempDir(), "lanes.yaml")
+	os.WriteFile(cfg, []byte("routes: [/=web]\netcd:\n  endpoints: ["+srv.Endpoints()[0]+"]\n  prefix: "+prefix+"\n"), 0o644)
+
+	code, _, errOut := run(t, "", "up", "--config", cfg, "--data-dir", t.TempDir(), "--etcd-username", "lanes", "--etcd-password", "wrong",
+		"--etcd-dial-timeout", "3s", "--admin-addr", "127.0.0.1:0", "--gateway-addr", "127.0.0.1:0")
+	if code != 1 || !strings.Contains(errOut, "authentication failed") {
+		t.Errorf("wrong password: exit %d, stderr %q", code, errOut)
+	}
+
+	u := startUpEnv(t, []string{"LANES_ETCD_USERNAME=lanes", "LANES_ETCD_PASSWORD=s3cret"}, "up", "--config", cfg)
+	if !strings.Contains(u.stdout.String(), "external") {
+		t.Errorf("start-up output:\n%s", u.stdout.String())
+	}
+	tok := u.newToken(t, adminclient.TokenRequest{Lane: "alice"})
+	b := newBackend(t, "web-alice")
+	base := newBackend(t, "web-base")
+	l := u.register(t, tok, registry.Instance{Service: "web", ID: "web-alice", Addr: b.addr, Lane: "alice"})
+	u.register(t, u.token, registry.Instance{Service: "web", ID: "web-base", Addr: base.addr})
+	if _, err := u.client(t, tok).Claim(ctx, adminclient.ClaimRequest{Lane: "alice", Registration: adminclient.RegistrationOf(l)}); err != nil {
+		t.Errorf("claim: %v", err)
+	}
+	gc := clientFrom(t, "127.0.0.2")
+	expectBackend(t, gc, u.gateway+"/", "web-alice", header("x-lane", "alice"))
+	expectBackend(t, clientFrom(t, "127.0.0.1"), u.gateway+"/", "web-alice", nil) // the claim
+	if code, out, errOut := u.cli(t, "ls"); code != 0 || !strings.Contains(out, "web-alice") {
+		t.Errorf("ls: exit %d %s %s", code, out, errOut)
 	}
 }

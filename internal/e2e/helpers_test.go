@@ -63,9 +63,15 @@ type proc struct {
 // if it still runs, and its output is logged when the test failed.
 func start(t *testing.T, args ...string) *proc {
 	t.Helper()
+	return startEnv(t, nil, args...)
+}
+
+// startEnv is start with more environment variables (KEY=value).
+func startEnv(t *testing.T, env []string, args ...string) *proc {
+	t.Helper()
 	p := &proc{t: t, name: strings.Join(args[:min(2, len(args))], " "), exited: make(chan struct{})}
 	p.cmd = exec.Command(binary, args...)
-	p.cmd.Env = cleanEnv()
+	p.cmd.Env = append(cleanEnv(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -182,6 +188,12 @@ var addrLine = regexp.MustCompile(`(?m)^(etcd|admin|gateway)\s+(http://\S+)`)
 // directory, and waits until it is up.
 func startUp(t *testing.T, cmd string, extra ...string) *up {
 	t.Helper()
+	return startUpEnv(t, nil, cmd, extra...)
+}
+
+// startUpEnv is startUp with more environment variables.
+func startUpEnv(t *testing.T, env []string, cmd string, extra ...string) *up {
+	t.Helper()
 	dir := t.TempDir()
 	args := append([]string{cmd,
 		"--data-dir", dir,
@@ -191,7 +203,7 @@ func startUp(t *testing.T, cmd string, extra ...string) *up {
 		"--etcd-peer-addr", "127.0.0.1:0",
 		"--log-level", "warn",
 	}, extra...)
-	u := &up{proc: start(t, args...), dataDir: dir}
+	u := &up{proc: startEnv(t, env, args...), dataDir: dir}
 	out := u.waitOutput("lanes is up.")
 	for _, m := range addrLine.FindAllStringSubmatch(out, -1) {
 		switch m[1] {
