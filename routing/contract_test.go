@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/lanesdev/lanes/lane"
+	"github.com/lanesdev/lanes/registry"
 )
 
 // The tests in this file encode the routing contract (docs/routing.md), case
@@ -535,5 +536,25 @@ func TestExpiredLaneTakesNoTraffic(t *testing.T) {
 	r, err := f.e.Pick("orders", Request{Lane: "alice"})
 	if err != nil || r.Instance.ID != "b1" {
 		t.Fatalf("picked %v, %v", r.Instance, err)
+	}
+}
+
+func TestChangedSignalsInstanceChanges(t *testing.T) {
+	f := newFixture(t, "", "b1 orders 10.0.0.1:8080")
+	s := f.e.Service("orders")
+	ch := s.Changed()
+	select {
+	case <-ch:
+		t.Fatal("Changed closed before any change")
+	default:
+	}
+	f.e.SetInstances("orders", []registry.Instance{inst(t, "b2 orders 10.0.0.2:8080")})
+	select {
+	case <-ch:
+	default:
+		t.Fatal("Changed not closed after SetInstances")
+	}
+	if len(s.Instances()) != 1 || s.Instances()[0].ID != "b2" {
+		t.Fatalf("instances %v", s.Instances())
 	}
 }

@@ -185,7 +185,7 @@ func (e *Engine) service(name string, watch bool) *Service {
 	if s, ok := old[name]; ok {
 		return s
 	}
-	s := &Service{e: e, name: name, healths: map[string]*health{}, ready: make(chan struct{})}
+	s := &Service{e: e, name: name, healths: map[string]*health{}, ready: make(chan struct{}), changed: make(chan struct{})}
 	s.rebuild()
 	m := make(map[string]*Service, len(old)+1)
 	for k, v := range old {
@@ -219,6 +219,7 @@ type Service struct {
 
 	ready     chan struct{}
 	readyOnce sync.Once
+	changed   chan struct{} // closed and replaced by every setInstances; guarded by mu
 }
 
 // Name returns the service name.
@@ -261,6 +262,17 @@ func (s *Service) setInstances(insts []registry.Instance) {
 		}
 	}
 	s.rebuild()
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// Changed returns a channel that is closed at the next change of the
+// service's registered instances. Read it before Instances, and wait on it
+// after, to miss no change.
+func (s *Service) Changed() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.changed
 }
 
 // Instances returns the registered instances of the service.
