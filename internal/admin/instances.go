@@ -259,7 +259,9 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request, p *principal)
 			s.metrics.heartbeats.WithLabelValues("refused").Inc()
 			return forbidden("registration", req.Registration, "%s cannot renew an instance of %s", p, laneName(inst.Lane))
 		}
-		if pol := s.policyNow(ctx); pol.Expired(inst.Lane, s.now()) {
+		// The engine's copy of the policy follows etcd within moments;
+		// heartbeats are frequent, so they do not read etcd for it.
+		if pol := s.engine.Policy(); pol.Expired(inst.Lane, s.now()) {
 			s.revoke(id)
 			s.metrics.heartbeats.WithLabelValues("lane_expired").Inc()
 			s.log.Info("registration ended: its lane has expired", "service", inst.Service, "id", inst.ID, "lane", inst.Lane)

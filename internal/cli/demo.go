@@ -40,6 +40,9 @@ takes the same settings as 'lanes up' (addresses, data directory, etcd).`,
 			log := controlplane.NewLogger(stderr, cfg.LogLevel)
 			s, err := controlplane.Start(ctx, cfg, controlplane.WithLogger(log))
 			if err != nil {
+				if ctx.Err() != nil {
+					return nil // stopped while starting
+				}
 				return &exitError{code: ExitFail, err: err}
 			}
 			defer s.Close()
@@ -48,6 +51,9 @@ takes the same settings as 'lanes up' (addresses, data directory, etcd).`,
 			topo, err := demo.Start(sctx, demo.Config{Registry: rt.Store, Engine: rt.Engine, Logger: log})
 			cancel()
 			if err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
 				return &exitError{code: ExitFail, err: err}
 			}
 			defer topo.Close()

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -232,7 +233,8 @@ func (c *adminComponent) Provision(ctx context.Context, rt *Runtime) error {
 		return err
 	}
 	c.api = api
-	c.srv = &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second}
+	c.srv = &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+		ErrorLog: slog.NewLogLogger(rt.Log.Handler(), slog.LevelWarn)}
 	c.srv.RegisterOnShutdown(func() { api.Close() })
 	rt.Addresses = append(rt.Addresses, Address{Name: "admin", URL: rt.AdminURL, Note: note})
 	return nil

@@ -172,6 +172,9 @@ func PrintAddresses(w io.Writer, addrs []Address) {
 func Run(ctx context.Context, cfg Config, out io.Writer, opts ...Option) error {
 	s, err := Start(ctx, cfg, opts...)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil // stopped while starting: not a failure
+		}
 		return err
 	}
 	PrintAddresses(out, s.Addresses())
