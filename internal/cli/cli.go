@@ -5,7 +5,14 @@
 //
 // Exit codes are shared by every command: 0 for success, 1 when the command
 // ran and found a problem (for `lanes simulate`: an expectation that does not
-// hold), 2 for a usage error or an input that cannot be read or parsed.
+// hold; for the commands that talk to the admin API: a refusal, or a control
+// plane that cannot be reached; for `lanes up`: a failure to start), 2 for a
+// usage error or an input that cannot be read or parsed (a bad setting, an
+// invalid policy document).
+//
+// `lanes up` and `lanes demo` run the control plane (internal/controlplane);
+// `ls`, `policy`, `route explain`, `dev`, `token` and `lane` are clients of
+// its admin API (adminclient).
 package cli
 
 import (
