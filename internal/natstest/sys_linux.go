@@ -1,0 +1,12 @@
+package natstest
+
+import (
+	"os/exec"
+	"syscall"
+)
+
+// setPdeathsig makes the kernel kill the nats-server child if the test
+// binary dies without running its cleanups (for example on a test timeout).
+func setPdeathsig(cmd *exec.Cmd) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+}
