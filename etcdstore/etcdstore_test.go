@@ -25,6 +25,9 @@ func TestMain(m *testing.M) {
 		// ended; there is nothing to check for leaks.
 		os.Exit(m.Run())
 	}
+	// Make idle watches check that they are alive every half second, so
+	// that every test exercises that path (5s in production).
+	etcdstore.SetProgressTimes(500*time.Millisecond, 2*time.Second)
 	goleak.VerifyTestMain(m, etcdtest.LeakOptions()...)
 }
 

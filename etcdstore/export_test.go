@@ -1,6 +1,8 @@
 package etcdstore
 
 import (
+	"time"
+
 	"github.com/lanesdev/lanes/policy"
 	"github.com/lanesdev/lanes/registry"
 )
@@ -17,4 +19,11 @@ func WatchFrom(s *Store, rev int64) (registry.Watcher, error) {
 func PolicyWatchFrom(s *Store, rev int64) (policy.Watcher, error) {
 	p := s.policy
 	return p.startWatcher(p.newWatcher(), rev)
+}
+
+// SetProgressTimes sets how long a watch stays silent before it asks etcd
+// for progress, and how long it waits for the answer. Call it before any
+// watch starts (from TestMain).
+func SetProgressTimes(after, timeout time.Duration) {
+	progressAfter, progressTimeout = after, timeout
 }

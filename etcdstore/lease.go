@@ -284,45 +284,58 @@ func (l *lease) tryReestablish() (bool, error) {
 	ctx, cancel := context.WithTimeout(l.ctx, opTimeout)
 	defer cancel()
 
-	id := l.leaseID()
-	ttl, err := l.s.client.TimeToLive(ctx, id)
-	switch {
-	case err == nil && ttl.TTL > 0:
-		// Still alive: etcd was only unreachable for a while.
-	case err == nil || errors.Is(err, rpctypes.ErrLeaseNotFound):
-		g, err := l.s.client.Grant(ctx, l.ttl)
-		if err != nil {
-			return false, fmt.Errorf("grant lease: %w", err)
-		}
-		old := id
-		id = g.ID
-		l.mu.Lock()
-		l.id = id
-		l.mu.Unlock()
-		l.s.log.Info("lease was lost; registering under a new lease", "key", l.key, "old_lease", fmt.Sprintf("%x", old), "lease", fmt.Sprintf("%x", id))
-	default:
-		return false, fmt.Errorf("lease time-to-live: %w", err)
-	}
-
 	inst := l.Instance()
 	val, err := json.Marshal(inst)
 	if err != nil {
 		return false, err
 	}
-	// Put the instance if the key is gone (the lease expired); leave it if
-	// it is ours or if another registration has taken it over since.
+	put := func(id clientv3.LeaseID) clientv3.Op {
+		return clientv3.OpPut(l.key, string(val), clientv3.WithLease(id))
+	}
+	absent := clientv3.Compare(clientv3.CreateRevision(l.key), "=", 0)
+
+	// Renewing once tells whether etcd still has the lease, and makes sure
+	// it does for another TTL. (A lease that has expired but is not yet
+	// revoked is not renewed: etcd answers once it is revoked.)
+	old := l.leaseID()
+	_, err = l.s.client.KeepAliveOnce(ctx, old)
+	switch {
+	case err == nil:
+		// Still alive: etcd was only unreachable for a while. Put the
+		// instance back only if someone deleted the key meanwhile.
+		if _, err := l.s.client.Txn(ctx).If(absent).Then(put(old)).Commit(); err != nil {
+			return false, fmt.Errorf("put instance: %w", err)
+		}
+		return true, nil
+	case !errors.Is(err, rpctypes.ErrLeaseNotFound):
+		return false, fmt.Errorf("renew lease: %w", err)
+	}
+
+	g, err := l.s.client.Grant(ctx, l.ttl)
+	if err != nil {
+		return false, fmt.Errorf("grant lease: %w", err)
+	}
+	l.mu.Lock()
+	l.id = g.ID
+	l.mu.Unlock()
+	l.s.log.Info("lease was lost; registering under a new lease", "key", l.key, "old_lease", fmt.Sprintf("%x", old), "lease", fmt.Sprintf("%x", g.ID))
+
+	// Put the instance if the key is gone, or still held by the old lease
+	// (expired, about to be revoked); leave it if another registration has
+	// taken it over since.
 	resp, err := l.s.client.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(l.key), "=", 0)).
-		Then(clientv3.OpPut(l.key, string(val), clientv3.WithLease(id))).
-		Else(clientv3.OpGet(l.key)).
+		If(absent).
+		Then(put(g.ID)).
+		Else(clientv3.OpTxn(
+			[]clientv3.Cmp{clientv3.Compare(clientv3.LeaseValue(l.key), "=", old)},
+			[]clientv3.Op{put(g.ID)},
+			[]clientv3.Op{clientv3.OpGet(l.key)})).
 		Commit()
 	if err != nil {
 		return false, fmt.Errorf("put instance: %w", err)
 	}
-	if !resp.Succeeded {
-		if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) == 1 && clientv3.LeaseID(kvs[0].Lease) != id {
-			l.s.log.Info("instance was registered again by another lease meanwhile; leaving it", "key", l.key)
-		}
+	if !resp.Succeeded && !resp.Responses[0].GetResponseTxn().GetSucceeded() {
+		l.s.log.Info("instance was registered again by another lease meanwhile; leaving it", "key", l.key)
 	}
 	return true, nil
 }

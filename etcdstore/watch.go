@@ -5,13 +5,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/lanesdev/lanes/registry"
 )
@@ -24,14 +27,16 @@ import (
 // The Watcher's goroutine then watches from the revision after the list.
 // Each etcd watch response becomes one Batch. When the watch breaks (etcd
 // restarted, or the member lost its leader: the watch requires one, so that
-// it cannot hang on a partitioned member), it resumes from the last revision
-// delivered, with backoff, and no change is lost. When etcd has compacted
-// that revision away, it lists again and sends a reset batch.
+// it cannot hang on a partitioned member) or stops answering progress
+// requests, it resumes from the last revision delivered, with backoff, and
+// no change is lost. When etcd has compacted that revision away, it lists
+// again and sends a reset batch.
 //
 // A key whose value is not a valid instance (not JSON, not passing
 // registry.Normalize, or not matching its key) is logged and treated as
-// absent: it is left out of lists, and a put of such a value over a valid
-// instance is delivered as the delete of that instance.
+// absent: it is left out of lists, a put of such a value over a valid
+// instance is delivered as the delete of that instance, and its own delete
+// is not delivered.
 func (s *Store) Watch(ctx context.Context, service string) (registry.Watcher, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -130,6 +135,11 @@ func (s *Store) event(ev *clientv3.Event) (e registry.Event, ok bool) {
 		return e, false
 	}
 	if ev.Type == clientv3.EventTypeDelete {
+		if ev.PrevKv != nil {
+			if _, err := s.decode(ev.PrevKv); err != nil {
+				return e, false // an invalid value was never delivered
+			}
+		}
 		e.Type = registry.EventDelete
 		e.Instance = registry.Instance{Service: service, ID: id}
 		return e, true
@@ -253,9 +263,9 @@ func (w *watcher) run(rev int64) {
 	}
 }
 
-// follow watches from *rev+1 and delivers every response as a batch,
-// advancing *rev, until the watch fails or w.ctx is done. progressed
-// reports whether any response arrived.
+// follow watches from *rev+1 and delivers every response with events as a
+// batch, advancing *rev, until the watch fails or w.ctx is done. progressed
+// reports whether any events arrived.
 func (w *watcher) follow(rev *int64) (progressed bool, err error) {
 	return followKeys(w.ctx, w.s.client, w.prefix, true, rev, func(wr clientv3.WatchResponse) bool {
 		b := registry.Batch{}
@@ -273,42 +283,91 @@ func (w *watcher) follow(rev *int64) (progressed bool, err error) {
 	})
 }
 
-// followKeys watches key (a prefix when prefix is set) from *rev+1 and calls
-// deliver for every response with events, in order. It advances *rev on
-// progress notifications; deliver advances it for events. It returns when
-// the watch fails (with the error, rpctypes.ErrCompacted when the revision is
-// gone), when deliver returns false, or when ctx is done.
+// Watch liveness. A watch that has received nothing for progressAfter asks
+// etcd for a progress notification (one small message on its stream; etcd
+// answers it without reading its store); if none arrives within
+// progressTimeout, the watch is taken for stuck and is started again from
+// the last revision it delivered.
+var (
+	progressAfter   = 10 * time.Second
+	progressTimeout = 5 * time.Second
+)
+
+// errUnresponsive ends a watch that did not answer a progress request.
+var errUnresponsive = errors.New("no answer to a progress request")
+
+// watchSeq numbers the gRPC watch streams of this process; see followKeys.
+var watchSeq atomic.Int64
+
+// followKeys watches key (a prefix when prefix is set) after *rev and calls
+// deliver for every response with events, in order; deliver advances *rev.
+// It returns when the watch fails (with the error, rpctypes.ErrCompacted
+// when the revision is gone), when deliver returns false, or when ctx is
+// done.
 //
 // The watch requires a leader, so that a member cut off from its cluster
-// ends the watch with ErrNoLeader instead of leaving it silent forever.
+// ends the watch with ErrNoLeader instead of leaving it silent forever. It
+// runs on a gRPC stream of its own (the client shares one stream between the
+// watches whose contexts carry the same metadata), so that giving up a stuck
+// watch also gives up its stream. Progress notifications are used only as a
+// sign of life, not to advance *rev: etcd 3.4 answers a progress request
+// with its current revision even while a watcher is still catching up.
 func followKeys(ctx context.Context, c *clientv3.Client, key string, prefix bool, rev *int64, deliver func(clientv3.WatchResponse) bool) (progressed bool, err error) {
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	wctx := metadata.AppendToOutgoingContext(clientv3.WithRequireLeader(ctx), "lanes-watch", strconv.FormatInt(watchSeq.Add(1), 10))
+	wctx, cancel := context.WithCancel(wctx)
 	defer cancel()
-	opts := []clientv3.OpOption{clientv3.WithRev(*rev + 1), clientv3.WithPrevKV(), clientv3.WithProgressNotify()}
+	// Start at *rev, not *rev+1, and drop the repeats: etcd (3.5 and later)
+	// answers no progress request while a watcher's start revision is in
+	// the future, which *rev+1 is while nothing changes.
+	opts := []clientv3.OpOption{clientv3.WithRev(*rev), clientv3.WithPrevKV()}
 	if prefix {
 		opts = append(opts, clientv3.WithPrefix())
 	}
-	for wr := range c.Watch(wctx, key, opts...) {
-		if err := wr.Err(); err != nil {
-			return progressed, err
-		}
-		progressed = true
-		if wr.IsProgressNotify() {
-			// Every change up to the header's revision has been delivered.
-			if r := wr.Header.Revision; r > *rev {
-				*rev = r
+	wch := c.Watch(wctx, key, opts...)
+	idle := time.NewTimer(progressAfter)
+	defer idle.Stop()
+	asked := false
+	for {
+		select {
+		case <-idle.C:
+			if asked {
+				return progressed, errUnresponsive
 			}
+			asked = true
+			rctx, rcancel := context.WithTimeout(wctx, progressTimeout)
+			err := c.RequestProgress(rctx) // to this watch's own stream
+			rcancel()
+			if ctx.Err() != nil {
+				return progressed, ctx.Err()
+			}
+			if err != nil {
+				return progressed, fmt.Errorf("progress request: %w", err)
+			}
+			idle.Reset(progressTimeout)
 			continue
-		}
-		if len(wr.Events) == 0 {
-			continue
-		}
-		if !deliver(wr) {
-			return progressed, ctx.Err()
+		case wr, ok := <-wch:
+			if !ok {
+				if err := ctx.Err(); err != nil {
+					return progressed, err
+				}
+				return progressed, errors.New("watch channel closed")
+			}
+			if err := wr.Err(); err != nil {
+				return progressed, err
+			}
+			asked = false
+			idle.Reset(progressAfter)
+			// Drop what was delivered already: the watch starts at *rev.
+			for len(wr.Events) > 0 && wr.Events[0].Kv.ModRevision <= *rev {
+				wr.Events = wr.Events[1:]
+			}
+			if len(wr.Events) == 0 { // created, progress, or a repeat
+				continue
+			}
+			progressed = true
+			if !deliver(wr) {
+				return progressed, ctx.Err()
+			}
 		}
 	}
-	if err := ctx.Err(); err != nil {
-		return progressed, err
-	}
-	return progressed, errors.New("watch channel closed")
 }

@@ -4,7 +4,10 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -231,7 +234,11 @@ func TestWatchSurvivesRestart(t *testing.T) {
 		lastA := "10.1.0.1:11"
 		reregistered := false
 		for len(wantAfter) > 0 || len(st.Services["orders"]) == 0 {
-			for _, ev := range collect(t, ctx, w, 1) {
+			b, err := w.Next(ctx)
+			if err != nil || b.Reset {
+				t.Fatalf("after the restart: batch %+v, %v; want changes (got so far: %+v)", b, err, got)
+			}
+			for _, ev := range b.Events {
 				if ev.Revision <= got[len(got)-1].Revision {
 					t.Fatalf("revision %d not after %d", ev.Revision, got[len(got)-1].Revision)
 				}
@@ -410,6 +417,10 @@ func TestInvalidInstancesSkipped(t *testing.T) {
 		if _, err := c.Put(ctx, p+"orders/deep/y", string(valid)); err != nil {
 			t.Fatal(err)
 		}
+		// Deleting garbage: nothing to deliver either.
+		if _, err := c.Delete(ctx, p+"orders/bad"); err != nil {
+			t.Fatal(err)
+		}
 		lm, err := s.Register(ctx, inst("orders", "m", 2), 10*time.Second)
 		if err != nil {
 			t.Fatal(err)
@@ -421,6 +432,79 @@ func TestInvalidInstancesSkipped(t *testing.T) {
 		}
 		if evs[1].Type != registry.EventPut || evs[1].Instance.ID != "m" {
 			t.Fatalf("got %+v, want m's put", evs[1])
+		}
+	})
+}
+
+// countingHandler counts the log records whose message contains a string.
+type countingHandler struct {
+	slog.Handler
+	substr string
+	n      *atomic.Int64
+}
+
+func (h countingHandler) Handle(ctx context.Context, r slog.Record) error {
+	if strings.Contains(r.Message, h.substr) {
+		h.n.Add(1)
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h countingHandler) WithAttrs(as []slog.Attr) slog.Handler {
+	return countingHandler{h.Handler.WithAttrs(as), h.substr, h.n}
+}
+
+// TestIdleWatchStaysUp keeps registry and policy watches idle through many
+// progress checks and checks that none was taken for stuck, and that they
+// still deliver.
+func TestIdleWatchStaysUp(t *testing.T) {
+	etcdtest.Each(t, func(t *testing.T, srv etcdtest.Server) {
+		ctx := testCtx(t)
+		var restarts atomic.Int64
+		log := slog.New(countingHandler{testLogger.Handler(), "interrupted", &restarts})
+		s, err := etcdstore.Open(ctx, etcdstore.Config{Endpoints: srv.Endpoints(), Options: etcdstore.Options{Prefix: uniquePrefix(), Logger: log}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		w, err := s.Watch(ctx, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Close()
+		w.Next(ctx)
+		pw, err := s.Policy().Watch(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pw.Close()
+		next(t, pw)
+
+		// Writes elsewhere move etcd's revision, so that the idle
+		// watches ask for progress (six times or so).
+		other := etcdtest.Client(t, srv.Endpoints())
+		for range 15 {
+			if _, err := other.Put(ctx, "/elsewhere/x", "y"); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		if n := restarts.Load(); n != 0 {
+			t.Fatalf("idle watches restarted %d times", n)
+		}
+		l, err := s.Register(ctx, inst("orders", "a", 1), 10*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		if evs := collect(t, ctx, w, 1); evs[0].Instance.ID != "a" {
+			t.Fatalf("got %+v", evs)
+		}
+		if _, err := s.Policy().Put(ctx, []byte(docYAML)); err != nil {
+			t.Fatal(err)
+		}
+		if d := next(t, pw); string(d.Raw) != docYAML {
+			t.Fatalf("got %+v", d)
 		}
 	})
 }

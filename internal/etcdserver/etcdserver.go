@@ -185,7 +185,7 @@ func (s *Server) Endpoints() []string { return append([]string(nil), s.endpoints
 func (s *Server) PeerAddr() string { return s.etcd.Peers[0].Addr().String() }
 
 // Err reports a fatal error of the running member (for example a listener
-// that failed). It is not closed by Close.
+// that failed). etcd closes it when the member has stopped.
 func (s *Server) Err() <-chan error { return s.etcd.Err() }
 
 // Close stops the member and waits until it has stopped and released its

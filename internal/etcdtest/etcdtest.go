@@ -56,12 +56,20 @@ type Server interface {
 }
 
 // Each runs fn once per kind of etcd server, in subtests named after the
-// kind: "embedded", then "process" (skipped when the etcd binary is absent).
-// Each subtest gets a fresh, empty server.
+// kind: "embedded" and "process" (skipped when the etcd binary is absent).
+// Each subtest gets a fresh, empty server. The two subtests run in parallel
+// with each other (most of their time is spent waiting for leases), so fn
+// must not share state between calls.
 func Each(t *testing.T, fn func(t *testing.T, srv Server)) {
 	t.Helper()
-	t.Run("embedded", func(t *testing.T) { fn(t, Embedded(t)) })
-	t.Run("process", func(t *testing.T) { fn(t, Process(t)) })
+	t.Run("embedded", func(t *testing.T) {
+		t.Parallel()
+		fn(t, Embedded(t))
+	})
+	t.Run("process", func(t *testing.T) {
+		t.Parallel()
+		fn(t, Process(t))
+	})
 }
 
 // Client returns a client of endpoints that is closed at cleanup. Its own
