@@ -1,0 +1,5 @@
+package lanesnats_test
+
+const childEnv = "LANESNATS_CHURN_CHILD"
+
+func childMain() int { return 0 }

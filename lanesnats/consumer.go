@@ -1,0 +1,592 @@
+package lanesnats
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/lanesdev/lanes/lane"
+	"github.com/lanesdev/lanes/registry"
+	"github.com/lanesdev/lanes/routing"
+)
+
+// Label keys that NewConsumer adds to the instance it registers.
+const (
+	LabelService = "lanes.mq/service"
+	LabelGroup   = "lanes.mq/group"
+	LabelTopic   = "lanes.mq/topic"
+)
+
+// ConsumerConfig says what a Consumer consumes and where it registers.
+type ConsumerConfig struct {
+	// Service is the consuming service, such as "billing". Required.
+	Service string
+	// Group is the consumer group within the service, such as "invoices":
+	// every message of the topic is handled once per group. Required; see
+	// CheckGroup.
+	Group string
+	// Topic is the topic consumed. Required; its stream must exist.
+	Topic string
+	// Registry is where the consumer registers (under
+	// RegistryService(Service, Group)), with a lease that keeps it alive.
+	// Required.
+	Registry registry.Registry
+	// Engine decides which consumers handle which lane. It must follow
+	// Registry (routing.WithRegistry) and, for fallback chains, strict lanes
+	// and tag rules, the policy store (routing.WithPolicyStore). Required.
+	Engine *routing.Engine
+	// Instance holds the fields of the registration that code sets: ID,
+	// Lane, Zone, Labels, Version, Host, Addr. Fields left empty come from
+	// WithLane, then the LANES_* variables (registry.ApplyEnv). Addr
+	// defaults to LANES_ADDR, then to the address of the NATS server the
+	// consumer is connected to: a consumer takes no calls, the address only
+	// tells where it is reached. Service is set by NewConsumer.
+	Instance registry.Instance
+}
+
+// A Consumer handles the messages of one topic for one consumer group of a
+// service, in the lanes the routing engine gives it: those of its own lane,
+// of the lanes that fall back to it, and, for a baseline consumer, the
+// baseline and the lanes that no consumer of the group serves. See the
+// package documentation and docs/mq.md.
+type Consumer struct {
+	js      jetstream.JetStream
+	stream  jetstream.Stream
+	topic   string
+	group   string
+	service string
+	regName string
+	dlq     string
+	o       consumerOptions
+	h       Handler
+	log     *slog.Logger
+	engine  *routing.Engine
+	svc     *routing.Service
+	inst    registry.Instance
+	lease   registry.Lease
+
+	ctx     context.Context // the coordinator's: cancelled by Close
+	cancel  context.CancelFunc
+	hctx    context.Context // the handlers': cancelled when draining times out
+	hcancel context.CancelFunc
+	kctx    context.Context // the keeper's: cancelled once every fetcher is done
+	kcancel context.CancelFunc
+	wg      sync.WaitGroup // coordinator and keeper
+	fwg     sync.WaitGroup // fetchers
+
+	known map[string]bool // lane tokens seen; coordinator only
+
+	mu       sync.Mutex
+	fetchers map[string]*fetcher
+	durables map[string]jetstream.Consumer
+
+	done      chan struct{}
+	errMu     sync.Mutex
+	err       error
+	closeOnce sync.Once
+
+	handled, failed, deadLettered atomic.Uint64
+}
+
+// Stats counts what a Consumer did.
+type Stats struct {
+	Handled      uint64 // messages handled and acknowledged
+	Failed       uint64 // handler errors (the message is delivered again or dead-lettered)
+	DeadLettered uint64 // messages sent to the dead-letter topic
+}
+
+// NewConsumer registers a consumer instance of cfg.Service for cfg.Group and
+// starts handling the lanes the routing engine gives it, with h. It returns
+// once registered; Close stops it.
+//
+// Options: WithStream, WithAckWait, WithMaxDeliver, WithBatch,
+// WithFetchWait, WithDiscoveryInterval, WithTTL, WithLane, WithEnv,
+// WithLogger, WithDeadLetterTopic, WithRetryDelays, WithSyncAck,
+// WithDrainTimeout, WithStartTime.
+func NewConsumer(ctx context.Context, js jetstream.JetStream, cfg ConsumerConfig, h Handler, opts ...ConsumerOpt) (*Consumer, error) {
+	o := defaultConsumerOptions()
+	for _, opt := range opts {
+		if opt == nil {
+			continue
+		}
+		if err := opt(&o); err != nil {
+			return nil, err
+		}
+	}
+	switch {
+	case js == nil:
+		return nil, fmt.Errorf("%w: nil JetStream", ErrInvalidOption)
+	case h == nil:
+		return nil, fmt.Errorf("%w: nil Handler", ErrInvalidOption)
+	case cfg.Registry == nil:
+		return nil, fmt.Errorf("%w: ConsumerConfig.Registry is required", ErrInvalidOption)
+	case cfg.Engine == nil:
+		return nil, fmt.Errorf("%w: ConsumerConfig.Engine is required", ErrInvalidOption)
+	}
+	if err := registry.CheckService(cfg.Service); err != nil {
+		return nil, fmt.Errorf("%w: ConsumerConfig.Service: %w", ErrInvalidOption, err)
+	}
+	if err := CheckGroup(cfg.Group); err != nil {
+		return nil, err
+	}
+	if err := CheckTopic(cfg.Topic); err != nil {
+		return nil, err
+	}
+	if o.stream == "" {
+		o.stream = cfg.Topic
+	}
+	if o.log == nil {
+		o.log = slog.Default()
+	}
+	if o.deadLetter == "" {
+		o.deadLetter = DeadLetterTopic(cfg.Topic)
+	}
+	regName := RegistryService(cfg.Service, cfg.Group)
+	if s := cfg.Instance.Service; s != "" && s != regName {
+		return nil, fmt.Errorf("%w: ConsumerConfig.Instance.Service %q: leave it empty (the consumer registers as %q)", ErrInvalidOption, s, regName)
+	}
+	stream, err := js.Stream(ctx, o.stream)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			return nil, fmt.Errorf("%w: %q (topic %q): create it first, for example with lanesnats.StreamConfig", ErrStreamNotFound, o.stream, cfg.Topic)
+		}
+		return nil, fmt.Errorf("lanesnats: stream %q: %w", o.stream, err)
+	}
+	c := &Consumer{
+		js: js, stream: stream, topic: cfg.Topic, group: cfg.Group, service: cfg.Service, regName: regName,
+		dlq: o.deadLetter, o: o, h: h, log: o.log.With("service", cfg.Service, "group", cfg.Group, "topic", cfg.Topic),
+		engine: cfg.Engine, known: map[string]bool{}, fetchers: map[string]*fetcher{}, durables: map[string]jetstream.Consumer{},
+		done: make(chan struct{}),
+	}
+	c.inst, err = c.place(cfg.Instance)
+	if err != nil {
+		return nil, err
+	}
+	c.lease, err = cfg.Registry.Register(ctx, c.inst, o.ttl)
+	if err != nil {
+		return nil, fmt.Errorf("lanesnats: register %s/%s: %w", regName, c.inst.ID, err)
+	}
+	c.inst = c.lease.Instance()
+	c.svc = c.engine.Service(regName)
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.hctx, c.hcancel = context.WithCancel(context.Background())
+	c.kctx, c.kcancel = context.WithCancel(context.Background())
+	c.log = c.log.With("id", c.inst.ID, "lane", c.inst.Lane)
+	c.log.Info("lanes: consumer registered", "registry_service", regName)
+	c.wg.Add(2)
+	go c.run()
+	go c.keep()
+	return c, nil
+}
+
+// place fills the instance from the options, the environment and the
+// connection, and normalises it.
+func (c *Consumer) place(in registry.Instance) (registry.Instance, error) {
+	in.Service = c.regName
+	if in.Lane == "" {
+		in.Lane = c.o.lane
+	}
+	getenv := func(k string) string {
+		v := c.o.getenv(k)
+		if k == registry.EnvAddr && strings.TrimSpace(v) == "" {
+			if nc := c.js.Conn(); nc != nil {
+				return nc.ConnectedAddr()
+			}
+		}
+		return v
+	}
+	in, err := registry.ApplyEnv(in, getenv)
+	if err != nil {
+		return in, fmt.Errorf("lanesnats: %w", err)
+	}
+	if in.Addr == "" {
+		return in, fmt.Errorf("%w: no address to register: set LANES_ADDR or Instance.Addr, or connect to NATS first", ErrInvalidOption)
+	}
+	labels := make(map[string]string, len(in.Labels)+3)
+	for k, v := range in.Labels {
+		labels[k] = v
+	}
+	labels[LabelService], labels[LabelGroup], labels[LabelTopic] = c.service, c.group, c.topic
+	in.Labels = labels
+	in, err = registry.Normalize(in)
+	if err != nil {
+		return in, fmt.Errorf("lanesnats: instance: %w", err)
+	}
+	return in, nil
+}
+
+// Instance returns the instance the consumer registered.
+func (c *Consumer) Instance() registry.Instance { return c.inst.Clone() }
+
+// Owned returns the lane tokens whose messages the consumer fetches now,
+// sorted: lane names, BaselineToken for the baseline, and any foreign token
+// that is not a lane name (handled as baseline). A lane handed over to
+// another consumer is listed until this one's last fetch has ended (at most
+// WithFetchWait); it may still be handling what it fetched.
+func (c *Consumer) Owned() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for tok, f := range c.fetchers {
+		if f.isFetching() {
+			out = append(out, tok)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Stats returns the consumer's counters.
+func (c *Consumer) Stats() Stats {
+	return Stats{Handled: c.handled.Load(), Failed: c.failed.Load(), DeadLettered: c.deadLettered.Load()}
+}
+
+// Done is closed once the consumer has stopped: after Close, or when its
+// registration was lost (Err tells which).
+func (c *Consumer) Done() <-chan struct{} { return c.done }
+
+// Err returns nil while the consumer runs, ErrClosed after Close, or why it
+// stopped by itself (an error wrapping ErrRegistrationLost).
+func (c *Consumer) Err() error {
+	c.errMu.Lock()
+	defer c.errMu.Unlock()
+	return c.err
+}
+
+func (c *Consumer) setErr(err error) {
+	c.errMu.Lock()
+	defer c.errMu.Unlock()
+	if c.err == nil {
+		c.err = err
+	}
+}
+
+// Close stops the consumer: it deregisters the instance, so that the other
+// consumers take its lanes over, stops fetching, waits for the messages it
+// already fetched to be handled and acknowledged (WithDrainTimeout), and
+// waits for every goroutine it started. It returns the error that stopped
+// the consumer before Close, if any. It is safe to call more than once.
+func (c *Consumer) Close() error {
+	c.closeOnce.Do(func() {
+		c.setErr(ErrClosed)
+		c.cancel()
+		if err := c.lease.Close(); err != nil && !errors.Is(err, registry.ErrClosed) {
+			c.log.Warn("lanes: deregistering the consumer", "err", err)
+		}
+		<-c.done
+		c.wg.Wait()
+	})
+	if err := c.Err(); !errors.Is(err, ErrClosed) {
+		return err
+	}
+	return nil
+}
+
+// run is the coordinator: it decides which lanes the consumer fetches,
+// again whenever the instances, the policy or the stream's lanes change, and
+// stops everything when the consumer stops.
+func (c *Consumer) run() {
+	defer c.wg.Done()
+	defer c.shutdown()
+	poll := time.NewTicker(c.o.policyPoll)
+	defer poll.Stop()
+	disc := time.NewTimer(0)
+	defer disc.Stop()
+	retry := time.NewTimer(time.Hour)
+	retry.Stop()
+	defer retry.Stop()
+	pol := c.engine.Policy()
+	for {
+		changed := c.svc.Changed()
+		if !c.reconcile() {
+			retry.Reset(time.Second)
+		}
+		for dirty := false; !dirty; {
+			select {
+			case <-c.ctx.Done():
+				return
+			case <-c.lease.Done():
+				if c.ctx.Err() != nil {
+					return
+				}
+				err := fmt.Errorf("%w: %s/%s: %v", ErrRegistrationLost, c.regName, c.inst.ID, c.lease.Err())
+				c.log.Error("lanes: consumer registration lost; stopping", "err", err)
+				c.setErr(err)
+				return
+			case <-changed:
+				dirty = true
+			case <-disc.C:
+				c.discover()
+				disc.Reset(c.o.discovery)
+				dirty = true // also catches time-driven changes, such as a lane's expiry
+			case <-retry.C:
+				dirty = true
+			case <-poll.C:
+				if p := c.engine.Policy(); p != pol {
+					pol, dirty = p, true
+				}
+			}
+		}
+	}
+}
+
+// shutdown stops every fetcher, waits for them to drain within the drain
+// timeout, flushes the acks and marks the consumer done.
+func (c *Consumer) shutdown() {
+	c.mu.Lock()
+	for _, f := range c.fetchers {
+		f.stop()
+	}
+	c.mu.Unlock()
+	t := time.AfterFunc(c.o.drain, c.hcancel)
+	c.fwg.Wait()
+	t.Stop()
+	c.hcancel()
+	c.kcancel()
+	if nc := c.js.Conn(); nc != nil && nc.IsConnected() {
+		nc.FlushTimeout(5 * time.Second)
+	}
+	c.cancel()
+	c.setErr(ErrClosed)
+	close(c.done)
+}
+
+// reconcile starts fetching the lanes the consumer owns and stops fetching
+// the others. It returns false when a durable consumer could not be set up
+// and it must be tried again.
+func (c *Consumer) reconcile() bool {
+	me := c.self()
+	want := map[string]bool{}
+	for tok := range c.candidates() {
+		if me != nil && c.owns(tok, me) {
+			want[tok] = true
+		}
+	}
+	c.mu.Lock()
+	for tok, f := range c.fetchers {
+		if f.finished() {
+			delete(c.fetchers, tok)
+			continue
+		}
+		if !want[tok] {
+			if f.stop() {
+				c.log.Info("lanes: lane released", "token", tok)
+			}
+		}
+	}
+	var start []string
+	for tok := range want {
+		if f := c.fetchers[tok]; f != nil && f.revive() {
+			continue
+		}
+		start = append(start, tok)
+	}
+	c.mu.Unlock()
+	ok := true
+	sort.Strings(start)
+	for _, tok := range start {
+		cons, err := c.durable(tok)
+		if err != nil {
+			if c.ctx.Err() == nil {
+				c.log.Warn("lanes: cannot set up the durable consumer of a lane; retrying", "token", tok, "err", err)
+			}
+			ok = false
+			continue
+		}
+		c.mu.Lock()
+		if c.ctx.Err() != nil {
+			c.mu.Unlock()
+			return true
+		}
+		var prev <-chan struct{}
+		if old := c.fetchers[tok]; old != nil {
+			prev = old.done // let it finish its messages first: order per lane
+		}
+		f := c.newFetcher(tok, cons, prev)
+		c.fetchers[tok] = f
+		c.mu.Unlock()
+		c.log.Info("lanes: lane owned", "token", tok, "consumer", ConsumerName(c.group, tok))
+	}
+	return ok
+}
+
+// self returns this instance as the engine sees it (with the policy's
+// effective lane applied by LaneOf where needed), or nil while it is not
+// visible.
+func (c *Consumer) self() *registry.Instance {
+	for _, in := range c.svc.Instances() {
+		if in.ID == c.inst.ID {
+			return &in
+		}
+	}
+	return nil
+}
+
+// candidates returns the lane tokens the consumer may have to fetch: the
+// baseline, the lanes discovered in the stream, and the lanes of the
+// group's instances.
+func (c *Consumer) candidates() map[string]bool {
+	out := make(map[string]bool, len(c.known)+2)
+	out[BaselineToken] = true
+	for tok := range c.known {
+		out[tok] = true
+	}
+	for _, in := range c.svc.Instances() {
+		out[Token(in.Lane)] = true
+		out[Token(c.engine.LaneOf(in))] = true
+	}
+	return out
+}
+
+// owns decides whether this instance (me, as the engine sees it) fetches the
+// messages of lane token tok: the routing engine's answer for a request in
+// that lane, exactly as for a call. The baseline, and tokens that are not
+// lane names, belong to the baseline consumers.
+func (c *Consumer) owns(tok string, me *registry.Instance) bool {
+	l, ok := tokenLane(tok)
+	if !ok || l == "" {
+		// Not Resolve: a canary rule would split baseline requests.
+		return !me.Drain && c.engine.LaneOf(*me) == ""
+	}
+	d, err := c.svc.Resolve(routing.Request{Lane: l})
+	if err != nil {
+		return false // strict lane without consumers, or nobody at all: the messages wait
+	}
+	return slices.Contains(d.Eligible, c.inst.ID)
+}
+
+// discover adds the lane tokens of the stream's subjects to the known ones.
+func (c *Consumer) discover() {
+	ctx, cancel := context.WithTimeout(c.ctx, 10*time.Second)
+	defer cancel()
+	info, err := c.stream.Info(ctx, jetstream.WithSubjectFilter(c.topic+".*.>"))
+	if err != nil {
+		if c.ctx.Err() == nil {
+			c.log.Warn("lanes: cannot list the lanes of the stream", "err", err)
+		}
+		return
+	}
+	for subj := range info.State.Subjects {
+		if tok, _, ok := splitSubject(c.topic, subj); ok && !c.known[tok] {
+			c.known[tok] = true
+			c.log.Debug("lanes: lane discovered", "token", tok)
+		}
+	}
+}
+
+// durable returns the durable consumer of lane token tok, creating it when
+// missing. It is never deleted: its cursor is what hands a lane from one
+// consumer to the next without losing or repeating messages.
+func (c *Consumer) durable(tok string) (jetstream.Consumer, error) {
+	c.mu.Lock()
+	d := c.durables[tok]
+	c.mu.Unlock()
+	if d != nil {
+		return d, nil
+	}
+	ctx, cancel := context.WithTimeout(c.ctx, 10*time.Second)
+	defer cancel()
+	name := ConsumerName(c.group, tok)
+	d, err := c.stream.Consumer(ctx, name)
+	if errors.Is(err, jetstream.ErrConsumerNotFound) {
+		d, err = c.stream.CreateConsumer(ctx, c.consumerConfig(tok))
+		if errors.Is(err, jetstream.ErrConsumerExists) {
+			d, err = c.stream.Consumer(ctx, name)
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.durables[tok] = d
+	c.mu.Unlock()
+	return d, nil
+}
+
+// forget drops the cached durable of tok, so that the next fetcher looks it
+// up (or creates it) again.
+func (c *Consumer) forget(tok string) {
+	c.mu.Lock()
+	delete(c.durables, tok)
+	c.mu.Unlock()
+}
+
+// consumerConfig is the configuration of the durable consumer of tok.
+func (c *Consumer) consumerConfig(tok string) jetstream.ConsumerConfig {
+	l, ok := tokenLane(tok)
+	what := "lane " + l
+	switch {
+	case !ok:
+		what = "foreign token " + tok + " (as baseline)"
+	case l == "":
+		what = "the baseline"
+	}
+	cfg := jetstream.ConsumerConfig{
+		Durable:       ConsumerName(c.group, tok),
+		Description:   fmt.Sprintf("lanes: group %s of service %s, %s", c.group, c.service, what),
+		FilterSubject: laneFilter(c.topic, tok),
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       c.o.ackWait,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+		// No MaxDeliver: JetStream would silently stop delivering; lanes
+		// dead-letters the message itself after WithMaxDeliver deliveries.
+		MaxDeliver: -1,
+	}
+	if !c.o.startTime.IsZero() {
+		t := c.o.startTime
+		cfg.DeliverPolicy, cfg.OptStartTime = jetstream.DeliverByStartTimePolicy, &t
+	}
+	return cfg
+}
+
+// keep extends the ack deadline of messages held longer than a third of
+// their AckWait (slow handlers, or a batch waiting behind one), so that
+// JetStream does not deliver them to another consumer meanwhile.
+func (c *Consumer) keep() {
+	defer c.wg.Done()
+	tick := c.o.ackWait / 6
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	var fs []*fetcher
+	for {
+		select {
+		case <-c.kctx.Done():
+			return
+		case now := <-t.C:
+			c.mu.Lock()
+			fs = fs[:0]
+			for _, f := range c.fetchers {
+				fs = append(fs, f)
+			}
+			c.mu.Unlock()
+			for _, f := range fs {
+				f.extend(now)
+			}
+		}
+	}
+}
+
+// delay is the delay before the next delivery of a message that failed on
+// delivery n.
+func (c *Consumer) delay(n uint64) time.Duration {
+	d := c.o.retryDelays
+	if n == 0 {
+		n = 1
+	}
+	if n > uint64(len(d)) {
+		return d[len(d)-1]
+	}
+	return d[n-1]
+}
+
+// laneCtx returns the handlers' context in lane l.
+func (c *Consumer) laneCtx(l string) context.Context { return lane.WithLane(c.hctx, l) }
