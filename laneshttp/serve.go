@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/lanesdev/lanes/registry"
@@ -89,24 +87,11 @@ func Serve(ctx context.Context, srv *http.Server, lis net.Listener, reg registry
 // place fills the instance from the options, the environment and the
 // listener, and normalises it.
 func place(inst registry.Instance, c *config, addr net.Addr) (registry.Instance, error) {
-	if inst.Lane == "" {
-		inst.Lane = c.lane
+	zone := ""
+	if c.zoneSet {
+		zone = c.zone
 	}
-	if inst.Zone == "" && c.zoneSet {
-		inst.Zone = c.zone
-	}
-	getenv := func(k string) string {
-		v := c.getenv(k)
-		if k == registry.EnvAddr && strings.TrimSpace(v) == "" {
-			return advertise(addr)
-		}
-		return v
-	}
-	inst, err := registry.ApplyEnv(inst, getenv)
-	if err != nil {
-		return inst, fmt.Errorf("laneshttp: %w", err)
-	}
-	inst, err = registry.Normalize(inst)
+	inst, err := registry.Place(inst, c.lane, zone, c.getenv, addr)
 	if err != nil {
 		return inst, fmt.Errorf("laneshttp: instance: %w", err)
 	}
@@ -125,38 +110,3 @@ func shutdown(ctx context.Context, srv *http.Server, c *config) error {
 	return nil
 }
 
-// advertise returns the address to register for a listener's address.
-func advertise(a net.Addr) string {
-	tcp, ok := a.(*net.TCPAddr)
-	if !ok {
-		return a.String()
-	}
-	ip := tcp.IP
-	if ip == nil || ip.IsUnspecified() {
-		ip = hostIP()
-	}
-	return net.JoinHostPort(ip.String(), strconv.Itoa(tcp.Port))
-}
-
-// hostIP returns this host's first non-loopback unicast address, IPv4
-// first, or the IPv4 loopback address.
-func hostIP() net.IP {
-	addrs, _ := net.InterfaceAddrs()
-	var v6 net.IP
-	for _, a := range addrs {
-		n, ok := a.(*net.IPNet)
-		if !ok || !n.IP.IsGlobalUnicast() {
-			continue
-		}
-		if v4 := n.IP.To4(); v4 != nil {
-			return v4
-		}
-		if v6 == nil {
-			v6 = n.IP
-		}
-	}
-	if v6 != nil {
-		return v6
-	}
-	return net.IPv4(127, 0, 0, 1)
-}

@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"net"
 	"strings"
 	"testing"
 )
@@ -35,5 +36,27 @@ func TestApplyEnv(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), k) || !strings.Contains(err.Error(), v) {
 			t.Fatalf("%s=%s: error %v does not name the variable and value", k, v, err)
 		}
+	}
+}
+
+func TestPlace(t *testing.T) {
+	lis := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 9000}
+	env := map[string]string{EnvZone: "az-env", EnvLane: "env-lane"}
+	in, err := Place(Instance{Service: "orders"}, "Alice", "", func(k string) string { return env[k] }, lis)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in.Lane != "alice" || in.Zone != "az-env" || in.Addr != "127.0.0.1:9000" || in.Weight != DefaultWeight {
+		t.Fatalf("placed %+v", in)
+	}
+	in, err = Place(Instance{Service: "orders", Zone: "az-code"}, "", "az-opt", nil, &net.TCPAddr{IP: net.IPv4zero, Port: 9001})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if in.Zone != "az-code" || strings.HasPrefix(in.Addr, "0.0.0.0") || !strings.HasSuffix(in.Addr, ":9001") {
+		t.Fatalf("placed %+v", in)
+	}
+	if _, err := Place(Instance{}, "", "", nil, lis); err == nil || !strings.Contains(err.Error(), "service") {
+		t.Fatalf("an instance without a service was placed: %v", err)
 	}
 }
