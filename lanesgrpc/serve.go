@@ -122,4 +122,3 @@ func sleep(d time.Duration) {
 		time.Sleep(d)
 	}
 }
-

@@ -109,4 +109,3 @@ func shutdown(ctx context.Context, srv *http.Server, c *config) error {
 	}
 	return nil
 }
-
