@@ -11,7 +11,7 @@ import (
 // at revision rev and sent that list: its first batch is whatever comes
 // after rev. Tests use it to start a watch from a revision since compacted.
 func WatchFrom(s *Store, rev int64) (registry.Watcher, error) {
-	return s.startWatcher(s.instancesPrefix(), nil, rev)
+	return s.startWatcher(s.InstancesPrefix(), nil, rev)
 }
 
 // PolicyWatchFrom starts a policy watcher as if it had read the key absent at

@@ -51,7 +51,7 @@ func (s *Store) Register(ctx context.Context, inst registry.Instance, ttl time.D
 		return nil, err
 	}
 	secs := int64((ttl + time.Second - 1) / time.Second)
-	key := s.instanceKey(inst.Service, inst.ID)
+	key := s.InstanceKey(inst.Service, inst.ID)
 	g, err := s.client.Grant(ctx, secs)
 	if err != nil {
 		return nil, fmt.Errorf("etcdstore: register %s/%s: grant lease: %w", inst.Service, inst.ID, err)

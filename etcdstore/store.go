@@ -170,7 +170,7 @@ func New(client *clientv3.Client, opts Options) (*Store, error) {
 		ctx:    ctx,
 		cancel: cancel,
 	}
-	s.policy = &policyStore{s: s, key: prefix + "policy"}
+	s.policy = &policyStore{s: s, key: s.PolicyKey()}
 	return s, nil
 }
 
@@ -229,11 +229,16 @@ func (s *Store) spawn(f func()) bool {
 	return true
 }
 
-func (s *Store) instancesPrefix() string { return s.prefix + "instances/" }
+// InstancesPrefix is the key prefix under which every instance is stored.
+func (s *Store) InstancesPrefix() string { return s.prefix + "instances/" }
 
-func (s *Store) instanceKey(service, id string) string {
-	return s.instancesPrefix() + service + "/" + id
+// InstanceKey is the key of one instance: <prefix>instances/<service>/<id>.
+func (s *Store) InstanceKey(service, id string) string {
+	return s.InstancesPrefix() + service + "/" + id
 }
+
+// PolicyKey is the key that holds the policy document.
+func (s *Store) PolicyKey() string { return s.prefix + "policy" }
 
 // backoff is a capped exponential delay with jitter, for retries.
 type backoff struct {

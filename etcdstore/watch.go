@@ -41,7 +41,7 @@ func (s *Store) Watch(ctx context.Context, service string) (registry.Watcher, er
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	prefix := s.instancesPrefix()
+	prefix := s.InstancesPrefix()
 	if service != "" {
 		if err := registry.CheckService(service); err != nil {
 			return nil, err
@@ -93,7 +93,7 @@ func (s *Store) list(ctx context.Context, prefix string) (registry.Batch, error)
 
 // splitKey returns the service and ID of an instance key.
 func (s *Store) splitKey(key []byte) (service, id string, ok bool) {
-	rest, ok := strings.CutPrefix(string(key), s.instancesPrefix())
+	rest, ok := strings.CutPrefix(string(key), s.InstancesPrefix())
 	if !ok {
 		return "", "", false
 	}

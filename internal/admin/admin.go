@@ -362,7 +362,7 @@ func remoteIP(r *http.Request) netip.Addr {
 func (s *Server) health(w http.ResponseWriter, r *http.Request, _ *principal) error {
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
-	if _, err := s.cli.Get(ctx, s.prefix+"policy", clientv3.WithCountOnly()); err != nil {
+	if _, err := s.cli.Get(ctx, s.store.PolicyKey(), clientv3.WithCountOnly()); err != nil {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "etcd": err.Error()})
 		return nil
 	}

@@ -111,7 +111,7 @@ func (s *Server) createClaim(w http.ResponseWriter, r *http.Request, p *principa
 	}
 	inLane := false
 	for _, k := range ttl.Keys {
-		if !strings.HasPrefix(string(k), s.prefix+"instances/") {
+		if !strings.HasPrefix(string(k), s.store.InstancesPrefix()) {
 			continue
 		}
 		kl, ok, err := s.laneOfKey(ctx, string(k))

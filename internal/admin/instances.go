@@ -29,7 +29,7 @@ const MaxTTL = time.Hour
 // instance and any claim attached to the same lease.
 
 func (s *Server) instanceKey(service, id string) string {
-	return s.prefix + "instances/" + service + "/" + id
+	return s.store.InstanceKey(service, id)
 }
 
 func formatLease(id clientv3.LeaseID) string { return strconv.FormatInt(int64(id), 16) }
@@ -215,7 +215,7 @@ func (s *Server) authorizeLease(ctx context.Context, p *principal, id clientv3.L
 
 // laneOfKey returns the lane of the instance or claim stored at key.
 func (s *Server) laneOfKey(ctx context.Context, key string) (string, bool, error) {
-	if !strings.HasPrefix(key, s.prefix+"instances/") && !strings.HasPrefix(key, s.prefix+"claims/") {
+	if !strings.HasPrefix(key, s.store.InstancesPrefix()) && !strings.HasPrefix(key, s.prefix+"claims/") {
 		return "", false, nil
 	}
 	resp, err := s.cli.Get(ctx, key)
@@ -337,7 +337,7 @@ func (s *Server) deregister(w http.ResponseWriter, r *http.Request, p *principal
 
 // list returns every instance of service (of all when ""), read from etcd.
 func (s *Server) list(ctx context.Context, service string) ([]*mvccpb.KeyValue, []registry.Instance, error) {
-	pfx := s.prefix + "instances/"
+	pfx := s.store.InstancesPrefix()
 	if service != "" {
 		pfx += service + "/"
 	}

@@ -156,7 +156,7 @@ func (s *Server) putLane(w http.ResponseWriter, r *http.Request, _ *principal) e
 		exp = &t
 	}
 	ctx := r.Context()
-	key := s.prefix + "policy"
+	key := s.store.PolicyKey()
 	for range 10 {
 		resp, err := s.cli.Get(ctx, key)
 		if err != nil {
