@@ -1,5 +1,522 @@
+//go:build unix
+
 package lanesnats_test
 
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"os/signal"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/lanesdev/lanes/etcdstore"
+	"github.com/lanesdev/lanes/internal/etcdtest"
+	"github.com/lanesdev/lanes/internal/natstest"
+	"github.com/lanesdev/lanes/lane"
+	"github.com/lanesdev/lanes/lanesnats"
+	"github.com/lanesdev/lanes/registry"
+	"github.com/lanesdev/lanes/routing"
+)
+
+// childEnv, when set, makes the test binary run as a consumer process of
+// TestChurn (see childMain) instead of running tests.
 const childEnv = "LANESNATS_CHURN_CHILD"
 
-func childMain() int { return 0 }
+// The settings of TestChurn, tuned down from the defaults so that hand-offs
+// take seconds.
+const (
+	churnTopic     = "churn"
+	churnTTL       = 2 * time.Second
+	churnAckWait   = 2 * time.Second
+	churnFetchWait = 250 * time.Millisecond
+	churnDiscovery = 500 * time.Millisecond
+	churnPerLane   = 5000
+	churnPublish   = 15 * time.Second // how long the producers take
+)
+
+// churnLanes are the lanes of TestChurn besides the baseline.
+var churnLanes = []string{"l1", "l2", "l3"}
+
+// childMain runs one consumer of TestChurn, configured by CHURN_*
+// variables: it registers in etcd, prints READY, then prints one line per
+// handled message ("H <seq> <lane token> <id> <unix nanos> <deliveries>"),
+// written before the handler returns (so before the ack; then it works for
+// CHURN_WORK more), until SIGTERM, when it closes gracefully and prints
+// CLOSED.
+func childMain() int {
+	get := os.Getenv
+	id, l := get("CHURN_ID"), get("CHURN_LANE")
+	workAfter, _ := time.ParseDuration(get("CHURN_WORK"))
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})).With("child", id)
+	fail := func(what string, err error) int {
+		log.Error(what, "err", err)
+		return 3
+	}
+	sig, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	nc, err := nats.Connect(get("CHURN_NATS"), nats.MaxReconnects(-1))
+	if err != nil {
+		return fail("nats", err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fail("jetstream", err)
+	}
+	store, err := etcdstore.Open(ctx, etcdstore.Config{Endpoints: []string{get("CHURN_ETCD")}, Options: etcdstore.Options{Logger: log}})
+	if err != nil {
+		return fail("etcd", err)
+	}
+	defer store.Close()
+	eng := routing.New(routing.WithRegistry(store), routing.WithPolicyStore(store.Policy()), routing.WithLogger(log))
+	defer eng.Close()
+	out := os.Stdout
+	h := lanesnats.HandlerFunc(func(ctx context.Context, d *lanesnats.Delivery) error {
+		if lane.FromContext(ctx) != d.Lane {
+			return lanesnats.Permanent(fmt.Errorf("context lane %q, message lane %q", lane.FromContext(ctx), d.Lane))
+		}
+		_, err := out.WriteString(fmt.Sprintf("H %d %s %s %d %d\n", d.Seq, lanesnats.Token(d.Lane), id, time.Now().UnixNano(), d.NumDelivered))
+		// Work after the side effect: a kill here leaves a message handled
+		// but not acknowledged, which comes back as a duplicate.
+		time.Sleep(workAfter)
+		return err
+	})
+	c, err := lanesnats.NewConsumer(ctx, js, lanesnats.ConsumerConfig{
+		Service: "churn", Group: "g", Topic: churnTopic, Registry: store, Engine: eng,
+		Instance: registry.Instance{ID: id, Lane: l},
+	}, h,
+		lanesnats.WithLogger(log), lanesnats.WithEnv(func(string) string { return "" }),
+		lanesnats.WithTTL(churnTTL), lanesnats.WithAckWait(churnAckWait), lanesnats.WithFetchWait(churnFetchWait),
+		lanesnats.WithDiscoveryInterval(churnDiscovery), lanesnats.WithBatch(32), lanesnats.WithMaxDeliver(100),
+		lanesnats.WithRetryDelays(50*time.Millisecond))
+	if err != nil {
+		return fail("consumer", err)
+	}
+	fmt.Fprintf(out, "READY %d\n", time.Now().UnixNano())
+	select {
+	case <-sig.Done():
+	case <-c.Done():
+		return fail("consumer stopped", c.Err())
+	}
+	if err := c.Close(); err != nil {
+		return fail("close", err)
+	}
+	fmt.Fprintf(out, "CLOSED %d\n", time.Now().UnixNano())
+	return 0
+}
+
+// handling is one line of a child: a message handled.
+type handling struct {
+	seq uint64
+	tok string // the message's lane token, as the child saw it
+	id  string // the child
+	at  time.Time
+	n   uint64 // NumDelivered
+}
+
+// child is one consumer process of TestChurn.
+type child struct {
+	id, lane string
+	cmd      *exec.Cmd
+	ready    chan struct{}
+	exited   chan struct{}
+	stderr   bytes.Buffer // guarded by churn.mu
+
+	// guarded by churn.mu
+	readyAt, stopAt time.Time
+	killed          bool
+}
+
+// churn runs TestChurn: the children, and what they report.
+type churn struct {
+	t             *testing.T
+	natsURL, etcd string
+	mu            sync.Mutex
+	handled       []handling
+	children      []*child
+	readers       sync.WaitGroup
+	starts, kills int
+	terms         int
+}
+
+func (ch *churn) start(id, l string) *child {
+	ch.t.Helper()
+	c := &child{id: id, lane: l, ready: make(chan struct{}), exited: make(chan struct{})}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"=1", "CHURN_NATS="+ch.natsURL, "CHURN_ETCD="+ch.etcd, "CHURN_ID="+id, "CHURN_LANE="+l, "CHURN_WORK=2ms")
+	cmd.Stderr = &lockedWriter{mu: &ch.mu, w: &c.stderr}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		ch.t.Fatal(err)
+	}
+	setPdeathsig(cmd)
+	if err := cmd.Start(); err != nil {
+		ch.t.Fatal(err)
+	}
+	c.cmd = cmd
+	ch.mu.Lock()
+	ch.children = append(ch.children, c)
+	ch.starts++
+	ch.mu.Unlock()
+	ch.readers.Add(1)
+	go func() { // owned by ch: the test waits for readers
+		defer ch.readers.Done()
+		defer close(c.exited)
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			f := strings.Fields(sc.Text())
+			switch {
+			case len(f) == 2 && f[0] == "READY":
+				ch.mu.Lock()
+				c.readyAt = time.Unix(0, atoi(f[1]))
+				ch.mu.Unlock()
+				close(c.ready)
+			case len(f) == 6 && f[0] == "H":
+				hd := handling{seq: uint64(atoi(f[1])), tok: f[2], id: f[3], at: time.Unix(0, atoi(f[4])), n: uint64(atoi(f[5]))}
+				ch.mu.Lock()
+				ch.handled = append(ch.handled, hd)
+				ch.mu.Unlock()
+			}
+		}
+		cmd.Wait()
+	}()
+	select {
+	case <-c.ready:
+	case <-c.exited:
+		ch.t.Errorf("child %s exited before it was ready: %s", id, ch.stderrOf(c))
+	case <-time.After(60 * time.Second):
+		ch.t.Errorf("child %s not ready after 60s", id)
+	}
+	return c
+}
+
+// stop stops a child with SIGTERM (graceful) or SIGKILL, and waits for it.
+func (ch *churn) stop(c *child, kill bool) {
+	ch.mu.Lock()
+	c.stopAt, c.killed = time.Now(), kill
+	if kill {
+		ch.kills++
+	} else {
+		ch.terms++
+	}
+	ch.mu.Unlock()
+	if kill {
+		c.cmd.Process.Kill()
+	} else {
+		c.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	select {
+	case <-c.exited:
+	case <-time.After(30 * time.Second):
+		ch.t.Errorf("child %s still running 30s after SIGTERM; killing it", c.id)
+		c.cmd.Process.Kill()
+		<-c.exited
+	}
+	if !kill && c.cmd.ProcessState != nil && c.cmd.ProcessState.ExitCode() != 0 {
+		ch.t.Errorf("child %s exited with %d after SIGTERM: %s", c.id, c.cmd.ProcessState.ExitCode(), ch.stderrOf(c))
+	}
+}
+
+func (ch *churn) stderrOf(c *child) string {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	return c.stderr.String()
+}
+
+// TestChurn: three lanes and the baseline, 20,000 messages published in
+// all four while lane consumers (child processes) start, stop gracefully
+// and are killed with SIGKILL at random (seeded) times. Every message is
+// handled, by the consumers of its lane or, when it has none, by the
+// baseline; baseline messages only by the baseline; a message is handled
+// twice only when its first holder was killed, within the hand-off window
+// (AckWait + lease TTL after the kill, plus slack for a loaded machine).
+//
+// The registry is an embedded etcd (leases across processes), NATS an
+// embedded JetStream server in the test process. LANESNATS_CHURN_SEED
+// replays a run.
+func TestChurn(t *testing.T) {
+	if testing.Short() {
+		t.Skip("churn takes about 30s")
+	}
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv("LANESNATS_CHURN_SEED"); s != "" {
+		seed, _ = strconv.ParseUint(s, 10, 64)
+	}
+	t.Logf("seed %d (LANESNATS_CHURN_SEED=%d replays the schedule)", seed, seed)
+	etcd := etcdtest.Embedded(t)
+	ns := natstest.Embedded(t)
+	_, js := natstest.Connect(t, ns.URL())
+	ctx := context.Background()
+	if _, err := js.CreateStream(ctx, lanesnats.StreamConfig(churnTopic)); err != nil {
+		t.Fatal(err)
+	}
+	ch := &churn{t: t, natsURL: ns.URL(), etcd: etcd.Endpoints()[0]}
+	defer func() {
+		if t.Failed() {
+			ch.mu.Lock()
+			for _, c := range ch.children {
+				if c.stderr.Len() > 0 {
+					t.Logf("stderr of %s:\n%s", c.id, c.stderr.String())
+				}
+			}
+			ch.mu.Unlock()
+		}
+	}()
+	bases := []*child{ch.start("base-1", ""), ch.start("base-2", "")}
+
+	// Producers: one per lane and one for the baseline, at an even pace.
+	type pub struct {
+		seq  uint64
+		lane string
+	}
+	var pmu sync.Mutex
+	var published []pub
+	var wg sync.WaitGroup
+	begin := time.Now()
+	for i, l := range append([]string{""}, churnLanes...) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p, err := lanesnats.NewPublisher(js, churnTopic)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			lctx := lane.WithLane(ctx, l)
+			tick := time.NewTicker(50 * time.Millisecond)
+			defer tick.Stop()
+			steps := int(churnPublish / (50 * time.Millisecond))
+			for k := range churnPerLane {
+				if k > 0 && k%(churnPerLane/steps+1) == 0 {
+					<-tick.C
+				}
+				id := fmt.Sprintf("p%d-%d", i, k)
+				var ack *jetstream.PubAck
+				for try := 0; ; try++ {
+					ack, err = p.Publish(lctx, "msg", []byte(id), jetstream.WithMsgID(id))
+					if err == nil || try == 5 {
+						break
+					}
+				}
+				if err != nil {
+					t.Errorf("publish %s: %v", id, err)
+					return
+				}
+				pmu.Lock()
+				published = append(published, pub{ack.Sequence, l})
+				pmu.Unlock()
+			}
+		}()
+	}
+
+	// Churn: in each lane, a consumer comes and goes, one at a time.
+	producing := make(chan struct{})
+	var cwg sync.WaitGroup
+	for i, l := range churnLanes {
+		cwg.Add(1)
+		go func() {
+			defer cwg.Done()
+			rng := rand.New(rand.NewPCG(seed, uint64(i)))
+			for n := 1; ; n++ {
+				if sleepOr(producing, time.Duration(rng.Int64N(int64(1500*time.Millisecond)))) {
+					return
+				}
+				c := ch.start(fmt.Sprintf("%s-%d", l, n), l)
+				sleepOr(producing, 300*time.Millisecond+time.Duration(rng.Int64N(int64(2500*time.Millisecond))))
+				ch.stop(c, rng.IntN(2) == 0)
+				select {
+				case <-producing:
+					return
+				default:
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	pubDone := time.Now()
+	close(producing)
+	cwg.Wait()
+	t.Logf("published %d messages in %v", len(published), pubDone.Sub(begin).Round(time.Millisecond))
+
+	// Wait until every published message has been handled.
+	want := map[uint64]string{}
+	for _, p := range published {
+		want[p.seq] = p.lane
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		ch.mu.Lock()
+		seen := map[uint64]bool{}
+		for _, h := range ch.handled {
+			seen[h.seq] = true
+		}
+		ch.mu.Unlock()
+		missing := 0
+		for seq := range want {
+			if !seen[seq] {
+				missing++
+			}
+		}
+		if missing == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("%d of %d messages never handled", missing, len(want))
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	allDone := time.Now()
+	// Late redeliveries would show up now.
+	time.Sleep(churnAckWait + time.Second)
+	for _, b := range bases {
+		ch.stop(b, false)
+	}
+	ch.readers.Wait()
+
+	ch.analyse(want, pubDone)
+	t.Logf("all handled %v after the last publish; total %v", allDone.Sub(pubDone).Round(time.Millisecond), time.Since(begin).Round(time.Millisecond))
+}
+
+// analyse checks what the children reported and logs the figures.
+func (ch *churn) analyse(want map[uint64]string, pubDone time.Time) {
+	t := ch.t
+	byID := map[string]*child{}
+	for _, c := range ch.children {
+		byID[c.id] = c
+	}
+	bySeq := map[uint64][]handling{}
+	for _, h := range ch.handled {
+		bySeq[h.seq] = append(bySeq[h.seq], h)
+	}
+	window := churnAckWait + churnTTL + 3*time.Second // documented bound, plus slack for -race on 2 loaded cores
+	const settle = 3 * time.Second                    // a lane consumer ready this long has its lane to itself
+	var dups, badLane, strayDup, steady, lost, redelivered int
+	var longestDup time.Duration
+	for seq, l := range want {
+		hs := bySeq[seq]
+		if len(hs) == 0 {
+			lost++
+			continue
+		}
+		sort.Slice(hs, func(i, j int) bool { return hs[i].at.Before(hs[j].at) })
+		for j, h := range hs {
+			c := byID[h.id]
+			if h.n > 1 {
+				redelivered++
+			}
+			if h.tok != lanesnats.Token(l) || (c.lane != "" && c.lane != l) {
+				badLane++
+				if badLane <= 5 {
+					t.Errorf("seq %d of lane %q handled by %s (lane %q) as lane token %q", seq, l, h.id, c.lane, h.tok)
+				}
+			}
+			if c.lane == "" && l != "" {
+				for _, o := range ch.children {
+					if o.lane == l && !o.readyAt.IsZero() && o.readyAt.Before(h.at.Add(-settle)) && (o.stopAt.IsZero() || o.stopAt.After(h.at)) {
+						steady++
+						if steady <= 5 {
+							t.Errorf("seq %d of lane %s handled by %s at %v while %s had been ready since %v",
+								seq, l, h.id, h.at.Format("15:04:05.000"), o.id, o.readyAt.Format("15:04:05.000"))
+						}
+						break
+					}
+				}
+			}
+			if j == 0 {
+				continue
+			}
+			dups++
+			prev := byID[hs[j-1].id]
+			if !prev.killed || hs[j-1].at.After(prev.stopAt) {
+				strayDup++
+				if strayDup <= 5 {
+					t.Errorf("seq %d handled again by %s at %v; first by %s (killed %v)", seq, h.id, h.at.Format("15:04:05.000"), prev.id, prev.killed)
+				}
+				continue
+			}
+			d := h.at.Sub(prev.stopAt)
+			longestDup = max(longestDup, d)
+			if d > window {
+				strayDup++
+				t.Errorf("seq %d handled again %v after %s was killed, outside the window of %v", seq, d, prev.id, window)
+			}
+		}
+	}
+	if lost > 0 {
+		t.Errorf("%d messages lost", lost)
+	}
+	// Hand-offs: after a lane consumer stops, how long until another
+	// consumer handles a message of that lane.
+	var longestKill, longestTerm time.Duration
+	for _, c := range ch.children {
+		if c.lane == "" || c.stopAt.IsZero() || c.stopAt.After(pubDone) {
+			continue
+		}
+		var first time.Time
+		for _, h := range ch.handled {
+			if h.tok == c.lane && h.id != c.id && !h.at.Before(c.stopAt) && (first.IsZero() || h.at.Before(first)) {
+				first = h.at
+			}
+		}
+		if first.IsZero() {
+			continue
+		}
+		if d := first.Sub(c.stopAt); c.killed {
+			longestKill = max(longestKill, d)
+		} else {
+			longestTerm = max(longestTerm, d)
+		}
+	}
+	unique := len(bySeq)
+	t.Logf("published %d, handled %d (%d handlings), duplicates %d, lost %d; handled on a redelivery %d", len(want), unique, len(ch.handled), dups, lost, redelivered)
+	t.Logf("lane consumers started %d, stopped gracefully %d, killed %d (plus 2 baseline consumers throughout)", ch.starts-2, ch.terms-2, ch.kills)
+	t.Logf("longest hand-off after a kill %v, after a graceful stop %v; latest duplicate %v after its kill (window %v)",
+		longestKill.Round(time.Millisecond), longestTerm.Round(time.Millisecond), longestDup.Round(time.Millisecond), window)
+	if badLane > 0 || steady > 0 || strayDup > 0 {
+		t.Errorf("wrong lane %d, baseline handling a served lane %d, duplicates outside a hand-off %d", badLane, steady, strayDup)
+	}
+}
+
+func sleepOr(stop <-chan struct{}, d time.Duration) (stopped bool) {
+	select {
+	case <-stop:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
+
+func atoi(s string) int64 {
+	n, _ := strconv.ParseInt(s, 10, 64)
+	return n
+}
+
+// lockedWriter serialises writes to w.
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
