@@ -290,32 +290,53 @@ func (s *Service) Instances() []registry.Instance {
 // may serve the request. It does not allocate.
 func (s *Service) Pick(req Request) (Result, error) {
 	sn, r, lane := s.route(req)
-	if r.err != nil {
-		return Result{}, r.errFor(lane)
-	}
-	g := r.group
-	if req.Zone != "" && g.zones != nil {
-		if z := g.zones[req.Zone]; z != nil {
-			g = z
+	if r.err == nil {
+		// The fast path: no probe is due in the group.
+		if g := r.group.narrow(req.Zone); len(g.halfOpen) == 0 {
+			m := g.pickReady()
+			return Result{Instance: &m.inst, Lane: r.lane, RequestLane: lane, Reason: r.reason, m: m, svc: s}, nil
 		}
 	}
-	if len(g.halfOpen) > 0 {
-		if m := s.claim(g); m != nil {
-			return Result{Instance: &m.inst, Lane: r.lane, RequestLane: lane, Reason: ReasonProbe, m: m, svc: s}, nil
-		}
-		if len(g.ready) == 0 {
-			// Every candidate was claimed by a concurrent probe; the
-			// snapshot that says so is being published. Route again on it.
-			s.mu.Lock()
-			s.mu.Unlock() //nolint:staticcheck // wait for the claimer's rebuild
-			if s.snap.Load() != sn {
-				return s.Pick(req)
-			}
-			return Result{}, &Error{Code: CodeNoInstance, Service: s.name, Lane: lane}
-		}
+	r, g, probe, lane, err := s.eligible(req, sn, r, lane)
+	switch {
+	case err != nil:
+		return Result{}, err
+	case probe != nil:
+		return Result{Instance: &probe.inst, Lane: r.lane, RequestLane: lane, Reason: ReasonProbe, m: probe, svc: s}, nil
 	}
 	m := g.pickReady()
 	return Result{Instance: &m.inst, Lane: r.lane, RequestLane: lane, Reason: r.reason, m: m, svc: s}, nil
+}
+
+// eligible finds the group of instances that may serve req, given the route
+// that s.route found for it: the route's group, narrowed to the caller's
+// zone. When the group has a half-open instance, eligible claims it as this
+// request's probe and returns it instead of the group.
+func (s *Service) eligible(req Request, sn *snapshot, r *route, lane string) (*route, *group, *member, string, error) {
+	for {
+		if r.err != nil {
+			return r, nil, nil, lane, r.errFor(lane)
+		}
+		g := r.group.narrow(req.Zone)
+		if len(g.halfOpen) == 0 {
+			return r, g, nil, lane, nil
+		}
+		if m := s.claim(g); m != nil {
+			return r, nil, m, lane, nil
+		}
+		if len(g.ready) > 0 {
+			return r, g, nil, lane, nil
+		}
+		// Every candidate was claimed by a concurrent probe, and the
+		// snapshot that says so is being published: wait for the claimer's
+		// rebuild, then route again on it.
+		s.mu.Lock()
+		s.mu.Unlock() //nolint:staticcheck // only waits for the rebuild
+		if s.snap.Load() == sn {
+			return r, nil, nil, lane, &Error{Code: CodeNoInstance, Service: s.name, Lane: lane}
+		}
+		sn, r, lane = s.route(req)
+	}
 }
 
 // route finds the precomputed route of req in the current snapshot, after
@@ -417,33 +438,17 @@ type Decision struct {
 // a pick, it sends the probe of a half-open instance, which then stays in
 // flight until ReportID reports on it.
 func (s *Service) Resolve(req Request) (Decision, error) {
-	sn, r, l := s.route(req)
-	d := Decision{Service: s.name, RequestLane: l}
-	if r.err != nil {
-		return d, r.errFor(l)
-	}
-	g := r.group
-	if req.Zone != "" && g.zones != nil {
-		if z := g.zones[req.Zone]; z != nil {
-			g = z
-		}
+	sn, r, lane := s.route(req)
+	r, g, probe, lane, err := s.eligible(req, sn, r, lane)
+	d := Decision{Service: s.name, RequestLane: lane}
+	switch {
+	case err != nil:
+		return d, err
+	case probe != nil:
+		d.Lane, d.Reason, d.Eligible = r.lane, ReasonProbe, []string{probe.inst.ID}
+		return d, nil
 	}
 	d.Lane, d.Reason = r.lane, r.reason
-	if len(g.halfOpen) > 0 {
-		if m := s.claim(g); m != nil {
-			d.Reason = ReasonProbe
-			d.Eligible = []string{m.inst.ID}
-			return d, nil
-		}
-		if len(g.ready) == 0 {
-			s.mu.Lock()
-			s.mu.Unlock() //nolint:staticcheck // wait for the claimer's rebuild
-			if s.snap.Load() != sn {
-				return s.Resolve(req)
-			}
-			return d, &Error{Code: CodeNoInstance, Service: s.name, Lane: l}
-		}
-	}
 	d.Eligible = append([]string(nil), g.ids...)
 	return d, nil
 }

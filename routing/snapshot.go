@@ -33,6 +33,17 @@ type group struct {
 	next     atomic.Uint64
 }
 
+// narrow returns the sub-group of the caller's zone when the group has one,
+// or else the group itself (zone preference).
+func (g *group) narrow(zone string) *group {
+	if zone != "" && g.zones != nil {
+		if z := g.zones[zone]; z != nil {
+			return z
+		}
+	}
+	return g
+}
+
 func (g *group) empty() bool { return g == nil || len(g.ready) == 0 && len(g.halfOpen) == 0 }
 
 // pickReady chooses among g.ready by weight: a counter step, then either a
