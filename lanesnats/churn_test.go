@@ -43,7 +43,6 @@ const (
 	churnTopic     = "churn"
 	churnTTL       = 2 * time.Second
 	churnAckWait   = 2 * time.Second
-	churnFetchWait = 250 * time.Millisecond
 	churnDiscovery = 500 * time.Millisecond
 	churnPerLane   = 5000
 	churnPublish   = 15 * time.Second // how long the producers take
@@ -103,7 +102,7 @@ func childMain() int {
 		Instance: registry.Instance{ID: id, Lane: l},
 	}, h,
 		lanesnats.WithLogger(log), lanesnats.WithEnv(func(string) string { return "" }),
-		lanesnats.WithTTL(churnTTL), lanesnats.WithAckWait(churnAckWait), lanesnats.WithFetchWait(churnFetchWait),
+		lanesnats.WithTTL(churnTTL), lanesnats.WithAckWait(churnAckWait),
 		lanesnats.WithDiscoveryInterval(churnDiscovery), lanesnats.WithBatch(32), lanesnats.WithMaxDeliver(100),
 		lanesnats.WithRetryDelays(50*time.Millisecond))
 	if err != nil {

@@ -59,20 +59,21 @@ type ConsumerConfig struct {
 // baseline and the lanes that no consumer of the group serves. See the
 // package documentation and docs/mq.md.
 type Consumer struct {
-	js      jetstream.JetStream
-	stream  jetstream.Stream
-	topic   string
-	group   string
-	service string
-	regName string
-	dlq     string
-	o       consumerOptions
-	h       Handler
-	log     *slog.Logger
-	engine  *routing.Engine
-	svc     *routing.Service
-	inst    registry.Instance
-	lease   registry.Lease
+	js        jetstream.JetStream
+	stream    jetstream.Stream
+	topic     string
+	group     string
+	service   string
+	regName   string
+	dlq       string
+	apiPrefix string
+	o         consumerOptions
+	h         Handler
+	log       *slog.Logger
+	engine    *routing.Engine
+	svc       *routing.Service
+	inst      registry.Instance
+	lease     registry.Lease
 
 	ctx     context.Context // the coordinator's: cancelled by Close
 	cancel  context.CancelFunc
@@ -109,7 +110,7 @@ type Stats struct {
 // once registered; Close stops it.
 //
 // Options: WithStream, WithAckWait, WithMaxDeliver, WithBatch,
-// WithFetchWait, WithDiscoveryInterval, WithTTL, WithLane, WithEnv,
+// WithDiscoveryInterval, WithTTL, WithLane, WithEnv,
 // WithLogger, WithDeadLetterTopic, WithRetryDelays, WithSyncAck,
 // WithDrainTimeout, WithStartTime.
 func NewConsumer(ctx context.Context, js jetstream.JetStream, cfg ConsumerConfig, h Handler, opts ...ConsumerOpt) (*Consumer, error) {
@@ -167,6 +168,7 @@ func NewConsumer(ctx context.Context, js jetstream.JetStream, cfg ConsumerConfig
 		engine: cfg.Engine, known: map[string]bool{}, fetchers: map[string]*fetcher{}, durables: map[string]jetstream.Consumer{},
 		done: make(chan struct{}),
 	}
+	c.apiPrefix = apiPrefix(js.Options())
 	c.inst, err = c.place(cfg.Instance)
 	if err != nil {
 		return nil, err
@@ -224,14 +226,28 @@ func (c *Consumer) place(in registry.Instance) (registry.Instance, error) {
 	return in, nil
 }
 
+// apiPrefix is the JetStream API prefix of js, as the jetstream package
+// computes it.
+func apiPrefix(o jetstream.JetStreamOptions) string {
+	switch {
+	case o.Domain != "":
+		return "$JS." + o.Domain + ".API."
+	case o.APIPrefix != "" && !strings.HasSuffix(o.APIPrefix, "."):
+		return o.APIPrefix + "."
+	case o.APIPrefix != "":
+		return o.APIPrefix
+	}
+	return jetstream.DefaultAPIPrefix
+}
+
 // Instance returns the instance the consumer registered.
 func (c *Consumer) Instance() registry.Instance { return c.inst.Clone() }
 
 // Owned returns the lane tokens whose messages the consumer fetches now,
 // sorted: lane names, BaselineToken for the baseline, and any foreign token
 // that is not a lane name (handled as baseline). A lane handed over to
-// another consumer is listed until this one's last fetch has ended (at most
-// WithFetchWait); it may still be handling what it fetched.
+// another consumer is listed until this one has drained its subscription
+// (a round trip to the server); it may still be handling what it received.
 func (c *Consumer) Owned() []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -4,7 +4,6 @@ import (
 	"context"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 )
 
 // A Handler handles the messages a Consumer delivers. ctx carries the lane of
@@ -51,7 +50,8 @@ type Delivery struct {
 	// NumDelivered counts the deliveries of the message to the group, this
 	// one included: above 1, an earlier delivery failed or its holder died.
 	NumDelivered uint64
-	// Msg is the JetStream message. Do not acknowledge it: the Consumer does,
-	// from the handler's result.
-	Msg jetstream.Msg
+	// Msg is the message as received; Msg.Metadata() has its JetStream
+	// metadata. Do not acknowledge it: the Consumer does, from the
+	// handler's result.
+	Msg *nats.Msg
 }

@@ -96,7 +96,6 @@ func testOpts(extra ...lanesnats.ConsumerOpt) []lanesnats.ConsumerOpt {
 	return append([]lanesnats.ConsumerOpt{
 		lanesnats.WithLogger(quiet()),
 		lanesnats.WithEnv(func(string) string { return "" }),
-		lanesnats.WithFetchWait(100 * time.Millisecond),
 		lanesnats.WithDiscoveryInterval(100 * time.Millisecond),
 		lanesnats.WithAckWait(2 * time.Second),
 		lanesnats.WithRetryDelays(10 * time.Millisecond),

@@ -20,8 +20,9 @@ import (
 
 // TestPublishStamps: the publisher puts the lane of the context in the
 // subject and in the x-lane and baggage headers, removes stale lane headers
-// from a baseline message, treats an invalid lane as the baseline, sets a
-// Nats-Msg-Id unless there is one, and leaves the caller's message alone.
+// from a baseline message, treats an invalid lane as the baseline, keeps the
+// caller's Nats-Msg-Id (a republish is stored once) or makes one with
+// WithMsgIDs, and leaves the caller's message alone.
 func TestPublishStamps(t *testing.T) {
 	e := newEnv(t, natstest.Embedded(t), "")
 	ctx := context.Background()
@@ -53,8 +54,8 @@ func TestPublishStamps(t *testing.T) {
 	if got := lane.MessageHeader(m.Header).Get("baggage"); got != "lane=alice,k=v" {
 		t.Errorf("baggage %q", got)
 	}
-	if m.Header.Get(lanesnats.MsgIDHeader) == "" {
-		t.Error("no Nats-Msg-Id")
+	if m.Header.Get(lanesnats.MsgIDHeader) != "" {
+		t.Error("a Nats-Msg-Id without WithMsgIDs")
 	}
 	if in.Subject != "eu.created" || in.Header.Get("x-lane") != "old" || len(in.Header) != 2 {
 		t.Errorf("the caller's message was modified: %+v", in)
@@ -110,6 +111,18 @@ func TestPublishStamps(t *testing.T) {
 		t.Fatal(err)
 	case <-time.After(10 * time.Second):
 		t.Fatal("no pub ack")
+	}
+
+	auto, err := lanesnats.NewPublisher(e.js, e.topic, lanesnats.WithMsgIDs())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ack, err = auto.Publish(ctx, "x", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m = get(ack.Sequence); m.Header.Get(lanesnats.MsgIDHeader) == "" {
+		t.Error("WithMsgIDs: no Nats-Msg-Id")
 	}
 
 	for _, bad := range []string{"", "a..b", ".a", "a.", "a.*", ">", "a b"} {
@@ -399,14 +412,14 @@ func TestOrphanLaneReachesBaseline(t *testing.T) {
 		e := newEnv(t, srv, "")
 		r := newRecorder()
 		const interval = 500 * time.Millisecond
-		base := e.consumer("base-1", "", r.handler("base-1"), lanesnats.WithDiscoveryInterval(interval), lanesnats.WithFetchWait(200*time.Millisecond))
+		base := e.consumer("base-1", "", r.handler("base-1"), lanesnats.WithDiscoveryInterval(interval))
 		waitOwned(t, base, "_")
 		time.Sleep(100 * time.Millisecond)
 		start := time.Now()
 		e.publish("ghost", "x", 1)
 		r.wait(t, 1, 10*time.Second)
 		took := time.Since(start)
-		bound := interval + 200*time.Millisecond + 500*time.Millisecond // + slack for a loaded machine
+		bound := interval + 500*time.Millisecond // + slack for a loaded machine
 		t.Logf("a message for lane ghost reached the baseline in %v (bound %v)", took.Round(time.Millisecond), bound)
 		if took > bound {
 			t.Errorf("took %v, more than %v", took, bound)
@@ -480,32 +493,33 @@ func TestExpiredLane(t *testing.T) {
 	waitOwned(t, base, "_")
 }
 
-// TestSlowHandlerNotRedelivered: a handler slower than AckWait, and the
-// messages of its batch waiting behind it, are kept alive: no message is
-// delivered twice.
+// TestSlowHandlerNotRedelivered: handlers slower than AckWait, and the
+// messages waiting behind them, are kept alive: no message is delivered
+// twice, neither to this consumer nor to the other one of the lane.
 func TestSlowHandlerNotRedelivered(t *testing.T) {
 	e := newEnv(t, natstest.Embedded(t), "")
 	r := newRecorder()
 	rec := r.handler("alice-1")
-	var first atomic.Bool
+	var slow atomic.Int32
 	h := lanesnats.HandlerFunc(func(ctx context.Context, d *lanesnats.Delivery) error {
-		if first.CompareAndSwap(false, true) {
-			time.Sleep(1500 * time.Millisecond)
+		if slow.Add(1) <= 5 {
+			time.Sleep(300 * time.Millisecond) // 1.5s in all, three AckWaits
 		}
 		return rec.HandleMessage(ctx, d)
 	})
-	e.publish("alice", "x", 10)
+	e.publish("alice", "x", 50)
 	e.consumer("alice-1", "alice", h, lanesnats.WithAckWait(500*time.Millisecond))
+	waitFor(t, 5*time.Second, "the slow handler", func() bool { return slow.Load() > 0 })
 	e.consumer("alice-2", "alice", r.handler("alice-2"), lanesnats.WithAckWait(500*time.Millisecond))
-	r.wait(t, 10, 10*time.Second)
+	r.wait(t, 50, 10*time.Second)
 	time.Sleep(time.Second)
 	for _, g := range r.all() {
 		if g.n != 1 {
 			t.Errorf("delivered again: %+v", g)
 		}
 	}
-	if n := len(r.all()); n != 10 {
-		t.Errorf("%d deliveries, want 10", n)
+	if n := len(r.all()); n != 50 {
+		t.Errorf("%d deliveries, want 50", n)
 	}
 }
 

@@ -13,8 +13,7 @@ import (
 const (
 	DefaultAckWait           = 30 * time.Second
 	DefaultMaxDeliver        = 5
-	DefaultBatch             = 64
-	DefaultFetchWait         = time.Second
+	DefaultBatch             = 256
 	DefaultDiscoveryInterval = 5 * time.Second
 	DefaultDrainTimeout      = 30 * time.Second
 )
@@ -32,7 +31,6 @@ type consumerOptions struct {
 	ackWait     time.Duration
 	maxDeliver  int
 	batch       int
-	fetchWait   time.Duration
 	discovery   time.Duration
 	ttl         time.Duration
 	lane        string
@@ -51,7 +49,6 @@ func defaultConsumerOptions() consumerOptions {
 		ackWait:     DefaultAckWait,
 		maxDeliver:  DefaultMaxDeliver,
 		batch:       DefaultBatch,
-		fetchWait:   DefaultFetchWait,
 		discovery:   DefaultDiscoveryInterval,
 		ttl:         registry.DefaultTTL,
 		getenv:      os.Getenv,
@@ -106,8 +103,9 @@ func WithMaxDeliver(n int) ConsumerOpt {
 	}
 }
 
-// WithBatch sets how many messages one fetch asks for (default
-// DefaultBatch). A consumer holds at most two batches per lane.
+// WithBatch sets how many messages one pull request asks for (default
+// DefaultBatch). A consumer holds at most two batches per lane, in flight
+// or waiting for the handler.
 func WithBatch(n int) ConsumerOpt {
 	return func(o *consumerOptions) error {
 		if n < 1 || n > 10000 {
@@ -118,24 +116,11 @@ func WithBatch(n int) ConsumerOpt {
 	}
 }
 
-// WithFetchWait sets how long one fetch waits for messages (default
-// DefaultFetchWait). A lane whose ownership moves away is let go once its
-// fetch ends, so it bounds that step of a hand-off; longer waits cost fewer
-// requests on idle lanes.
-func WithFetchWait(d time.Duration) ConsumerOpt {
-	return func(o *consumerOptions) error {
-		if d < 10*time.Millisecond || d > time.Minute {
-			return invalid("WithFetchWait", d, "must be within 10ms..1m")
-		}
-		o.fetchWait = d
-		return nil
-	}
-}
-
 // WithDiscoveryInterval sets how often the consumer looks at the stream for
 // lanes it does not know yet (default DefaultDiscoveryInterval). A message
 // in a lane that no consumer of the group serves reaches the baseline (or
-// the fallback lane that serves it) within one interval plus one fetch.
+// the fallback lane that serves it) within one interval, plus the time to
+// create the lane's durable consumer and pull.
 func WithDiscoveryInterval(d time.Duration) ConsumerOpt {
 	return func(o *consumerOptions) error {
 		if d < 10*time.Millisecond {

@@ -17,15 +17,20 @@ const MsgIDHeader = jetstream.MsgIDHeader
 // A Publisher publishes the messages of one topic in the lane of the
 // context: to "<topic>.<lane or _>.<subject>", with the lane in the x-lane
 // header and the lane member of the W3C baggage header (a baseline message
-// carries neither: stale lane headers are removed), and a Nats-Msg-Id so
-// that a retried publish is stored once.
+// carries neither: stale lane headers are removed).
+//
+// To make a retried publish safe, give the message an id, with
+// jetstream.WithMsgID or a Nats-Msg-Id header: the stream stores a message
+// once per id within its Duplicates window (two minutes with StreamConfig).
+// An id derived from the event itself (an order number and what happened to
+// it) also dedupes a producer that crashed and published again.
 //
 // A Publisher is safe for concurrent use.
 type Publisher struct {
-	js    jetstream.JetStream
-	topic string
-	prop  lane.Propagator
-	noID  bool
+	js     jetstream.JetStream
+	topic  string
+	prop   lane.Propagator
+	autoID bool
 }
 
 // PublisherOpt configures NewPublisher.
@@ -37,10 +42,13 @@ func WithPropagator(p lane.Propagator) PublisherOpt {
 	return func(pub *Publisher) error { pub.prop = p; return nil }
 }
 
-// WithoutMsgID stops the publisher from setting a Nats-Msg-Id on messages
-// that have none. Retried publishes may then be stored twice.
-func WithoutMsgID() PublisherOpt {
-	return func(pub *Publisher) error { pub.noID = true; return nil }
+// WithMsgIDs makes the publisher give every message without an id a
+// unique Nats-Msg-Id, so that each carries one to the handlers
+// (Delivery.MsgID). It does not make retries safe by itself: a retry
+// publishes a new copy with a new id; give ids yourself for that. The
+// stream's deduplication costs some throughput (docs/mq.md).
+func WithMsgIDs() PublisherOpt {
+	return func(pub *Publisher) error { pub.autoID = true; return nil }
 }
 
 // NewPublisher returns a publisher of topic on js. The stream of the topic
@@ -78,8 +86,8 @@ func (p *Publisher) Publish(ctx context.Context, subject string, data []byte, op
 // PublishMsg publishes msg, whose Subject is the subject within the topic,
 // in the lane of ctx, and waits for JetStream's acknowledgement. msg is not
 // modified: the published message is a copy with the topic's subject and the
-// lane headers. A Nats-Msg-Id already in msg's header, or given with
-// jetstream.WithMsgID, is kept.
+// lane headers. A Nats-Msg-Id in msg's header, or given with
+// jetstream.WithMsgID, deduplicates retries.
 func (p *Publisher) PublishMsg(ctx context.Context, msg *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
 	out, err := p.stamp(ctx, msg)
 	if err != nil {
@@ -111,12 +119,23 @@ func (p *Publisher) stamp(ctx context.Context, msg *nats.Msg) (*nats.Msg, error)
 		return nil, err
 	}
 	l := normLane(lane.FromContext(ctx))
-	h := make(nats.Header, len(msg.Header)+3)
-	for k, v := range msg.Header {
-		h[k] = v
+	var h nats.Header
+	switch {
+	case len(msg.Header) > 0:
+		h = make(nats.Header, len(msg.Header)+3)
+		for k, v := range msg.Header {
+			h[k] = v
+		}
+		p.prop.InjectLane(l, lane.MessageHeader(h))
+	case l != "":
+		// The common case, without the propagator's merging: a lane message
+		// with no headers of its own.
+		h = nats.Header{lane.Header: {l}, lane.BaggageHeader: {lane.BaggageKey + "=" + l}}
 	}
-	p.prop.InjectLane(l, lane.MessageHeader(h))
-	if !p.noID && len(h[MsgIDHeader]) == 0 {
+	if p.autoID && len(h[MsgIDHeader]) == 0 {
+		if h == nil {
+			h = make(nats.Header, 1)
+		}
 		h[MsgIDHeader] = []string{nuid.Next()}
 	}
 	tok := l
