@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"net/url"
 	"os"
 	"sort"
 	"strings"
@@ -42,6 +43,8 @@ type Config struct {
 	LogLevel string `yaml:"log_level"`
 	// Etcd says where the state lives.
 	Etcd EtcdConfig `yaml:"etcd"`
+	// Nats says where the message queue runs.
+	Nats NatsConfig `yaml:"nats"`
 
 	// sources records where each setting came from, for error messages.
 	sources map[string]string
@@ -68,6 +71,19 @@ type EtcdConfig struct {
 	DialTimeout time.Duration `yaml:"dial_timeout"`
 }
 
+// NatsConfig selects the embedded NATS server (no URL) or an external one.
+type NatsConfig struct {
+	// Addr is where the embedded NATS server listens, with JetStream on and
+	// its data in <DataDir>/nats; "off" runs none.
+	Addr string `yaml:"addr"`
+	// URL of an external NATS server (or several, comma-separated) with
+	// JetStream; when set, no embedded server runs.
+	URL string `yaml:"url"`
+}
+
+// NatsOff is the value of NatsConfig.Addr that runs no NATS server.
+const NatsOff = "off"
+
 // Defaults returns the configuration with every default filled in.
 func Defaults() Config {
 	return Config{
@@ -82,6 +98,7 @@ func Defaults() Config {
 			PeerAddr:    "127.0.0.1:7702",
 			DialTimeout: 5 * time.Second,
 		},
+		Nats: NatsConfig{Addr: "127.0.0.1:4222"},
 	}
 }
 
@@ -146,6 +163,8 @@ var Settings = []Setting{
 		c.Etcd.DialTimeout = d
 		return nil
 	})},
+	{Flag: "nats-addr", Env: "LANES_NATS_ADDR", Key: "nats.addr", Usage: "address of the embedded NATS server with JetStream, data in <data-dir>/nats (host:port, default 127.0.0.1:4222; port 0 picks one; off runs none)", set: str(func(c *Config) *string { return &c.Nats.Addr })},
+	{Flag: "nats-url", Env: "LANES_NATS_URL", Key: "nats.url", Usage: "URL of an external NATS server with JetStream, such as nats://nats-1:4222 (comma-separated for several); none runs the embedded one", set: str(func(c *Config) *string { return &c.Nats.URL })},
 }
 
 // EnvConfig names the variable that --config falls back to.
@@ -309,7 +328,73 @@ func (c *Config) Validate() error {
 	if e.DialTimeout <= 0 {
 		return c.fail("etcd.dial_timeout", e.DialTimeout.String(), "want a positive duration")
 	}
+	return c.validateNats()
+}
+
+// validateNats checks the NATS settings.
+func (c *Config) validateNats() error {
+	n := c.Nats
+	if n.URL == "" {
+		if n.Addr != NatsOff {
+			if err := checkListen(n.Addr); err != nil {
+				return c.fail("nats.addr", n.Addr, "%v (or off)", err)
+			}
+		}
+		return nil
+	}
+	if _, set := c.sources["nats.addr"]; set {
+		return c.fail("nats.addr", n.Addr, "only for the embedded NATS server: leave it out with an external one (nats url)")
+	}
+	for i, u := range strings.Split(n.URL, ",") {
+		if _, err := natsURL(strings.TrimSpace(u)); err != nil {
+			return c.fail("nats.url", redactURLs(n.URL), "URL %d: %v", i+1, err)
+		}
+	}
 	return nil
+}
+
+// natsURL parses one NATS server URL: nats://, tls://, ws:// or wss://
+// with a host, or a bare host:port.
+func natsURL(s string) (*url.URL, error) {
+	if s == "" {
+		return nil, errors.New("empty")
+	}
+	if !strings.Contains(s, "://") {
+		if _, _, err := net.SplitHostPort(s); err != nil {
+			return nil, errors.New("want nats://host:port or host:port")
+		}
+		s = "nats://" + s
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return nil, errors.New("not a URL")
+	}
+	switch u.Scheme {
+	case "nats", "tls", "ws", "wss":
+	default:
+		return nil, fmt.Errorf("scheme %q: want nats, tls, ws or wss", u.Scheme)
+	}
+	if u.Hostname() == "" {
+		return nil, errors.New("no host")
+	}
+	return u, nil
+}
+
+// redactURLs hides the passwords of comma-separated URLs, for messages.
+func redactURLs(s string) string {
+	parts := strings.Split(s, ",")
+	for i, p := range parts {
+		p = strings.TrimSpace(p)
+		if j, k := strings.Index(p, "://"), strings.LastIndex(p, "@"); k > j && (j >= 0 || !strings.Contains(p, "/")) {
+			scheme := ""
+			if j >= 0 {
+				scheme = p[:j+3]
+			}
+			p = scheme + "xxxxx" + p[k:]
+		}
+		parts[i] = p
+	}
+	return strings.Join(parts, ",")
 }
 
 func (c *Config) get(key string) string {

@@ -4,10 +4,14 @@
 //
 // Each part is a Component with a Caddy-like lifecycle (Provision, Validate,
 // Start, Stop, Cleanup), run in a fixed order and stopped in the reverse
-// one, so that later parts (a dashboard, NATS, a trace collector) slot in
-// without touching the others:
+// one, so that later parts (a dashboard, a trace collector) slot in without
+// touching the others:
 //
-//	etcd → engine → claims → gateway → admin
+//	etcd → nats → engine → claims → gateway → admin
+//
+// nats is the message queue of message-queue lanes (package lanesnats): an
+// embedded NATS server with JetStream, its data in <data-dir>/nats, or a
+// check that an external one answers.
 //
 // The admin API starts last, so that once it answers everything else runs;
 // it stops first, so that no registration arrives while the rest stops.
@@ -56,6 +60,10 @@ type Runtime struct {
 	// EtcdEmbedded and EtcdEndpoints describe the etcd in use.
 	EtcdEmbedded  bool
 	EtcdEndpoints []string
+	// NatsURL is the NATS server's client URL ("" with nats off), and
+	// NatsEmbedded whether it runs in this process (nats component).
+	NatsURL      string
+	NatsEmbedded bool
 	// GatewayURL is the gateway's URL once provisioned ("" without one).
 	GatewayURL string
 	// AdminURL and AdminToken are the admin API's (admin component).
@@ -75,7 +83,7 @@ func (rt *Runtime) Fail(err error) {
 
 // Address is one address the control plane serves on.
 type Address struct {
-	Name string // "etcd", "admin", "gateway"
+	Name string // "etcd", "nats", "admin", "gateway"
 	URL  string
 	Note string
 }
@@ -127,6 +135,7 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (*Server, error) {
 	rt := &Runtime{Config: cfg, Log: o.log, Metrics: prometheus.NewRegistry(), fatal: make(chan error, 1)}
 	comps := []Component{
 		&etcdComponent{},
+		&natsComponent{},
 		&engineComponent{},
 		&claimsComponent{},
 		&gatewayComponent{factory: o.edge},

@@ -12,10 +12,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
 	"github.com/lanesdev/lanes/adminclient"
 	"github.com/lanesdev/lanes/internal/etcdtest"
+	"github.com/lanesdev/lanes/internal/natstest"
 	"github.com/lanesdev/lanes/internal/strictyaml"
 )
 
@@ -186,6 +189,7 @@ func TestStartClose(t *testing.T) {
 	cfg := Defaults()
 	cfg.DataDir = dir
 	cfg.AdminAddr, cfg.GatewayAddr, cfg.Etcd.ClientAddr, cfg.Etcd.PeerAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Nats.Addr = "127.0.0.1:0"
 	var tokens []string
 	for range 2 {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -200,7 +204,7 @@ func TestStartClose(t *testing.T) {
 		for _, a := range s.Addresses() {
 			names = append(names, a.Name)
 		}
-		if strings.Join(names, ",") != "etcd,gateway,admin" {
+		if strings.Join(names, ",") != "etcd,nats,gateway,admin" {
 			t.Errorf("addresses %v", s.Addresses())
 		}
 		hc := &http.Client{Timeout: 10 * time.Second}
@@ -220,6 +224,8 @@ func TestStartClose(t *testing.T) {
 			resp.Body.Close()
 		}
 		hc.CloseIdleConnections()
+		// NATS with JetStream, its data kept across the restart.
+		checkNats(t, rt.NatsURL, len(tokens) == 1)
 		if err := s.Close(); err != nil {
 			t.Fatal(err)
 		}
@@ -230,5 +236,129 @@ func TestStartClose(t *testing.T) {
 	fi, err := os.Stat(filepath.Join(dir, AdminTokenFile))
 	if err != nil || fi.Mode().Perm() != 0o600 {
 		t.Errorf("admin token file: %v %v", fi, err)
+	}
+}
+
+// checkNats creates a stream on the NATS at url and publishes to it (first),
+// or checks that the stream is still there with its message.
+func checkNats(t *testing.T, url string, first bool) {
+	t.Helper()
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatalf("nats at %q: %v", url, err)
+	}
+	defer nc.Close()
+	js, _ := jetstream.New(nc)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if first {
+		if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "T", Subjects: []string{"t.>"}, Storage: jetstream.FileStorage}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := js.Publish(ctx, "t.x", []byte("kept")); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	st, err := js.Stream(ctx, "T")
+	if err != nil {
+		t.Fatalf("stream after restart: %v", err)
+	}
+	if n := st.CachedInfo().State.Msgs; n != 1 {
+		t.Errorf("%d messages after restart, want 1", n)
+	}
+}
+
+// TestNatsConfig: the NATS settings come from flags, variables and the file
+// like the others, and bad combinations are refused naming their source.
+func TestNatsConfig(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "lanes.yaml")
+	os.WriteFile(file, []byte("nats:\n  addr: 127.0.0.1:5222\n"), 0o644)
+	c := Defaults()
+	if c.Nats.Addr != "127.0.0.1:4222" {
+		t.Errorf("default nats addr %q", c.Nats.Addr)
+	}
+	if err := c.LoadFile(file); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); err != nil || c.Nats.Addr != "127.0.0.1:5222" {
+		t.Errorf("file: %q %v", c.Nats.Addr, err)
+	}
+	c.ApplyEnv(env(map[string]string{"LANES_NATS_ADDR": "127.0.0.1:6222"}))
+	c.Set("nats-addr", []string{"off"})
+	if err := c.Validate(); err != nil || c.Nats.Addr != NatsOff {
+		t.Errorf("flag over env over file: %q %v", c.Nats.Addr, err)
+	}
+	c = Defaults()
+	c.ApplyEnv(env(map[string]string{"LANES_NATS_URL": "nats://u:secret@nats-1:4222, nats-2:4222"}))
+	if err := c.Validate(); err != nil {
+		t.Errorf("external: %v", err)
+	}
+	for _, tc := range []struct {
+		set  map[string]string
+		want string
+	}{
+		{map[string]string{"nats-addr": "nowhere"}, "--nats-addr"},
+		{map[string]string{"nats-url": "http://nats:4222"}, `--nats-url: "http://nats:4222": URL 1: scheme "http"`},
+		{map[string]string{"nats-url": "nats://u:secret@:4222"}, "no host"},
+		{map[string]string{"nats-url": "nats://nats:4222", "nats-addr": "127.0.0.1:1"}, "only for the embedded NATS server"},
+	} {
+		c := Defaults()
+		for k, v := range tc.set {
+			c.Set(k, []string{v})
+		}
+		err := c.Validate()
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v, want %q", tc.set, err, tc.want)
+		}
+		if err != nil && strings.Contains(err.Error(), "secret") {
+			t.Errorf("password in %v", err)
+		}
+	}
+}
+
+// TestNatsComponent: an external NATS is checked and printed without its
+// password; an unreachable one, or a taken port for the embedded one, fails
+// the start naming the setting; off runs none.
+func TestNatsComponent(t *testing.T) {
+	ext := natstest.Embedded(t)
+	log := NewLogger(io.Discard, "error")
+	for _, tc := range []struct {
+		name, url, addr string
+		want            string // "" for success
+	}{
+		{"external", strings.Replace(ext.URL(), "nats://", "nats://u:pw@", 1), "", ""},
+		{"off", "", NatsOff, ""},
+		{"unreachable", "nats://127.0.0.1:1", "", "external NATS at nats://127.0.0.1:1 (--nats-url)"},
+		{"in use", "", strings.TrimPrefix(ext.URL(), "nats://"), "(--nats-addr)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rt := &Runtime{Config: Defaults(), Log: log, fatal: make(chan error, 1)}
+			rt.Config.DataDir = t.TempDir()
+			rt.Config.Nats = NatsConfig{URL: tc.url, Addr: tc.addr}
+			lc := &lifecycle{comps: []Component{&natsComponent{}}}
+			err := lc.up(context.Background(), rt)
+			if tc.want != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.want) {
+					t.Errorf("%v, want %q", err, tc.want)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer lc.down(context.Background())
+			switch tc.name {
+			case "external":
+				if len(rt.Addresses) != 1 || strings.Contains(rt.Addresses[0].URL, "pw") || rt.Addresses[0].Note != "external, JetStream on" {
+					t.Errorf("addresses %+v", rt.Addresses)
+				}
+			case "off":
+				if len(rt.Addresses) != 0 || rt.NatsURL != "" {
+					t.Errorf("off: %+v %q", rt.Addresses, rt.NatsURL)
+				}
+			}
+		})
 	}
 }
