@@ -508,7 +508,7 @@ func TestUpRefusesBadSettings(t *testing.T) {
 	}
 	defer ln.Close()
 	code, _, errOut = run(t, "", "up", "--data-dir", dir, "--admin-addr", ln.Addr().String(), "--gateway-addr", "127.0.0.1:0",
-		"--etcd-client-addr", "127.0.0.1:0", "--etcd-peer-addr", "127.0.0.1:0")
+		"--etcd-client-addr", "127.0.0.1:0", "--etcd-peer-addr", "127.0.0.1:0", "--nats-addr", "127.0.0.1:0")
 	if code != 1 || !strings.Contains(errOut, ln.Addr().String()) {
 		t.Errorf("admin port in use: exit %d, stderr %q", code, errOut)
 	}
