@@ -179,6 +179,10 @@ func NewConsumer(ctx context.Context, js jetstream.JetStream, cfg ConsumerConfig
 	}
 	c.inst = c.lease.Instance()
 	c.svc = c.engine.Service(regName)
+	if err := c.waitVisible(ctx); err != nil {
+		c.lease.Close()
+		return nil, err
+	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.hctx, c.hcancel = context.WithCancel(context.Background())
 	c.kctx, c.kcancel = context.WithCancel(context.Background())
@@ -224,6 +228,31 @@ func (c *Consumer) place(in registry.Instance) (registry.Instance, error) {
 		return in, fmt.Errorf("lanesnats: instance: %w", err)
 	}
 	return in, nil
+}
+
+// visibleTimeout bounds how long NewConsumer waits for the engine to see
+// the registration, when ctx has no deadline.
+const visibleTimeout = 30 * time.Second
+
+// waitVisible waits until the engine sees this instance: an engine that
+// does not follow the registry would never give the consumer a lane.
+func (c *Consumer) waitVisible(ctx context.Context) error {
+	t := time.NewTimer(visibleTimeout)
+	defer t.Stop()
+	for {
+		changed := c.svc.Changed()
+		if c.self() != nil {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return fmt.Errorf("lanesnats: waiting for the engine to see %s/%s: %w", c.regName, c.inst.ID, ctx.Err())
+		case <-t.C:
+			return fmt.Errorf("%w: the engine does not see %s/%s after %v: does it follow the registry (routing.WithRegistry)?",
+				ErrInvalidOption, c.regName, c.inst.ID, visibleTimeout)
+		}
+	}
 }
 
 // apiPrefix is the JetStream API prefix of js, as the jetstream package

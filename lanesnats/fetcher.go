@@ -217,6 +217,10 @@ func (f *fetcher) session() error {
 		return err
 	}
 	s := &session{sub: sub, finished: make(chan struct{})}
+	// After a reconnect, the server may have forgotten the pull requests
+	// (a restarted server): ask again.
+	status := nc.StatusChanged(nats.CONNECTED)
+	defer nc.RemoveStatusListener(status)
 	window := 2 * c.o.batch
 	f.mu.Lock()
 	f.sess, f.outstanding, f.status, f.lastSeen = s, 0, nil, time.Now()
@@ -226,15 +230,15 @@ func (f *fetcher) session() error {
 	defer tick.Stop()
 	for {
 		f.mu.Lock()
-		wanted, status := f.wanted, f.status
+		wanted, serr := f.wanted, f.status
 		room := window - f.held() - f.outstanding
 		quiet := f.outstanding > 0 && time.Since(f.lastSeen) > 3*pullHeartbeat
 		f.mu.Unlock()
 		if !wanted {
 			break
 		}
-		if status != nil {
-			err = status
+		if serr != nil {
+			err = serr
 			break
 		}
 		if quiet {
@@ -257,6 +261,10 @@ func (f *fetcher) session() error {
 		select {
 		case <-f.kick:
 		case <-tick.C:
+		case <-status:
+			f.mu.Lock()
+			f.outstanding = 0
+			f.mu.Unlock()
 		}
 	}
 	// The server sends nothing after the unsubscribe; what it sent before

@@ -16,6 +16,7 @@ import (
 	"github.com/lanesdev/lanes/lane"
 	"github.com/lanesdev/lanes/lanesnats"
 	"github.com/lanesdev/lanes/registry"
+	"github.com/lanesdev/lanes/routing"
 )
 
 // TestPublishStamps: the publisher puts the lane of the context in the
@@ -562,4 +563,82 @@ func TestConsumerConfigErrors(t *testing.T) {
 			t.Errorf("%s: %v, want %v", c.name, err, c.want)
 		}
 	}
+	// An engine that does not follow the registry would never give the
+	// consumer a lane: NewConsumer says so, and deregisters.
+	blind := routing.New()
+	defer blind.Close()
+	cfg := good
+	cfg.Engine = blind
+	tctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if cons, err := lanesnats.NewConsumer(tctx, e.js, cfg, h, lanesnats.WithLogger(quiet())); err == nil {
+		cons.Close()
+		t.Error("an engine without the registry accepted")
+	}
+	if n := len(e.eng.Service(lanesnats.RegistryService("billing", "invoices")).Instances()); n != 0 {
+		t.Errorf("%d instances left registered", n)
+	}
+}
+
+// TestDurableDeleted: when someone deletes a lane's durable consumer, the
+// consumer that owns the lane creates it again and goes on (what the stream
+// still holds of the lane is delivered again: its cursor is gone).
+func TestDurableDeleted(t *testing.T) {
+	e := newEnv(t, natstest.Embedded(t), "")
+	r := newRecorder()
+	alice := e.consumer("alice-1", "alice", r.handler("alice-1"))
+	waitOwned(t, alice, "alice")
+	e.publish("alice", "before", 3)
+	r.wait(t, 3, 10*time.Second)
+	if err := e.js.DeleteConsumer(context.Background(), e.topic, lanesnats.ConsumerName("invoices", "alice")); err != nil {
+		t.Fatal(err)
+	}
+	e.publish("alice", "after", 3)
+	gs := r.wait(t, 9, 20*time.Second) // 3 before, again, and 3 after
+	after := 0
+	for _, g := range gs {
+		if g.subject == "after" {
+			after++
+		}
+	}
+	if after != 3 {
+		t.Errorf("handled after the deletion:\n%s", summary(gs))
+	}
+}
+
+// TestServerRestart: the NATS server stops while messages are being
+// handled (a clean stop for the embedded server, SIGKILL for the process)
+// and comes back on its store: every acknowledged publish is handled, the
+// consumers resume by themselves.
+func TestServerRestart(t *testing.T) {
+	natstest.Each(t, func(t *testing.T, srv natstest.Server) {
+		e := newEnv(t, srv, "")
+		r := newRecorder()
+		rec := r.handler("alice-1")
+		slow := lanesnats.HandlerFunc(func(ctx context.Context, d *lanesnats.Delivery) error {
+			time.Sleep(2 * time.Millisecond)
+			return rec.HandleMessage(ctx, d)
+		})
+		alice := e.consumer("alice-1", "alice", slow)
+		waitOwned(t, alice, "alice")
+		e.publish("alice", "x", 300)
+		waitFor(t, 10*time.Second, "some handled", func() bool { return len(r.all()) >= 50 })
+		if err := srv.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		if err := srv.Start(); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 20*time.Second, "the connection back", e.nc.IsConnected)
+		e.publish("alice", "y", 100)
+		gs := r.wait(t, 400, 60*time.Second)
+		seen := map[string]bool{}
+		for _, g := range gs {
+			seen[g.data] = true
+		}
+		if len(seen) != 400 {
+			t.Errorf("%d distinct messages handled, want 400", len(seen))
+		}
+		t.Logf("%s: %d handlings of 400 messages", srv.Kind(), len(gs))
+	})
 }
