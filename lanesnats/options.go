@@ -205,9 +205,10 @@ func WithRetryDelays(d ...time.Duration) ConsumerOpt {
 }
 
 // WithSyncAck makes the consumer wait for JetStream to confirm each ack
-// before taking the next message. An ack lost on the way (a connection cut
-// at that moment) then fails the message over to a retry instead of a
-// silent redelivery after AckWait; it costs a round trip per message.
+// before taking the next message, so that a message counted as handled is
+// known to be acknowledged. An ack lost with a broken connection is logged,
+// and the message comes back after AckWait either way. It costs a round
+// trip per message.
 func WithSyncAck() ConsumerOpt {
 	return func(o *consumerOptions) error { o.syncAck = true; return nil }
 }
