@@ -642,3 +642,45 @@ func TestServerRestart(t *testing.T) {
 		t.Logf("%s: %d handlings of 400 messages", srv.Kind(), len(gs))
 	})
 }
+
+// TestCloseDrainTimeout: Close waits for the handler in progress only up to
+// the drain timeout, then cancels its context; what the consumer held is
+// given back, and the lane's next consumer handles everything.
+func TestCloseDrainTimeout(t *testing.T) {
+	e := newEnv(t, natstest.Embedded(t), "")
+	blocked := make(chan struct{})
+	var once atomic.Bool
+	stuck := lanesnats.HandlerFunc(func(ctx context.Context, d *lanesnats.Delivery) error {
+		if once.CompareAndSwap(false, true) {
+			close(blocked)
+		}
+		<-ctx.Done() // never finishes by itself
+		return ctx.Err()
+	})
+	c := e.consumer("alice-1", "alice", stuck, lanesnats.WithDrainTimeout(300*time.Millisecond))
+	e.publish("alice", "x", 5)
+	select {
+	case <-blocked:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the handler was never called")
+	}
+	start := time.Now()
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > 3*time.Second {
+		t.Errorf("Close took %v with a drain timeout of 300ms", took)
+	}
+	select {
+	case <-c.Done():
+	default:
+		t.Error("Done not closed after Close")
+	}
+	r := newRecorder()
+	e.consumer("alice-2", "alice", r.handler("alice-2"))
+	gs := r.wait(t, 5, 10*time.Second)
+	time.Sleep(200 * time.Millisecond)
+	if n := len(r.all()); n != 5 {
+		t.Errorf("%d deliveries, want 5:\n%s", n, summary(gs))
+	}
+}
