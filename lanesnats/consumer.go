@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"slices"
 	"sort"
 	"strings"
@@ -194,37 +195,28 @@ func NewConsumer(ctx context.Context, js jetstream.JetStream, cfg ConsumerConfig
 	return c, nil
 }
 
-// place fills the instance from the options, the environment and the
-// connection, and normalises it.
+// place fills the instance from the options and the environment
+// (registry.Place), with the NATS server's address as the default address,
+// and adds the consumer's labels.
 func (c *Consumer) place(in registry.Instance) (registry.Instance, error) {
 	in.Service = c.regName
-	if in.Lane == "" {
-		in.Lane = c.o.lane
-	}
-	getenv := func(k string) string {
-		v := c.o.getenv(k)
-		if k == registry.EnvAddr && strings.TrimSpace(v) == "" {
-			if nc := c.js.Conn(); nc != nil {
-				return nc.ConnectedAddr()
-			}
-		}
-		return v
-	}
-	in, err := registry.ApplyEnv(in, getenv)
-	if err != nil {
-		return in, fmt.Errorf("lanesnats: %w", err)
-	}
-	if in.Addr == "" {
-		return in, fmt.Errorf("%w: no address to register: set LANES_ADDR or Instance.Addr, or connect to NATS first", ErrInvalidOption)
-	}
 	labels := make(map[string]string, len(in.Labels)+3)
 	for k, v := range in.Labels {
 		labels[k] = v
 	}
 	labels[LabelService], labels[LabelGroup], labels[LabelTopic] = c.service, c.group, c.topic
 	in.Labels = labels
-	in, err = registry.Normalize(in)
+	var server net.Addr
+	if nc := c.js.Conn(); nc != nil {
+		if a, err := net.ResolveTCPAddr("tcp", nc.ConnectedAddr()); err == nil {
+			server = a
+		}
+	}
+	in, err := registry.Place(in, c.o.lane, "", c.o.getenv, server)
 	if err != nil {
+		if in.Addr == "" {
+			return in, fmt.Errorf("%w: no address to register: set LANES_ADDR or Instance.Addr, or connect to NATS first", ErrInvalidOption)
+		}
 		return in, fmt.Errorf("lanesnats: instance: %w", err)
 	}
 	return in, nil
