@@ -334,16 +334,13 @@ func (c *Consumer) Close() error {
 func (c *Consumer) run() {
 	defer c.wg.Done()
 	defer c.shutdown()
-	poll := time.NewTicker(c.o.policyPoll)
-	defer poll.Stop()
 	disc := time.NewTimer(0)
 	defer disc.Stop()
 	retry := time.NewTimer(time.Hour)
 	retry.Stop()
 	defer retry.Stop()
-	pol := c.engine.Policy()
 	for {
-		changed := c.svc.Changed()
+		changed, polChanged := c.svc.Changed(), c.engine.PolicyChanged()
 		if !c.reconcile() {
 			retry.Reset(time.Second)
 		}
@@ -367,10 +364,8 @@ func (c *Consumer) run() {
 				dirty = true // also catches time-driven changes, such as a lane's expiry
 			case <-retry.C:
 				dirty = true
-			case <-poll.C:
-				if p := c.engine.Policy(); p != pol {
-					pol, dirty = p, true
-				}
+			case <-polChanged:
+				dirty = true
 			}
 		}
 	}

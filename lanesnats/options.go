@@ -41,7 +41,6 @@ type consumerOptions struct {
 	syncAck     bool
 	drain       time.Duration
 	startTime   time.Time
-	policyPoll  time.Duration
 }
 
 func defaultConsumerOptions() consumerOptions {
@@ -54,7 +53,6 @@ func defaultConsumerOptions() consumerOptions {
 		getenv:      os.Getenv,
 		retryDelays: DefaultRetryDelays,
 		drain:       DefaultDrainTimeout,
-		policyPoll:  250 * time.Millisecond,
 	}
 }
 

@@ -558,3 +558,19 @@ func TestChangedSignalsInstanceChanges(t *testing.T) {
 		t.Fatalf("instances %v", s.Instances())
 	}
 }
+
+func TestPolicyChangedSignals(t *testing.T) {
+	f := newFixture(t, "")
+	ch := f.e.PolicyChanged()
+	f.e.SetPolicy(mustPolicy(t, "lanes:\n  alice: {strict: true}\n"))
+	select {
+	case <-ch:
+	default:
+		t.Fatal("PolicyChanged not closed after SetPolicy")
+	}
+	select {
+	case <-f.e.PolicyChanged():
+		t.Fatal("the new channel is closed already")
+	default:
+	}
+}

@@ -101,15 +101,16 @@ type Engine struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	invalidLanes atomic.Uint64
-	policyReady  chan struct{}
-	policyOnce   sync.Once
+	invalidLanes  atomic.Uint64
+	policyReady   chan struct{}
+	policyOnce    sync.Once
+	policyChanged chan struct{} // closed and replaced by every SetPolicy; guarded by mu
 }
 
 // New returns an engine with the empty policy and no services. When
 // WithPolicyStore is given, it starts following the store at once.
 func New(opts ...Option) *Engine {
-	e := &Engine{clock: systemClock{}, log: slog.Default(), policyReady: make(chan struct{})}
+	e := &Engine{clock: systemClock{}, log: slog.Default(), policyReady: make(chan struct{}), policyChanged: make(chan struct{})}
 	for _, o := range opts {
 		o(e)
 	}
@@ -144,6 +145,16 @@ func (e *Engine) SetPolicy(p *policy.Policy) {
 		s.rebuild()
 		s.mu.Unlock()
 	}
+	close(e.policyChanged)
+	e.policyChanged = make(chan struct{})
+}
+
+// PolicyChanged returns a channel that is closed when the next policy is put
+// in force. Read it before Policy, and wait on it after, to miss no change.
+func (e *Engine) PolicyChanged() <-chan struct{} {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.policyChanged
 }
 
 // Policy returns the policy in force.
