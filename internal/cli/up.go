@@ -57,7 +57,7 @@ func addSettingFlags(cmd *cobra.Command) {
 	defaults := map[string]string{
 		"data-dir": d.DataDir, "admin-addr": d.AdminAddr, "gateway-addr": d.GatewayAddr, "domain": d.Domain,
 		"log-level": d.LogLevel, "etcd-prefix": d.Etcd.Prefix, "etcd-client-addr": d.Etcd.ClientAddr,
-		"etcd-peer-addr": d.Etcd.PeerAddr, "etcd-dial-timeout": d.Etcd.DialTimeout.String(),
+		"etcd-peer-addr": d.Etcd.PeerAddr, "etcd-dial-timeout": d.Etcd.DialTimeout.String(), "nats-addr": d.Nats.Addr,
 	}
 	for _, s := range controlplane.Settings {
 		usage := s.Usage + " (" + s.Env + ")"
