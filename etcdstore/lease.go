@@ -163,13 +163,9 @@ func (l *lease) Update(ctx context.Context, inst registry.Instance) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	inst, err := registry.Normalize(inst)
+	inst, err := registry.CheckUpdate(l.Instance(), inst)
 	if err != nil {
 		return err
-	}
-	cur := l.Instance()
-	if inst.ID != cur.ID || inst.Service != cur.Service {
-		return &registry.FieldError{Field: "id", Value: inst.Service + "/" + inst.ID, Msg: "a lease cannot change its service or id"}
 	}
 	if l.Err() != nil || l.ctx.Err() != nil {
 		return registry.ErrClosed

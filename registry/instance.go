@@ -118,6 +118,20 @@ func Normalize(in Instance) (Instance, error) {
 	return in, nil
 }
 
+// CheckUpdate validates next as the new registration of the lease that holds
+// cur: it returns next normalised, or an error when next is invalid or tries
+// to change the service or the id. Every backend's Lease.Update calls it.
+func CheckUpdate(cur, next Instance) (Instance, error) {
+	next, err := Normalize(next)
+	if err != nil {
+		return next, err
+	}
+	if next.ID != cur.ID || next.Service != cur.Service {
+		return next, &FieldError{Field: "id", Value: next.Service + "/" + next.ID, Msg: "a lease cannot change its service or id"}
+	}
+	return next, nil
+}
+
 // checkName accepts the characters that are safe in an etcd key segment and a
 // URL host: letters, digits, '-', '_' and '.'.
 func checkName(field, v string) error {

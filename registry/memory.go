@@ -127,17 +127,14 @@ func (l *memLease) Update(ctx context.Context, inst Instance) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	inst, err := Normalize(inst)
-	if err != nil {
-		return err
-	}
 	l.m.mu.Lock()
 	defer l.m.mu.Unlock()
 	if l.closed || l.m.closed {
 		return ErrClosed
 	}
-	if inst.ID != l.inst.ID || inst.Service != l.inst.Service {
-		return &FieldError{Field: "id", Value: inst.Service + "/" + inst.ID, Msg: "a lease cannot change its service or id"}
+	inst, err := CheckUpdate(l.inst, inst)
+	if err != nil {
+		return err
 	}
 	l.inst = inst
 	if l.m.insts[inst.Service][inst.ID] == l {
