@@ -2,16 +2,9 @@ package etcdtest
 
 import (
 	"os"
-	"os/exec"
 	"syscall"
 	"testing"
 )
-
-// setPdeathsig makes the kernel kill the etcd child if the test binary dies
-// without running its cleanups (for example on a test timeout).
-func setPdeathsig(cmd *exec.Cmd) {
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-}
 
 // tmpfsDir returns a new directory on /dev/shm, removed at cleanup, when
 // /dev/shm is a tmpfs with room for an etcd data directory (etcd

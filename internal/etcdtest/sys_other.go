@@ -2,11 +2,6 @@
 
 package etcdtest
 
-import (
-	"os/exec"
-	"testing"
-)
-
-func setPdeathsig(*exec.Cmd) {}
+import "testing"
 
 func tmpfsDir(testing.TB) string { return "" }

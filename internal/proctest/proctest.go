@@ -1,0 +1,170 @@
+// Package proctest runs a real server program (etcd, nats-server) as a child
+// process of a test: it finds the binary, starts the process with its output
+// in a log file, waits until the caller's readiness check passes, and stops,
+// kills or restarts it. The log's tail is printed when the test fails.
+//
+// The etcdtest and natstest helpers build on it.
+package proctest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Find returns the path of a server binary: the file named by the
+// environment variable envVar when it is set (set it to a path that does not
+// exist to skip the process tests), else name on PATH, else the first of
+// fallbacks that exists. It returns "" when there is none.
+func Find(envVar, name string, fallbacks ...string) string {
+	if p := os.Getenv(envVar); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			return ""
+		}
+		return p
+	}
+	if p, err := exec.LookPath(name); err == nil {
+		return p
+	}
+	for _, p := range fallbacks {
+		if fi, err := os.Stat(p); err == nil && !fi.IsDir() {
+			return p
+		}
+	}
+	return ""
+}
+
+// Spec says how to run one server process.
+type Spec struct {
+	Name    string // for messages, such as "etcd"
+	Bin     string
+	LogPath string
+	// Args returns the command-line arguments; it is called at every start,
+	// so that a restart can reuse what the first start found (a port).
+	Args func() []string
+	// Env is the child's environment; nil inherits the test's.
+	Env []string
+	// Ready blocks until the process with the given pid serves, ctx is done
+	// or exited is closed. It is called with the process's lock held.
+	Ready   func(ctx context.Context, pid int, exited <-chan struct{}) error
+	Timeout time.Duration // for Ready
+}
+
+// Proc is a supervised server process. Its methods are safe for concurrent
+// use.
+type Proc struct {
+	t    testing.TB
+	spec Spec
+
+	mu     sync.Mutex
+	cmd    *exec.Cmd     // nil while stopped
+	exited chan struct{} // closed when cmd has been waited for
+}
+
+// New returns a stopped process. At the test's cleanup the process is killed
+// and, when the test failed, the tail of its log is printed.
+func New(t testing.TB, spec Spec) *Proc {
+	p := &Proc{t: t, spec: spec}
+	t.Cleanup(func() {
+		p.Kill()
+		if t.Failed() {
+			t.Logf("%s process log (tail):\n%s", spec.Name, p.LogTail(8192))
+		}
+	})
+	return p
+}
+
+// Start starts the stopped process and waits until it is ready. A process
+// that does not become ready is killed.
+func (p *Proc) Start() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd != nil {
+		return nil
+	}
+	logf, err := os.OpenFile(p.spec.LogPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer logf.Close() // the child has its own copy
+	fmt.Fprintf(logf, "--- proctest: starting %s at %s\n", p.spec.Bin, time.Now().Format(time.RFC3339Nano))
+	cmd := exec.Command(p.spec.Bin, p.spec.Args()...)
+	cmd.Env = p.spec.Env
+	cmd.Stdout, cmd.Stderr = logf, logf
+	setPdeathsig(cmd)
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start %s: %w", p.spec.Bin, err)
+	}
+	exited := make(chan struct{})
+	go func() { // owned by p: Stop and Kill wait for it
+		cmd.Wait()
+		close(exited)
+	}()
+	p.cmd, p.exited = cmd, exited
+
+	ctx, cancel := context.WithTimeout(context.Background(), p.spec.Timeout)
+	defer cancel()
+	if err := p.spec.Ready(ctx, cmd.Process.Pid, exited); err != nil {
+		p.stopLocked(syscall.SIGKILL)
+		return fmt.Errorf("%s: %w (log: %s)", p.spec.Name, err, p.LogTail(2048))
+	}
+	return nil
+}
+
+// Stop sends SIGTERM and waits for the process to exit.
+func (p *Proc) Stop() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stopLocked(syscall.SIGTERM)
+}
+
+// Kill sends SIGKILL and waits for the process to exit, as in a crash.
+func (p *Proc) Kill() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stopLocked(syscall.SIGKILL)
+}
+
+func (p *Proc) stopLocked(sig syscall.Signal) error {
+	if p.cmd == nil {
+		return nil
+	}
+	p.cmd.Process.Signal(sig)
+	select {
+	case <-p.exited:
+	case <-time.After(10 * time.Second):
+		p.cmd.Process.Kill()
+		<-p.exited
+	}
+	p.cmd, p.exited = nil, nil
+	return nil
+}
+
+// Restart stops the process cleanly and starts it again.
+func (p *Proc) Restart() error {
+	if err := p.Stop(); err != nil {
+		return err
+	}
+	return p.Start()
+}
+
+// LogTail returns the last n bytes of the process's log.
+func (p *Proc) LogTail(n int) string {
+	b, _ := os.ReadFile(p.spec.LogPath)
+	if len(b) > n {
+		b = b[len(b)-n:]
+	}
+	return string(b)
+}
+
+// LogContains reports whether the process's log contains s.
+func (p *Proc) LogContains(s string) bool {
+	b, _ := os.ReadFile(p.spec.LogPath)
+	return bytes.Contains(b, []byte(s))
+}
