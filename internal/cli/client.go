@@ -78,6 +78,19 @@ func apiFailure(c *adminclient.Client, err error) error {
 // callTimeout bounds one admin API call of a command.
 const callTimeout = 30 * time.Second
 
+// call runs fn with a client of the admin API and a context bounded by
+// callTimeout, and closes the client after.
+func (f *clientFlags) call(cmd *cobra.Command, fn func(ctx context.Context, c *adminclient.Client) error) error {
+	c, err := f.client()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	ctx, cancel := callCtx(cmd)
+	defer cancel()
+	return fn(ctx, c)
+}
+
 func callCtx(cmd *cobra.Command) (context.Context, context.CancelFunc) {
 	ctx := cmd.Context()
 	if ctx == nil {

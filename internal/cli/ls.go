@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -46,28 +47,24 @@ policy, the instances and the client claims of dev sessions).`,
 			if err := checkOutput(output, "table", "json"); err != nil {
 				return err
 			}
-			c, err := cf.client()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			ctx, cancel := callCtx(cmd)
-			defer cancel()
-			var l adminclient.Listing
-			if l.Services, err = c.Services(ctx); err != nil {
-				return apiFailure(c, err)
-			}
-			if l.Instances, err = c.Instances(ctx, ""); err != nil {
-				return apiFailure(c, err)
-			}
-			if l.Lanes, err = c.Lanes(ctx); err != nil {
-				return apiFailure(c, err)
-			}
-			if output == "json" {
-				return printJSON(cmd.OutOrStdout(), l)
-			}
-			printListing(cmd.OutOrStdout(), l)
-			return nil
+			return cf.call(cmd, func(ctx context.Context, c *adminclient.Client) error {
+				var err error
+				var l adminclient.Listing
+				if l.Services, err = c.Services(ctx); err != nil {
+					return apiFailure(c, err)
+				}
+				if l.Instances, err = c.Instances(ctx, ""); err != nil {
+					return apiFailure(c, err)
+				}
+				if l.Lanes, err = c.Lanes(ctx); err != nil {
+					return apiFailure(c, err)
+				}
+				if output == "json" {
+					return printJSON(cmd.OutOrStdout(), l)
+				}
+				printListing(cmd.OutOrStdout(), l)
+				return nil
+			})
 		},
 	}
 	cf.add(cmd)

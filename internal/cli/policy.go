@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -36,29 +37,24 @@ func newPolicyGet() *cobra.Command {
 			if err := checkOutput(output, "yaml", "json"); err != nil {
 				return err
 			}
-			c, err := cf.client()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			ctx, cancel := callCtx(cmd)
-			defer cancel()
-			doc, err := c.Policy(ctx)
-			if err != nil {
-				return apiFailure(c, err)
-			}
-			if output == "json" {
-				return printJSON(cmd.OutOrStdout(), doc)
-			}
-			if doc.Revision == 0 {
-				fmt.Fprintln(cmd.ErrOrStderr(), "lanes: no policy document has been applied; the empty policy is in force")
+			return cf.call(cmd, func(ctx context.Context, c *adminclient.Client) error {
+				doc, err := c.Policy(ctx)
+				if err != nil {
+					return apiFailure(c, err)
+				}
+				if output == "json" {
+					return printJSON(cmd.OutOrStdout(), doc)
+				}
+				if doc.Revision == 0 {
+					fmt.Fprintln(cmd.ErrOrStderr(), "lanes: no policy document has been applied; the empty policy is in force")
+					return nil
+				}
+				io.WriteString(cmd.OutOrStdout(), doc.Raw)
+				if n := len(doc.Raw); n > 0 && doc.Raw[n-1] != '\n' {
+					fmt.Fprintln(cmd.OutOrStdout())
+				}
 				return nil
-			}
-			io.WriteString(cmd.OutOrStdout(), doc.Raw)
-			if n := len(doc.Raw); n > 0 && doc.Raw[n-1] != '\n' {
-				fmt.Fprintln(cmd.OutOrStdout())
-			}
-			return nil
+			})
 		},
 	}
 	cf.add(cmd)
@@ -121,19 +117,14 @@ func newPolicyApply() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			c, err := cf.client()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			ctx, cancel := callCtx(cmd)
-			defer cancel()
-			doc, err := c.PutPolicy(ctx, data)
-			if err != nil {
-				return policyRefusal(c, file, err)
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "policy applied (revision %d)\n", doc.Revision)
-			return nil
+			return cf.call(cmd, func(ctx context.Context, c *adminclient.Client) error {
+				doc, err := c.PutPolicy(ctx, data)
+				if err != nil {
+					return policyRefusal(c, file, err)
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "policy applied (revision %d)\n", doc.Revision)
+				return nil
+			})
 		},
 	}
 	cf.add(cmd)
@@ -160,15 +151,13 @@ Exit status: 0 when valid, 2 when invalid (with FILE:LINE: field FIELD: why).`,
 				return err
 			}
 			if !offline {
-				c, err := cf.client()
-				if err != nil {
+				if err := cf.call(cmd, func(ctx context.Context, c *adminclient.Client) error {
+					if _, err := c.ValidatePolicy(ctx, data); err != nil {
+						return policyRefusal(c, file, err)
+					}
+					return nil
+				}); err != nil {
 					return err
-				}
-				defer c.Close()
-				ctx, cancel := callCtx(cmd)
-				defer cancel()
-				if _, err := c.ValidatePolicy(ctx, data); err != nil {
-					return policyRefusal(c, file, err)
 				}
 			}
 			fmt.Fprintf(cmd.OutOrStdout(), "%s: valid\n", file)

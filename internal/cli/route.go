@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"strings"
@@ -39,26 +40,21 @@ Exit status: 0 when an instance may serve the request, 1 when none may
 			if err := checkOutput(output, "text", "json"); err != nil {
 				return err
 			}
-			c, err := cf.client()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			ctx, cancel := callCtx(cmd)
-			defer cancel()
-			ex, err := c.Explain(ctx, args[0], laneName, zone, key)
-			if err != nil {
-				return apiFailure(c, err)
-			}
-			if output == "json" {
-				printJSON(cmd.OutOrStdout(), ex)
-			} else {
-				printExplanation(cmd.OutOrStdout(), ex)
-			}
-			if ex.Error != nil {
-				return &exitError{code: ExitFail}
-			}
-			return nil
+			return cf.call(cmd, func(ctx context.Context, c *adminclient.Client) error {
+				ex, err := c.Explain(ctx, args[0], laneName, zone, key)
+				if err != nil {
+					return apiFailure(c, err)
+				}
+				if output == "json" {
+					printJSON(cmd.OutOrStdout(), ex)
+				} else {
+					printExplanation(cmd.OutOrStdout(), ex)
+				}
+				if ex.Error != nil {
+					return &exitError{code: ExitFail}
+				}
+				return nil
+			})
 		},
 	}
 	cf.add(cmd)

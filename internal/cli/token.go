@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"text/tabwriter"
@@ -37,20 +38,15 @@ func newTokenCreate() *cobra.Command {
 			if (req.Lane == "") == !req.Baseline {
 				return &exitError{code: ExitUsage, err: errors.New("give exactly one of --lane LANE and --baseline")}
 			}
-			c, err := cf.client()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			ctx, cancel := callCtx(cmd)
-			defer cancel()
-			t, err := c.CreateToken(ctx, req)
-			if err != nil {
-				return apiFailure(c, err)
-			}
-			fmt.Fprintln(cmd.OutOrStdout(), t.Secret)
-			fmt.Fprintf(cmd.ErrOrStderr(), "lanes: token %s created (scope: %s); it is shown only this once\n", t.ID, t.Scope())
-			return nil
+			return cf.call(cmd, func(ctx context.Context, c *adminclient.Client) error {
+				t, err := c.CreateToken(ctx, req)
+				if err != nil {
+					return apiFailure(c, err)
+				}
+				fmt.Fprintln(cmd.OutOrStdout(), t.Secret)
+				fmt.Fprintf(cmd.ErrOrStderr(), "lanes: token %s created (scope: %s); it is shown only this once\n", t.ID, t.Scope())
+				return nil
+			})
 		},
 	}
 	cf.add(cmd)
@@ -71,26 +67,21 @@ func newTokenLs() *cobra.Command {
 			if err := checkOutput(output, "table", "json"); err != nil {
 				return err
 			}
-			c, err := cf.client()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			ctx, cancel := callCtx(cmd)
-			defer cancel()
-			ts, err := c.Tokens(ctx)
-			if err != nil {
-				return apiFailure(c, err)
-			}
-			if output == "json" {
-				return printJSON(cmd.OutOrStdout(), map[string]any{"tokens": ts})
-			}
-			tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "ID\tSCOPE\tNAME\tCREATED")
-			for _, t := range ts {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", t.ID, t.Scope(), dash(t.Name), t.Created.UTC().Format(time.RFC3339))
-			}
-			return tw.Flush()
+			return cf.call(cmd, func(ctx context.Context, c *adminclient.Client) error {
+				ts, err := c.Tokens(ctx)
+				if err != nil {
+					return apiFailure(c, err)
+				}
+				if output == "json" {
+					return printJSON(cmd.OutOrStdout(), map[string]any{"tokens": ts})
+				}
+				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+				fmt.Fprintln(tw, "ID\tSCOPE\tNAME\tCREATED")
+				for _, t := range ts {
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", t.ID, t.Scope(), dash(t.Name), t.Created.UTC().Format(time.RFC3339))
+				}
+				return tw.Flush()
+			})
 		},
 	}
 	cf.add(cmd)
@@ -105,18 +96,13 @@ func newTokenRevoke() *cobra.Command {
 		Short: "Revoke a token: it registers and renews nothing from now on",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := cf.client()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			ctx, cancel := callCtx(cmd)
-			defer cancel()
-			if err := c.RevokeToken(ctx, args[0]); err != nil {
-				return apiFailure(c, err)
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "token %s revoked\n", args[0])
-			return nil
+			return cf.call(cmd, func(ctx context.Context, c *adminclient.Client) error {
+				if err := c.RevokeToken(ctx, args[0]); err != nil {
+					return apiFailure(c, err)
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "token %s revoked\n", args[0])
+				return nil
+			})
 		},
 	}
 	cf.add(cmd)
@@ -165,23 +151,18 @@ are refused and its registrations end at their next heartbeat.`,
 			if n != 1 {
 				return &exitError{code: ExitUsage, err: errors.New("give exactly one of --in, --at and --never")}
 			}
-			c, err := cf.client()
-			if err != nil {
-				return err
-			}
-			defer c.Close()
-			ctx, cancel := callCtx(cmd)
-			defer cancel()
-			l, err := c.UpdateLane(ctx, args[0], u)
-			if err != nil {
-				return apiFailure(c, err)
-			}
-			if l.Expires == nil {
-				fmt.Fprintf(cmd.OutOrStdout(), "lane %s does not expire\n", l.Name)
-			} else {
-				fmt.Fprintf(cmd.OutOrStdout(), "lane %s expires at %s\n", l.Name, l.Expires.UTC().Format(time.RFC3339))
-			}
-			return nil
+			return cf.call(cmd, func(ctx context.Context, c *adminclient.Client) error {
+				l, err := c.UpdateLane(ctx, args[0], u)
+				if err != nil {
+					return apiFailure(c, err)
+				}
+				if l.Expires == nil {
+					fmt.Fprintf(cmd.OutOrStdout(), "lane %s does not expire\n", l.Name)
+				} else {
+					fmt.Fprintf(cmd.OutOrStdout(), "lane %s expires at %s\n", l.Name, l.Expires.UTC().Format(time.RFC3339))
+				}
+				return nil
+			})
 		},
 	}
 	cf.add(expire)
