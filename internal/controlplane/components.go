@@ -23,14 +23,42 @@ import (
 	"github.com/lanesdev/lanes/routing"
 )
 
+// fatalWatch forwards the fatal error of an embedded server to the runtime,
+// which then shuts lanes up down, until it is stopped.
+type fatalWatch struct {
+	quit chan struct{}
+	done chan struct{}
+}
+
+func (w *fatalWatch) start(rt *Runtime, what string, errs <-chan error) {
+	w.quit, w.done = make(chan struct{}), make(chan struct{})
+	go func() { // owned by w: stop waits for it
+		defer close(w.done)
+		select {
+		case err, ok := <-errs:
+			if ok && err != nil {
+				rt.Fail(fmt.Errorf("%s: %w", what, err))
+			}
+		case <-w.quit:
+		}
+	}()
+}
+
+func (w *fatalWatch) stop() {
+	if w.quit != nil {
+		close(w.quit)
+		<-w.done
+		w.quit = nil
+	}
+}
+
 // etcdComponent runs the embedded etcd, or connects to an external cluster,
 // and provides the Store.
 type etcdComponent struct {
 	srv   *etcdserver.Server
 	store *etcdstore.Store
 	rt    *Runtime
-	stop  chan struct{}
-	done  chan struct{}
+	fatal fatalWatch
 }
 
 func (*etcdComponent) Name() string { return "etcd" }
@@ -100,26 +128,12 @@ func (c *etcdComponent) Start(context.Context) error {
 	if c.srv == nil {
 		return nil
 	}
-	c.stop, c.done = make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(c.done)
-		select {
-		case err, ok := <-c.srv.Err():
-			if ok && err != nil {
-				c.rt.Fail(fmt.Errorf("embedded etcd: %w", err))
-			}
-		case <-c.stop:
-		}
-	}()
+	c.fatal.start(c.rt, "embedded etcd", c.srv.Err())
 	return nil
 }
 
 func (c *etcdComponent) Stop(context.Context) error {
-	if c.stop != nil {
-		close(c.stop)
-		<-c.done
-		c.stop = nil
-	}
+	c.fatal.stop()
 	return nil
 }
 

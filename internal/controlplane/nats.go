@@ -20,10 +20,9 @@ import (
 // message-queue lanes (package lanesnats), or checks that an external one
 // answers.
 type natsComponent struct {
-	rt   *Runtime
-	srv  *natsserver.Server
-	stop chan struct{}
-	done chan struct{}
+	rt    *Runtime
+	srv   *natsserver.Server
+	fatal fatalWatch
 }
 
 func (*natsComponent) Name() string { return "nats" }
@@ -84,24 +83,12 @@ func (c *natsComponent) Start(context.Context) error {
 	if c.srv == nil {
 		return nil
 	}
-	c.stop, c.done = make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(c.done)
-		select {
-		case err := <-c.srv.Err():
-			c.rt.Fail(fmt.Errorf("embedded NATS: %w", err))
-		case <-c.stop:
-		}
-	}()
+	c.fatal.start(c.rt, "embedded NATS", c.srv.Err())
 	return nil
 }
 
 func (c *natsComponent) Stop(context.Context) error {
-	if c.stop != nil {
-		close(c.stop)
-		<-c.done
-		c.stop = nil
-	}
+	c.fatal.stop()
 	return nil
 }
 
