@@ -2,13 +2,13 @@ package lanesgrpc
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"time"
 
 	"google.golang.org/grpc"
 
+	"github.com/lanesdev/lanes/internal/serving"
 	"github.com/lanesdev/lanes/registry"
 )
 
@@ -44,42 +44,12 @@ func Serve(ctx context.Context, srv *grpc.Server, lis net.Listener, reg registry
 		c.guard.SetInstance(inst)
 	}
 
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(lis) }()
-
-	lease, err := reg.Register(ctx, inst, c.ttl)
-	if err != nil {
-		srv.Stop()
-		<-served
-		return fmt.Errorf("lanesgrpc: register %s/%s: %w", inst.Service, inst.ID, err)
-	}
-	log := c.log.With("service", inst.Service, "id", inst.ID)
-	log.Info("lanes: instance registered", "addr", inst.Addr, "lane", inst.Lane, "zone", inst.Zone, "guard", c.guard != nil)
-
-	select {
-	case <-ctx.Done():
-		if err := lease.Close(); err != nil {
-			log.Warn("lanes: deregistration failed; the lease will expire", "err", err)
-		}
-		sleep(c.drain)
-		stop(srv, c.shutdown)
-		if err := <-served; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-			return err
-		}
-		return nil
-	case err := <-served:
-		lease.Close()
-		if err == nil {
-			err = errors.New("lanesgrpc: the server was stopped")
-		}
-		return err
-	case <-lease.Done():
-		log.Error("lanes: registration lost; stopping", "err", lease.Err())
-		lease.Close() // releases what the backend still holds
-		stop(srv, c.shutdown)
-		<-served
-		return fmt.Errorf("lanesgrpc: registration of %s/%s lost: %w", inst.Service, inst.ID, lease.Err())
-	}
+	return serving.Run(ctx, reg, inst, serving.Server{
+		Name:   "lanesgrpc",
+		Serve:  func() error { return srv.Serve(lis) },
+		Stop:   func() error { stop(srv, c.shutdown); return nil },
+		Closed: grpc.ErrServerStopped,
+	}, serving.Options{TTL: c.ttl, Drain: c.drain, Logger: c.log, Guard: c.guard != nil})
 }
 
 // place fills the instance from the options, the environment and the
@@ -114,11 +84,5 @@ func stop(srv *grpc.Server, timeout time.Duration) {
 	case <-t.C:
 		srv.Stop()
 		<-done
-	}
-}
-
-func sleep(d time.Duration) {
-	if d > 0 {
-		time.Sleep(d)
 	}
 }

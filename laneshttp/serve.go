@@ -2,12 +2,11 @@ package laneshttp
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
-	"time"
 
+	"github.com/lanesdev/lanes/internal/serving"
 	"github.com/lanesdev/lanes/registry"
 )
 
@@ -51,37 +50,12 @@ func Serve(ctx context.Context, srv *http.Server, lis net.Listener, reg registry
 	mw := newMiddleware(next, c)
 	srv.Handler = mw
 
-	serveErr := make(chan error, 1)
-	go func() { serveErr <- srv.Serve(lis) }()
-
-	lease, err := reg.Register(ctx, inst, c.ttl)
-	if err != nil {
-		shutdown(ctx, srv, c)
-		<-serveErr
-		return fmt.Errorf("laneshttp: register %s/%s: %w", inst.Service, inst.ID, err)
-	}
-	c.log.Info("lanes: instance registered", "service", inst.Service, "id", inst.ID, "addr", inst.Addr, "lane", inst.Lane, "zone", inst.Zone, "guard", mw.Guarded())
-
-	select {
-	case <-ctx.Done():
-		// Deregister first, so that callers stop picking this instance,
-		// and serve on while they learn it.
-		lease.Close()
-		time.Sleep(c.drain)
-		err = shutdown(ctx, srv, c)
-		if e := <-serveErr; !errors.Is(e, http.ErrServerClosed) && err == nil {
-			err = e
-		}
-		return err
-	case e := <-serveErr:
-		lease.Close()
-		return e
-	case <-lease.Done():
-		c.log.Error("lanes: registration lost; shutting down", "service", inst.Service, "id", inst.ID, "err", lease.Err())
-		shutdown(ctx, srv, c)
-		<-serveErr
-		return fmt.Errorf("laneshttp: registration of %s/%s lost: %w", inst.Service, inst.ID, lease.Err())
-	}
+	return serving.Run(ctx, reg, inst, serving.Server{
+		Name:   "laneshttp",
+		Serve:  func() error { return srv.Serve(lis) },
+		Stop:   func() error { return shutdown(ctx, srv, c) },
+		Closed: http.ErrServerClosed,
+	}, serving.Options{TTL: c.ttl, Drain: c.drain, Logger: c.log, Guard: mw.Guarded()})
 }
 
 // place fills the instance from the options, the environment and the
