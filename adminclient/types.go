@@ -12,7 +12,7 @@ import (
 )
 
 // This file holds the JSON documents of the admin API (docs/api.md). The
-// server (internal/admin) uses the same types, so the two cannot drift.
+// server (internal/app/admin) uses the same types, so the two cannot drift.
 
 // Duration is a time.Duration written in JSON as a Go duration string
 // ("10s", "1h30m").

@@ -7,7 +7,7 @@
 #   2. builds bench/backend and bench/gatewaybench, and starts two loopback
 #      backends, one baseline and one in lane "alice"; each answers "ok" and
 #      names its lane in the X-Backend-Lane response header;
-#   3. starts the lanes gateway (bench/gatewaybench: internal/gateway on an
+#   3. starts the lanes gateway (bench/gatewaybench: internal/app/gateway on an
 #      in-memory registry holding the two backends) and nginx, with a
 #      generated config that routes by `map $http_x_lane $backend` to two
 #      upstreams; both keep upstream connections alive (nginx: keepalive 64,

@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/lanesdev/lanes/internal/etcdtest"
+	"github.com/lanesdev/lanes/internal/testkit/etcdtest"
 	"github.com/lanesdev/lanes/routing"
 )
 

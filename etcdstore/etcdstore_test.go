@@ -14,8 +14,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/lanesdev/lanes/etcdstore"
-	"github.com/lanesdev/lanes/internal/etcdtest"
-	"github.com/lanesdev/lanes/internal/registrytest"
+	"github.com/lanesdev/lanes/internal/testkit/etcdtest"
+	"github.com/lanesdev/lanes/internal/testkit/registrytest"
 	"github.com/lanesdev/lanes/registry"
 )
 

@@ -8,7 +8,7 @@ import (
 
 	"google.golang.org/grpc"
 
-	"github.com/lanesdev/lanes/internal/serving"
+	"github.com/lanesdev/lanes/internal/lib/serving"
 	"github.com/lanesdev/lanes/registry"
 )
 

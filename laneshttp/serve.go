@@ -6,7 +6,7 @@ import (
 	"net"
 	"net/http"
 
-	"github.com/lanesdev/lanes/internal/serving"
+	"github.com/lanesdev/lanes/internal/lib/serving"
 	"github.com/lanesdev/lanes/registry"
 )
 

@@ -10,7 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/lanesdev/lanes/internal/natstest"
+	"github.com/lanesdev/lanes/internal/testkit/natstest"
 	"github.com/lanesdev/lanes/lane"
 	"github.com/lanesdev/lanes/lanesnats"
 	"github.com/lanesdev/lanes/registry"

@@ -16,8 +16,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
-	"github.com/lanesdev/lanes/internal/etcdtest"
-	"github.com/lanesdev/lanes/internal/natstest"
+	"github.com/lanesdev/lanes/internal/testkit/etcdtest"
+	"github.com/lanesdev/lanes/internal/testkit/natstest"
 	"github.com/lanesdev/lanes/lane"
 	"github.com/lanesdev/lanes/lanesnats"
 	"github.com/lanesdev/lanes/policy"

@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/lanesdev/lanes/internal/strictyaml"
+	"github.com/lanesdev/lanes/internal/lib/strictyaml"
 	"github.com/lanesdev/lanes/lane"
 	"github.com/lanesdev/lanes/registry"
 )

@@ -1,6 +1,6 @@
 // Command gatewaybench runs the lanes gateway for bench/gateway.sh: an
 // in-memory registry holding a baseline and an alice instance of the service
-// "bench", a routing engine following it, and the gateway (internal/gateway)
+// "bench", a routing engine following it, and the gateway (internal/app/gateway)
 // routing every path to that service.
 //
 //	gatewaybench -addr 127.0.0.1:0 -baseline 127.0.0.1:9001 -alice 127.0.0.1:9002
@@ -27,7 +27,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/lanesdev/lanes/internal/gateway"
+	"github.com/lanesdev/lanes/internal/app/gateway"
 	"github.com/lanesdev/lanes/registry"
 	"github.com/lanesdev/lanes/routing"
 )

@@ -1,11 +1,11 @@
 // Command lanes is the lanes command line. The commands themselves live in
-// internal/cli; this file only connects them to the process.
+// internal/app/cli; this file only connects them to the process.
 package main
 
 import (
 	"os"
 
-	"github.com/lanesdev/lanes/internal/cli"
+	"github.com/lanesdev/lanes/internal/app/cli"
 )
 
 func main() {

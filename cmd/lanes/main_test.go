@@ -30,8 +30,8 @@ func TestBinary(t *testing.T) {
 		t.Errorf("examples: exit %d, stderr %q, stdout:\n%s", code, errOut, out)
 	}
 
-	code, out, errOut = runBin(t, bin, "simulate", "../../internal/scenario/testdata/bad/time-goes-back.yaml")
-	want := "../../internal/scenario/testdata/bad/time-goes-back.yaml:7: field steps[1].at: time goes back"
+	code, out, errOut = runBin(t, bin, "simulate", "../../internal/lib/scenario/testdata/bad/time-goes-back.yaml")
+	want := "../../internal/lib/scenario/testdata/bad/time-goes-back.yaml:7: field steps[1].at: time goes back"
 	if code != 2 || out != "" || !strings.HasPrefix(errOut, want) {
 		t.Errorf("malformed: exit %d, stdout %q, stderr %q", code, out, errOut)
 	}

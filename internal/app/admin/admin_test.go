@@ -1,0 +1,304 @@
+package admin_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/goleak"
+
+	"github.com/lanesdev/lanes/adminclient"
+	"github.com/lanesdev/lanes/etcdstore"
+	"github.com/lanesdev/lanes/internal/app/admin"
+	"github.com/lanesdev/lanes/internal/testkit/etcdtest"
+	"github.com/lanesdev/lanes/internal/testkit/registrytest"
+	"github.com/lanesdev/lanes/registry"
+	"github.com/lanesdev/lanes/routing"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if code == 0 {
+		if err := goleak.Find(etcdtest.LeakOptions()...); err != nil {
+			os.Stderr.WriteString("goleak: " + err.Error() + "\n")
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+const adminToken = "lanes_admin_0123456789abcdef0123456789abcdef"
+
+// env is an admin API on an embedded etcd, served by httptest.
+type env struct {
+	url    string
+	store  *etcdstore.Store
+	engine *routing.Engine
+	claims *admin.ClaimTable
+	now    time.Time // the server's clock; zero for the real one
+}
+
+// newEnv returns an admin API with a fresh key prefix on the etcd srv.
+func newEnv(t *testing.T, srv etcdtest.Server) *env {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	prefix := "/" + strings.NewReplacer("/", "-", " ", "-").Replace(t.Name()) + "/"
+	st, err := etcdstore.Open(ctx, etcdstore.Config{Endpoints: srv.Endpoints(), Options: etcdstore.Options{Prefix: prefix, Logger: quiet}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{store: st}
+	e.engine = routing.New(routing.WithRegistry(st), routing.WithPolicyStore(st.Policy()), routing.WithLogger(quiet))
+	e.claims = admin.WatchClaims(st.Client(), st.Prefix(), quiet)
+	api, err := admin.New(admin.Config{Store: st, Engine: e.engine, AdminToken: adminToken, Claims: e.claims, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(api)
+	e.url = hs.URL
+	t.Cleanup(func() {
+		api.Close()
+		hs.Close()
+		e.claims.Close()
+		e.engine.Close()
+		st.Close()
+	})
+	return e
+}
+
+func (e *env) client(t *testing.T, token string) *adminclient.Client {
+	c, err := adminclient.New(e.url, token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+// TestAdmin runs the registry conformance suite on adminclient.Registry
+// through the admin API, then the API's own tests, on one embedded etcd
+// (each subtest under its own key prefix).
+func TestAdmin(t *testing.T) {
+	srv := etcdtest.Embedded(t)
+	t.Run("registrytest", func(t *testing.T) {
+		registrytest.Run(t, func(t *testing.T) registry.Registry {
+			e := newEnv(t, srv)
+			return adminclient.NewRegistry(e.client(t, adminToken), adminclient.WithLogger(quiet))
+		})
+	})
+	t.Run("tokens", func(t *testing.T) { testTokens(t, newEnv(t, srv)) })
+	t.Run("claims", func(t *testing.T) { testClaims(t, newEnv(t, srv)) })
+	t.Run("lane-expiry", func(t *testing.T) { testLaneExpiry(t, newEnv(t, srv)) })
+	t.Run("reregister", func(t *testing.T) { testReregister(t, newEnv(t, srv)) })
+	t.Run("errors", func(t *testing.T) { testErrors(t, newEnv(t, srv)) })
+}
+
+func testTokens(t *testing.T, e *env) {
+	adm := e.client(t, adminToken)
+	tok, err := adm.CreateToken(ctx(t), adminclient.TokenRequest{Lane: "Alice", Name: "laptop"})
+	if err != nil || tok.Lane != "alice" || !strings.HasPrefix(tok.Secret, "lanes_"+tok.ID+"_") {
+		t.Fatalf("create: %+v %v", tok, err)
+	}
+	// etcd holds a hash, never the token.
+	resp, err := e.store.Client().Get(ctx(t), e.store.Prefix()+"tokens/"+tok.ID)
+	if err != nil || len(resp.Kvs) != 1 || strings.Contains(string(resp.Kvs[0].Value), tok.Secret) {
+		t.Fatalf("stored token: %v %v", resp, err)
+	}
+	list, err := adm.Tokens(ctx(t))
+	if err != nil || len(list) != 1 || list[0].Secret != "" || list[0].Scope() != "lane:alice" {
+		t.Fatalf("list: %+v %v", list, err)
+	}
+	// A lane token may read but not administer.
+	c := e.client(t, tok.Secret)
+	if _, err := c.Services(ctx(t)); err != nil {
+		t.Errorf("lane token reading services: %v", err)
+	}
+	if _, err := c.Tokens(ctx(t)); !adminclient.IsCode(err, adminclient.CodeForbidden) {
+		t.Errorf("lane token listing tokens: %v", err)
+	}
+	// Wrong secret, unknown token, no token.
+	for _, bad := range []string{tok.Secret[:len(tok.Secret)-1] + "x", "lanes_000000000000_abc", "nonsense", ""} {
+		if _, err := e.client(t, bad).Services(ctx(t)); !adminclient.IsCode(err, adminclient.CodeUnauthorized) {
+			t.Errorf("token %q: %v, want unauthorized", bad, err)
+		}
+	}
+	if err := adm.RevokeToken(ctx(t), tok.ID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Services(ctx(t)); !adminclient.IsCode(err, adminclient.CodeUnauthorized) {
+		t.Errorf("revoked token: %v", err)
+	}
+	if _, err := adm.CreateToken(ctx(t), adminclient.TokenRequest{Lane: "a", Baseline: true}); !adminclient.IsCode(err, adminclient.CodeBadRequest) {
+		t.Errorf("both scopes: %v", err)
+	}
+}
+
+func testClaims(t *testing.T, e *env) {
+	adm := e.client(t, adminToken)
+	tok, _ := adm.CreateToken(ctx(t), adminclient.TokenRequest{Lane: "alice"})
+	c := e.client(t, tok.Secret)
+	reg := adminclient.NewRegistry(c, adminclient.WithLogger(quiet))
+	defer reg.Close()
+	l, err := reg.Register(ctx(t), registry.Instance{Service: "web", ID: "a", Addr: "127.0.0.1:1", Lane: "alice"}, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rid := adminclient.RegistrationOf(l)
+	// A lane token claims only the address it comes from.
+	if _, err := c.Claim(ctx(t), adminclient.ClaimRequest{Lane: "alice", IP: "10.1.2.3", Registration: rid}); !adminclient.IsCode(err, adminclient.CodeForbidden) {
+		t.Errorf("claim of another address: %v", err)
+	}
+	if _, err := c.Claim(ctx(t), adminclient.ClaimRequest{Lane: "bob", Registration: rid}); !adminclient.IsCode(err, adminclient.CodeForbidden) {
+		t.Errorf("claim for another lane: %v", err)
+	}
+	cl, err := c.Claim(ctx(t), adminclient.ClaimRequest{Lane: "alice", Registration: rid})
+	if err != nil || cl.IP != "127.0.0.1" {
+		t.Fatalf("claim: %+v %v", cl, err)
+	}
+	waitFor(t, "claim in the table", func() bool { l, ok := e.claims.Lookup(netip.MustParseAddr("127.0.0.1")); return ok && l == "alice" })
+	lanes, _ := c.Lanes(ctx(t))
+	if len(lanes) != 1 || lanes[0].Name != "alice" || len(lanes[0].Claims) != 1 {
+		t.Errorf("lanes: %+v", lanes)
+	}
+	// The claim ends with the registration.
+	l.Close()
+	waitFor(t, "claim gone", func() bool { _, ok := e.claims.Lookup(netip.MustParseAddr("127.0.0.1")); return !ok })
+}
+
+func testLaneExpiry(t *testing.T, e *env) {
+	adm := e.client(t, adminToken)
+	doc := "# our lanes\nlanes:\n  alice:\n    fallback: [team-a] # first\ncanary: []\n"
+	if _, err := adm.PutPolicy(ctx(t), []byte(doc)); err != nil {
+		t.Fatal(err)
+	}
+	when := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+	l, err := adm.UpdateLane(ctx(t), "Alice", adminclient.LaneUpdate{Expires: &when})
+	if err != nil || l.Expires == nil || !l.Expires.Equal(when) || l.Expired {
+		t.Fatalf("update: %+v %v", l, err)
+	}
+	got, _ := adm.Policy(ctx(t))
+	for _, want := range []string{"# our lanes", "fallback: [team-a] # first", "expires: " + when.Format(time.RFC3339)} {
+		if !strings.Contains(got.Raw, want) {
+			t.Errorf("edited document lacks %q:\n%s", want, got.Raw)
+		}
+	}
+	// A new lane, then no expiry: the document comes back as it was.
+	if _, err := adm.UpdateLane(ctx(t), "bob", adminclient.LaneUpdate{ExpiresIn: adminclient.Duration(time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"alice", "bob"} {
+		if _, err := adm.UpdateLane(ctx(t), n, adminclient.LaneUpdate{NoExpiry: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, _ = adm.Policy(ctx(t))
+	if strings.Contains(got.Raw, "expires") || strings.Contains(got.Raw, "bob") || !strings.Contains(got.Raw, "fallback: [team-a] # first") {
+		t.Errorf("after removing the expiries:\n%s", got.Raw)
+	}
+	if _, err := adm.UpdateLane(ctx(t), "alice", adminclient.LaneUpdate{}); !adminclient.IsCode(err, adminclient.CodeBadRequest) {
+		t.Errorf("empty update: %v", err)
+	}
+	// An expired lane refuses registrations.
+	past := time.Now().Add(-time.Minute)
+	if _, err := adm.UpdateLane(ctx(t), "alice", adminclient.LaneUpdate{Expires: &past}); err != nil {
+		t.Fatal(err)
+	}
+	reg := adminclient.NewRegistry(adm, adminclient.WithLogger(quiet))
+	defer reg.Close()
+	if _, err := reg.Register(ctx(t), registry.Instance{Service: "web", ID: "a", Addr: "127.0.0.1:1", Lane: "alice"}, 5*time.Second); !adminclient.IsCode(err, adminclient.CodeLaneExpired) {
+		t.Errorf("register in an expired lane: %v", err)
+	}
+}
+
+// A registration whose lease vanished (a process suspended for longer than
+// its TTL) is made again by the next heartbeat.
+func testReregister(t *testing.T, e *env) {
+	reg := adminclient.NewRegistry(e.client(t, adminToken), adminclient.WithLogger(quiet))
+	defer reg.Close()
+	l, err := reg.Register(ctx(t), registry.Instance{Service: "web", ID: "a", Addr: "127.0.0.1:1"}, 3*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	first := adminclient.RegistrationOf(l)
+	id, _ := strconv.ParseInt(first, 16, 64)
+	if _, err := e.store.Client().Revoke(ctx(t), clientv3.LeaseID(id)); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "registered again", func() bool {
+		insts, err := e.client(t, adminToken).Instances(ctx(t), "web")
+		return err == nil && len(insts) == 1 && adminclient.RegistrationOf(l) != first && insts[0].Registration == adminclient.RegistrationOf(l)
+	})
+	select {
+	case <-l.Done():
+		t.Fatalf("lease ended: %v", l.Err())
+	default:
+	}
+}
+
+func testErrors(t *testing.T, e *env) {
+	adm := e.client(t, adminToken)
+	_, err := adm.PutPolicy(ctx(t), []byte("lanes:\n  a:\n    strict: maybe\n"))
+	var ae *adminclient.Error
+	if !errors.As(err, &ae) || ae.Status != http.StatusUnprocessableEntity || ae.Line != 3 || ae.Field != "lanes.a.strict" {
+		t.Errorf("invalid policy: %v %+v", err, ae)
+	}
+	_, err = adm.Register(ctx(t), adminclient.RegisterRequest{Instance: registry.Instance{Service: "web", ID: "a", Addr: "nope"}})
+	if !errors.As(err, &ae) || ae.Status != http.StatusBadRequest || ae.Field != "instance.addr" || ae.Value != "nope" {
+		t.Errorf("bad instance: %v %+v", err, ae)
+	}
+	resp, err := http.Post(e.url+"/v1/instances", "application/json", strings.NewReader(`{"instance":{},"bogus":1}`))
+	if err == nil {
+		resp.Body.Close()
+	}
+	if err != nil || resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("no token: %v %v", resp, err)
+	}
+	req, _ := http.NewRequest(http.MethodPost, e.url+"/v1/instances", strings.NewReader(`{"instance":{},"bogus":1}`))
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	resp, err = http.DefaultClient.Do(req)
+	if err == nil {
+		var body adminclient.ErrorBody
+		json.NewDecoder(resp.Body).Decode(&body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest || body.Error == nil || body.Error.Field != "bogus" {
+			t.Errorf("unknown field: %d %+v", resp.StatusCode, body.Error)
+		}
+	}
+	http.DefaultClient.CloseIdleConnections()
+	ex, err := adm.Explain(ctx(t), "web", "alice", "az1", "")
+	if err != nil || ex.Error == nil || ex.Error.Code != "no_instance" || len(ex.Steps) != 2 {
+		t.Errorf("explain with no instance: %+v %v", ex, err)
+	}
+}
+
+func waitFor(t *testing.T, what string, f func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !f() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 30s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

@@ -1,0 +1,108 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/url"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/lanesdev/lanes/internal/app/controlplane"
+	"github.com/lanesdev/lanes/internal/app/demo"
+)
+
+func newDemo(stderr io.Writer) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "Run the control plane with a sample topology, and show lanes at work",
+		Long: `demo runs what 'lanes up' runs, plus a chain of sample HTTP services on
+loopback ports: web → orders → payments, with a baseline instance of each, a
+feature-x instance of orders and an alice instance of payments. The gateway
+routes / to web (unless --route says otherwise), and every answer lists the
+hops the request took, with the lane of each instance that served it.
+
+It prints the commands that show lanes at work, then serves until Ctrl-C. It
+takes the same settings as 'lanes up' (addresses, data directory, etcd).`,
+		Example: `  lanes demo
+  lanes demo --gateway-addr 127.0.0.1:9080 --admin-addr 127.0.0.1:9700 --data-dir /tmp/lanes-demo`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			defaults := controlplane.Defaults()
+			defaults.Routes = []string{"/=" + demo.Entry}
+			cfg, err := configFrom(cmd, defaults)
+			if err != nil {
+				return &exitError{code: ExitUsage, err: err}
+			}
+			ctx, stop := signalContext()
+			defer stop()
+			log := controlplane.NewLogger(stderr, cfg.LogLevel)
+			s, err := controlplane.Start(ctx, cfg, controlplane.WithLogger(log))
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil // stopped while starting
+				}
+				return &exitError{code: ExitFail, err: err}
+			}
+			defer s.Close()
+			rt := s.Runtime()
+			sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			topo, err := demo.Start(sctx, demo.Config{Registry: rt.Store, Engine: rt.Engine, Logger: log})
+			cancel()
+			if err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return &exitError{code: ExitFail, err: err}
+			}
+			defer topo.Close()
+			out := cmd.OutOrStdout()
+			controlplane.PrintAddresses(out, s.Addresses())
+			printDemoHelp(out, rt)
+			select {
+			case <-ctx.Done():
+				log.Info("stopping")
+			case err := <-s.Failed():
+				return &exitError{code: ExitFail, err: err}
+			}
+			return nil
+		},
+	}
+	addSettingFlags(cmd)
+	return cmd
+}
+
+func printDemoHelp(w io.Writer, rt *controlplane.Runtime) {
+	gw := rt.GatewayURL
+	port := ""
+	if u, err := url.Parse(gw); err == nil {
+		port = u.Port()
+	}
+	admin := ""
+	if rt.AdminURL != "http://127.0.0.1:7700" {
+		admin = " --admin " + rt.AdminURL
+	}
+	if rt.Config.DataDir != controlplane.Defaults().DataDir && rt.Config.AdminToken == "" {
+		admin += " --data-dir " + rt.Config.DataDir
+	}
+	fmt.Fprintf(w, `
+The demo runs web → orders → payments: a baseline instance of each, orders in
+lane feature-x, payments in lane alice. Every answer lists the hops. Try:
+
+  # baseline: web-1 → orders-1 → payments-1
+  curl %[1]s/
+  # lane feature-x: orders-feature-x; web and payments fall back to the baseline
+  curl -H 'x-lane: feature-x' %[1]s/
+  # lane alice: payments-alice, from a header, the host name or a cookie
+  curl -H 'x-lane: alice' %[1]s/
+  curl http://alice.%[2]s:%[3]s/
+  curl --cookie 'lane=alice' %[1]s/
+
+  # what the control plane knows, and why a request goes where it goes
+  lanes ls%[4]s
+  lanes route explain payments --lane alice%[4]s
+
+lanes is up. Ctrl-C stops it.
+`, gw, rt.Config.Domain, port, admin)
+}

@@ -1,0 +1,517 @@
+package controlplane
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/lanesdev/lanes/adminclient"
+	"github.com/lanesdev/lanes/internal/lib/strictyaml"
+	"github.com/lanesdev/lanes/registry"
+)
+
+// Config is the configuration of `lanes up`. Each setting comes from, in
+// order of precedence: a command-line flag, a LANES_* environment variable,
+// the config file (--config), the default. See Settings.
+type Config struct {
+	// DataDir holds the embedded etcd's data and the admin token.
+	DataDir string `yaml:"data_dir"`
+	// AdminAddr is where the admin API listens.
+	AdminAddr string `yaml:"admin_addr"`
+	// AdminToken is the admin credential; when empty it is read from
+	// <DataDir>/admin-token, which is created on first start.
+	AdminToken string `yaml:"admin_token"`
+	// GatewayAddr is where the gateway listens.
+	GatewayAddr string `yaml:"gateway_addr"`
+	// Domain makes <lane>.<Domain> hosts select a lane at the gateway.
+	Domain string `yaml:"domain"`
+	// Routes map hosts and path prefixes to services: "/=web",
+	// "/api=orders", "shop.example.com=web", "shop.example.com/api=orders".
+	Routes []string `yaml:"routes"`
+	// TrustedProxies are the peers (IPs or CIDRs) whose X-Forwarded-For the
+	// gateway believes.
+	TrustedProxies []string `yaml:"trusted_proxies"`
+	// Zone is the gateway's zone, for same-zone preference.
+	Zone string `yaml:"zone"`
+	// LogLevel is debug, info, warn or error.
+	LogLevel string `yaml:"log_level"`
+	// Etcd says where the state lives.
+	Etcd EtcdConfig `yaml:"etcd"`
+	// Nats says where the message queue runs.
+	Nats NatsConfig `yaml:"nats"`
+
+	// sources records where each setting came from, for error messages.
+	sources map[string]string
+}
+
+// EtcdConfig selects the embedded etcd (no Endpoints) or an external
+// cluster.
+type EtcdConfig struct {
+	// Endpoints of an external etcd cluster; empty runs the embedded one.
+	Endpoints []string `yaml:"endpoints"`
+	// Prefix of every key (default /lanes/).
+	Prefix string `yaml:"prefix"`
+	// CA, Cert and Key are PEM files for TLS to an external cluster.
+	CA   string `yaml:"ca"`
+	Cert string `yaml:"cert"`
+	Key  string `yaml:"key"`
+	// Username and Password authenticate to an external cluster.
+	Username string `yaml:"username"`
+	Password string `yaml:"password"`
+	// ClientAddr and PeerAddr are the embedded etcd's listeners.
+	ClientAddr string `yaml:"client_addr"`
+	PeerAddr   string `yaml:"peer_addr"`
+	// DialTimeout bounds connecting to an external cluster.
+	DialTimeout time.Duration `yaml:"dial_timeout"`
+}
+
+// NatsConfig selects the embedded NATS server (no URL) or an external one.
+type NatsConfig struct {
+	// Addr is where the embedded NATS server listens, with JetStream on and
+	// its data in <DataDir>/nats; "off" runs none.
+	Addr string `yaml:"addr"`
+	// URL of an external NATS server (or several, comma-separated) with
+	// JetStream; when set, no embedded server runs.
+	URL string `yaml:"url"`
+}
+
+// NatsOff is the value of NatsConfig.Addr that runs no NATS server.
+const NatsOff = "off"
+
+// Defaults returns the configuration with every default filled in.
+func Defaults() Config {
+	return Config{
+		DataDir:     ".lanes",
+		AdminAddr:   "127.0.0.1:7700",
+		GatewayAddr: "127.0.0.1:8080",
+		Domain:      "lanes.localhost",
+		LogLevel:    "info",
+		Etcd: EtcdConfig{
+			Prefix:      "/lanes/",
+			ClientAddr:  "127.0.0.1:7701",
+			PeerAddr:    "127.0.0.1:7702",
+			DialTimeout: 5 * time.Second,
+		},
+		Nats: NatsConfig{Addr: "127.0.0.1:4222"},
+	}
+}
+
+// Setting is one configuration setting with its three names.
+type Setting struct {
+	Flag  string // command-line flag, without "--"
+	Env   string // environment variable
+	Key   string // dotted key in the config file
+	Usage string
+	// List settings take a repeatable flag and a comma-separated variable.
+	List   bool
+	Secret bool
+	set    func(c *Config, v []string) error
+}
+
+func one(f func(c *Config, v string) error) func(*Config, []string) error {
+	return func(c *Config, v []string) error { return f(c, strings.TrimSpace(v[len(v)-1])) }
+}
+
+func str(p func(c *Config) *string) func(*Config, []string) error {
+	return one(func(c *Config, v string) error { *p(c) = v; return nil })
+}
+
+func list(p func(c *Config) *[]string) func(*Config, []string) error {
+	return func(c *Config, v []string) error {
+		var out []string
+		for _, s := range v {
+			if s = strings.TrimSpace(s); s != "" {
+				out = append(out, s)
+			}
+		}
+		*p(c) = out
+		return nil
+	}
+}
+
+// Settings lists every setting of `lanes up`, in the order of --help.
+var Settings = []Setting{
+	{Flag: "data-dir", Env: "LANES_DATA_DIR", Key: "data_dir", Usage: "directory of the embedded etcd's data and the admin token", set: str(func(c *Config) *string { return &c.DataDir })},
+	{Flag: "admin-addr", Env: "LANES_ADMIN_ADDR", Key: "admin_addr", Usage: "address of the admin API (host:port; port 0 picks one)", set: str(func(c *Config) *string { return &c.AdminAddr })},
+	{Flag: "admin-token", Env: "LANES_ADMIN_TOKEN", Key: "admin_token", Usage: "the admin credential (default: read from, or created in, <data-dir>/admin-token)", Secret: true, set: str(func(c *Config) *string { return &c.AdminToken })},
+	{Flag: "gateway-addr", Env: "LANES_GATEWAY_ADDR", Key: "gateway_addr", Usage: "address of the gateway (host:port; port 0 picks one)", set: str(func(c *Config) *string { return &c.GatewayAddr })},
+	{Flag: "route", Env: "LANES_ROUTES", Key: "routes", List: true, Usage: "gateway route host-or-/prefix=service, such as /=web or api.example.com=orders (repeatable)", set: list(func(c *Config) *[]string { return &c.Routes })},
+	{Flag: "domain", Env: "LANES_DOMAIN", Key: "domain", Usage: "<lane>.<domain> hosts select a lane at the gateway", set: str(func(c *Config) *string { return &c.Domain })},
+	{Flag: "trusted-proxy", Env: "LANES_TRUSTED_PROXIES", Key: "trusted_proxies", List: true, Usage: "IP or CIDR of a proxy whose X-Forwarded-For the gateway believes (repeatable)", set: list(func(c *Config) *[]string { return &c.TrustedProxies })},
+	{Flag: "zone", Env: "LANES_ZONE", Key: "zone", Usage: "the gateway's zone, for same-zone preference", set: str(func(c *Config) *string { return &c.Zone })},
+	{Flag: "log-level", Env: "LANES_LOG_LEVEL", Key: "log_level", Usage: "debug, info, warn or error", set: str(func(c *Config) *string { return &c.LogLevel })},
+	{Flag: "etcd-endpoints", Env: "LANES_ETCD_ENDPOINTS", Key: "etcd.endpoints", List: true, Usage: "endpoints of an external etcd cluster (repeatable or comma-separated); none runs the embedded etcd", set: list(func(c *Config) *[]string { return &c.Etcd.Endpoints })},
+	{Flag: "etcd-prefix", Env: "LANES_ETCD_PREFIX", Key: "etcd.prefix", Usage: "prefix of every etcd key", set: str(func(c *Config) *string { return &c.Etcd.Prefix })},
+	{Flag: "etcd-ca", Env: "LANES_ETCD_CA", Key: "etcd.ca", Usage: "PEM file of the CA of an external etcd cluster", set: str(func(c *Config) *string { return &c.Etcd.CA })},
+	{Flag: "etcd-cert", Env: "LANES_ETCD_CERT", Key: "etcd.cert", Usage: "PEM file of the client certificate for etcd", set: str(func(c *Config) *string { return &c.Etcd.Cert })},
+	{Flag: "etcd-key", Env: "LANES_ETCD_KEY", Key: "etcd.key", Usage: "PEM file of the client key for etcd", set: str(func(c *Config) *string { return &c.Etcd.Key })},
+	{Flag: "etcd-username", Env: "LANES_ETCD_USERNAME", Key: "etcd.username", Usage: "etcd user, when etcd auth is on", set: str(func(c *Config) *string { return &c.Etcd.Username })},
+	{Flag: "etcd-password", Env: "LANES_ETCD_PASSWORD", Key: "etcd.password", Usage: "etcd password", Secret: true, set: str(func(c *Config) *string { return &c.Etcd.Password })},
+	{Flag: "etcd-client-addr", Env: "LANES_ETCD_CLIENT_ADDR", Key: "etcd.client_addr", Usage: "client address of the embedded etcd (port 0 picks one)", set: str(func(c *Config) *string { return &c.Etcd.ClientAddr })},
+	{Flag: "etcd-peer-addr", Env: "LANES_ETCD_PEER_ADDR", Key: "etcd.peer_addr", Usage: "peer address of the embedded etcd (port 0 picks one)", set: str(func(c *Config) *string { return &c.Etcd.PeerAddr })},
+	{Flag: "etcd-dial-timeout", Env: "LANES_ETCD_DIAL_TIMEOUT", Key: "etcd.dial_timeout", Usage: "how long to wait for an external etcd at start-up", set: one(func(c *Config, v string) error {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return fmt.Errorf("want a positive duration such as 5s")
+		}
+		c.Etcd.DialTimeout = d
+		return nil
+	})},
+	{Flag: "nats-addr", Env: "LANES_NATS_ADDR", Key: "nats.addr", Usage: "address of the embedded NATS server with JetStream, data in <data-dir>/nats (host:port, default 127.0.0.1:4222; port 0 picks one; off runs none)", set: str(func(c *Config) *string { return &c.Nats.Addr })},
+	{Flag: "nats-url", Env: "LANES_NATS_URL", Key: "nats.url", Usage: "URL of an external NATS server with JetStream, such as nats://nats-1:4222 (comma-separated for several); none runs the embedded one", set: str(func(c *Config) *string { return &c.Nats.URL })},
+}
+
+// EnvConfig names the variable that --config falls back to.
+const EnvConfig = "LANES_CONFIG"
+
+// SettingError is a bad value, naming where it came from.
+type SettingError struct {
+	Source string // "--admin-addr", "LANES_ADMIN_ADDR", or "lanes.yaml:3: field admin_addr"
+	Value  string
+	Msg    string
+}
+
+func (e *SettingError) Error() string {
+	return fmt.Sprintf("%s: %q: %s", e.Source, e.Value, e.Msg)
+}
+
+func (c *Config) setSource(key, src string) {
+	if c.sources == nil {
+		c.sources = map[string]string{}
+	}
+	c.sources[key] = src
+}
+
+// LoadFile reads a config file over c: the settings it has replace c's.
+// Unknown fields, duplicate keys and values of the wrong kind are refused
+// with the file, the line and the field; so are bad values (by Validate).
+func (c *Config) LoadFile(path string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("config file: %w", err)
+	}
+	lines, err := strictyaml.Decode(data, c)
+	if err != nil {
+		var se *strictyaml.Error
+		if errors.As(err, &se) {
+			se.File = path
+		}
+		return err
+	}
+	for k, line := range lines {
+		c.setSource(k, fmt.Sprintf("%s:%d: field %s", path, line, k))
+	}
+	return nil
+}
+
+// ApplyEnv applies the LANES_* variables that are set (non-empty) over c.
+func (c *Config) ApplyEnv(getenv func(string) string) error {
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	for _, s := range Settings {
+		v := getenv(s.Env)
+		if strings.TrimSpace(v) == "" {
+			continue
+		}
+		vals := []string{v}
+		if s.List {
+			vals = strings.Split(v, ",")
+		}
+		if err := s.set(c, vals); err != nil {
+			return &SettingError{Source: s.Env, Value: v, Msg: err.Error()}
+		}
+		c.setSource(s.Key, s.Env)
+	}
+	return nil
+}
+
+// Set applies one flag's values over c.
+func (c *Config) Set(flag string, vals []string) error {
+	for _, s := range Settings {
+		if s.Flag != flag {
+			continue
+		}
+		if s.List {
+			var split []string
+			for _, v := range vals {
+				split = append(split, strings.Split(v, ",")...)
+			}
+			vals = split
+		}
+		if len(vals) == 0 {
+			vals = []string{""}
+		}
+		if err := s.set(c, vals); err != nil {
+			return &SettingError{Source: "--" + flag, Value: strings.Join(vals, ","), Msg: err.Error()}
+		}
+		c.setSource(s.Key, "--"+flag)
+		return nil
+	}
+	return fmt.Errorf("unknown setting --%s", flag)
+}
+
+func (c *Config) fail(key, value, format string, args ...any) error {
+	src := c.sources[key]
+	if src == "" {
+		src = "default " + key
+	}
+	return &SettingError{Source: src, Value: value, Msg: fmt.Sprintf(format, args...)}
+}
+
+// Validate checks every setting and returns the first bad one, naming its
+// source (flag, variable, or file, line and field).
+func (c *Config) Validate() error {
+	if c.DataDir == "" {
+		return c.fail("data_dir", "", "the data directory must not be empty")
+	}
+	for _, a := range []struct{ key, v string }{{"admin_addr", c.AdminAddr}, {"gateway_addr", c.GatewayAddr}} {
+		if err := checkListen(a.v); err != nil {
+			return c.fail(a.key, a.v, "%v", err)
+		}
+	}
+	if c.AdminToken != "" && len(c.AdminToken) < 16 {
+		return c.fail("admin_token", "(hidden)", "the admin token must be at least 16 characters")
+	}
+	if c.Domain != "" {
+		if strings.HasPrefix(c.Domain, ".") || strings.Contains(c.Domain, "/") || strings.Contains(c.Domain, ":") {
+			return c.fail("domain", c.Domain, "want a domain name such as lanes.localhost")
+		}
+	}
+	if _, err := c.ParsedRoutes(); err != nil {
+		return err
+	}
+	if _, err := c.ParsedTrustedProxies(); err != nil {
+		return err
+	}
+	switch c.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		return c.fail("log_level", c.LogLevel, "want debug, info, warn or error")
+	}
+	e := c.Etcd
+	if len(e.Endpoints) == 0 {
+		for _, a := range []struct{ key, v string }{{"etcd.client_addr", e.ClientAddr}, {"etcd.peer_addr", e.PeerAddr}} {
+			if err := checkListen(a.v); err != nil {
+				return c.fail(a.key, a.v, "%v", err)
+			}
+		}
+		for _, k := range []string{"etcd.ca", "etcd.cert", "etcd.key", "etcd.username", "etcd.password"} {
+			if _, set := c.sources[k]; set && c.get(k) != "" {
+				return c.fail(k, c.get(k), "only for an external etcd: set etcd endpoints too")
+			}
+		}
+	} else {
+		for i, ep := range e.Endpoints {
+			if !strings.HasPrefix(ep, "http://") && !strings.HasPrefix(ep, "https://") {
+				if _, _, err := net.SplitHostPort(ep); err != nil {
+					return c.fail("etcd.endpoints", ep, "endpoint %d: want host:port or an http(s) URL", i+1)
+				}
+			}
+		}
+		if (e.Cert == "") != (e.Key == "") {
+			return c.fail("etcd.cert", e.Cert, "set both the client certificate and its key, or neither")
+		}
+		if (e.Username == "") != (e.Password == "") {
+			return c.fail("etcd.username", e.Username, "set both the etcd username and password, or neither")
+		}
+	}
+	if e.Prefix == "" || !strings.HasPrefix(e.Prefix, "/") {
+		return c.fail("etcd.prefix", e.Prefix, "want a key prefix starting with /, such as /lanes/")
+	}
+	if e.DialTimeout <= 0 {
+		return c.fail("etcd.dial_timeout", e.DialTimeout.String(), "want a positive duration")
+	}
+	return c.validateNats()
+}
+
+// validateNats checks the NATS settings.
+func (c *Config) validateNats() error {
+	n := c.Nats
+	if n.URL == "" {
+		if n.Addr != NatsOff {
+			if err := checkListen(n.Addr); err != nil {
+				return c.fail("nats.addr", n.Addr, "%v (or off)", err)
+			}
+		}
+		return nil
+	}
+	if _, set := c.sources["nats.addr"]; set {
+		return c.fail("nats.addr", n.Addr, "only for the embedded NATS server: leave it out with an external one (nats url)")
+	}
+	for i, u := range strings.Split(n.URL, ",") {
+		if _, err := natsURL(strings.TrimSpace(u)); err != nil {
+			return c.fail("nats.url", redactURLs(n.URL), "URL %d: %v", i+1, err)
+		}
+	}
+	return nil
+}
+
+// natsURL parses one NATS server URL: nats://, tls://, ws:// or wss://
+// with a host, or a bare host:port.
+func natsURL(s string) (*url.URL, error) {
+	if s == "" {
+		return nil, errors.New("empty")
+	}
+	if !strings.Contains(s, "://") {
+		if _, _, err := net.SplitHostPort(s); err != nil {
+			return nil, errors.New("want nats://host:port or host:port")
+		}
+		s = "nats://" + s
+	}
+	u, err := url.Parse(s)
+	if err != nil {
+		return nil, errors.New("not a URL")
+	}
+	switch u.Scheme {
+	case "nats", "tls", "ws", "wss":
+	default:
+		return nil, fmt.Errorf("scheme %q: want nats, tls, ws or wss", u.Scheme)
+	}
+	if u.Hostname() == "" {
+		return nil, errors.New("no host")
+	}
+	return u, nil
+}
+
+// redactURLs hides the passwords of comma-separated URLs, for messages.
+func redactURLs(s string) string {
+	parts := strings.Split(s, ",")
+	for i, p := range parts {
+		p = strings.TrimSpace(p)
+		if j, k := strings.Index(p, "://"), strings.LastIndex(p, "@"); k > j && (j >= 0 || !strings.Contains(p, "/")) {
+			scheme := ""
+			if j >= 0 {
+				scheme = p[:j+3]
+			}
+			p = scheme + "xxxxx" + p[k:]
+		}
+		parts[i] = p
+	}
+	return strings.Join(parts, ",")
+}
+
+func (c *Config) get(key string) string {
+	switch key {
+	case "etcd.ca":
+		return c.Etcd.CA
+	case "etcd.cert":
+		return c.Etcd.Cert
+	case "etcd.key":
+		return c.Etcd.Key
+	case "etcd.username":
+		return c.Etcd.Username
+	case "etcd.password":
+		return "(hidden)"
+	}
+	return ""
+}
+
+func checkListen(addr string) error {
+	if strings.Contains(addr, "://") {
+		return fmt.Errorf("want host:port, not a URL")
+	}
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("want host:port")
+	}
+	if port == "" {
+		return fmt.Errorf("empty port")
+	}
+	return nil
+}
+
+// ParsedRoutes parses the route settings.
+func (c *Config) ParsedRoutes() ([]adminclient.Route, error) {
+	var out []adminclient.Route
+	for i, r := range c.Routes {
+		rt, err := ParseRoute(r)
+		if err != nil {
+			src := c.sources[fmt.Sprintf("routes[%d]", i)]
+			if src == "" {
+				src = c.sources["routes"]
+			}
+			if src == "" {
+				src = "route"
+			}
+			return nil, &SettingError{Source: src, Value: r, Msg: err.Error()}
+		}
+		out = append(out, rt)
+	}
+	return out, nil
+}
+
+// ParseRoute reads "host-or-/prefix=service": "/=web", "/api=orders",
+// "shop.example.com=web", "shop.example.com/api=orders".
+func ParseRoute(s string) (adminclient.Route, error) {
+	i := strings.LastIndex(s, "=")
+	if i < 0 {
+		return adminclient.Route{}, errors.New("want host-or-/prefix=service, such as /=web or api.example.com=orders")
+	}
+	match, svc := strings.TrimSpace(s[:i]), strings.TrimSpace(s[i+1:])
+	if err := registry.CheckService(svc); err != nil {
+		return adminclient.Route{}, fmt.Errorf("service %q: %s", svc, err.(*registry.FieldError).Msg)
+	}
+	r := adminclient.Route{Service: svc}
+	if match == "" {
+		return adminclient.Route{}, errors.New("empty host and path before '='; use / for every path")
+	}
+	if strings.HasPrefix(match, "/") {
+		r.Prefix = match
+	} else if j := strings.Index(match, "/"); j >= 0 {
+		r.Host, r.Prefix = match[:j], match[j:]
+	} else {
+		r.Host = match
+	}
+	if r.Host != "" && (strings.ContainsAny(r.Host, " :@?#*") || strings.HasPrefix(r.Host, ".") || strings.HasSuffix(r.Host, ".")) {
+		return adminclient.Route{}, fmt.Errorf("host %q: want a host name without port", r.Host)
+	}
+	if strings.ContainsAny(r.Prefix, " ?#") {
+		return adminclient.Route{}, fmt.Errorf("path prefix %q: want a path such as /api", r.Prefix)
+	}
+	return r, nil
+}
+
+// ParsedTrustedProxies parses the trusted proxies; a bare IP is a /32 (or
+// /128) prefix.
+func (c *Config) ParsedTrustedProxies() ([]netip.Prefix, error) {
+	var out []netip.Prefix
+	for _, s := range c.TrustedProxies {
+		p, err := parsePrefix(s)
+		if err != nil {
+			return nil, c.fail("trusted_proxies", s, "want an IP address or a CIDR such as 10.0.0.0/8")
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+func parsePrefix(s string) (netip.Prefix, error) {
+	if strings.Contains(s, "/") {
+		p, err := netip.ParsePrefix(s)
+		return p.Masked(), err
+	}
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	a = a.Unmap()
+	return netip.PrefixFrom(a, a.BitLen()), nil
+}
+
+// Sources describes where each setting that is not a default came from,
+// sorted by key, for `lanes up --print-config`-like diagnostics.
+func (c *Config) Sources() []string {
+	var out []string
+	for k, v := range c.sources {
+		out = append(out, k+" from "+v)
+	}
+	sort.Strings(out)
+	return out
+}

@@ -1,0 +1,101 @@
+package controlplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/lanesdev/lanes/internal/lib/natsserver"
+)
+
+// natsComponent runs the embedded NATS server with JetStream, for
+// message-queue lanes (package lanesnats), or checks that an external one
+// answers.
+type natsComponent struct {
+	rt    *Runtime
+	srv   *natsserver.Server
+	fatal fatalWatch
+}
+
+func (*natsComponent) Name() string { return "nats" }
+
+func (c *natsComponent) Provision(ctx context.Context, rt *Runtime) error {
+	c.rt = rt
+	cfg := rt.Config.Nats
+	if cfg.URL != "" {
+		return c.external(ctx, cfg.URL)
+	}
+	if cfg.Addr == NatsOff {
+		return nil
+	}
+	if err := os.MkdirAll(rt.Config.DataDir, 0o700); err != nil {
+		return fmt.Errorf("data directory: %w", err)
+	}
+	dir := filepath.Join(rt.Config.DataDir, "nats")
+	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	srv, err := natsserver.Start(sctx, natsserver.Config{Dir: dir, Addr: cfg.Addr, Logger: rt.Log.With("component", "nats")})
+	cancel()
+	if err != nil {
+		hint := ""
+		if errors.Is(err, syscall.EADDRINUSE) || strings.Contains(err.Error(), "address already in use") {
+			hint = " (a NATS server already runs there? use it with --nats-url, or move this one with --nats-addr; port 0 picks one, off runs none)"
+		}
+		return fmt.Errorf("embedded NATS on %s (--nats-addr): %w%s", cfg.Addr, err, hint)
+	}
+	c.srv = srv
+	rt.NatsURL, rt.NatsEmbedded = srv.URL(), true
+	rt.Addresses = append(rt.Addresses, Address{Name: "nats", URL: srv.URL(), Note: "embedded, JetStream data in " + dir})
+	return nil
+}
+
+// external checks that the NATS servers at urls answer with JetStream on.
+func (c *natsComponent) external(ctx context.Context, urls string) error {
+	shown := redactURLs(urls)
+	nc, err := nats.Connect(urls, nats.Name("lanes up"), nats.Timeout(5*time.Second), nats.NoReconnect())
+	if err != nil {
+		return fmt.Errorf("external NATS at %s (--nats-url): %w", shown, err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return fmt.Errorf("external NATS at %s: %w", shown, err)
+	}
+	actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := js.AccountInfo(actx); err != nil {
+		return fmt.Errorf("external NATS at %s: JetStream: %w", shown, err)
+	}
+	c.rt.NatsURL = urls
+	c.rt.Addresses = append(c.rt.Addresses, Address{Name: "nats", URL: shown, Note: "external, JetStream on"})
+	return nil
+}
+
+// Start watches the embedded server for a fatal error.
+func (c *natsComponent) Start(context.Context) error {
+	if c.srv == nil {
+		return nil
+	}
+	c.fatal.start(c.rt, "embedded NATS", c.srv.Err())
+	return nil
+}
+
+func (c *natsComponent) Stop(context.Context) error {
+	c.fatal.stop()
+	return nil
+}
+
+// Cleanup shuts the embedded server down; it flushes JetStream's data.
+func (c *natsComponent) Cleanup() error {
+	if c.srv != nil {
+		return c.srv.Close()
+	}
+	return nil
+}

@@ -1,0 +1,383 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/lanesdev/lanes/adminclient"
+	"github.com/lanesdev/lanes/registry"
+)
+
+// quiet drops the logs of in-test clients (a lease refused on purpose).
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// wait bounds every poll: generous, for a loaded 2-core machine under -race.
+const wait = 30 * time.Second
+
+// syncBuffer is an io.Writer safe for the exec copier and the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// proc is a running lanes child process.
+type proc struct {
+	t      *testing.T
+	name   string
+	cmd    *exec.Cmd
+	stdout syncBuffer
+	stderr syncBuffer
+	exited chan struct{}
+	err    error // of Wait, once exited
+}
+
+// start runs the lanes binary with args; the process is killed at cleanup
+// if it still runs, and its output is logged when the test failed.
+func start(t *testing.T, args ...string) *proc {
+	t.Helper()
+	return startEnv(t, nil, args...)
+}
+
+// startEnv is start with more environment variables (KEY=value).
+func startEnv(t *testing.T, env []string, args ...string) *proc {
+	t.Helper()
+	p := &proc{t: t, name: strings.Join(args[:min(2, len(args))], " "), exited: make(chan struct{})}
+	p.cmd = exec.Command(binary, args...)
+	p.cmd.Env = append(cleanEnv(), env...)
+	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { // ends when the process does
+		p.err = p.cmd.Wait()
+		close(p.exited)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.exited:
+		default:
+			p.cmd.Process.Kill()
+			<-p.exited
+		}
+		if t.Failed() {
+			t.Logf("lanes %s stdout:\n%s\nstderr:\n%s", p.name, p.stdout.String(), tail(p.stderr.String(), 6000))
+		}
+	})
+	return p
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return "..." + s[len(s)-n:]
+	}
+	return s
+}
+
+// cleanEnv is the test's environment without LANES_* variables.
+func cleanEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "LANES_") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// waitOutput waits until stdout contains s.
+func (p *proc) waitOutput(s string) string {
+	p.t.Helper()
+	deadline := time.After(wait)
+	for {
+		out := p.stdout.String()
+		if strings.Contains(out, s) {
+			return out
+		}
+		select {
+		case <-p.exited:
+			p.t.Fatalf("lanes %s exited (%v) before printing %q:\nstdout:\n%s\nstderr:\n%s", p.name, p.err, s, out, tail(p.stderr.String(), 6000))
+		case <-deadline:
+			p.t.Fatalf("lanes %s did not print %q within %s:\nstdout:\n%s\nstderr:\n%s", p.name, s, wait, out, tail(p.stderr.String(), 6000))
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// stop sends sig and waits for the exit; it returns the exit code.
+func (p *proc) stop(sig syscall.Signal) int {
+	p.t.Helper()
+	p.cmd.Process.Signal(sig)
+	select {
+	case <-p.exited:
+	case <-time.After(wait):
+		p.cmd.Process.Kill()
+		<-p.exited
+		p.t.Errorf("lanes %s did not stop within %s of %v", p.name, wait, sig)
+	}
+	return exitCode(p.err)
+}
+
+func exitCode(err error) int {
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ee):
+		return ee.ExitCode()
+	}
+	return -1
+}
+
+// run runs the lanes binary to completion.
+func run(t *testing.T, stdin string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	cmd := exec.Command(binary, args...)
+	cmd.Env = cleanEnv()
+	cmd.Stdin = strings.NewReader(stdin)
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if err != nil && !errors.As(err, &ee) {
+		t.Fatal(err)
+	}
+	return exitCode(err), out.String(), errb.String()
+}
+
+// up is a running `lanes up` (or `lanes demo`).
+type up struct {
+	*proc
+	dataDir string
+	etcd    string
+	admin   string
+	gateway string
+	token   string // the admin token
+}
+
+var addrLine = regexp.MustCompile(`(?m)^(etcd|admin|gateway)\s+(http://\S+)`)
+
+// startUp starts `lanes <cmd>` on free loopback ports with a fresh data
+// directory, and waits until it is up.
+func startUp(t *testing.T, cmd string, extra ...string) *up {
+	t.Helper()
+	return startUpEnv(t, nil, cmd, extra...)
+}
+
+// startUpEnv is startUp with more environment variables.
+func startUpEnv(t *testing.T, env []string, cmd string, extra ...string) *up {
+	t.Helper()
+	dir := t.TempDir()
+	args := append([]string{cmd,
+		"--data-dir", dir,
+		"--admin-addr", "127.0.0.1:0",
+		"--gateway-addr", "127.0.0.1:0",
+		"--etcd-client-addr", "127.0.0.1:0",
+		"--etcd-peer-addr", "127.0.0.1:0",
+		"--nats-addr", "127.0.0.1:0",
+		"--log-level", "warn",
+	}, extra...)
+	u := &up{proc: startEnv(t, env, args...), dataDir: dir}
+	out := u.waitOutput("lanes is up.")
+	for _, m := range addrLine.FindAllStringSubmatch(out, -1) {
+		switch m[1] {
+		case "etcd":
+			u.etcd = strings.Split(m[2], ",")[0]
+		case "admin":
+			u.admin = m[2]
+		case "gateway":
+			u.gateway = m[2]
+		}
+	}
+	if u.etcd == "" || u.admin == "" || u.gateway == "" {
+		t.Fatalf("addresses missing from the output:\n%s", out)
+	}
+	tok, err := os.ReadFile(filepath.Join(dir, "admin-token"))
+	if err != nil {
+		t.Fatalf("admin token: %v", err)
+	}
+	if fi, _ := os.Stat(filepath.Join(dir, "admin-token")); fi.Mode().Perm() != 0o600 {
+		t.Errorf("admin-token mode %v, want 0600", fi.Mode().Perm())
+	}
+	u.token = strings.TrimSpace(string(tok))
+	t.Cleanup(func() {
+		select {
+		case <-u.exited:
+			return
+		default:
+		}
+		if code := u.stop(syscall.SIGTERM); code != 0 {
+			t.Errorf("lanes %s exited with %d after SIGTERM, want 0", cmd, code)
+		}
+	})
+	return u
+}
+
+// cli runs a client command against u with the admin token.
+func (u *up) cli(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	return run(t, "", append(args, "--admin", u.admin, "--token", u.token)...)
+}
+
+// client returns an admin API client with token.
+func (u *up) client(t *testing.T, token string) *adminclient.Client {
+	t.Helper()
+	c, err := adminclient.New(u.admin, token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+// register registers inst through the admin API with token; the lease is
+// closed at cleanup.
+func (u *up) register(t *testing.T, token string, inst registry.Instance) registry.Lease {
+	t.Helper()
+	reg := adminclient.NewRegistry(u.client(t, token), adminclient.WithLogger(quiet))
+	t.Cleanup(func() { reg.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	l, err := reg.Register(ctx, inst, 3*time.Second)
+	if err != nil {
+		t.Fatalf("register %s/%s in %q: %v", inst.Service, inst.ID, inst.Lane, err)
+	}
+	t.Cleanup(func() { l.Close() })
+	return l
+}
+
+func (u *up) newToken(t *testing.T, req adminclient.TokenRequest) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	tok, err := u.client(t, u.token).CreateToken(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok.Secret
+}
+
+// backend is an HTTP server that says who it is.
+type backend struct {
+	name string
+	addr string
+}
+
+type answer struct {
+	Backend string `json:"backend"`
+	Lane    string `json:"lane"` // the x-lane header it received
+	Status  int    `json:"-"`
+	Served  string `json:"-"` // the gateway's X-Lane-Served
+	Body    string `json:"-"`
+}
+
+func newBackend(t *testing.T, name string) *backend {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(answer{Backend: name, Lane: r.Header.Get("X-Lane")})
+	})}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		srv.Serve(ln)
+	}()
+	t.Cleanup(func() {
+		srv.Close()
+		<-done
+	})
+	return &backend{name: name, addr: ln.Addr().String()}
+}
+
+// clientFrom returns an HTTP client whose connections come from the
+// loopback address ip (any 127.0.0.0/8 address works on Linux).
+func clientFrom(t *testing.T, ip string) *http.Client {
+	tr := &http.Transport{DialContext: (&net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}, Timeout: 5 * time.Second}).DialContext}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr, Timeout: 10 * time.Second}
+}
+
+// get sends GET url through c, after edit, and decodes the backend's answer.
+func get(t *testing.T, c *http.Client, url string, edit func(*http.Request)) answer {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	if edit != nil {
+		edit(req)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return answer{Body: err.Error()}
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	var a answer
+	json.Unmarshal(body, &a)
+	a.Status, a.Served, a.Body = resp.StatusCode, resp.Header.Get("X-Lane-Served"), string(body)
+	return a
+}
+
+// eventually polls f until it returns "" (success) or wait passes; then it
+// fails with f's last message.
+func eventually(t *testing.T, what string, f func() string) {
+	t.Helper()
+	deadline := time.Now().Add(wait)
+	for {
+		msg := f()
+		if msg == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s: %s", what, wait, msg)
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+}
+
+// expectBackend polls until requests edited by edit reach backend want.
+func expectBackend(t *testing.T, c *http.Client, url, want string, edit func(*http.Request)) answer {
+	t.Helper()
+	var a answer
+	eventually(t, "request reaching "+want, func() string {
+		a = get(t, c, url, edit)
+		if a.Status == http.StatusOK && a.Backend == want {
+			return ""
+		}
+		return fmt.Sprintf("status %d, backend %q, body %q", a.Status, a.Backend, a.Body)
+	})
+	return a
+}
+
+func header(k, v string) func(*http.Request) {
+	return func(r *http.Request) { r.Header.Set(k, v) }
+}
