@@ -51,9 +51,15 @@ func (e *NameError) Error() string {
 // grammar: 1 to 63 characters of a-z, 0-9 and '-', starting and ending with a
 // letter or digit. It returns the normalised name or a *NameError.
 //
+// Only ASCII spaces and tabs are trimmed, as the routing contract says. Any
+// other whitespace (a line feed, a no-break space U+00A0, U+0085, an
+// ideographic space U+3000) is not trimmed and breaks [RuleChars]: a value
+// that a proxy or a copy-paste padded with it is refused, not silently
+// turned into another lane.
+//
 // Parse does not allocate when raw is already normalised.
 func Parse(raw string) (string, error) {
-	s := strings.TrimSpace(raw)
+	s := trimOWS(raw)
 	if r := check(s); r != "" {
 		return "", &NameError{Value: raw, Rule: r}
 	}

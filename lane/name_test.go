@@ -16,7 +16,8 @@ func TestParse(t *testing.T) {
 		{"alice", "alice", ""},
 		{" Alice ", "alice", ""},
 		{"ALICE", "alice", ""},
-		{"\talice\n", "alice", ""},
+		{"\talice\t", "alice", ""},
+		{" \t alice \t ", "alice", ""},
 		{"feature-42", "feature-42", ""},
 		{"42", "42", ""},
 		{"0", "0", ""},
@@ -29,7 +30,19 @@ func TestParse(t *testing.T) {
 		{long + "a", "", RuleTooLong},
 		{"", "", RuleEmpty},
 		{"   ", "", RuleEmpty},
-		{"\t\n", "", RuleEmpty},
+		{"\t \t", "", RuleEmpty},
+		// Only ASCII spaces and tabs are trimmed; other whitespace is refused.
+		{"\talice\n", "", RuleChars},
+		{"\t\n", "", RuleChars},
+		{"alice\r", "", RuleChars},
+		{"\valice", "", RuleChars},
+		{"\u00a0alice", "", RuleChars}, // no-break space
+		{"alice\u00a0", "", RuleChars},
+		{"\u3000alice\u3000", "", RuleChars}, // ideographic space
+		{"alice\u0085", "", RuleChars},       // next line
+		{"\u2003alice", "", RuleChars},       // em space
+		{"\ufeffalice", "", RuleChars},       // byte order mark
+		{"\u00a0", "", RuleChars},
 		{"alice;drop", "", RuleChars},
 		{"al ice", "", RuleChars},
 		{"alice,bob", "", RuleChars},
@@ -119,6 +132,18 @@ func TestParseAllocs(t *testing.T) {
 			}
 		}); n != 0 {
 			t.Errorf("Parse(%q) and Valid: %v allocations, want 0", s, n)
+		}
+	}
+}
+
+// TestNormalizeAgreesWithParse: Normalize trims and checks exactly as Parse
+// does, other whitespace than ASCII spaces and tabs included.
+func TestNormalizeAgreesWithParse(t *testing.T) {
+	for _, raw := range []string{"alice", " Alice\t", "\u00a0alice", "alice\u3000", "alice\u0085", "\nalice", "\t", "", "a_b"} {
+		want, err := Parse(raw)
+		got, ok := Normalize(raw)
+		if got != want || ok != (err == nil) {
+			t.Errorf("Normalize(%q) = %q, %v; Parse = %q, %v", raw, got, ok, want, err)
 		}
 	}
 }

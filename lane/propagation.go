@@ -1,9 +1,6 @@
 package lane
 
-import (
-	"context"
-	"strings"
-)
+import "context"
 
 // Header names and the baggage key that carry the lane.
 const (
@@ -154,9 +151,10 @@ func parseFrom(v, h string) (name, source string, err error) {
 	return name, h, nil
 }
 
-// blank reports whether v is empty after trimming.
+// blank reports whether v is empty after trimming ASCII spaces and tabs, as
+// Parse trims.
 func blank(v string) bool {
-	return strings.TrimSpace(v) == ""
+	return trimOWS(v) == ""
 }
 
 // ignored reports whether alias is empty or names Header or BaggageHeader.
