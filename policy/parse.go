@@ -152,6 +152,10 @@ func (p *Policy) validate(lines strictyaml.Lines) *Error {
 		if math.IsNaN(c.Percent) || c.Percent < 0 || c.Percent > 100 {
 			return lines.At(path+".percent", "percent %s is outside 0..100", strconv.FormatFloat(c.Percent, 'g', -1, 64))
 		}
+		if steps := c.Percent / PercentStep; math.Abs(steps-math.Round(steps)) > 1e-6 {
+			return lines.At(path+".percent", "percent %s is finer than the granularity of canary splits, %s",
+				strconv.FormatFloat(c.Percent, 'g', -1, 64), strconv.FormatFloat(PercentStep, 'g', -1, 64))
+		}
 		if seen[split{c.Service, c.Lane}] {
 			return lines.At(path, "a second canary for service %q and lane %q", c.Service, c.Lane)
 		}

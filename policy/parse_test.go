@@ -97,6 +97,8 @@ func TestParseRefusals(t *testing.T) {
 		{"tag enabled not bool", "tags:\n  - {service: s, lane: x, labels: {a: b}, enabled: yes please}\n", `field tags[0].enabled: want a boolean, got "yes please"`},
 		{"percent high", "canary:\n  - {service: s, lane: c, percent: 101}\n", `p.yaml:2: field canary[0].percent: percent 101 is outside 0..100`},
 		{"percent negative", "canary:\n  - {service: s, lane: c, percent: -1}\n", `percent -1 is outside 0..100`},
+		{"percent too fine", "canary:\n  - {service: s, lane: c, percent: 0.005}\n", `p.yaml:2: field canary[0].percent: percent 0.005 is finer than the granularity of canary splits, 0.01`},
+		{"percent too fine 2", "canary:\n  - {service: s, lane: c, percent: 12.345}\n", `field canary[0].percent: percent 12.345 is finer than`},
 		{"percent text", "canary:\n  - {service: s, lane: c, percent: ten}\n", `field canary[0].percent: want a number, got "ten"`},
 		{"canary sum", "canary:\n  - {service: s, lane: c, percent: 60}\n  - {service: s, lane: d, percent: 50}\n", `field canary[1].percent: the canaries of service "s" add up to 110%`},
 		{"canary twice", "canary:\n  - {service: s, lane: c, percent: 1}\n  - {service: s, lane: c, percent: 1}\n", `field canary[1]: a second canary`},
@@ -173,6 +175,17 @@ gateway:
 	} {
 		if _, err := Parse("p.yaml", []byte(doc)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: got %v, want %q", doc, err, want)
+		}
+	}
+}
+
+// TestCanaryPercentSteps: every whole number of 0.01% steps is accepted,
+// even where float64 cannot hold it exactly.
+func TestCanaryPercentSteps(t *testing.T) {
+	for _, pc := range []string{"0", "0.01", "0.1", "0.07", "12.34", "33.33", "57.29", "99.99", "100", "1e-2"} {
+		doc := "canary:\n  - {service: s, lane: c, percent: " + pc + "}\n"
+		if _, err := Parse("p.yaml", []byte(doc)); err != nil {
+			t.Errorf("percent %s: %v", pc, err)
 		}
 	}
 }

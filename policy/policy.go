@@ -100,8 +100,14 @@ type TagRule struct {
 // IsEnabled reports whether the rule applies; rules are enabled by default.
 func (r TagRule) IsEnabled() bool { return r.Enabled == nil || *r.Enabled }
 
+// PercentStep is the granularity of a canary's Percent: splits are made in
+// steps of 0.01%, and a percent that is not a whole number of steps (such as
+// 0.005 or 12.345) is refused by validation rather than rounded.
+const PercentStep = 0.01
+
 // CanaryRule sends Percent percent of the baseline requests for Service to
-// Lane, when Lane has instances of Service.
+// Lane, when Lane has instances of Service. Percent is 0 to 100, in steps of
+// PercentStep.
 type CanaryRule struct {
 	Service string  `yaml:"service" json:"service"`
 	Lane    string  `yaml:"lane" json:"lane"`
