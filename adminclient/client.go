@@ -21,13 +21,14 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/lanesdev/lanes/adminapi"
 )
 
 // EnvAdmin and EnvToken are the environment variables that tools read the
@@ -88,7 +89,7 @@ func (c *Client) Close() {
 }
 
 // do sends a request and decodes a JSON answer into out (when not nil). A
-// non-2xx answer is returned as an *Error.
+// non-2xx answer is returned as an *adminapi.Error.
 func (c *Client) do(ctx context.Context, method, path string, query url.Values, body any, out any) error {
 	resp, err := c.send(ctx, method, path, query, body, "")
 	if err != nil {
@@ -106,7 +107,7 @@ func (c *Client) do(ctx context.Context, method, path string, query url.Values, 
 }
 
 // send sends a request and returns a 2xx response; other statuses become
-// an *Error. body is JSON-encoded unless it is a []byte, sent as is with
+// an *adminapi.Error. body is JSON-encoded unless it is a []byte, sent as is with
 // contentType.
 func (c *Client) send(ctx context.Context, method, path string, query url.Values, body any, contentType string) (*http.Response, error) {
 	u := *c.base
@@ -145,7 +146,7 @@ func (c *Client) send(ctx context.Context, method, path string, query url.Values
 	}
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	var eb ErrorBody
+	var eb adminapi.ErrorBody
 	if json.Unmarshal(data, &eb) == nil && eb.Error != nil {
 		eb.Error.Status = resp.StatusCode
 		return nil, eb.Error
@@ -154,31 +155,25 @@ func (c *Client) send(ctx context.Context, method, path string, query url.Values
 	if msg == "" {
 		msg = http.StatusText(resp.StatusCode)
 	}
-	return nil, &Error{Status: resp.StatusCode, Code: codeOf(resp.StatusCode), Message: fmt.Sprintf("%s %s: %s", method, path, msg)}
+	return nil, &adminapi.Error{Status: resp.StatusCode, Code: codeOf(resp.StatusCode), Message: fmt.Sprintf("%s %s: %s", method, path, msg)}
 }
 
 func codeOf(status int) string {
 	switch status {
 	case http.StatusBadRequest:
-		return CodeBadRequest
+		return adminapi.CodeBadRequest
 	case http.StatusUnauthorized:
-		return CodeUnauthorized
+		return adminapi.CodeUnauthorized
 	case http.StatusForbidden:
-		return CodeForbidden
+		return adminapi.CodeForbidden
 	case http.StatusNotFound:
-		return CodeNotFound
+		return adminapi.CodeNotFound
 	case http.StatusConflict:
-		return CodeConflict
+		return adminapi.CodeConflict
 	case http.StatusServiceUnavailable:
-		return CodeUnavailable
+		return adminapi.CodeUnavailable
 	}
-	return CodeInternal
-}
-
-// IsCode reports whether err is an *Error with the given code.
-func IsCode(err error, code string) bool {
-	var e *Error
-	return errors.As(err, &e) && e.Code == code
+	return adminapi.CodeInternal
 }
 
 // Health calls GET /healthz.
@@ -187,25 +182,25 @@ func (c *Client) Health(ctx context.Context) error {
 }
 
 // Info returns what the control plane runs and where.
-func (c *Client) Info(ctx context.Context) (Info, error) {
-	var out Info
+func (c *Client) Info(ctx context.Context) (adminapi.Info, error) {
+	var out adminapi.Info
 	err := c.do(ctx, http.MethodGet, "/v1/info", nil, nil, &out)
 	return out, err
 }
 
 // Services lists the services that have instances.
-func (c *Client) Services(ctx context.Context) ([]Service, error) {
+func (c *Client) Services(ctx context.Context) ([]adminapi.Service, error) {
 	var out struct {
-		Services []Service `json:"services"`
+		Services []adminapi.Service `json:"services"`
 	}
 	err := c.do(ctx, http.MethodGet, "/v1/services", nil, nil, &out)
 	return out.Services, err
 }
 
 // Instances lists the instances of service (of every service when "").
-func (c *Client) Instances(ctx context.Context, service string) ([]Instance, error) {
+func (c *Client) Instances(ctx context.Context, service string) ([]adminapi.Instance, error) {
 	var out struct {
-		Instances []Instance `json:"instances"`
+		Instances []adminapi.Instance `json:"instances"`
 	}
 	q := url.Values{}
 	if service != "" {
@@ -217,49 +212,49 @@ func (c *Client) Instances(ctx context.Context, service string) ([]Instance, err
 
 // Lanes lists the lanes that have instances, settings in the policy, or
 // claims.
-func (c *Client) Lanes(ctx context.Context) ([]Lane, error) {
+func (c *Client) Lanes(ctx context.Context) ([]adminapi.Lane, error) {
 	var out struct {
-		Lanes []Lane `json:"lanes"`
+		Lanes []adminapi.Lane `json:"lanes"`
 	}
 	err := c.do(ctx, http.MethodGet, "/v1/lanes", nil, nil, &out)
 	return out.Lanes, err
 }
 
 // Lane describes one lane.
-func (c *Client) Lane(ctx context.Context, name string) (Lane, error) {
-	var out Lane
+func (c *Client) Lane(ctx context.Context, name string) (adminapi.Lane, error) {
+	var out adminapi.Lane
 	err := c.do(ctx, http.MethodGet, "/v1/lanes/"+url.PathEscape(name), nil, nil, &out)
 	return out, err
 }
 
 // UpdateLane sets or clears the lane's expiry in the policy document.
-func (c *Client) UpdateLane(ctx context.Context, name string, u LaneUpdate) (Lane, error) {
-	var out Lane
+func (c *Client) UpdateLane(ctx context.Context, name string, u adminapi.LaneUpdate) (adminapi.Lane, error) {
+	var out adminapi.Lane
 	err := c.do(ctx, http.MethodPut, "/v1/lanes/"+url.PathEscape(name), nil, u, &out)
 	return out, err
 }
 
 // Policy returns the policy document in force.
-func (c *Client) Policy(ctx context.Context) (PolicyDocument, error) {
-	var out PolicyDocument
+func (c *Client) Policy(ctx context.Context) (adminapi.PolicyDocument, error) {
+	var out adminapi.PolicyDocument
 	err := c.do(ctx, http.MethodGet, "/v1/policy", nil, nil, &out)
 	return out, err
 }
 
 // PutPolicy validates the document (YAML or JSON) and puts it in force. An
-// invalid document is refused with an *Error of code CodeInvalidPolicy
+// invalid document is refused with an *adminapi.Error of code adminapi.CodeInvalidPolicy
 // naming the line and field; the previous document stays in force.
-func (c *Client) PutPolicy(ctx context.Context, raw []byte) (PolicyDocument, error) {
+func (c *Client) PutPolicy(ctx context.Context, raw []byte) (adminapi.PolicyDocument, error) {
 	return c.policyCall(ctx, http.MethodPut, "/v1/policy", raw)
 }
 
 // ValidatePolicy validates the document without storing it.
-func (c *Client) ValidatePolicy(ctx context.Context, raw []byte) (PolicyDocument, error) {
+func (c *Client) ValidatePolicy(ctx context.Context, raw []byte) (adminapi.PolicyDocument, error) {
 	return c.policyCall(ctx, http.MethodPost, "/v1/policy/validate", raw)
 }
 
-func (c *Client) policyCall(ctx context.Context, method, path string, raw []byte) (PolicyDocument, error) {
-	var out PolicyDocument
+func (c *Client) policyCall(ctx context.Context, method, path string, raw []byte) (adminapi.PolicyDocument, error) {
+	var out adminapi.PolicyDocument
 	resp, err := c.send(ctx, method, path, nil, raw, "application/yaml")
 	if err != nil {
 		return out, err
@@ -274,22 +269,22 @@ func (c *Client) policyCall(ctx context.Context, method, path string, raw []byte
 // Explain walks the lane chain of a request for service, lane ("" for the
 // baseline) and zone, and returns the engine's decision. key, when set, is
 // the request key of sticky canary splits.
-func (c *Client) Explain(ctx context.Context, service, lane, zone, key string) (Explanation, error) {
+func (c *Client) Explain(ctx context.Context, service, lane, zone, key string) (adminapi.Explanation, error) {
 	q := url.Values{"service": {service}}
 	for k, v := range map[string]string{"lane": lane, "zone": zone, "key": key} {
 		if v != "" {
 			q.Set(k, v)
 		}
 	}
-	var out Explanation
+	var out adminapi.Explanation
 	err := c.do(ctx, http.MethodGet, "/v1/explain", q, nil, &out)
 	return out, err
 }
 
 // Tokens lists the registration tokens (admin only). Secrets are not shown.
-func (c *Client) Tokens(ctx context.Context) ([]Token, error) {
+func (c *Client) Tokens(ctx context.Context) ([]adminapi.Token, error) {
 	var out struct {
-		Tokens []Token `json:"tokens"`
+		Tokens []adminapi.Token `json:"tokens"`
 	}
 	err := c.do(ctx, http.MethodGet, "/v1/tokens", nil, nil, &out)
 	return out.Tokens, err
@@ -297,8 +292,8 @@ func (c *Client) Tokens(ctx context.Context) ([]Token, error) {
 
 // CreateToken creates a registration token (admin only). The answer's
 // Secret is the token; it is shown this once.
-func (c *Client) CreateToken(ctx context.Context, req TokenRequest) (Token, error) {
-	var out Token
+func (c *Client) CreateToken(ctx context.Context, req adminapi.TokenRequest) (adminapi.Token, error) {
+	var out adminapi.Token
 	err := c.do(ctx, http.MethodPost, "/v1/tokens", nil, req, &out)
 	return out, err
 }
@@ -309,17 +304,17 @@ func (c *Client) RevokeToken(ctx context.Context, id string) error {
 }
 
 // Claims lists the client-IP claims of dev sessions.
-func (c *Client) Claims(ctx context.Context) ([]Claim, error) {
+func (c *Client) Claims(ctx context.Context) ([]adminapi.Claim, error) {
 	var out struct {
-		Claims []Claim `json:"claims"`
+		Claims []adminapi.Claim `json:"claims"`
 	}
 	err := c.do(ctx, http.MethodGet, "/v1/claims", nil, nil, &out)
 	return out.Claims, err
 }
 
 // Claim puts a client IP in a lane for as long as the registration lives.
-func (c *Client) Claim(ctx context.Context, req ClaimRequest) (Claim, error) {
-	var out Claim
+func (c *Client) Claim(ctx context.Context, req adminapi.ClaimRequest) (adminapi.Claim, error) {
+	var out adminapi.Claim
 	err := c.do(ctx, http.MethodPost, "/v1/claims", nil, req, &out)
 	return out, err
 }
@@ -331,17 +326,17 @@ func (c *Client) Unclaim(ctx context.Context, ip string) error {
 
 // Register registers (or, with req.Registration, updates) an instance. Most
 // callers use Registry, which also sends the heartbeats.
-func (c *Client) Register(ctx context.Context, req RegisterRequest) (Registration, error) {
-	var out Registration
+func (c *Client) Register(ctx context.Context, req adminapi.RegisterRequest) (adminapi.Registration, error) {
+	var out adminapi.Registration
 	err := c.do(ctx, http.MethodPost, "/v1/instances", nil, req, &out)
 	return out, err
 }
 
-// Heartbeat renews a registration. It fails with CodeNotFound when the
-// registration has expired, and CodeLaneExpired when its lane has.
-func (c *Client) Heartbeat(ctx context.Context, service, id, registration string) (Registration, error) {
-	var out Registration
-	err := c.do(ctx, http.MethodPost, instancePath(service, id)+"/heartbeat", nil, HeartbeatRequest{Registration: registration}, &out)
+// Heartbeat renews a registration. It fails with adminapi.CodeNotFound when the
+// registration has expired, and adminapi.CodeLaneExpired when its lane has.
+func (c *Client) Heartbeat(ctx context.Context, service, id, registration string) (adminapi.Registration, error) {
+	var out adminapi.Registration
+	err := c.do(ctx, http.MethodPost, instancePath(service, id)+"/heartbeat", nil, adminapi.HeartbeatRequest{Registration: registration}, &out)
 	return out, err
 }
 
@@ -385,11 +380,11 @@ type BatchStream struct {
 
 // Next blocks until the next batch arrives. The server sends an empty
 // non-reset batch now and then as a keep-alive; Next skips those.
-func (s *BatchStream) Next() (Batch, error) {
+func (s *BatchStream) Next() (adminapi.Batch, error) {
 	for {
-		var b Batch
+		var b adminapi.Batch
 		if err := s.dec.Decode(&b); err != nil {
-			return Batch{}, err
+			return adminapi.Batch{}, err
 		}
 		if b.Reset || len(b.Events) > 0 {
 			return b, nil

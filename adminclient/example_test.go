@@ -25,7 +25,7 @@ func ExampleRegistry() {
 		Service: "payments", ID: "payments-alice", Addr: "10.1.2.3:9000", Lane: "alice",
 	}, 0)
 	if err != nil {
-		log.Fatal(err) // *adminclient.Error: forbidden, lane_expired, conflict...
+		log.Fatal(err) // *adminapi.Error: forbidden, lane_expired, conflict...
 	}
 	defer lease.Close() // deregisters
 

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/registry"
 )
 
@@ -97,7 +98,7 @@ func (r *Registry) Close() error {
 // Register implements registry.Registry. It validates inst locally first,
 // so that a bad field is a *registry.FieldError as with every backend; a
 // refusal by the control plane (token scope, expired lane, an id held by
-// another lane) is an *Error.
+// another lane) is an *adminapi.Error.
 func (r *Registry) Register(ctx context.Context, inst registry.Instance, ttl time.Duration) (registry.Lease, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -117,7 +118,7 @@ func (r *Registry) Register(ctx context.Context, inst registry.Instance, ttl tim
 	if r.isClosed() {
 		return nil, registry.ErrClosed
 	}
-	reg, err := r.c.Register(ctx, RegisterRequest{Instance: inst, TTL: Duration(ttl)})
+	reg, err := r.c.Register(ctx, adminapi.RegisterRequest{Instance: inst, TTL: adminapi.Duration(ttl)})
 	if err != nil {
 		return nil, err
 	}
@@ -136,7 +137,7 @@ func (r *Registry) deregister(inst registry.Instance, reg string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	err := r.c.Deregister(ctx, inst.Service, inst.ID, reg)
-	if IsCode(err, CodeNotFound) {
+	if adminapi.IsCode(err, adminapi.CodeNotFound) {
 		err = nil
 	}
 	return err
@@ -223,7 +224,7 @@ func (l *lease) Update(ctx context.Context, inst registry.Instance) error {
 		return err
 	}
 	defer l.release()
-	reg, err := l.r.c.Register(ctx, RegisterRequest{Instance: inst, TTL: Duration(l.ttl), Registration: l.Registration()})
+	reg, err := l.r.c.Register(ctx, adminapi.RegisterRequest{Instance: inst, TTL: adminapi.Duration(l.ttl), Registration: l.Registration()})
 	if err != nil {
 		return err
 	}
@@ -277,10 +278,10 @@ func (l *lease) heartbeat() {
 		case err == nil:
 			delay, failDelay = interval, 100*time.Millisecond
 			continue
-		case IsCode(err, CodeNotFound):
+		case adminapi.IsCode(err, adminapi.CodeNotFound):
 			l.r.log.Warn("registration expired; registering again", "service", inst.Service, "id", inst.ID)
 			if err := l.reestablish(); err != nil {
-				if IsCode(err, CodeConflict) {
+				if adminapi.IsCode(err, adminapi.CodeConflict) {
 					// Another registration of the same id took over
 					// meanwhile: leave it, as every backend does.
 					l.r.log.Info("instance was registered again by another registration meanwhile; leaving it", "service", inst.Service, "id", inst.ID)
@@ -307,8 +308,8 @@ func (l *lease) heartbeat() {
 
 // fatal ends the lease when err is a refusal that retrying cannot change.
 func (l *lease) fatal(err error) bool {
-	for _, code := range []string{CodeLaneExpired, CodeForbidden, CodeUnauthorized} {
-		if IsCode(err, code) {
+	for _, code := range []string{adminapi.CodeLaneExpired, adminapi.CodeForbidden, adminapi.CodeUnauthorized} {
+		if adminapi.IsCode(err, code) {
 			inst := l.Instance()
 			l.r.log.Error("registration refused; giving up", "service", inst.Service, "id", inst.ID, "err", err)
 			l.finish(fmt.Errorf("%w: %v", registry.ErrLeaseLost, err))
@@ -327,7 +328,7 @@ func (l *lease) reestablish() error {
 	defer l.release()
 	ctx, cancel := context.WithTimeout(l.ctx, timeout)
 	defer cancel()
-	reg, err := l.r.c.Register(ctx, RegisterRequest{Instance: l.Instance(), TTL: Duration(l.ttl), IfAbsent: true})
+	reg, err := l.r.c.Register(ctx, adminapi.RegisterRequest{Instance: l.Instance(), TTL: adminapi.Duration(l.ttl), IfAbsent: true})
 	if err != nil {
 		return err
 	}

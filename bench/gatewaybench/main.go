@@ -62,7 +62,7 @@ func main() {
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	g, err := gateway.New(gateway.Config{
 		Engine: e,
-		Routes: []gateway.Route{{PathPrefix: "/", Service: "bench"}},
+		Routes: []gateway.Route{{Prefix: "/", Service: "bench"}},
 		Logger: logger,
 	})
 	if err != nil {

@@ -36,7 +36,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/lanesdev/lanes/adminclient"
+	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/etcdstore"
 	"github.com/lanesdev/lanes/routing"
 )
@@ -51,7 +51,7 @@ type Config struct {
 	// AdminToken is the admin credential. Required.
 	AdminToken string
 	// Info is what GET /v1/info answers (the version is filled in).
-	Info adminclient.Info
+	Info adminapi.Info
 	// Claims, when set, is counted in the metrics.
 	Claims *ClaimTable
 	// Logger defaults to slog.Default().
@@ -202,7 +202,7 @@ func (s *Server) routes() {
 	h("POST /v1/claims", anyone, s.createClaim)
 	h("DELETE /v1/claims/{ip}", anyone, s.deleteClaim)
 	h("/", public, func(w http.ResponseWriter, r *http.Request, _ *principal) error {
-		return &apiError{status: http.StatusNotFound, body: adminclient.Error{Code: adminclient.CodeNotFound,
+		return &apiError{status: http.StatusNotFound, body: adminapi.Error{Code: adminapi.CodeNotFound,
 			Message: fmt.Sprintf("no endpoint %s %s; see docs/api.md", r.Method, r.URL.Path)}}
 	})
 }
@@ -210,7 +210,7 @@ func (s *Server) routes() {
 // principal is who called: the admin, or the holder of a registration token.
 type principal struct {
 	admin bool
-	token adminclient.Token // when not admin
+	token adminapi.Token // when not admin
 }
 
 // allows reports whether p may act on lane l ("" for the baseline).
@@ -256,33 +256,33 @@ func (s *Server) authenticate(r *http.Request) (*principal, error) {
 // apiError is an error answer.
 type apiError struct {
 	status int
-	body   adminclient.Error
+	body   adminapi.Error
 }
 
 func (e *apiError) Error() string { return e.body.Error() }
 
 func errorf(status int, code, field, value, format string, args ...any) *apiError {
-	return &apiError{status: status, body: adminclient.Error{Code: code, Field: field, Value: value, Message: fmt.Sprintf(format, args...)}}
+	return &apiError{status: status, body: adminapi.Error{Code: code, Field: field, Value: value, Message: fmt.Sprintf(format, args...)}}
 }
 
 func badRequest(field, value, format string, args ...any) *apiError {
-	return errorf(http.StatusBadRequest, adminclient.CodeBadRequest, field, value, format, args...)
+	return errorf(http.StatusBadRequest, adminapi.CodeBadRequest, field, value, format, args...)
 }
 
 func forbidden(field, value, format string, args ...any) *apiError {
-	return errorf(http.StatusForbidden, adminclient.CodeForbidden, field, value, format, args...)
+	return errorf(http.StatusForbidden, adminapi.CodeForbidden, field, value, format, args...)
 }
 
 func unauthorized(msg string) *apiError {
-	return errorf(http.StatusUnauthorized, adminclient.CodeUnauthorized, "", "", "%s", msg)
+	return errorf(http.StatusUnauthorized, adminapi.CodeUnauthorized, "", "", "%s", msg)
 }
 
 func notFound(field, value, format string, args ...any) *apiError {
-	return errorf(http.StatusNotFound, adminclient.CodeNotFound, field, value, format, args...)
+	return errorf(http.StatusNotFound, adminapi.CodeNotFound, field, value, format, args...)
 }
 
 func conflict(field, value, format string, args ...any) *apiError {
-	return errorf(http.StatusConflict, adminclient.CodeConflict, field, value, format, args...)
+	return errorf(http.StatusConflict, adminapi.CodeConflict, field, value, format, args...)
 }
 
 // etcdError is the answer for a failed etcd call.
@@ -290,7 +290,7 @@ func etcdError(what string, err error) error {
 	if errors.Is(err, context.Canceled) {
 		return err
 	}
-	return errorf(http.StatusServiceUnavailable, adminclient.CodeUnavailable, "", "", "%s: %v", what, err)
+	return errorf(http.StatusServiceUnavailable, adminapi.CodeUnavailable, "", "", "%s: %v", what, err)
 }
 
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
@@ -300,12 +300,12 @@ func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 			return // the client went away
 		}
 		s.log.Error("admin request failed", "method", r.Method, "path", r.URL.Path, "err", err)
-		ae = errorf(http.StatusInternalServerError, adminclient.CodeInternal, "", "", "%v", err)
+		ae = errorf(http.StatusInternalServerError, adminapi.CodeInternal, "", "", "%v", err)
 	}
 	if ae.status == http.StatusUnauthorized {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="lanes"`)
 	}
-	writeJSON(w, ae.status, adminclient.ErrorBody{Error: &ae.body})
+	writeJSON(w, ae.status, adminapi.ErrorBody{Error: &ae.body})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -18,6 +18,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 
+	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/adminclient"
 	"github.com/lanesdev/lanes/etcdstore"
 	"github.com/lanesdev/lanes/internal/app/admin"
@@ -115,7 +116,7 @@ func TestAdmin(t *testing.T) {
 
 func testTokens(t *testing.T, e *env) {
 	adm := e.client(t, adminToken)
-	tok, err := adm.CreateToken(ctx(t), adminclient.TokenRequest{Lane: "Alice", Name: "laptop"})
+	tok, err := adm.CreateToken(ctx(t), adminapi.TokenRequest{Lane: "Alice", Name: "laptop"})
 	if err != nil || tok.Lane != "alice" || !strings.HasPrefix(tok.Secret, "lanes_"+tok.ID+"_") {
 		t.Fatalf("create: %+v %v", tok, err)
 	}
@@ -133,29 +134,29 @@ func testTokens(t *testing.T, e *env) {
 	if _, err := c.Services(ctx(t)); err != nil {
 		t.Errorf("lane token reading services: %v", err)
 	}
-	if _, err := c.Tokens(ctx(t)); !adminclient.IsCode(err, adminclient.CodeForbidden) {
+	if _, err := c.Tokens(ctx(t)); !adminapi.IsCode(err, adminapi.CodeForbidden) {
 		t.Errorf("lane token listing tokens: %v", err)
 	}
 	// Wrong secret, unknown token, no token.
 	for _, bad := range []string{tok.Secret[:len(tok.Secret)-1] + "x", "lanes_000000000000_abc", "nonsense", ""} {
-		if _, err := e.client(t, bad).Services(ctx(t)); !adminclient.IsCode(err, adminclient.CodeUnauthorized) {
+		if _, err := e.client(t, bad).Services(ctx(t)); !adminapi.IsCode(err, adminapi.CodeUnauthorized) {
 			t.Errorf("token %q: %v, want unauthorized", bad, err)
 		}
 	}
 	if err := adm.RevokeToken(ctx(t), tok.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Services(ctx(t)); !adminclient.IsCode(err, adminclient.CodeUnauthorized) {
+	if _, err := c.Services(ctx(t)); !adminapi.IsCode(err, adminapi.CodeUnauthorized) {
 		t.Errorf("revoked token: %v", err)
 	}
-	if _, err := adm.CreateToken(ctx(t), adminclient.TokenRequest{Lane: "a", Baseline: true}); !adminclient.IsCode(err, adminclient.CodeBadRequest) {
+	if _, err := adm.CreateToken(ctx(t), adminapi.TokenRequest{Lane: "a", Baseline: true}); !adminapi.IsCode(err, adminapi.CodeBadRequest) {
 		t.Errorf("both scopes: %v", err)
 	}
 }
 
 func testClaims(t *testing.T, e *env) {
 	adm := e.client(t, adminToken)
-	tok, _ := adm.CreateToken(ctx(t), adminclient.TokenRequest{Lane: "alice"})
+	tok, _ := adm.CreateToken(ctx(t), adminapi.TokenRequest{Lane: "alice"})
 	c := e.client(t, tok.Secret)
 	reg := adminclient.NewRegistry(c, adminclient.WithLogger(quiet))
 	defer reg.Close()
@@ -165,13 +166,13 @@ func testClaims(t *testing.T, e *env) {
 	}
 	rid := adminclient.RegistrationOf(l)
 	// A lane token claims only the address it comes from.
-	if _, err := c.Claim(ctx(t), adminclient.ClaimRequest{Lane: "alice", IP: "10.1.2.3", Registration: rid}); !adminclient.IsCode(err, adminclient.CodeForbidden) {
+	if _, err := c.Claim(ctx(t), adminapi.ClaimRequest{Lane: "alice", IP: "10.1.2.3", Registration: rid}); !adminapi.IsCode(err, adminapi.CodeForbidden) {
 		t.Errorf("claim of another address: %v", err)
 	}
-	if _, err := c.Claim(ctx(t), adminclient.ClaimRequest{Lane: "bob", Registration: rid}); !adminclient.IsCode(err, adminclient.CodeForbidden) {
+	if _, err := c.Claim(ctx(t), adminapi.ClaimRequest{Lane: "bob", Registration: rid}); !adminapi.IsCode(err, adminapi.CodeForbidden) {
 		t.Errorf("claim for another lane: %v", err)
 	}
-	cl, err := c.Claim(ctx(t), adminclient.ClaimRequest{Lane: "alice", Registration: rid})
+	cl, err := c.Claim(ctx(t), adminapi.ClaimRequest{Lane: "alice", Registration: rid})
 	if err != nil || cl.IP != "127.0.0.1" {
 		t.Fatalf("claim: %+v %v", cl, err)
 	}
@@ -192,7 +193,7 @@ func testLaneExpiry(t *testing.T, e *env) {
 		t.Fatal(err)
 	}
 	when := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
-	l, err := adm.UpdateLane(ctx(t), "Alice", adminclient.LaneUpdate{Expires: &when})
+	l, err := adm.UpdateLane(ctx(t), "Alice", adminapi.LaneUpdate{Expires: &when})
 	if err != nil || l.Expires == nil || !l.Expires.Equal(when) || l.Expired {
 		t.Fatalf("update: %+v %v", l, err)
 	}
@@ -203,11 +204,11 @@ func testLaneExpiry(t *testing.T, e *env) {
 		}
 	}
 	// A new lane, then no expiry: the document comes back as it was.
-	if _, err := adm.UpdateLane(ctx(t), "bob", adminclient.LaneUpdate{ExpiresIn: adminclient.Duration(time.Minute)}); err != nil {
+	if _, err := adm.UpdateLane(ctx(t), "bob", adminapi.LaneUpdate{ExpiresIn: adminapi.Duration(time.Minute)}); err != nil {
 		t.Fatal(err)
 	}
 	for _, n := range []string{"alice", "bob"} {
-		if _, err := adm.UpdateLane(ctx(t), n, adminclient.LaneUpdate{NoExpiry: true}); err != nil {
+		if _, err := adm.UpdateLane(ctx(t), n, adminapi.LaneUpdate{NoExpiry: true}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -215,17 +216,17 @@ func testLaneExpiry(t *testing.T, e *env) {
 	if strings.Contains(got.Raw, "expires") || strings.Contains(got.Raw, "bob") || !strings.Contains(got.Raw, "fallback: [team-a] # first") {
 		t.Errorf("after removing the expiries:\n%s", got.Raw)
 	}
-	if _, err := adm.UpdateLane(ctx(t), "alice", adminclient.LaneUpdate{}); !adminclient.IsCode(err, adminclient.CodeBadRequest) {
+	if _, err := adm.UpdateLane(ctx(t), "alice", adminapi.LaneUpdate{}); !adminapi.IsCode(err, adminapi.CodeBadRequest) {
 		t.Errorf("empty update: %v", err)
 	}
 	// An expired lane refuses registrations.
 	past := time.Now().Add(-time.Minute)
-	if _, err := adm.UpdateLane(ctx(t), "alice", adminclient.LaneUpdate{Expires: &past}); err != nil {
+	if _, err := adm.UpdateLane(ctx(t), "alice", adminapi.LaneUpdate{Expires: &past}); err != nil {
 		t.Fatal(err)
 	}
 	reg := adminclient.NewRegistry(adm, adminclient.WithLogger(quiet))
 	defer reg.Close()
-	if _, err := reg.Register(ctx(t), registry.Instance{Service: "web", ID: "a", Addr: "127.0.0.1:1", Lane: "alice"}, 5*time.Second); !adminclient.IsCode(err, adminclient.CodeLaneExpired) {
+	if _, err := reg.Register(ctx(t), registry.Instance{Service: "web", ID: "a", Addr: "127.0.0.1:1", Lane: "alice"}, 5*time.Second); !adminapi.IsCode(err, adminapi.CodeLaneExpired) {
 		t.Errorf("register in an expired lane: %v", err)
 	}
 }
@@ -259,11 +260,11 @@ func testReregister(t *testing.T, e *env) {
 func testErrors(t *testing.T, e *env) {
 	adm := e.client(t, adminToken)
 	_, err := adm.PutPolicy(ctx(t), []byte("lanes:\n  a:\n    strict: maybe\n"))
-	var ae *adminclient.Error
+	var ae *adminapi.Error
 	if !errors.As(err, &ae) || ae.Status != http.StatusUnprocessableEntity || ae.Line != 3 || ae.Field != "lanes.a.strict" {
 		t.Errorf("invalid policy: %v %+v", err, ae)
 	}
-	_, err = adm.Register(ctx(t), adminclient.RegisterRequest{Instance: registry.Instance{Service: "web", ID: "a", Addr: "nope"}})
+	_, err = adm.Register(ctx(t), adminapi.RegisterRequest{Instance: registry.Instance{Service: "web", ID: "a", Addr: "nope"}})
 	if !errors.As(err, &ae) || ae.Status != http.StatusBadRequest || ae.Field != "instance.addr" || ae.Value != "nope" {
 		t.Errorf("bad instance: %v %+v", err, ae)
 	}
@@ -278,7 +279,7 @@ func testErrors(t *testing.T, e *env) {
 	req.Header.Set("Authorization", "Bearer "+adminToken)
 	resp, err = http.DefaultClient.Do(req)
 	if err == nil {
-		var body adminclient.ErrorBody
+		var body adminapi.ErrorBody
 		json.NewDecoder(resp.Body).Decode(&body)
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusBadRequest || body.Error == nil || body.Error.Field != "bogus" {

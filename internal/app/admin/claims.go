@@ -18,7 +18,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/lanesdev/lanes/adminclient"
+	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/lane"
 )
 
@@ -29,12 +29,12 @@ import (
 
 func (s *Server) claimKey(ip netip.Addr) string { return s.prefix + "claims/" + ip.String() }
 
-func (s *Server) claims(ctx context.Context) ([]adminclient.Claim, error) {
+func (s *Server) claims(ctx context.Context) ([]adminapi.Claim, error) {
 	resp, err := s.cli.Get(ctx, s.prefix+"claims/", clientv3.WithPrefix())
 	if err != nil {
 		return nil, etcdError("list claims", err)
 	}
-	out := []adminclient.Claim{}
+	out := []adminapi.Claim{}
 	for _, kv := range resp.Kvs {
 		if c, ok := parseClaim(kv); ok {
 			out = append(out, c)
@@ -44,8 +44,8 @@ func (s *Server) claims(ctx context.Context) ([]adminclient.Claim, error) {
 	return out, nil
 }
 
-func parseClaim(kv *mvccpb.KeyValue) (adminclient.Claim, bool) {
-	var c adminclient.Claim
+func parseClaim(kv *mvccpb.KeyValue) (adminapi.Claim, bool) {
+	var c adminapi.Claim
 	if json.Unmarshal(kv.Value, &c) != nil {
 		return c, false
 	}
@@ -66,7 +66,7 @@ func (s *Server) listClaims(w http.ResponseWriter, r *http.Request, _ *principal
 }
 
 func (s *Server) createClaim(w http.ResponseWriter, r *http.Request, p *principal) error {
-	var req adminclient.ClaimRequest
+	var req adminapi.ClaimRequest
 	if err := decode(r, &req); err != nil {
 		return err
 	}
@@ -125,7 +125,7 @@ func (s *Server) createClaim(w http.ResponseWriter, r *http.Request, p *principa
 	if !inLane {
 		return badRequest("registration", req.Registration, "registration %s holds no instance in lane %q; a claim lives with a registration of its lane", req.Registration, l)
 	}
-	c := adminclient.Claim{IP: ip.String(), Lane: l, Registration: req.Registration, Created: s.now().UTC()}
+	c := adminapi.Claim{IP: ip.String(), Lane: l, Registration: req.Registration, Created: s.now().UTC()}
 	val, _ := json.Marshal(c)
 	key := s.claimKey(ip)
 	for range 5 {

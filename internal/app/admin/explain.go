@@ -8,7 +8,7 @@ import (
 	"net/http"
 	"slices"
 
-	"github.com/lanesdev/lanes/adminclient"
+	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/lane"
 	"github.com/lanesdev/lanes/policy"
 	"github.com/lanesdev/lanes/registry"
@@ -28,7 +28,7 @@ func (s *Server) explain(w http.ResponseWriter, r *http.Request, _ *principal) e
 		return fieldError("", err)
 	}
 	rawLane, zone, key := q.Get("lane"), q.Get("zone"), q.Get("key")
-	ex := adminclient.Explanation{Service: svc, Zone: zone, Key: key, Steps: []adminclient.ExplainStep{}}
+	ex := adminapi.Explanation{Service: svc, Zone: zone, Key: key, Steps: []adminapi.ExplainStep{}}
 	l := ""
 	if rawLane != "" {
 		n, err := lane.Parse(rawLane)
@@ -92,7 +92,7 @@ func (s *Server) explain(w http.ResponseWriter, r *http.Request, _ *principal) e
 	ex.Strict = strict
 	served := false
 	for _, c := range chain {
-		st := adminclient.ExplainStep{Lane: c.name, Role: c.role, Instances: []adminclient.ExplainInstance{}, Eligible: []string{}}
+		st := adminapi.ExplainStep{Lane: c.name, Role: c.role, Instances: []adminapi.ExplainInstance{}, Eligible: []string{}}
 		st.Expired = c.name != "" && pol.Expired(c.name, now)
 		members := byLane[c.name]
 		slices.SortFunc(members, func(a, b registry.Instance) int {
@@ -106,7 +106,7 @@ func (s *Server) explain(w http.ResponseWriter, r *http.Request, _ *principal) e
 		})
 		var candidates []int
 		for _, in := range members {
-			ei := adminclient.ExplainInstance{ID: in.ID, Addr: in.Addr, Zone: in.Zone, State: "eligible"}
+			ei := adminapi.ExplainInstance{ID: in.ID, Addr: in.Addr, Zone: in.Zone, State: "eligible"}
 			if in.Lane != c.name {
 				ei.RegisteredLane = in.Lane
 				if ei.RegisteredLane == "" {
@@ -184,7 +184,7 @@ func (s *Server) explain(w http.ResponseWriter, r *http.Request, _ *principal) e
 					}
 				}
 			}
-			ex.Canaries = append(ex.Canaries, adminclient.ExplainCanary{Lane: c.Lane, Percent: c.Percent, Instances: n})
+			ex.Canaries = append(ex.Canaries, adminapi.ExplainCanary{Lane: c.Lane, Percent: c.Percent, Instances: n})
 		}
 		if canaryNote {
 			ex.Notes = append(ex.Notes, "baseline requests are split to the canaries listed, at random without a request key; the decision shown is for the share that stays in the baseline (give a key for its sticky answer)")
@@ -198,9 +198,9 @@ func (s *Server) explain(w http.ResponseWriter, r *http.Request, _ *principal) e
 		if !errors.As(err, &re) {
 			return err
 		}
-		ex.Error = &adminclient.Error{Code: string(re.Code), Message: re.Error()}
+		ex.Error = &adminapi.Error{Code: string(re.Code), Message: re.Error()}
 	} else {
-		ex.Decision = &adminclient.Decision{Lane: d.Lane, RequestLane: d.RequestLane, Reason: d.Reason.String(), Eligible: d.Eligible}
+		ex.Decision = &adminapi.Decision{Lane: d.Lane, RequestLane: d.RequestLane, Reason: d.Reason.String(), Eligible: d.Eligible}
 		if d.Eligible == nil {
 			ex.Decision.Eligible = []string{}
 		}

@@ -14,7 +14,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/lanesdev/lanes/adminclient"
+	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/policy"
 	"github.com/lanesdev/lanes/registry"
 )
@@ -57,7 +57,7 @@ func (s *Server) refuseExpired(ctx context.Context, field, l string) error {
 		return nil
 	}
 	if p := s.policyNow(ctx); p.Expired(l, s.now()) {
-		return errorf(http.StatusForbidden, adminclient.CodeLaneExpired, field, l,
+		return errorf(http.StatusForbidden, adminapi.CodeLaneExpired, field, l,
 			"lane %q expired at %s; it takes no new registrations", l, p.Lanes[l].Expires.UTC().Format(time.RFC3339))
 	}
 	return nil
@@ -80,7 +80,7 @@ func scopeError(p *principal, l string) error {
 }
 
 func (s *Server) register(w http.ResponseWriter, r *http.Request, p *principal) error {
-	var req adminclient.RegisterRequest
+	var req adminapi.RegisterRequest
 	if err := decode(r, &req); err != nil {
 		return err
 	}
@@ -126,7 +126,7 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request, p *principal) 
 			result = "replaced"
 		}
 		s.metrics.registrations.WithLabelValues(result).Inc()
-		writeJSON(w, http.StatusOK, adminclient.Registration{Instance: inst, Registration: req.Registration, TTL: adminclient.Duration(time.Duration(secs) * time.Second), Held: resp.Succeeded})
+		writeJSON(w, http.StatusOK, adminapi.Registration{Instance: inst, Registration: req.Registration, TTL: adminapi.Duration(time.Duration(secs) * time.Second), Held: resp.Succeeded})
 		return nil
 	}
 
@@ -163,7 +163,7 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request, p *principal) 
 		}
 		s.metrics.registrations.WithLabelValues("created").Inc()
 		s.log.Info("instance registered", "service", inst.Service, "id", inst.ID, "lane", inst.Lane, "addr", inst.Addr, "registration", formatLease(g.ID), "by", p.String())
-		writeJSON(w, http.StatusCreated, adminclient.Registration{Instance: inst, Registration: formatLease(g.ID), TTL: adminclient.Duration(time.Duration(g.TTL) * time.Second), Held: true})
+		writeJSON(w, http.StatusCreated, adminapi.Registration{Instance: inst, Registration: formatLease(g.ID), TTL: adminapi.Duration(time.Duration(g.TTL) * time.Second), Held: true})
 		return nil
 	}
 	return conflict("instance.id", inst.ID, "instance %s/%s keeps changing; try again", inst.Service, inst.ID)
@@ -235,7 +235,7 @@ func (s *Server) laneOfKey(ctx context.Context, key string) (string, bool, error
 }
 
 func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request, p *principal) error {
-	var req adminclient.HeartbeatRequest
+	var req adminapi.HeartbeatRequest
 	if err := decode(r, &req); err != nil {
 		return err
 	}
@@ -253,7 +253,7 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request, p *principal)
 	held := len(cur.Kvs) == 1 && clientv3.LeaseID(cur.Kvs[0].Lease) == id
 	if held {
 		if err := json.Unmarshal(cur.Kvs[0].Value, &inst); err != nil {
-			return errorf(http.StatusInternalServerError, adminclient.CodeInternal, "", "", "unreadable instance at %s: %v", key, err)
+			return errorf(http.StatusInternalServerError, adminapi.CodeInternal, "", "", "unreadable instance at %s: %v", key, err)
 		}
 		if !p.allows(inst.Lane) {
 			s.metrics.heartbeats.WithLabelValues("refused").Inc()
@@ -265,7 +265,7 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request, p *principal)
 			s.revoke(id)
 			s.metrics.heartbeats.WithLabelValues("lane_expired").Inc()
 			s.log.Info("registration ended: its lane has expired", "service", inst.Service, "id", inst.ID, "lane", inst.Lane)
-			return errorf(http.StatusGone, adminclient.CodeLaneExpired, "instance.lane", inst.Lane, "lane %q has expired; registration %s is ended", inst.Lane, req.Registration)
+			return errorf(http.StatusGone, adminapi.CodeLaneExpired, "instance.lane", inst.Lane, "lane %q has expired; registration %s is ended", inst.Lane, req.Registration)
 		}
 	} else if err := s.authorizeLease(ctx, p, id); err != nil {
 		if ae, ok := err.(*apiError); ok && ae.status == http.StatusNotFound {
@@ -282,7 +282,7 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request, p *principal)
 		return etcdError("renew registration", err)
 	}
 	s.metrics.heartbeats.WithLabelValues("ok").Inc()
-	writeJSON(w, http.StatusOK, adminclient.Registration{Instance: inst, Registration: req.Registration, TTL: adminclient.Duration(time.Duration(ka.TTL) * time.Second), Held: held})
+	writeJSON(w, http.StatusOK, adminapi.Registration{Instance: inst, Registration: req.Registration, TTL: adminapi.Duration(time.Duration(ka.TTL) * time.Second), Held: held})
 	return nil
 }
 
@@ -363,16 +363,16 @@ func (s *Server) list(ctx context.Context, service string) ([]*mvccpb.KeyValue, 
 }
 
 // views returns the instances as the API shows them.
-func (s *Server) views(ctx context.Context, service string) ([]adminclient.Instance, error) {
+func (s *Server) views(ctx context.Context, service string) ([]adminapi.Instance, error) {
 	kvs, insts, err := s.list(ctx, service)
 	if err != nil {
 		return nil, err
 	}
 	pol := s.engine.Policy()
 	now := s.now()
-	out := make([]adminclient.Instance, 0, len(insts))
+	out := make([]adminapi.Instance, 0, len(insts))
 	for i, in := range insts {
-		v := adminclient.Instance{Instance: in, EffectiveLane: s.engine.LaneOf(in), State: "ready"}
+		v := adminapi.Instance{Instance: in, EffectiveLane: s.engine.LaneOf(in), State: "ready"}
 		switch {
 		case pol.Expired(v.EffectiveLane, now):
 			v.State = "expired"
@@ -421,11 +421,11 @@ func (s *Server) listServices(w http.ResponseWriter, r *http.Request, _ *princip
 	return nil
 }
 
-func services(insts []adminclient.Instance) []adminclient.Service {
-	out := []adminclient.Service{}
+func services(insts []adminapi.Instance) []adminapi.Service {
+	out := []adminapi.Service{}
 	for _, in := range insts { // sorted by service, then lane
 		if len(out) == 0 || out[len(out)-1].Name != in.Service {
-			out = append(out, adminclient.Service{Name: in.Service, Lanes: []string{}})
+			out = append(out, adminapi.Service{Name: in.Service, Lanes: []string{}})
 		}
 		sv := &out[len(out)-1]
 		sv.Instances++
@@ -447,7 +447,7 @@ func (s *Server) watchInstances(w http.ResponseWriter, r *http.Request, _ *princ
 		}
 	}
 	if !s.beginStream() {
-		return errorf(http.StatusServiceUnavailable, adminclient.CodeUnavailable, "", "", "the control plane is shutting down")
+		return errorf(http.StatusServiceUnavailable, adminapi.CodeUnavailable, "", "", "the control plane is shutting down")
 	}
 	defer s.wg.Done()
 	ctx, cancel := context.WithCancel(r.Context())
@@ -469,16 +469,16 @@ func (s *Server) watchInstances(w http.ResponseWriter, r *http.Request, _ *princ
 		nctx, ncancel := context.WithTimeout(ctx, keepAliveEvery)
 		b, err := wt.Next(nctx)
 		ncancel()
-		var out adminclient.Batch
+		var out adminapi.Batch
 		switch {
 		case err == nil:
 			rev = b.Revision
-			out = adminclient.Batch{Reset: b.Reset, Revision: b.Revision, Events: make([]adminclient.Event, 0, len(b.Events))}
+			out = adminapi.Batch{Reset: b.Reset, Revision: b.Revision, Events: make([]adminapi.Event, 0, len(b.Events))}
 			for _, ev := range b.Events {
-				out.Events = append(out.Events, adminclient.Event{Type: ev.Type.String(), Instance: ev.Instance, Revision: ev.Revision})
+				out.Events = append(out.Events, adminapi.Event{Type: ev.Type.String(), Instance: ev.Instance, Revision: ev.Revision})
 			}
 		case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
-			out = adminclient.Batch{Revision: rev, Events: []adminclient.Event{}} // keep-alive
+			out = adminapi.Batch{Revision: rev, Events: []adminapi.Event{}} // keep-alive
 		default:
 			return nil // the client left, the server is closing, or the watch ended: the client watches again
 		}

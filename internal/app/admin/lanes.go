@@ -13,14 +13,14 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.yaml.in/yaml/v3"
 
-	"github.com/lanesdev/lanes/adminclient"
+	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/lane"
 	"github.com/lanesdev/lanes/policy"
 )
 
 // lanes gathers every lane known from the policy, the instances and the
 // claims.
-func (s *Server) lanes(ctx context.Context) ([]adminclient.Lane, error) {
+func (s *Server) lanes(ctx context.Context) ([]adminapi.Lane, error) {
 	insts, err := s.views(ctx, "")
 	if err != nil {
 		return nil, err
@@ -31,12 +31,12 @@ func (s *Server) lanes(ctx context.Context) ([]adminclient.Lane, error) {
 	}
 	pol := s.engine.Policy()
 	now := s.now()
-	byName := map[string]*adminclient.Lane{}
-	get := func(n string) *adminclient.Lane {
+	byName := map[string]*adminapi.Lane{}
+	get := func(n string) *adminapi.Lane {
 		if l := byName[n]; l != nil {
 			return l
 		}
-		l := &adminclient.Lane{Name: n, Services: []string{}}
+		l := &adminapi.Lane{Name: n, Services: []string{}}
 		if set, ok := pol.Lanes[n]; ok {
 			l.InPolicy = true
 			l.Fallback, l.Strict, l.Clients = set.Fallback, set.Strict, set.Clients
@@ -66,7 +66,7 @@ func (s *Server) lanes(ctx context.Context) ([]adminclient.Lane, error) {
 		l := get(c.Lane)
 		l.Claims = append(l.Claims, c.IP)
 	}
-	out := make([]adminclient.Lane, 0, len(byName))
+	out := make([]adminapi.Lane, 0, len(byName))
 	for _, l := range byName {
 		sort.Strings(l.Services)
 		sort.Strings(l.Claims)
@@ -94,17 +94,17 @@ func pathLane(r *http.Request) (string, error) {
 	return l, nil
 }
 
-func (s *Server) lane(ctx context.Context, name string) (adminclient.Lane, error) {
+func (s *Server) lane(ctx context.Context, name string) (adminapi.Lane, error) {
 	all, err := s.lanes(ctx)
 	if err != nil {
-		return adminclient.Lane{}, err
+		return adminapi.Lane{}, err
 	}
 	for _, l := range all {
 		if l.Name == name {
 			return l, nil
 		}
 	}
-	return adminclient.Lane{Name: name, Services: []string{}}, nil
+	return adminapi.Lane{Name: name, Services: []string{}}, nil
 }
 
 func (s *Server) getLane(w http.ResponseWriter, r *http.Request, _ *principal) error {
@@ -127,7 +127,7 @@ func (s *Server) putLane(w http.ResponseWriter, r *http.Request, _ *principal) e
 	if err != nil {
 		return err
 	}
-	var u adminclient.LaneUpdate
+	var u adminapi.LaneUpdate
 	if err := decode(r, &u); err != nil {
 		return err
 	}
@@ -168,12 +168,12 @@ func (s *Server) putLane(w http.ResponseWriter, r *http.Request, _ *principal) e
 			raw, rev = resp.Kvs[0].Value, resp.Kvs[0].ModRevision
 		}
 		if _, err := policy.Parse(key, raw); err != nil {
-			return &apiError{status: http.StatusConflict, body: adminclient.Error{Code: adminclient.CodeInvalidPolicy,
+			return &apiError{status: http.StatusConflict, body: adminapi.Error{Code: adminapi.CodeInvalidPolicy,
 				Message: "the stored policy document is invalid; apply a valid one first: " + err.Error()}}
 		}
 		updated, err := setLaneExpiry(raw, name, exp)
 		if err != nil {
-			return errorf(http.StatusConflict, adminclient.CodeInvalidPolicy, "lanes", "", "cannot edit the stored policy document: %v", err)
+			return errorf(http.StatusConflict, adminapi.CodeInvalidPolicy, "lanes", "", "cannot edit the stored policy document: %v", err)
 		}
 		if _, err := policy.Parse("", updated); err != nil {
 			return policyError(err)

@@ -5,7 +5,7 @@ import (
 	"io"
 	"net/http"
 
-	"github.com/lanesdev/lanes/adminclient"
+	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/internal/lib/strictyaml"
 	"github.com/lanesdev/lanes/policy"
 )
@@ -16,7 +16,7 @@ func readDocument(r *http.Request) ([]byte, error) {
 	if err != nil {
 		var me *http.MaxBytesError
 		if errors.As(err, &me) {
-			return nil, errorf(http.StatusRequestEntityTooLarge, adminclient.CodeBadRequest, "", "", "the document is larger than %d bytes", strictyaml.MaxSize)
+			return nil, errorf(http.StatusRequestEntityTooLarge, adminapi.CodeBadRequest, "", "", "the document is larger than %d bytes", strictyaml.MaxSize)
 		}
 		return nil, badRequest("", "", "read the document: %v", err)
 	}
@@ -28,8 +28,8 @@ func readDocument(r *http.Request) ([]byte, error) {
 func policyError(err error) error {
 	var pe *policy.Error
 	if errors.As(err, &pe) {
-		return &apiError{status: http.StatusUnprocessableEntity, body: adminclient.Error{
-			Code: adminclient.CodeInvalidPolicy, Message: pe.Msg, Field: pe.Field, Line: pe.Line,
+		return &apiError{status: http.StatusUnprocessableEntity, body: adminapi.Error{
+			Code: adminapi.CodeInvalidPolicy, Message: pe.Msg, Field: pe.Field, Line: pe.Line,
 		}}
 	}
 	return err
@@ -42,12 +42,12 @@ func (s *Server) getPolicy(w http.ResponseWriter, r *http.Request, _ *principal)
 		if errors.As(err, &pe) {
 			// Written into etcd by other means; the engine keeps the
 			// previous valid document.
-			return &apiError{status: http.StatusConflict, body: adminclient.Error{Code: adminclient.CodeInvalidPolicy,
+			return &apiError{status: http.StatusConflict, body: adminapi.Error{Code: adminapi.CodeInvalidPolicy,
 				Message: "the stored policy document is invalid (written by other means than the API): " + err.Error(), Field: pe.Field, Line: pe.Line}}
 		}
 		return etcdError("read policy", err)
 	}
-	writeJSON(w, http.StatusOK, adminclient.PolicyDocument{Revision: doc.Revision, Raw: string(doc.Raw), Policy: doc.Policy})
+	writeJSON(w, http.StatusOK, adminapi.PolicyDocument{Revision: doc.Revision, Raw: string(doc.Raw), Policy: doc.Policy})
 	return nil
 }
 
@@ -67,7 +67,7 @@ func (s *Server) putPolicy(w http.ResponseWriter, r *http.Request, _ *principal)
 		return etcdError("store policy", err)
 	}
 	s.log.Info("policy applied", "revision", doc.Revision, "bytes", len(raw))
-	writeJSON(w, http.StatusOK, adminclient.PolicyDocument{Revision: doc.Revision, Raw: string(doc.Raw), Policy: doc.Policy})
+	writeJSON(w, http.StatusOK, adminapi.PolicyDocument{Revision: doc.Revision, Raw: string(doc.Raw), Policy: doc.Policy})
 	return nil
 }
 
@@ -80,6 +80,6 @@ func (s *Server) validatePolicy(w http.ResponseWriter, r *http.Request, _ *princ
 	if err != nil {
 		return policyError(err)
 	}
-	writeJSON(w, http.StatusOK, adminclient.PolicyDocument{Raw: string(raw), Policy: p})
+	writeJSON(w, http.StatusOK, adminapi.PolicyDocument{Raw: string(raw), Policy: p})
 	return nil
 }

@@ -13,7 +13,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/lanesdev/lanes/adminclient"
+	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/lane"
 )
 
@@ -30,7 +30,7 @@ const (
 
 // storedToken is the value at <prefix>tokens/<id>.
 type storedToken struct {
-	adminclient.Token
+	adminapi.Token
 	Hash string `json:"sha256"`
 }
 
@@ -59,26 +59,26 @@ func tokenID(tok string) string {
 }
 
 // checkToken looks a registration token up in etcd.
-func (s *Server) checkToken(ctx context.Context, tok string) (adminclient.Token, error) {
+func (s *Server) checkToken(ctx context.Context, tok string) (adminapi.Token, error) {
 	id := tokenID(tok)
 	if id == "" {
-		return adminclient.Token{}, unauthorized("unknown token: it is neither the admin token nor a registration token")
+		return adminapi.Token{}, unauthorized("unknown token: it is neither the admin token nor a registration token")
 	}
 	resp, err := s.cli.Get(ctx, s.tokenKey(id))
 	if err != nil {
-		return adminclient.Token{}, etcdError("read token", err)
+		return adminapi.Token{}, etcdError("read token", err)
 	}
 	if len(resp.Kvs) == 0 {
-		return adminclient.Token{}, unauthorized("unknown token " + id + " (revoked, or never created)")
+		return adminapi.Token{}, unauthorized("unknown token " + id + " (revoked, or never created)")
 	}
 	var st storedToken
 	if err := json.Unmarshal(resp.Kvs[0].Value, &st); err != nil {
 		s.log.Warn("unreadable token record", "key", string(resp.Kvs[0].Key), "err", err)
-		return adminclient.Token{}, unauthorized("unknown token " + id)
+		return adminapi.Token{}, unauthorized("unknown token " + id)
 	}
 	sum := sha256.Sum256([]byte(tok))
 	if subtle.ConstantTimeCompare([]byte(hex.EncodeToString(sum[:])), []byte(st.Hash)) != 1 {
-		return adminclient.Token{}, unauthorized("wrong secret for token " + id)
+		return adminapi.Token{}, unauthorized("wrong secret for token " + id)
 	}
 	return st.Token, nil
 }
@@ -88,7 +88,7 @@ func (s *Server) listTokens(w http.ResponseWriter, r *http.Request, _ *principal
 	if err != nil {
 		return etcdError("list tokens", err)
 	}
-	out := []adminclient.Token{}
+	out := []adminapi.Token{}
 	for _, kv := range resp.Kvs {
 		var st storedToken
 		if err := json.Unmarshal(kv.Value, &st); err != nil {
@@ -103,11 +103,11 @@ func (s *Server) listTokens(w http.ResponseWriter, r *http.Request, _ *principal
 }
 
 func (s *Server) createToken(w http.ResponseWriter, r *http.Request, _ *principal) error {
-	var req adminclient.TokenRequest
+	var req adminapi.TokenRequest
 	if err := decode(r, &req); err != nil {
 		return err
 	}
-	t := adminclient.Token{Name: strings.TrimSpace(req.Name), Baseline: req.Baseline, Created: s.now().UTC()}
+	t := adminapi.Token{Name: strings.TrimSpace(req.Name), Baseline: req.Baseline, Created: s.now().UTC()}
 	switch {
 	case req.Baseline && req.Lane != "":
 		return badRequest("lane", req.Lane, "set either lane or baseline, not both")
@@ -144,7 +144,7 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request, _ *principa
 			return nil
 		}
 	}
-	return errorf(http.StatusInternalServerError, adminclient.CodeInternal, "", "", "could not pick an unused token id")
+	return errorf(http.StatusInternalServerError, adminapi.CodeInternal, "", "", "could not pick an unused token id")
 }
 
 func (s *Server) revokeToken(w http.ResponseWriter, r *http.Request, _ *principal) error {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/adminclient"
 	"github.com/lanesdev/lanes/internal/app/controlplane"
 )
@@ -59,10 +60,10 @@ func firstOf(vals ...string) string {
 
 // apiFailure turns an error of the admin API into the command's exit.
 func apiFailure(c *adminclient.Client, err error) error {
-	var ae *adminclient.Error
+	var ae *adminapi.Error
 	if errors.As(err, &ae) {
 		msg := ae.Message
-		if ae.Code == adminclient.CodeUnauthorized {
+		if ae.Code == adminapi.CodeUnauthorized {
 			msg += "; give a token with --token or LANES_TOKEN, or run where <data-dir>/admin-token is readable"
 		}
 		return &exitError{code: ExitFail, err: errors.New(msg)}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/adminclient"
 	"github.com/lanesdev/lanes/internal/app/controlplane"
 	"github.com/lanesdev/lanes/lane"
@@ -83,7 +84,7 @@ token of a local 'lanes up'.`,
 			ictx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			info, infoErr := c.Info(ictx)
 			cancel()
-			if infoErr != nil && !adminclient.IsCode(infoErr, adminclient.CodeNotFound) {
+			if infoErr != nil && !adminapi.IsCode(infoErr, adminapi.CodeNotFound) {
 				return apiFailure(c, infoErr)
 			}
 			if conn, err := net.DialTimeout("tcp", addr, time.Second); err != nil {
@@ -108,7 +109,7 @@ token of a local 'lanes up'.`,
 				cctx, cancel := context.WithTimeout(ctx, callTimeout)
 				defer cancel()
 				rid := adminclient.RegistrationOf(lease)
-				cl, err := c.Claim(cctx, adminclient.ClaimRequest{Lane: l, Registration: rid})
+				cl, err := c.Claim(cctx, adminapi.ClaimRequest{Lane: l, Registration: rid})
 				if err != nil {
 					fmt.Fprintf(errw, "lanes dev: could not claim this client for lane %s: %v\n", l, err)
 					return
@@ -176,12 +177,12 @@ func sanitizeID(s string) string {
 }
 
 // printCurls prints the requests that reach the lane through the gateway.
-func printCurls(w io.Writer, info adminclient.Info, service, l string, claimed bool) {
+func printCurls(w io.Writer, info adminapi.Info, service, l string, claimed bool) {
 	gw := info.Gateway
 	if gw.URL == "" {
 		return
 	}
-	var rt *adminclient.Route
+	var rt *adminapi.Route
 	for i := range gw.Routes {
 		if gw.Routes[i].Service == service {
 			rt = &gw.Routes[i]

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/adminclient"
 )
 
@@ -49,7 +50,7 @@ policy, the instances and the client claims of dev sessions).`,
 			}
 			return cf.call(cmd, func(ctx context.Context, c *adminclient.Client) error {
 				var err error
-				var l adminclient.Listing
+				var l adminapi.Listing
 				if l.Services, err = c.Services(ctx); err != nil {
 					return apiFailure(c, err)
 				}
@@ -72,7 +73,7 @@ policy, the instances and the client claims of dev sessions).`,
 	return cmd
 }
 
-func printListing(w io.Writer, l adminclient.Listing) {
+func printListing(w io.Writer, l adminapi.Listing) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SERVICE\tINSTANCES\tLANES")
 	for _, s := range l.Services {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/adminclient"
 	"github.com/lanesdev/lanes/policy"
 )
@@ -95,8 +96,8 @@ func unwrapPath(err error) error {
 // policyRefusal turns the server's refusal of a document into the same
 // message as a local one: FILE:LINE: field FIELD: MSG, exit 2.
 func policyRefusal(c *adminclient.Client, file string, err error) error {
-	var ae *adminclient.Error
-	if errors.As(err, &ae) && ae.Code == adminclient.CodeInvalidPolicy {
+	var ae *adminapi.Error
+	if errors.As(err, &ae) && ae.Code == adminapi.CodeInvalidPolicy {
 		pe := &policy.Error{File: file, Line: ae.Line, Field: ae.Field, Msg: ae.Message}
 		return &exitError{code: ExitUsage, err: pe}
 	}

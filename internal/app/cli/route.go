@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/adminclient"
 )
 
@@ -65,7 +66,7 @@ Exit status: 0 when an instance may serve the request, 1 when none may
 	return cmd
 }
 
-func printExplanation(w io.Writer, ex adminclient.Explanation) {
+func printExplanation(w io.Writer, ex adminapi.Explanation) {
 	head := fmt.Sprintf("%s, ", ex.Service)
 	if ex.Lane == "" {
 		head += "baseline request"

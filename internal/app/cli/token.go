@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/adminclient"
 )
 
@@ -27,7 +28,7 @@ baseline needs a baseline token. etcd keeps only a hash of each token.`,
 
 func newTokenCreate() *cobra.Command {
 	var cf clientFlags
-	var req adminclient.TokenRequest
+	var req adminapi.TokenRequest
 	cmd := &cobra.Command{
 		Use:   "create (--lane LANE | --baseline) [--name NAME]",
 		Short: "Create a token; prints it (only this once) on stdout",
@@ -130,10 +131,10 @@ are refused and its registrations end at their next heartbeat.`,
   lanes lane expire alice --never`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var u adminclient.LaneUpdate
+			var u adminapi.LaneUpdate
 			n := 0
 			if in != 0 {
-				u.ExpiresIn = adminclient.Duration(in)
+				u.ExpiresIn = adminapi.Duration(in)
 				n++
 			}
 			if at != "" {

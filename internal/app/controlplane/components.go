@@ -16,7 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 
-	"github.com/lanesdev/lanes/adminclient"
+	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/etcdstore"
 	"github.com/lanesdev/lanes/internal/app/admin"
 	"github.com/lanesdev/lanes/internal/lib/etcdserver"
@@ -232,12 +232,12 @@ func (c *adminComponent) Provision(ctx context.Context, rt *Runtime) error {
 	rt.AdminURL, rt.AdminToken = httpURL(ln.Addr()), token
 	routes, _ := rt.Config.ParsedRoutes()
 	if routes == nil {
-		routes = []adminclient.Route{}
+		routes = []adminapi.Route{}
 	}
-	info := adminclient.Info{
-		Etcd:  adminclient.EtcdInfo{Endpoints: rt.EtcdEndpoints, Embedded: rt.EtcdEmbedded, Prefix: rt.Store.Prefix()},
-		Admin: adminclient.AdminInfo{URL: rt.AdminURL},
-		Gateway: adminclient.GatewayInfo{URL: rt.GatewayURL, Domain: rt.Config.Domain, Routes: routes,
+	info := adminapi.Info{
+		Etcd:  adminapi.EtcdInfo{Endpoints: rt.EtcdEndpoints, Embedded: rt.EtcdEmbedded, Prefix: rt.Store.Prefix()},
+		Admin: adminapi.AdminInfo{URL: rt.AdminURL},
+		Gateway: adminapi.GatewayInfo{URL: rt.GatewayURL, Domain: rt.Config.Domain, Routes: routes,
 			TrustedProxies: rt.Config.TrustedProxies, Zone: rt.Config.Zone},
 	}
 	api, err := admin.New(admin.Config{Store: rt.Store, Engine: rt.Engine, AdminToken: token, Info: info,

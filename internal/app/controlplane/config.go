@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/lanesdev/lanes/adminclient"
+	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/internal/lib/strictyaml"
 	"github.com/lanesdev/lanes/registry"
 )
@@ -428,8 +428,8 @@ func checkListen(addr string) error {
 }
 
 // ParsedRoutes parses the route settings.
-func (c *Config) ParsedRoutes() ([]adminclient.Route, error) {
-	var out []adminclient.Route
+func (c *Config) ParsedRoutes() ([]adminapi.Route, error) {
+	var out []adminapi.Route
 	for i, r := range c.Routes {
 		rt, err := ParseRoute(r)
 		if err != nil {
@@ -449,18 +449,18 @@ func (c *Config) ParsedRoutes() ([]adminclient.Route, error) {
 
 // ParseRoute reads "host-or-/prefix=service": "/=web", "/api=orders",
 // "shop.example.com=web", "shop.example.com/api=orders".
-func ParseRoute(s string) (adminclient.Route, error) {
+func ParseRoute(s string) (adminapi.Route, error) {
 	i := strings.LastIndex(s, "=")
 	if i < 0 {
-		return adminclient.Route{}, errors.New("want host-or-/prefix=service, such as /=web or api.example.com=orders")
+		return adminapi.Route{}, errors.New("want host-or-/prefix=service, such as /=web or api.example.com=orders")
 	}
 	match, svc := strings.TrimSpace(s[:i]), strings.TrimSpace(s[i+1:])
 	if err := registry.CheckService(svc); err != nil {
-		return adminclient.Route{}, fmt.Errorf("service %q: %s", svc, err.(*registry.FieldError).Msg)
+		return adminapi.Route{}, fmt.Errorf("service %q: %s", svc, err.(*registry.FieldError).Msg)
 	}
-	r := adminclient.Route{Service: svc}
+	r := adminapi.Route{Service: svc}
 	if match == "" {
-		return adminclient.Route{}, errors.New("empty host and path before '='; use / for every path")
+		return adminapi.Route{}, errors.New("empty host and path before '='; use / for every path")
 	}
 	if strings.HasPrefix(match, "/") {
 		r.Prefix = match
@@ -470,10 +470,10 @@ func ParseRoute(s string) (adminclient.Route, error) {
 		r.Host = match
 	}
 	if r.Host != "" && (strings.ContainsAny(r.Host, " :@?#*") || strings.HasPrefix(r.Host, ".") || strings.HasSuffix(r.Host, ".")) {
-		return adminclient.Route{}, fmt.Errorf("host %q: want a host name without port", r.Host)
+		return adminapi.Route{}, fmt.Errorf("host %q: want a host name without port", r.Host)
 	}
 	if strings.ContainsAny(r.Prefix, " ?#") {
-		return adminclient.Route{}, fmt.Errorf("path prefix %q: want a path such as /api", r.Prefix)
+		return adminapi.Route{}, fmt.Errorf("path prefix %q: want a path such as /api", r.Prefix)
 	}
 	return r, nil
 }

@@ -16,7 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 
-	"github.com/lanesdev/lanes/adminclient"
+	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/internal/lib/strictyaml"
 	"github.com/lanesdev/lanes/internal/testkit/etcdtest"
 	"github.com/lanesdev/lanes/internal/testkit/natstest"
@@ -58,7 +58,7 @@ func TestConfigPrecedence(t *testing.T) {
 		t.Errorf("got %v, want %v", got, want)
 	}
 	routes, _ := c.ParsedRoutes()
-	if !reflect.DeepEqual(routes, []adminclient.Route{{Prefix: "/a", Service: "orders"}, {Prefix: "/", Service: "web"}}) {
+	if !reflect.DeepEqual(routes, []adminapi.Route{{Prefix: "/a", Service: "orders"}, {Prefix: "/", Service: "web"}}) {
 		t.Errorf("routes %+v", routes)
 	}
 }
@@ -106,7 +106,7 @@ func TestConfigErrors(t *testing.T) {
 }
 
 func TestParseRoute(t *testing.T) {
-	for in, want := range map[string]adminclient.Route{
+	for in, want := range map[string]adminapi.Route{
 		"/=web":                       {Prefix: "/", Service: "web"},
 		"/api/v1=orders":              {Prefix: "/api/v1", Service: "orders"},
 		"shop.example.com=web":        {Host: "shop.example.com", Service: "web"},

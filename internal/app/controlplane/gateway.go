@@ -13,7 +13,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/lanesdev/lanes/adminclient"
+	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/routing"
 )
 
@@ -30,7 +30,7 @@ type Edge interface {
 // EdgeConfig is what the control plane gives its gateway.
 type EdgeConfig struct {
 	Engine         *routing.Engine
-	Routes         []adminclient.Route
+	Routes         []adminapi.Route
 	Domain         string
 	TrustedProxies []netip.Prefix
 	// Claims returns the lane a client address is claimed for by a dev
@@ -85,7 +85,7 @@ func (c *gatewayComponent) Provision(ctx context.Context, rt *Runtime) error {
 	return nil
 }
 
-func describeRoutes(routes []adminclient.Route, domain string) string {
+func describeRoutes(routes []adminapi.Route, domain string) string {
 	if len(routes) == 0 {
 		return "no routes: every request gets 404 (add --route /=SERVICE)"
 	}

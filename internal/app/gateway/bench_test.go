@@ -111,7 +111,7 @@ var benchCases = []struct {
 func BenchmarkGateway(b *testing.B) {
 	baseAddr, aliceAddr := benchBackend(b, ""), benchBackend(b, "alice")
 	e := benchEngine(b, baseAddr, aliceAddr)
-	g, err := New(Config{Engine: e, Routes: []Route{{PathPrefix: "/", Service: "orders"}}})
+	g, err := New(Config{Engine: e, Routes: []Route{{Prefix: "/", Service: "orders"}}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -161,7 +161,7 @@ func BenchmarkGateway(b *testing.B) {
 func BenchmarkGatewayParallel(b *testing.B) {
 	baseAddr, aliceAddr := benchBackend(b, ""), benchBackend(b, "alice")
 	e := benchEngine(b, baseAddr, aliceAddr)
-	g, err := New(Config{Engine: e, Routes: []Route{{PathPrefix: "/", Service: "orders"}}})
+	g, err := New(Config{Engine: e, Routes: []Route{{Prefix: "/", Service: "orders"}}})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -221,7 +221,7 @@ func (w *discardWriter) WriteHeader(code int)        { w.code = code }
 // response headers) against a plain ReverseProxy's, allocations included.
 func BenchmarkServeHTTP(b *testing.B) {
 	e := benchEngine(b, "127.0.0.1:1", "127.0.0.1:2")
-	g, err := New(Config{Engine: e, Routes: []Route{{PathPrefix: "/", Service: "orders"}}})
+	g, err := New(Config{Engine: e, Routes: []Route{{Prefix: "/", Service: "orders"}}})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -416,7 +416,7 @@ func (g *Gateway) match(host, path string) *route {
 		if r.Host != "" && !strings.EqualFold(r.Host, host) {
 			continue
 		}
-		if r.PathPrefix != "" && !matchPath(path, r.prefix) {
+		if r.Prefix != "" && !matchPath(path, r.prefix) {
 			continue
 		}
 		return r

@@ -67,7 +67,7 @@ func TestRouteByHost(t *testing.T) {
 		Domain: "lanes.localhost",
 		Routes: []Route{
 			{Host: "payments.lanes.localhost", Service: "payments"},
-			{PathPrefix: "/", Service: "orders"},
+			{Prefix: "/", Service: "orders"},
 		},
 	})
 	twoLanes(t, w)
@@ -392,7 +392,7 @@ func TestNoInstance(t *testing.T) {
 func TestUnknownRoute(t *testing.T) {
 	w := newWorld(t, "", Config{Routes: []Route{
 		{Host: "orders.example.com", Service: "orders"},
-		{PathPrefix: "/api/", Service: "orders"},
+		{Prefix: "/api/", Service: "orders"},
 	}})
 	twoLanes(t, w)
 	for _, c := range []struct{ host, path string }{
@@ -410,9 +410,9 @@ func TestUnknownRoute(t *testing.T) {
 
 func TestPathPrefix(t *testing.T) {
 	w := newWorld(t, "", Config{Routes: []Route{
-		{PathPrefix: "/orders/", StripPrefix: true, Service: "orders"},
-		{PathPrefix: "/keep", Service: "orders"},
-		{PathPrefix: "/", Service: "default"},
+		{Prefix: "/orders/", StripPrefix: true, Service: "orders"},
+		{Prefix: "/keep", Service: "orders"},
+		{Prefix: "/", Service: "default"},
 	}})
 	base := newBackend(t, "base", "")
 	def := newBackend(t, "default", "")

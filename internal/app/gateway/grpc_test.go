@@ -91,8 +91,8 @@ func grpcClient(t testing.TB, addr string) healthpb.HealthClient {
 
 func TestGRPCPassThrough(t *testing.T) {
 	w := newWorld(t, "", Config{Routes: []Route{
-		{PathPrefix: "/grpc.health.v1.Health/", Service: "health"},
-		{PathPrefix: "/", Service: "orders"},
+		{Prefix: "/grpc.health.v1.Health/", Service: "health"},
+		{Prefix: "/", Service: "orders"},
 	}})
 	base := newGRPCBackend(t, "hbase", "")
 	alice := newGRPCBackend(t, "halice", "alice")
@@ -167,7 +167,7 @@ func TestGRPCPassThrough(t *testing.T) {
 }
 
 func TestGRPCErrors(t *testing.T) {
-	w := newWorld(t, "", Config{Routes: []Route{{PathPrefix: "/grpc.health.v1.Health/", Service: "health"}}})
+	w := newWorld(t, "", Config{Routes: []Route{{Prefix: "/grpc.health.v1.Health/", Service: "health"}}})
 	alice := newGRPCBackend(t, "halice", "alice")
 	w.register(t, "health", alice.id, alice.addr, "alice")
 	hc := grpcClient(t, w.addr)
@@ -197,7 +197,7 @@ func TestGRPCErrors(t *testing.T) {
 }
 
 func TestGRPCUnavailableEjects(t *testing.T) {
-	w := newWorld(t, "outlier: {errors: 2, window: 1m, ejection: 10m}\n", Config{Routes: []Route{{PathPrefix: "/", Service: "health"}}})
+	w := newWorld(t, "outlier: {errors: 2, window: 1m, ejection: 10m}\n", Config{Routes: []Route{{Prefix: "/", Service: "health"}}})
 	good := newGRPCBackend(t, "good", "")
 	bad := newGRPCBackend(t, "bad", "")
 	bad.unavailable.Store(true)

@@ -129,7 +129,7 @@ func newWorld(t testing.TB, doc string, cfg Config) *world {
 	t.Cleanup(func() { w.engine.Close() })
 	cfg.Engine = w.engine
 	if cfg.Routes == nil {
-		cfg.Routes = []Route{{PathPrefix: "/", Service: "orders"}}
+		cfg.Routes = []Route{{Prefix: "/", Service: "orders"}}
 	}
 	gw, err := New(cfg)
 	if err != nil {

@@ -18,7 +18,7 @@ import (
 // laneshttp.Handler never see a request outside their lane.
 func TestLaneTravelsWithLaneshttp(t *testing.T) {
 	w := newWorld(t, "canary:\n  - {service: orders, lane: canary, percent: 100}\n", Config{
-		Routes: []Route{{PathPrefix: "/", Service: "web"}},
+		Routes: []Route{{Prefix: "/", Service: "web"}},
 	})
 	base := newBackend(t, "orders-base", "")
 	alice := newBackend(t, "orders-alice", "alice")

@@ -5,33 +5,19 @@ import (
 	"net/url"
 	"strings"
 
+	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/registry"
 	"github.com/lanesdev/lanes/routing"
 )
 
-// Route maps requests to a service. At least one of Host and PathPrefix
-// should be set; a route with neither matches every request (a default
-// route, useful last).
-type Route struct {
-	// Host matches the request's host exactly, without the port and
-	// ignoring case, for example "orders.example.com". For a lane host
-	// (see Config.Domain) it is compared with the host less its lane label.
-	Host string
-	// PathPrefix matches paths that start with it at a segment boundary:
-	// "/orders/" and "/orders" both match "/orders" and "/orders/42". It
-	// must start with "/".
-	PathPrefix string
-	// StripPrefix removes PathPrefix from the path before the request goes
-	// upstream, keeping a leading "/".
-	StripPrefix bool
-	// Service is the service the route sends requests to.
-	Service string
-}
+// Route maps requests to a service: adminapi.Route, the one type that the
+// control plane's settings, the gateway and GET /v1/info share.
+type Route = adminapi.Route
 
 // route is a validated Route with its service handle.
 type route struct {
 	Route
-	prefix string // PathPrefix without its trailing "/" ("" for "/")
+	prefix string // Prefix without its trailing "/" ("" for "/")
 	svc    *routing.Service
 }
 
@@ -51,17 +37,17 @@ func validateRoutes(rs []Route) ([]route, error) {
 			}
 			r.Host = h
 		}
-		if r.PathPrefix != "" {
-			if err := checkPrefix(r.PathPrefix); err != nil {
-				return nil, fmt.Errorf("gateway: %s.path_prefix: invalid path prefix %q: %v", field, r.PathPrefix, err)
+		if r.Prefix != "" {
+			if err := checkPrefix(r.Prefix); err != nil {
+				return nil, fmt.Errorf("gateway: %s.prefix: invalid path prefix %q: %v", field, r.Prefix, err)
 			}
 		} else if r.StripPrefix {
-			return nil, fmt.Errorf("gateway: %s.strip_prefix: set without a path_prefix", field)
+			return nil, fmt.Errorf("gateway: %s.strip_prefix: set without a prefix", field)
 		}
-		c := route{Route: r, prefix: strings.TrimSuffix(r.PathPrefix, "/")}
+		c := route{Route: r, prefix: strings.TrimSuffix(r.Prefix, "/")}
 		for j, p := range out {
 			if p.Host == c.Host && p.prefix == c.prefix {
-				return nil, fmt.Errorf("gateway: %s: host %q and path_prefix %q are those of routes[%d], so it can never match", field, r.Host, r.PathPrefix, j)
+				return nil, fmt.Errorf("gateway: %s: host %q and prefix %q are those of routes[%d], so it can never match", field, r.Host, r.Prefix, j)
 			}
 		}
 		out = append(out, c)
@@ -119,7 +105,7 @@ func checkPrefix(p string) error {
 	return nil
 }
 
-// matchPath reports whether path matches the segment prefix p (a PathPrefix
+// matchPath reports whether path matches the segment prefix p (a Prefix
 // without its trailing "/"; "" matches everything).
 func matchPath(path, p string) bool {
 	if p == "" {

@@ -21,7 +21,7 @@ import (
 func TestNewValidation(t *testing.T) {
 	e := routing.New()
 	defer e.Close()
-	ok := []Route{{PathPrefix: "/", Service: "orders"}}
+	ok := []Route{{Prefix: "/", Service: "orders"}}
 	for _, c := range []struct {
 		name string
 		cfg  Config
@@ -29,15 +29,15 @@ func TestNewValidation(t *testing.T) {
 	}{
 		{"no engine", Config{Routes: ok}, "engine"},
 		{"no routes", Config{Engine: e}, "routes: empty"},
-		{"bad service", Config{Engine: e, Routes: []Route{{PathPrefix: "/", Service: "a b"}}}, `routes[0].service: invalid service "a b"`},
-		{"empty service", Config{Engine: e, Routes: []Route{{PathPrefix: "/"}}}, `routes[0].service`},
+		{"bad service", Config{Engine: e, Routes: []Route{{Prefix: "/", Service: "a b"}}}, `routes[0].service: invalid service "a b"`},
+		{"empty service", Config{Engine: e, Routes: []Route{{Prefix: "/"}}}, `routes[0].service`},
 		{"host with port", Config{Engine: e, Routes: []Route{{Host: "a.com:80", Service: "s"}}}, `routes[0].host: invalid host "a.com:80"`},
 		{"host with scheme", Config{Engine: e, Routes: []Route{{Host: "http://a.com", Service: "s"}}}, `routes[0].host`},
-		{"relative prefix", Config{Engine: e, Routes: []Route{{PathPrefix: "orders/", Service: "s"}}}, `routes[0].path_prefix: invalid path prefix "orders/"`},
-		{"prefix with query", Config{Engine: e, Routes: []Route{{PathPrefix: "/a?b", Service: "s"}}}, `routes[0].path_prefix`},
-		{"dot segment", Config{Engine: e, Routes: []Route{{PathPrefix: "/a/../b", Service: "s"}}}, `routes[0].path_prefix`},
+		{"relative prefix", Config{Engine: e, Routes: []Route{{Prefix: "orders/", Service: "s"}}}, `routes[0].prefix: invalid path prefix "orders/"`},
+		{"prefix with query", Config{Engine: e, Routes: []Route{{Prefix: "/a?b", Service: "s"}}}, `routes[0].prefix`},
+		{"dot segment", Config{Engine: e, Routes: []Route{{Prefix: "/a/../b", Service: "s"}}}, `routes[0].prefix`},
 		{"strip without prefix", Config{Engine: e, Routes: []Route{{Host: "a.com", StripPrefix: true, Service: "s"}}}, `routes[0].strip_prefix`},
-		{"unreachable", Config{Engine: e, Routes: []Route{{PathPrefix: "/a/", Service: "s"}, {PathPrefix: "/a", Service: "t"}}}, `routes[1]: host "" and path_prefix "/a" are those of routes[0]`},
+		{"unreachable", Config{Engine: e, Routes: []Route{{Prefix: "/a/", Service: "s"}, {Prefix: "/a", Service: "t"}}}, `routes[1]: host "" and prefix "/a" are those of routes[0]`},
 		{"bad domain", Config{Engine: e, Routes: ok, Domain: "lanes..localhost"}, `domain: invalid domain "lanes..localhost"`},
 		{"bad alias", Config{Engine: e, Routes: ok, Aliases: []string{"a b"}}, `aliases[0]: invalid header name "a b"`},
 		{"x-lane alias", Config{Engine: e, Routes: ok, Aliases: []string{"X-Lane"}}, `aliases[0]`},
@@ -158,7 +158,7 @@ func TestMetrics(t *testing.T) {
 		t.Errorf("metrics:\n got %v\nwant %v", got, want)
 	}
 	// A second gateway on the same registerer is refused.
-	if _, err := New(Config{Engine: w.engine, Routes: []Route{{PathPrefix: "/", Service: "orders"}}, Registerer: reg}); err == nil || !strings.Contains(err.Error(), "already registered") {
+	if _, err := New(Config{Engine: w.engine, Routes: []Route{{Prefix: "/", Service: "orders"}}, Registerer: reg}); err == nil || !strings.Contains(err.Error(), "already registered") {
 		t.Errorf("second gateway on one registerer: %v", err)
 	}
 }
@@ -181,7 +181,7 @@ func TestCloseWaitsForRequests(t *testing.T) {
 	defer close(release)
 	registerAddr(t, reg, e, "orders", "slow", strings.TrimPrefix(slow.URL, "http://"))
 
-	g, err := New(Config{Engine: e, Routes: []Route{{PathPrefix: "/", Service: "orders"}}})
+	g, err := New(Config{Engine: e, Routes: []Route{{Prefix: "/", Service: "orders"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -231,7 +231,7 @@ func TestShutdown(t *testing.T) {
 	reg, e := routingWorld(t)
 	b := newBackend(t, "base", "")
 	registerAddr(t, reg, e, "orders", b.id, b.addr)
-	g, err := New(Config{Engine: e, Routes: []Route{{PathPrefix: "/", Service: "orders"}}})
+	g, err := New(Config{Engine: e, Routes: []Route{{Prefix: "/", Service: "orders"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +262,7 @@ func TestNotReady(t *testing.T) {
 	// A store whose watch never delivers: the engine never has a policy.
 	e := routing.New(routing.WithPolicyStore(stuckStore{}))
 	defer e.Close()
-	g, err := New(Config{Engine: e, Routes: []Route{{PathPrefix: "/", Service: "orders"}}, ReadyTimeout: 50 * time.Millisecond})
+	g, err := New(Config{Engine: e, Routes: []Route{{Prefix: "/", Service: "orders"}}, ReadyTimeout: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

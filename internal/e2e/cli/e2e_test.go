@@ -28,6 +28,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/adminclient"
 	"github.com/lanesdev/lanes/etcdstore"
 	"github.com/lanesdev/lanes/internal/testkit/etcdtest"
@@ -77,9 +78,9 @@ func testUp(t *testing.T, prefix string, etcdArgs []string) {
 		"--route", "/=web",
 		"--trusted-proxy", "127.0.0.3/32")...)
 	gw := u.gateway + "/"
-	aliceTok := u.newToken(t, adminclient.TokenRequest{Lane: "alice", Name: "alice"})
-	bobTok := u.newToken(t, adminclient.TokenRequest{Lane: "bob"})
-	baseTok := u.newToken(t, adminclient.TokenRequest{Baseline: true, Name: "ci"})
+	aliceTok := u.newToken(t, adminapi.TokenRequest{Lane: "alice", Name: "alice"})
+	bobTok := u.newToken(t, adminapi.TokenRequest{Lane: "bob"})
+	baseTok := u.newToken(t, adminapi.TokenRequest{Baseline: true, Name: "ci"})
 
 	webBase, webAlice, webBob, webCanary := newBackend(t, "web-base"), newBackend(t, "web-alice"), newBackend(t, "web-bob"), newBackend(t, "web-canary")
 	// The SDK way: through the admin API with scoped tokens.
@@ -136,7 +137,7 @@ func testUp(t *testing.T, prefix string, etcdArgs []string) {
 			{Service: "web", ID: "x2", Addr: webBob.addr},              // the baseline
 		} {
 			l, err := reg.Register(ctx, in, 3*time.Second)
-			if !adminclient.IsCode(err, adminclient.CodeForbidden) {
+			if !adminapi.IsCode(err, adminapi.CodeForbidden) {
 				if l != nil {
 					l.Close()
 				}
@@ -145,7 +146,7 @@ func testUp(t *testing.T, prefix string, etcdArgs []string) {
 		}
 		// Nor can it take over an instance id of another lane.
 		l, err := reg.Register(ctx, registry.Instance{Service: "web", ID: "web-base", Addr: webAlice.addr, Lane: "alice"}, 3*time.Second)
-		if !adminclient.IsCode(err, adminclient.CodeConflict) {
+		if !adminapi.IsCode(err, adminapi.CodeConflict) {
 			if l != nil {
 				l.Close()
 			}
@@ -154,7 +155,7 @@ func testUp(t *testing.T, prefix string, etcdArgs []string) {
 		// The baseline token registers no lane either.
 		breg := adminclient.NewRegistry(u.client(t, baseTok))
 		defer breg.Close()
-		if l, err := breg.Register(ctx, registry.Instance{Service: "web", ID: "x3", Addr: webBob.addr, Lane: "alice"}, 3*time.Second); !adminclient.IsCode(err, adminclient.CodeForbidden) {
+		if l, err := breg.Register(ctx, registry.Instance{Service: "web", ID: "x3", Addr: webBob.addr, Lane: "alice"}, 3*time.Second); !adminapi.IsCode(err, adminapi.CodeForbidden) {
 			if l != nil {
 				l.Close()
 			}
@@ -298,7 +299,7 @@ func testUp(t *testing.T, prefix string, etcdArgs []string) {
 		// The API itself refuses it too, naming line and field; the
 		// document in force stays.
 		_, err := u.client(t, u.token).PutPolicy(ctx, []byte("lanes:\n  alice:\n    fallback: [\"-no\"]\n"))
-		var ae *adminclient.Error
+		var ae *adminapi.Error
 		if !errors.As(err, &ae) || ae.Status != http.StatusUnprocessableEntity || ae.Line != 3 || ae.Field != "lanes.alice.fallback[0]" {
 			t.Errorf("PUT of an invalid policy: %v (%+v)", err, ae)
 		}
@@ -320,7 +321,7 @@ func testUp(t *testing.T, prefix string, etcdArgs []string) {
 
 	t.Run("ls-explain", func(t *testing.T) {
 		code, out, errOut := u.cli(t, "ls", "-o", "json")
-		var l adminclient.Listing
+		var l adminapi.Listing
 		if code != 0 || json.Unmarshal([]byte(out), &l) != nil {
 			t.Fatalf("ls -o json: exit %d, %s %s", code, out, errOut)
 		}
@@ -378,7 +379,7 @@ func testUp(t *testing.T, prefix string, etcdArgs []string) {
 		reg := adminclient.NewRegistry(u.client(t, aliceTok))
 		defer reg.Close()
 		l, err := reg.Register(ctx, registry.Instance{Service: "web", ID: "web-alice-2", Addr: webAlice.addr, Lane: "alice"}, 3*time.Second)
-		if !adminclient.IsCode(err, adminclient.CodeLaneExpired) {
+		if !adminapi.IsCode(err, adminapi.CodeLaneExpired) {
 			if l != nil {
 				l.Close()
 			}
@@ -554,12 +555,12 @@ func TestUpExternalEtcdAuth(t *testing.T) {
 	if !strings.Contains(u.stdout.String(), "external") {
 		t.Errorf("start-up output:\n%s", u.stdout.String())
 	}
-	tok := u.newToken(t, adminclient.TokenRequest{Lane: "alice"})
+	tok := u.newToken(t, adminapi.TokenRequest{Lane: "alice"})
 	b := newBackend(t, "web-alice")
 	base := newBackend(t, "web-base")
 	l := u.register(t, tok, registry.Instance{Service: "web", ID: "web-alice", Addr: b.addr, Lane: "alice"})
 	u.register(t, u.token, registry.Instance{Service: "web", ID: "web-base", Addr: base.addr})
-	if _, err := u.client(t, tok).Claim(ctx, adminclient.ClaimRequest{Lane: "alice", Registration: adminclient.RegistrationOf(l)}); err != nil {
+	if _, err := u.client(t, tok).Claim(ctx, adminapi.ClaimRequest{Lane: "alice", Registration: adminclient.RegistrationOf(l)}); err != nil {
 		t.Errorf("claim: %v", err)
 	}
 	gc := clientFrom(t, "127.0.0.2")

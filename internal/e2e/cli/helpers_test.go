@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/adminclient"
 	"github.com/lanesdev/lanes/registry"
 )
@@ -273,7 +274,7 @@ func (u *up) register(t *testing.T, token string, inst registry.Instance) regist
 	return l
 }
 
-func (u *up) newToken(t *testing.T, req adminclient.TokenRequest) string {
+func (u *up) newToken(t *testing.T, req adminapi.TokenRequest) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()

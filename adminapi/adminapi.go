@@ -1,7 +1,13 @@
-package adminclient
+// Package adminapi holds the JSON documents of the lanes admin API
+// (docs/api.md): the requests, the answers, the error document and its
+// codes. The server (internal/app/admin) and the Go client (adminclient)
+// both use these types, so the two cannot drift, and the server does not
+// depend on its client.
+package adminapi
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -10,9 +16,6 @@ import (
 	"github.com/lanesdev/lanes/policy"
 	"github.com/lanesdev/lanes/registry"
 )
-
-// This file holds the JSON documents of the admin API (docs/api.md). The
-// server (internal/app/admin) uses the same types, so the two cannot drift.
 
 // Duration is a time.Duration written in JSON as a Go duration string
 // ("10s", "1h30m").
@@ -88,6 +91,12 @@ func (e *Error) Is(target error) bool {
 	return ok && t.Code == e.Code
 }
 
+// IsCode reports whether err is an *Error with the given code.
+func IsCode(err error, code string) bool {
+	var e *Error
+	return errors.As(err, &e) && e.Code == code
+}
+
 // ErrorBody wraps Error on the wire.
 type ErrorBody struct {
 	Error *Error `json:"error"`
@@ -137,9 +146,22 @@ type GatewayInfo struct {
 }
 
 // Route sends the requests for a host or under a path prefix to a service.
+// It is both the gateway's setting and what GET /v1/info shows. At least one
+// of Host and Prefix should be set; a route with neither matches every
+// request (a default route, useful last).
 type Route struct {
-	Host    string `json:"host,omitempty"`
-	Prefix  string `json:"prefix,omitempty"`
+	// Host matches the request's host exactly, without the port and
+	// ignoring case, for example "orders.example.com". For a lane host
+	// (<lane>.<domain>) it is compared with the host less its lane label.
+	Host string `json:"host,omitempty"`
+	// Prefix matches paths that start with it at a segment boundary:
+	// "/orders/" and "/orders" both match "/orders" and "/orders/42". It
+	// must start with "/".
+	Prefix string `json:"prefix,omitempty"`
+	// StripPrefix removes Prefix from the path before the request goes
+	// upstream, keeping a leading "/".
+	StripPrefix bool `json:"strip_prefix,omitempty"`
+	// Service is the service the route sends requests to.
 	Service string `json:"service"`
 }
 
