@@ -34,19 +34,22 @@ type Policy struct {
 	Gateway Gateway                 `yaml:"gateway" json:"gateway"`
 }
 
-// Lane choice at the gateway: who may pick a request's lane with the x-lane
-// header or the lane baggage member.
+// Lane choice at the gateway: who may pick a request's lane with what it
+// sends: the x-lane header, the lane baggage member, the alias headers, the
+// lane cookie and the <lane>.<domain> host.
 const (
 	ChoiceAll       = "all"       // every client (the default)
-	ChoiceNone      = "none"      // no client: lanes come from cookies, hosts, claims and canaries only
+	ChoiceNone      = "none"      // no client: lanes come from client-address claims and canaries only
 	ChoiceAllowlist = "allowlist" // clients whose address is in Gateway.Allow
 )
 
 // Gateway holds the rules the edge applies when it assigns a request's lane.
 type Gateway struct {
-	// LaneChoice says which clients may choose a lane with headers:
-	// ChoiceAll (default), ChoiceNone or ChoiceAllowlist. The lane headers
-	// of any other client are stripped.
+	// LaneChoice says which clients may choose a lane with what they send
+	// (headers, cookie, host): ChoiceAll (default), ChoiceNone or
+	// ChoiceAllowlist. Nothing of the kind is read from any other client,
+	// and its lane headers are stripped. Client-address claims are not a
+	// client's choice: they keep working.
 	LaneChoice string `yaml:"lane_choice" json:"lane_choice,omitempty"`
 	// Allow lists the client addresses (IPs or CIDRs) that may choose a lane
 	// when LaneChoice is ChoiceAllowlist.

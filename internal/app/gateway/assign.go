@@ -1,7 +1,9 @@
 package gateway
 
 import (
+	"fmt"
 	"net/http"
+	"net/http/httputil"
 	"net/netip"
 	"slices"
 	"strings"
@@ -11,15 +13,19 @@ import (
 	"github.com/lanesdev/lanes/policy"
 )
 
-// Source is a lane-assignment source that Config.Disable can turn off. See
-// the package documentation for the order in which they are read.
+// Source names a lane-assignment source, as [Config.Disable] and the
+// lanes_gateway_requests_total metric spell it. See the package
+// documentation for the order in which they are read.
 type Source string
 
 // The sources that can be turned off.
 const (
-	// SourceHeaders is the x-lane header, the lane member of baggage and the
-	// alias headers. The policy's gateway.lane_choice also limits it.
-	SourceHeaders Source = "headers"
+	// SourceHeader is the x-lane header.
+	SourceHeader Source = "header"
+	// SourceBaggage is the lane member of the W3C baggage header.
+	SourceBaggage Source = "baggage"
+	// SourceAlias is the alias headers (Config.Aliases).
+	SourceAlias Source = "alias"
 	// SourceCookie is the lane cookie (Config.LaneCookie).
 	SourceCookie Source = "cookie"
 	// SourceHost is the lane host <lane>.<Config.Domain>.
@@ -47,7 +53,59 @@ const (
 	nSrc
 )
 
-var srcNames = [nSrc]string{"baseline", "header", "baggage", "alias", "cookie", "host", "policy-clients", "claims", "canary"}
+var srcNames = [nSrc]string{"baseline", string(SourceHeader), string(SourceBaggage), string(SourceAlias),
+	string(SourceCookie), string(SourceHost), string(SourcePolicyClients), string(SourceClaims), "canary"}
+
+// A sourceSet is a set of lane sources.
+type sourceSet uint16
+
+func (s sourceSet) has(x src) bool { return s&(1<<x) != 0 }
+
+const (
+	// clientSources are the sources that a client controls: what it sends
+	// decides them. The policy's gateway.lane_choice governs them together.
+	clientSources sourceSet = 1<<srcHeader | 1<<srcBaggage | 1<<srcAlias | 1<<srcCookie | 1<<srcHost
+	// operatorSources are set by operators, for client addresses: they keep
+	// their own rules (a claim is only as good as Config.TrustedProxies).
+	operatorSources sourceSet = 1<<srcPolicyClients | 1<<srcClaims
+	allSources                = clientSources | operatorSources
+)
+
+// parseSources returns the sources left on by disable. Errors name the
+// entry of disable.
+func parseSources(disable []Source) (sourceSet, error) {
+	on := allSources
+	for i, s := range disable {
+		x := srcBaseline
+		for j := srcHeader; j < srcCanary; j++ {
+			if srcNames[j] == string(s) {
+				x = j
+			}
+		}
+		if x == srcBaseline {
+			return 0, fmt.Errorf("gateway: disable[%d]: unknown source %q: want %s", i, s, sourceList())
+		}
+		on &^= 1 << x
+	}
+	return on, nil
+}
+
+// sourceList lists the sources that can be turned off, for messages.
+func sourceList() string {
+	names := srcNames[srcHeader:srcCanary]
+	return strings.Join(names[:len(names)-1], ", ") + " or " + names[len(names)-1]
+}
+
+// readable returns the sources read for a request from client: the sources
+// that the configuration leaves on, less every client-controlled one when
+// the policy's gateway.lane_choice does not let client choose. This is the
+// one place where lane_choice applies.
+func (g *Gateway) readable(v *policyView, client netip.Addr) sourceSet {
+	if v.mayChoose(client) {
+		return g.on
+	}
+	return g.on &^ clientSources
+}
 
 // policyView is the part of the policy the gateway reads on every request,
 // compiled once per policy document.
@@ -115,7 +173,8 @@ func parseClient(s string) (netip.Prefix, bool) {
 	return netip.PrefixFrom(a, a.BitLen()), true
 }
 
-// mayChoose reports whether client may choose its lane with headers.
+// mayChoose reports whether client may choose its lane with what it sends
+// (headers, cookie, host).
 func (v *policyView) mayChoose(client netip.Addr) bool {
 	switch v.choice {
 	case policy.ChoiceNone:
@@ -265,6 +324,191 @@ func (g *Gateway) splitLaneHost(host string) (label, rest string, ok bool) {
 	}
 	i := strings.IndexByte(host, '.')
 	return host[:i], host[i+1:], true
+}
+
+// assign decides the lane of r. See the package documentation for the order
+// of the sources.
+func (g *Gateway) assign(r *http.Request, st *reqState, label string, laneHost bool) (string, src, *badLane) {
+	v := g.policyView()
+	client, trusted := g.clientAddr(r)
+	st.client, st.trusted = client, trusted
+	on := g.readable(v, client)
+
+	// 1. Headers: x-lane, baggage, aliases.
+	if on&(1<<srcHeader|1<<srcBaggage|1<<srcAlias) != 0 {
+		name, from, err := g.extract(r.Header, on, st)
+		if err != nil {
+			ne := err.(*lane.NameError)
+			what := fmt.Sprintf("header %q", from)
+			if from == lane.BaggageHeader {
+				what = fmt.Sprintf("the %q member of header %q", lane.BaggageKey, lane.BaggageHeader)
+			}
+			return "", 0, &badLane{source: what, value: ne.Value, rule: ne.Rule}
+		}
+		if name != "" {
+			switch from {
+			case lane.Header:
+				return name, srcHeader, nil
+			case lane.BaggageHeader:
+				return name, srcBaggage, nil
+			default:
+				return name, srcAlias, nil
+			}
+		}
+	}
+	// 2. The lane cookie.
+	if on.has(srcCookie) {
+		if raw, ok := cookie(r.Header, g.laneCookie); ok && strings.TrimSpace(raw) != "" {
+			name, err := lane.Parse(raw)
+			if err != nil {
+				return "", 0, &badLane{source: fmt.Sprintf("cookie %q", g.laneCookie), value: raw, rule: err.(*lane.NameError).Rule}
+			}
+			return name, srcCookie, nil
+		}
+	}
+	// 3. The lane host.
+	if laneHost && on.has(srcHost) {
+		name, err := lane.Parse(label)
+		if err != nil {
+			return "", 0, &badLane{source: fmt.Sprintf("host %q", hostOnly(r.Host)), value: label, rule: err.(*lane.NameError).Rule}
+		}
+		return name, srcHost, nil
+	}
+	// 4. Client-address claims: the policy's, then the dynamic ones.
+	if client.IsValid() {
+		if on.has(srcPolicyClients) {
+			if name, ok := v.claimed(client); ok {
+				return name, srcPolicyClients, nil
+			}
+		}
+		if on.has(srcClaims) && g.claims != nil {
+			if raw, ok := g.claims(client); ok && raw != "" {
+				name, err := lane.Parse(raw)
+				if err != nil {
+					g.log.Warn("lanes gateway: a dynamic claim holds an invalid lane", "client", client, "lane", raw, "err", err)
+					return "", 0, &badLane{source: fmt.Sprintf("the claim of client %s", client), value: raw, rule: err.(*lane.NameError).Rule}
+				}
+				return name, srcClaims, nil
+			}
+		}
+	}
+	// 5. The baseline, which the engine may split to a canary.
+	return "", srcBaseline, nil
+}
+
+// extract reads the lane headers of the sources in on with the lane
+// propagator, which owns their rules (order, baggage, aliases).
+func (g *Gateway) extract(h http.Header, on sourceSet, st *reqState) (name, from string, err error) {
+	p := g.prop
+	if !on.has(srcAlias) {
+		p = lane.Propagator{}
+	}
+	if on.has(srcHeader) && on.has(srcBaggage) {
+		return p.Extract(lane.HTTPHeader(h))
+	}
+	st.hdr = headerView{h: h, hide: allSources &^ on}
+	return p.Extract(&st.hdr)
+}
+
+// headerView is the view of a request's headers that the lane propagator
+// reads when the x-lane or the baggage source is off: their headers are
+// hidden. It is only read.
+type headerView struct {
+	h    http.Header
+	hide sourceSet
+}
+
+func (v *headerView) hidden(key string) bool {
+	return v.hide.has(srcHeader) && strings.EqualFold(key, lane.Header) ||
+		v.hide.has(srcBaggage) && strings.EqualFold(key, lane.BaggageHeader)
+}
+
+func (v *headerView) Get(key string) string {
+	if vals := v.Values(key); len(vals) > 0 {
+		return vals[0]
+	}
+	return ""
+}
+
+func (v *headerView) Values(key string) []string {
+	if v.hidden(key) {
+		return nil
+	}
+	return lane.HTTPHeader(v.h).Values(key)
+}
+
+func (v *headerView) Set(key, value string) {}
+func (v *headerView) Del(key string)        {}
+
+// forward sets the forwarding headers of the outbound request: the
+// X-Forwarded-For chain of a trusted proxy is kept (any other is dropped) and
+// the peer appended; X-Forwarded-Host and X-Forwarded-Proto are a trusted
+// proxy's, else the gateway's; X-Real-IP is the client address that the
+// gateway decided. The Forwarded header is dropped (ReverseProxy removes it).
+func (g *Gateway) forward(pr *httputil.ProxyRequest, st *reqState) {
+	in, out := pr.In.Header, pr.Out.Header
+	if st.trusted {
+		if v := in[hXFF]; len(v) > 0 {
+			out[hXFF] = v
+		}
+	}
+	pr.SetXForwarded()
+	if st.trusted {
+		if v := in[hXFHost]; len(v) > 0 {
+			out[hXFHost] = v
+		}
+		if v := in[hXFProto]; len(v) > 0 {
+			out[hXFProto] = v
+		}
+	}
+	if st.client.IsValid() {
+		out[hRealIP] = []string{st.client.String()}
+	}
+}
+
+// stripLaneHeaders removes from the outbound headers what a client sent
+// about lanes and its address: x-lane, the alias headers and X-Real-IP, in
+// any spelling that differs only by case or by '_' for '-' (x_lane), as a
+// proxy or framework upstream may merge such spellings with the real one
+// (CGI's HTTP_X_LANE, nginx with underscores_in_headers on). The gateway
+// never reads those spellings. (The lane member of baggage is rewritten by
+// the propagator, X-Real-IP set by forward.)
+func (g *Gateway) stripLaneHeaders(h http.Header) {
+	for k := range h {
+		for _, name := range g.stripped {
+			if lookalike(k, name) {
+				delete(h, k)
+				break
+			}
+		}
+	}
+}
+
+// lookalike reports whether header name k equals name when case is ignored
+// and '_' counts as '-'.
+func lookalike(k, name string) bool {
+	if len(k) != len(name) {
+		return false
+	}
+	for i := 0; i < len(k); i++ {
+		a, b := k[i], name[i]
+		if a == '_' {
+			a = '-'
+		}
+		if b == '_' {
+			b = '-'
+		}
+		if 'A' <= a && a <= 'Z' {
+			a += 'a' - 'A'
+		}
+		if 'A' <= b && b <= 'Z' {
+			b += 'a' - 'A'
+		}
+		if a != b {
+			return false
+		}
+	}
+	return true
 }
 
 // badLane is an invalid lane read from a source, for the 400 answer.

@@ -35,32 +35,38 @@
 //
 // The lane of a request is the first of these sources that gives one; the
 // ones after it are not looked at. A source that is present but empty (an
-// empty header or cookie) counts as absent.
+// empty header or cookie) counts as absent. Each source has a name
+// ([Source]), used by [Config.Disable] and by the metrics.
 //
-//  1. Headers: the x-lane header, then the "lane" member of the W3C baggage
-//     header, then the alias headers of [Config.Aliases] in order (see
-//     lane.Propagator.Extract). Only clients that the policy lets choose
-//     read them: gateway.lane_choice "all" (the default) lets every client
-//     choose, "none" no client, and "allowlist" the clients whose address is
-//     in gateway.allow. The lane headers of the other clients are not read
-//     and are removed before the request goes upstream; that is not an
-//     error.
-//  2. The "lane" cookie ([Config.LaneCookie]).
-//  3. The lane host (above).
+//  1. Headers (lane.Propagator.Extract): the x-lane header ("header"), then
+//     the "lane" member of the W3C baggage header ("baggage"), then the
+//     alias headers of [Config.Aliases] in order ("alias").
+//  2. The "lane" cookie ([Config.LaneCookie]; "cookie").
+//  3. The lane host (above; "host").
 //  4. The client address: first the static claims of the policy
-//     (lanes.<lane>.clients; the most specific prefix wins, and a lane past
-//     its expires time claims nothing), then the dynamic claims of
-//     [Config.Claims] (registered by `lanes dev`).
+//     (lanes.<lane>.clients, "policy-clients"; the most specific prefix
+//     wins, and a lane past its expires time claims nothing), then the
+//     dynamic claims of [Config.Claims] (registered by `lanes dev`;
+//     "claims").
 //  5. None of the above: the request is a baseline request, and the routing
 //     engine may split it to a canary lane by the policy's canary rules. The
 //     split is sticky by request key: the [Config.KeyHeader] header
 //     ("x-lanes-key"), or else the [Config.KeyCookie] cookie ("lanes-key");
 //     without a key it is random.
 //
-// Sources 1 to 4 can be turned off one by one with [Config.Disable]
-// (SourceHeaders, SourceCookie, SourceHost, SourcePolicyClients,
-// SourceClaims); the policy's lane_choice turns off the first one for some or
-// all clients. Canary splits are the policy's to turn off.
+// Sources 1 to 3 (header, baggage, alias, cookie, host) are
+// client-controlled: what the client sends decides them. The policy's
+// gateway.lane_choice governs them all alike: "all" (the default) lets every
+// client choose its lane through them, "none" no client, and "allowlist"
+// the clients whose address is in gateway.allow. For any other client none
+// of them is read: a lane header, cookie or host then selects nothing, an
+// invalid value in one is no error, and the lane headers are removed before
+// the request goes upstream. The client-address claims of source 4 are set
+// by operators, not clients, and keep their own rule: they are only as good
+// as [Config.TrustedProxies].
+//
+// Each source can also be turned off on its own for every client with
+// [Config.Disable]. Canary splits are the policy's to turn off.
 //
 // A value that is not a valid lane name, from any source that is read, is
 // refused with 400 Bad Request; the body names the source, the value and the
@@ -81,12 +87,26 @@
 //
 // Upstream, the request carries what the gateway decided and nothing the
 // client sent about lanes: every incoming x-lane header, the lane member of
-// baggage and the alias headers are removed; for a lane request, x-lane and
-// the baggage member lane=<lane> are set (the other baggage members are kept,
-// in order). X-Forwarded-For (the trusted chain, if any, plus the peer),
-// X-Forwarded-Host and X-Forwarded-Proto are set as
-// httputil.ProxyRequest.SetXForwarded does. The Host header is the
-// instance's address unless [Config.PreserveHost] is set.
+// baggage and the alias headers are removed, and so are the spellings of
+// x-lane and of the aliases that differ only by '_' for '-' (x_lane), which
+// the gateway never reads but a proxy or framework upstream may merge with
+// the real header (CGI's HTTP_X_LANE; nginx with underscores_in_headers on).
+// For a lane request, x-lane and the baggage member lane=<lane> are set (the
+// other baggage members are kept, in order).
+//
+// The forwarding headers upstream are:
+//
+//   - X-Forwarded-For: the chain a trusted proxy sent, if any, plus the peer
+//     (from any other peer only the peer), as
+//     httputil.ProxyRequest.SetXForwarded does;
+//   - X-Forwarded-Host and X-Forwarded-Proto: a trusted proxy's, else the
+//     request's host and "http";
+//   - X-Real-IP: the client address the gateway decided (above), replacing
+//     any the client sent, in any spelling;
+//   - Forwarded is dropped.
+//
+// The Host header is the instance's address unless [Config.PreserveHost] is
+// set.
 //
 // # Responses
 //

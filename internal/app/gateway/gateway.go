@@ -88,12 +88,13 @@ type Gateway struct {
 	log        *slog.Logger
 	prop       lane.Propagator
 	aliases    []string // canonical header keys
+	stripped   []string // header names never sent upstream as the client spelled them
 	laneCookie string
 	keyHeader  string // canonical
 	keyCookie  string
 	preserve   bool
 	readyWait  time.Duration
-	off        struct{ headers, cookie, host, policyClients, claims bool }
+	on         sourceSet // the sources that Config.Disable leaves on
 
 	view  atomic.Pointer[policyView]
 	lanes laneCache
@@ -169,6 +170,7 @@ func New(cfg Config) (*Gateway, error) {
 		g.aliases = append(g.aliases, http.CanonicalHeaderKey(a))
 	}
 	g.prop = lane.Propagator{Aliases: slices.Clone(cfg.Aliases)}
+	g.stripped = append([]string{lane.Header, hRealIP}, g.aliases...)
 	if g.laneCookie == "" {
 		g.laneCookie = DefaultLaneCookie
 	} else if !validHeader(g.laneCookie) {
@@ -185,22 +187,8 @@ func New(cfg Config) (*Gateway, error) {
 	} else if !validHeader(g.keyCookie) {
 		return nil, fmt.Errorf("gateway: key_cookie: invalid cookie name %q", cfg.KeyCookie)
 	}
-	for i, s := range cfg.Disable {
-		switch s {
-		case SourceHeaders:
-			g.off.headers = true
-		case SourceCookie:
-			g.off.cookie = true
-		case SourceHost:
-			g.off.host = true
-		case SourcePolicyClients:
-			g.off.policyClients = true
-		case SourceClaims:
-			g.off.claims = true
-		default:
-			return nil, fmt.Errorf("gateway: disable[%d]: unknown source %q: want %s, %s, %s, %s or %s",
-				i, s, SourceHeaders, SourceCookie, SourceHost, SourcePolicyClients, SourceClaims)
-		}
+	if g.on, err = parseSources(cfg.Disable); err != nil {
+		return nil, err
 	}
 	if cfg.MaxIdleConnsPerHost < 0 {
 		return nil, fmt.Errorf("gateway: max_idle_conns_per_host: %d is negative", cfg.MaxIdleConnsPerHost)

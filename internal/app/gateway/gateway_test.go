@@ -129,7 +129,7 @@ func TestDisableSources(t *testing.T) {
 lanes:
   alice: {clients: ["127.0.0.1"]}
 `, Config{
-		Disable: []Source{SourceHeaders, SourceCookie, SourcePolicyClients, SourceClaims},
+		Disable: []Source{SourceHeader, SourceBaggage, SourceAlias, SourceCookie, SourcePolicyClients, SourceClaims},
 		Claims:  func(netip.Addr) (string, bool) { return "alice", true },
 	})
 	twoLanes(t, w)
@@ -247,8 +247,8 @@ func TestLaneChoiceNone(t *testing.T) {
 	}
 	// Not allowed to choose means not read either: an invalid value is no error.
 	expectServed(t, w.get(t, "/", map[string]string{"x-lane": "-bad-"}), "base", "")
-	// The cookie still chooses.
-	expectServed(t, w.get(t, "/", map[string]string{"x-lane": "bob", "cookie": "lane=alice"}), "alice-1", "alice")
+	// Nor does the cookie (TestLaneChoiceGovernsEverySource has each source).
+	expectServed(t, w.get(t, "/", map[string]string{"x-lane": "bob", "cookie": "lane=alice"}), "base", "")
 }
 
 func TestLaneChoiceAllowlist(t *testing.T) {

@@ -217,6 +217,13 @@ func do(t testing.TB, client *http.Client, method, url string, header map[string
 		}
 		req.Header.Add(k, v)
 	}
+	return doReq(t, client, req)
+}
+
+// doReq sends req through client and reads the whole answer.
+func doReq(t testing.TB, client *http.Client, req *http.Request) reply {
+	t.Helper()
+	method, url := req.Method, req.URL.String()
 	resp, err := client.Do(req)
 	if err != nil {
 		t.Fatalf("%s %s: %v", method, url, err)

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httputil"
+	"net/netip"
 	"net/url"
 	"strings"
 	"time"
@@ -24,6 +25,7 @@ const (
 	hXFF        = "X-Forwarded-For"
 	hXFHost     = "X-Forwarded-Host"
 	hXFProto    = "X-Forwarded-Proto"
+	hRealIP     = "X-Real-Ip"
 )
 
 // Error codes of the x-lanes-error header, besides the routing codes.
@@ -44,7 +46,9 @@ type reqState struct {
 	req     routing.Request
 	res     routing.Result
 	grpc    bool
-	trusted bool // the direct peer is a trusted proxy
+	client  netip.Addr // the client address (see Gateway.clientAddr)
+	trusted bool       // the direct peer is a trusted proxy
+	hdr     headerView // what the lane propagator reads
 	retried bool
 	// reported is set once the outcome of res has been reported.
 	reported bool
@@ -176,75 +180,6 @@ func (g *Gateway) ready(ctx context.Context, svc *routing.Service) bool {
 	return true
 }
 
-// assign decides the lane of r. See the package documentation for the order
-// of the sources.
-func (g *Gateway) assign(r *http.Request, st *reqState, label string, laneHost bool) (string, src, *badLane) {
-	v := g.policyView()
-	client, trusted := g.clientAddr(r)
-	st.trusted = trusted
-
-	// 1. Headers, from clients that may choose.
-	if !g.off.headers && v.mayChoose(client) {
-		name, from, err := g.prop.Extract(lane.HTTPHeader(r.Header))
-		if err != nil {
-			ne := err.(*lane.NameError)
-			what := fmt.Sprintf("header %q", from)
-			if from == lane.BaggageHeader {
-				what = fmt.Sprintf("the %q member of header %q", lane.BaggageKey, lane.BaggageHeader)
-			}
-			return "", 0, &badLane{source: what, value: ne.Value, rule: ne.Rule}
-		}
-		if name != "" {
-			switch from {
-			case lane.Header:
-				return name, srcHeader, nil
-			case lane.BaggageHeader:
-				return name, srcBaggage, nil
-			default:
-				return name, srcAlias, nil
-			}
-		}
-	}
-	// 2. The lane cookie.
-	if !g.off.cookie {
-		if raw, ok := cookie(r.Header, g.laneCookie); ok && strings.TrimSpace(raw) != "" {
-			name, err := lane.Parse(raw)
-			if err != nil {
-				return "", 0, &badLane{source: fmt.Sprintf("cookie %q", g.laneCookie), value: raw, rule: err.(*lane.NameError).Rule}
-			}
-			return name, srcCookie, nil
-		}
-	}
-	// 3. The lane host.
-	if laneHost && !g.off.host {
-		name, err := lane.Parse(label)
-		if err != nil {
-			return "", 0, &badLane{source: fmt.Sprintf("host %q", hostOnly(r.Host)), value: label, rule: err.(*lane.NameError).Rule}
-		}
-		return name, srcHost, nil
-	}
-	// 4. Client-address claims: the policy's, then the dynamic ones.
-	if client.IsValid() {
-		if !g.off.policyClients {
-			if name, ok := v.claimed(client); ok {
-				return name, srcPolicyClients, nil
-			}
-		}
-		if !g.off.claims && g.claims != nil {
-			if raw, ok := g.claims(client); ok && raw != "" {
-				name, err := lane.Parse(raw)
-				if err != nil {
-					g.log.Warn("lanes gateway: a dynamic claim holds an invalid lane", "client", client, "lane", raw, "err", err)
-					return "", 0, &badLane{source: fmt.Sprintf("the claim of client %s", client), value: raw, rule: err.(*lane.NameError).Rule}
-				}
-				return name, srcClaims, nil
-			}
-		}
-	}
-	// 5. The baseline, which the engine may split to a canary.
-	return "", srcBaseline, nil
-}
-
 // key returns the request key of canary splits.
 func (g *Gateway) key(r *http.Request) string {
 	if v := r.Header[g.keyHeader]; len(v) > 0 && v[0] != "" {
@@ -272,26 +207,9 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 		out.Host = ""
 	}
 
-	// Forwarding headers: the chain of a trusted proxy is kept.
-	if st.trusted {
-		if v := pr.In.Header[hXFF]; len(v) > 0 {
-			out.Header[hXFF] = v
-		}
-	}
-	pr.SetXForwarded()
-	if st.trusted {
-		if v := pr.In.Header[hXFHost]; len(v) > 0 {
-			out.Header[hXFHost] = v
-		}
-		if v := pr.In.Header[hXFProto]; len(v) > 0 {
-			out.Header[hXFProto] = v
-		}
-	}
-
 	// Lane headers: nothing the client sent, only what the gateway decided.
-	for _, a := range g.aliases {
-		delete(out.Header, a)
-	}
+	g.stripLaneHeaders(out.Header)
+	g.forward(pr, st)
 	l := st.res.RequestLane
 	if l != "" && len(out.Header[hBaggage]) == 0 {
 		v := g.lanes.get(l) // the common case, without allocating
