@@ -60,7 +60,9 @@ func Process(t testing.TB) *Proc {
 		Args:    p.args,
 		Env:     childEnv(),
 		Ready: func(ctx context.Context, _ int, exited <-chan struct{}) error {
-			return waitHealthy(ctx, "http://"+p.clientAddr, exited)
+			hc := &http.Client{Timeout: time.Second}
+			defer hc.CloseIdleConnections()
+			return waitHealthy(ctx, hc, "http://"+p.clientAddr, exited)
 		},
 		Timeout: StartTimeout,
 	})
@@ -129,9 +131,9 @@ func childEnv() []string {
 	return env
 }
 
-func waitHealthy(ctx context.Context, curl string, exited <-chan struct{}) error {
-	hc := &http.Client{Timeout: time.Second}
-	defer hc.CloseIdleConnections()
+// waitHealthy polls the member's /health with hc until it says true (the
+// member serves and its cluster has a leader).
+func waitHealthy(ctx context.Context, hc *http.Client, curl string, exited <-chan struct{}) error {
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for {

@@ -1,7 +1,8 @@
 // Package proctest runs a real server program (etcd, nats-server) as a child
 // process of a test: it finds the binary, starts the process with its output
 // in a log file, waits until the caller's readiness check passes, and stops,
-// kills or restarts it. The log's tail is printed when the test fails.
+// kills, restarts, pauses (SIGSTOP) or resumes (SIGCONT) it. The log's tail
+// is printed when the test fails.
 //
 // The etcdtest and natstest helpers build on it.
 package proctest
@@ -65,6 +66,7 @@ type Proc struct {
 	mu     sync.Mutex
 	cmd    *exec.Cmd     // nil while stopped
 	exited chan struct{} // closed when cmd has been waited for
+	paused bool          // SIGSTOPped by Pause
 }
 
 // New returns a stopped process. At the test's cleanup the process is killed
@@ -136,6 +138,11 @@ func (p *Proc) stopLocked(sig syscall.Signal) error {
 		return nil
 	}
 	p.cmd.Process.Signal(sig)
+	if p.paused {
+		// A stopped process acts on SIGTERM only once it runs again.
+		p.cmd.Process.Signal(sigCont)
+		p.paused = false
+	}
 	select {
 	case <-p.exited:
 	case <-time.After(10 * time.Second):
@@ -144,6 +151,50 @@ func (p *Proc) stopLocked(sig syscall.Signal) error {
 	}
 	p.cmd, p.exited = nil, nil
 	return nil
+}
+
+// Pause stops the running process with SIGSTOP, as a hung or descheduled
+// server: it keeps its sockets open, the kernel still accepts connections
+// and buffers what clients send, and nothing answers. Resume undoes it.
+func (p *Proc) Pause() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return fmt.Errorf("%s: pause: not running", p.spec.Name)
+	}
+	if err := p.cmd.Process.Signal(sigStop); err != nil {
+		return fmt.Errorf("%s: pause: %w", p.spec.Name, err)
+	}
+	p.paused = true
+	return nil
+}
+
+// Resume continues a paused process with SIGCONT.
+func (p *Proc) Resume() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.cmd == nil {
+		return fmt.Errorf("%s: resume: not running", p.spec.Name)
+	}
+	if err := p.cmd.Process.Signal(sigCont); err != nil {
+		return fmt.Errorf("%s: resume: %w", p.spec.Name, err)
+	}
+	p.paused = false
+	return nil
+}
+
+// Running reports whether the process runs (paused or not).
+func (p *Proc) Running() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.cmd != nil
+}
+
+// Paused reports whether the process is paused.
+func (p *Proc) Paused() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.paused
 }
 
 // Restart stops the process cleanly and starts it again.
