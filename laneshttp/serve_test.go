@@ -68,7 +68,10 @@ func TestServe(t *testing.T) {
 	lis := listen(t)
 	addr := lis.Addr().String()
 	srv := &http.Server{Handler: laneEcho}
-	srv.RegisterOnShutdown(func() { j.add("shutdown") })
+	// http.Server runs the functions of RegisterOnShutdown in goroutines of
+	// their own: wait for this one before reading the journal.
+	shutDown := make(chan struct{})
+	srv.RegisterOnShutdown(func() { j.add("shutdown"); close(shutDown) })
 
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -104,6 +107,11 @@ func TestServe(t *testing.T) {
 		}
 	case <-time.After(patience):
 		t.Fatal("Serve did not return")
+	}
+	select {
+	case <-shutDown:
+	case <-time.After(patience):
+		t.Fatal("the server's shutdown functions did not run")
 	}
 	if got := j.String(); got != "register,deregister,shutdown" {
 		t.Fatalf("events %s, want register,deregister,shutdown", got)
