@@ -126,6 +126,13 @@ func WithReadyTimeout(d time.Duration) Option {
 	return func(c *config) { c.transport.ReadyTimeout = d }
 }
 
+// WithResponseHeaderTimeout sets Transport.ResponseHeaderTimeout
+// (NewTransport, NewClient): how long an instance may take to send the
+// response headers (default DefaultResponseHeaderTimeout; negative: none).
+func WithResponseHeaderTimeout(d time.Duration) Option {
+	return func(c *config) { c.transport.ResponseHeaderTimeout = d }
+}
+
 // WithLogger sets the logger of Handler and Serve (default slog.Default()).
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.log = l } }
 

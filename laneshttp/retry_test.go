@@ -1,12 +1,17 @@
 package laneshttp_test
 
 import (
+	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/lanesdev/lanes/lane"
 	"github.com/lanesdev/lanes/laneshttp"
@@ -46,10 +51,56 @@ func TestRetryGETOnAnotherInstance(t *testing.T) {
 	}
 }
 
-// TestNoRetryForPOST: a request that is not idempotent is not sent twice,
-// unless configured.
+// resetAndAlive starts two instances of orders; the first reads each
+// request and then resets the connection without answering: the request was
+// sent, and no answer comes.
+func resetAndAlive(t *testing.T, pol string) (*fleet, *backend) {
+	f := newFleet(t, pol)
+	f.startResetter("reset orders")
+	alive := f.start("alive orders")
+	f.await("orders", 2)
+	return f, alive
+}
+
+// startResetter registers an instance that reads each request, then resets
+// its connection.
+func (f *fleet) startResetter(spec string) {
+	t := f.t
+	t.Helper()
+	in := parseSpec(t, spec)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	in.Addr = ln.Addr().String()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			if req, err := http.ReadRequest(bufio.NewReader(conn)); err == nil {
+				io.Copy(io.Discard, req.Body)
+			}
+			conn.(*net.TCPConn).SetLinger(0) // a reset, not an orderly close
+			conn.Close()
+		}
+	}()
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	lease, err := f.reg.Register(context.Background(), in, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lease.Close() })
+}
+
+// TestNoRetryForPOST: a request that is not idempotent, and that reached an
+// instance that failed it, is not sent twice, unless configured.
 func TestNoRetryForPOST(t *testing.T) {
-	f, _, alive := deadAndAlive(t, "outlier: {errors: 1000}\n") // no ejection: every other pick is the dead one
+	f, alive := resetAndAlive(t, "outlier: {errors: 1000}\n") // no ejection: every other pick is the resetter
 	post := func(c *http.Client, hdr ...string) (ok, failed int) {
 		for range 4 {
 			_, body, _, err := call(bg(t), c, http.MethodPost, "http://orders/", bytes.NewReader([]byte("order")), hdr...)
@@ -80,9 +131,44 @@ func TestNoRetryForPOST(t *testing.T) {
 	}
 }
 
+// TestRefusedMovesOn: a refused connection sent nothing, so any request
+// moves on at once to another instance, whatever its method and the retry
+// setting, and the refusing instance is ejected at its first refusal.
+func TestRefusedMovesOn(t *testing.T) {
+	f, dead, alive := deadAndAlive(t, "outlier: {errors: 3}\n")
+	c := f.client(laneshttp.WithRetries(-1))
+	for i := range 6 {
+		code, body, _, err := call(bg(t), c, http.MethodPost, "http://orders/", bytes.NewReader([]byte("order")))
+		if err != nil || code != 200 || body != "alive" {
+			t.Fatalf("POST %d: %d %q %v", i, code, body, err)
+		}
+	}
+	if d, err := f.e.Service("orders").Resolve(routing.Request{}); err != nil || strings.Join(d.Eligible, " ") != alive.id {
+		t.Fatalf("eligible after the refusals: %v %v, want %s alone (%s ejected)", d.Eligible, err, alive.id, dead.id)
+	}
+}
+
+// TestRefusedLaneFallsBack: when the only instance of a lane refuses the
+// connection, the same request goes along the fallback chain to the
+// baseline.
+func TestRefusedLaneFallsBack(t *testing.T) {
+	f := newFleet(t, "")
+	dead := f.start("dead orders lane=alice")
+	f.start("base orders")
+	f.await("orders", 2)
+	dead.srv.Close()
+	c := f.client()
+	ctx := lane.WithLane(bg(t), "alice")
+	for i := range 4 {
+		if code, body := get(t, ctx, c, "http://orders/"); code != 200 || body != "base" {
+			t.Fatalf("GET %d in lane alice: %d %q, want the baseline's answer", i, code, body)
+		}
+	}
+}
+
 // TestNoRetryWithoutReplayableBody: a body that cannot be sent again is not.
 func TestNoRetryWithoutReplayableBody(t *testing.T) {
-	f, _, _ := deadAndAlive(t, "outlier: {errors: 1000}\n")
+	f, _ := resetAndAlive(t, "outlier: {errors: 1000}\n")
 	c := f.client()
 	failed := 0
 	for range 4 {
@@ -155,5 +241,83 @@ func TestMisdirectedIsRetried(t *testing.T) {
 	}
 	if served["moved"] != 2 {
 		t.Fatalf("alice requests: %v", served)
+	}
+}
+
+// startHung starts an instance of orders that accepts requests and never
+// answers them (until the end of the test).
+func (f *fleet) startHung(spec string) *backend {
+	release := make(chan struct{})
+	b := f.start(spec, func(_ registry.Instance, h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		})
+	})
+	f.t.Cleanup(func() { close(release) }) // before the server's Close
+	return b
+}
+
+// eligible returns the ids that a baseline request of orders may reach.
+func eligible(t *testing.T, f *fleet) string {
+	d, err := f.e.Service("orders").Resolve(routing.Request{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Join(d.Eligible, " ")
+}
+
+// TestHungInstanceEjected: an instance that never answers fails each
+// attempt after the response-header timeout; the GET is retried on another
+// instance, and the hung instance is ejected after the policy's errors.
+func TestHungInstanceEjected(t *testing.T) {
+	f := newFleet(t, "outlier: {errors: 3, window: 1m}\n")
+	f.startHung("hung orders")
+	f.start("alive orders")
+	f.await("orders", 2)
+	// The default base, which enforces the timeout.
+	c := laneshttp.NewClient(f.e, laneshttp.WithEnv(noEnv), laneshttp.WithResponseHeaderTimeout(50*time.Millisecond))
+	t.Cleanup(c.CloseIdleConnections)
+	start := time.Now()
+	for i := 0; eligible(t, f) != "alive"; i++ {
+		if code, body := get(t, bg(t), c, "http://orders/"); code != 200 || body != "alive" {
+			t.Fatalf("GET %d: %d %q", i, code, body)
+		}
+	}
+	t.Logf("the hung instance was ejected %v after the first request", time.Since(start).Round(time.Millisecond))
+}
+
+// TestAbandonedAfterTimeoutCounts: a call that the caller abandons after
+// the instance took longer than the response-header timeout counts as a
+// failure, even when the base transport did not enforce the timeout; one
+// abandoned sooner says nothing about the instance.
+func TestAbandonedAfterTimeoutCounts(t *testing.T) {
+	f := newFleet(t, "outlier: {errors: 2, window: 1m}\n")
+	f.startHung("hung orders")
+	f.await("orders", 1)
+	base := &http.Transport{} // no timeout of its own
+	t.Cleanup(base.CloseIdleConnections)
+	abandon := func(timeout, after time.Duration) {
+		c := laneshttp.NewClient(f.e, laneshttp.WithBase(base), laneshttp.WithEnv(noEnv), laneshttp.WithResponseHeaderTimeout(timeout))
+		for range 2 {
+			ctx, cancel := context.WithTimeout(bg(t), after)
+			if _, _, _, err := call(ctx, c, http.MethodGet, "http://orders/", nil); err == nil {
+				t.Fatal("the hung instance answered")
+			}
+			cancel()
+		}
+	}
+	abandon(time.Minute, 20*time.Millisecond) // abandoned early: no verdict
+	if got := eligible(t, f); got != "hung" {
+		t.Fatalf("eligible %q after calls abandoned before the timeout, want hung", got)
+	}
+	abandon(20*time.Millisecond, 60*time.Millisecond)
+	// The baseline's panic mode keeps an ejected instance eligible when
+	// every one is ejected: the reason tells.
+	d, _ := f.e.Service("orders").Resolve(routing.Request{})
+	if d.Reason != routing.ReasonPanic {
+		t.Fatalf("after two calls abandoned past the timeout: %+v, want the instance ejected (panic mode)", d)
 	}
 }

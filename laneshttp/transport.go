@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/lanesdev/lanes/internal/lib/routedcall"
 	"github.com/lanesdev/lanes/lane"
 	"github.com/lanesdev/lanes/registry"
 	"github.com/lanesdev/lanes/routing"
@@ -19,39 +22,34 @@ import (
 // called (see Transport.ReadyTimeout).
 const DefaultReadyTimeout = 10 * time.Second
 
-// maxRepicks bounds the picks a retry makes to find an instance that has not
-// failed this request already.
-const maxRepicks = 8
+// DefaultResponseHeaderTimeout is how long an instance may take to send the
+// response headers before the attempt fails (see
+// Transport.ResponseHeaderTimeout).
+const DefaultResponseHeaderTimeout = routedcall.DefaultResponseHeaderTimeout
 
 // ErrNotService is wrapped by the error that a Transport with RefuseOthers
 // returns for a host that is not a lanes service.
 var ErrNotService = errors.New("laneshttp: not a lanes service")
 
 // Outcome is what one attempt says about the health of the instance that
-// served it, for outlier detection.
-type Outcome uint8
+// served it, for outlier detection: Ignore, Success, Failure or
+// Unreachable.
+type Outcome = routedcall.Outcome
 
 const (
 	// Ignore reports nothing: the attempt says nothing about the instance
 	// (for example, the caller gave up).
-	Ignore Outcome = iota
+	Ignore = routedcall.Ignore
 	// Success reports the instance healthy.
-	Success
+	Success = routedcall.Success
 	// Failure reports a failure, which counts towards ejection.
-	Failure
+	Failure = routedcall.Failure
+	// Unreachable reports that the request never reached the instance (the
+	// connection was refused, the dial failed): the instance is marked
+	// failing at once (ejected), and the request moves on to another
+	// instance, or along the lane's fallback chain, whatever its method.
+	Unreachable = routedcall.Unreachable
 )
-
-func (o Outcome) String() string {
-	switch o {
-	case Ignore:
-		return "ignore"
-	case Success:
-		return "success"
-	case Failure:
-		return "failure"
-	}
-	return "unknown"
-}
 
 // Transport is an [http.RoundTripper] that routes requests to lanes services
 // through a routing engine. See the package documentation.
@@ -97,8 +95,20 @@ type Transport struct {
 	RetryStatus func(code int) bool
 
 	// Classify turns the result of one attempt into an Outcome for outlier
-	// detection. nil means DefaultClassify.
+	// detection. nil means DefaultClassify. Whatever it says, an Ignore for
+	// an attempt that the caller abandoned after the instance had taken
+	// longer than ResponseHeaderTimeout counts as a Failure.
 	Classify func(req *http.Request, res *http.Response, err error) Outcome
+
+	// ResponseHeaderTimeout bounds how long an instance may take to send
+	// the response headers of an attempt: the attempt then fails, counts as
+	// a failure for outlier detection, and an idempotent request is retried
+	// on another instance; an attempt that the caller abandons after that
+	// long counts as a failure too. 0 means DefaultResponseHeaderTimeout; a
+	// negative value sets no timeout. The Transport's default base enforces
+	// it; a Base of your own must enforce it itself (for an
+	// [http.Transport], set its ResponseHeaderTimeout).
+	ResponseHeaderTimeout time.Duration
 
 	// ReadyTimeout bounds the wait for the registry to list a service's
 	// instances when a request is the first to the service (only with an
@@ -111,7 +121,7 @@ type Transport struct {
 // NewTransport returns a Transport on the engine e, configured by the client
 // options: WithBase, WithZone, WithPropagator, WithServices,
 // WithRefuseOthers, WithRetries, WithIdempotent, WithRetryStatus,
-// WithClassify and WithReadyTimeout. Without WithZone, the zone is read from
+// WithClassify, WithReadyTimeout and WithResponseHeaderTimeout. Without WithZone, the zone is read from
 // LANES_ZONE.
 func NewTransport(e *routing.Engine, opts ...Option) *Transport {
 	c := newConfig(opts)
@@ -157,38 +167,49 @@ func ServiceNames(names ...string) func(host string) bool {
 // OPTIONS, TRACE, PUT and DELETE, and any request with an Idempotency-Key or
 // X-Idempotency-Key header, as net/http decides.
 func IsIdempotent(req *http.Request) bool {
-	switch req.Method {
-	case "", http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace, http.MethodPut, http.MethodDelete:
-		return true
+	_, key := req.Header["Idempotency-Key"]
+	if !key {
+		_, key = req.Header["X-Idempotency-Key"]
 	}
-	if _, ok := req.Header["Idempotency-Key"]; ok {
-		return true
-	}
-	_, ok := req.Header["X-Idempotency-Key"]
-	return ok
+	return routedcall.Idempotent(req.Method, key)
 }
 
 // DefaultClassify is the default of Transport.Classify:
 //
 //   - an error while the request's context is done (the caller gave up or
-//     ran out of time) is Ignore: it says nothing about the instance;
-//   - any other error (refused or reset connection, timeout of the base
-//     transport, broken response) is a Failure;
+//     ran out of time) is Ignore: it says nothing about the instance (but see
+//     Transport.ResponseHeaderTimeout);
+//   - an error before the request was sent (a refused connection, a failed
+//     dial) is Unreachable;
+//   - any other error (reset connection, response-header timeout, broken
+//     response) is a Failure;
 //   - a 5xx response is a Failure, unless it carries the X-Lanes-Error
 //     header: that is a routing failure further downstream, answered by a
 //     healthy instance;
 //   - any other response, including the guard's 421, is a Success.
 func DefaultClassify(req *http.Request, res *http.Response, err error) Outcome {
+	return routedcall.Classify(attempt(req, res, err))
+}
+
+// attempt describes one attempt for the routed-call rules.
+func attempt(req *http.Request, res *http.Response, err error) routedcall.Attempt {
 	if err != nil {
-		if req.Context().Err() != nil {
-			return Ignore
-		}
-		return Failure
+		return routedcall.Attempt{Err: err, Unsent: Unsent(err), CallerGone: req.Context().Err() != nil}
 	}
-	if res.StatusCode >= 500 && res.Header.Get(ErrorHeader) == "" {
-		return Failure
+	code := res.Header.Get(ErrorHeader)
+	return routedcall.Attempt{
+		Status:      res.StatusCode,
+		Downstream:  code != "",
+		Misdirected: res.StatusCode == http.StatusMisdirectedRequest && code == CodeMisdirected,
 	}
-	return Success
+}
+
+// Unsent reports whether err, returned by an [http.RoundTripper], came
+// before any byte of the request was sent: the dial failed (the connection
+// was refused, or timed out).
+func Unsent(err error) bool {
+	var oe *net.OpError
+	return errors.As(err, &oe) && oe.Op == "dial"
 }
 
 // RoundTrip implements [http.RoundTripper]. It does not modify req: it sends
@@ -217,35 +238,26 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		closeBody(req)
 		return nil, err
 	}
-	rr := routing.RequestFromContext(ctx, t.Zone)
-	pick, err := svc.Pick(rr)
+	var c routedcall.Call
+	pick, err := c.Start(ctx, t.Engine, svc, routing.RequestFromContext(ctx, t.Zone), t.retries(), routedcall.HeaderTimeout(t.ResponseHeaderTimeout))
 	if err != nil {
 		closeBody(req)
 		return nil, fmt.Errorf("laneshttp: %w", err)
 	}
-
 	base := t.base()
-	retries := t.Retries
-	if retries == 0 {
-		retries = 1
-	}
-	var failedBuf [4]string
-	failed := failedBuf[:0]
 	body := req.Body
-	for attempt := 0; ; attempt++ {
+	for {
 		res, err := base.RoundTrip(t.outbound(req, pick, body))
-		t.report(req, pick, res, err)
-		if attempt >= retries || !t.retryable(req, res, err) || ctx.Err() != nil || !replayable(req) {
+		if !c.Again(t.classify(req, res, err), t.retryable(req, res, err), replayable(req)) {
 			return res, err
 		}
-		failed = append(failed, pick.Instance.ID)
 		// A fresh body before the pick, so that a probe claimed by the
 		// pick is always sent.
 		b, berr := freshBody(req)
 		if berr != nil {
 			return res, err
 		}
-		next, ok := repick(svc, rr, failed)
+		next, ok := c.Next()
 		if !ok {
 			closeReader(b)
 			return res, err
@@ -255,6 +267,16 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		pick, body = next, b
 	}
+}
+
+func (t *Transport) retries() int {
+	switch {
+	case t.Retries == 0:
+		return 1
+	case t.Retries < 0:
+		return 0
+	}
+	return t.Retries
 }
 
 // CloseIdleConnections closes the idle connections of Base, if it has such a
@@ -270,7 +292,21 @@ func (t *Transport) base() http.RoundTripper {
 	if t.Base != nil {
 		return t.Base
 	}
-	return http.DefaultTransport
+	return defaultBase(routedcall.HeaderTimeout(t.ResponseHeaderTimeout))
+}
+
+// defaultBases holds the default bases, one per response-header timeout:
+// clones of http.DefaultTransport, shared as it is.
+var defaultBases sync.Map // time.Duration -> *http.Transport
+
+func defaultBase(d time.Duration) http.RoundTripper {
+	if b, ok := defaultBases.Load(d); ok {
+		return b.(*http.Transport)
+	}
+	b := http.DefaultTransport.(*http.Transport).Clone()
+	b.ResponseHeaderTimeout = d
+	actual, _ := defaultBases.LoadOrStore(d, b)
+	return actual.(*http.Transport)
 }
 
 func (t *Transport) routes(host string) bool {
@@ -433,32 +469,22 @@ func (t *Transport) hasLaneHeaders(h http.Header) bool {
 	return false
 }
 
-func (t *Transport) report(req *http.Request, pick routing.Result, res *http.Response, err error) {
-	classify := t.Classify
-	if classify == nil {
-		classify = DefaultClassify
+func (t *Transport) classify(req *http.Request, res *http.Response, err error) Outcome {
+	if t.Classify != nil {
+		return t.Classify(req, res, err)
 	}
-	switch classify(req, res, err) {
-	case Success:
-		pick.Report(true)
-	case Failure:
-		pick.Report(false)
-	}
+	return DefaultClassify(req, res, err)
 }
 
 // retryable reports whether an attempt's result calls for another attempt on
 // another instance (before the checks on the retry budget, the deadline and
 // the body).
 func (t *Transport) retryable(req *http.Request, res *http.Response, err error) bool {
-	if err != nil {
-		return t.idempotent(req)
-	}
-	if res.StatusCode == http.StatusMisdirectedRequest && res.Header.Get(ErrorHeader) == CodeMisdirected {
-		// The guard refused the request before any handler saw it: safe to
-		// send elsewhere, whatever the method.
+	idem := t.idempotent(req)
+	if routedcall.Retryable(attempt(req, res, err), idem) {
 		return true
 	}
-	return t.RetryStatus != nil && t.RetryStatus(res.StatusCode) && t.idempotent(req)
+	return err == nil && idem && t.RetryStatus != nil && t.RetryStatus(res.StatusCode)
 }
 
 func (t *Transport) idempotent(req *http.Request) bool {
@@ -466,30 +492,6 @@ func (t *Transport) idempotent(req *http.Request) bool {
 		return t.Idempotent(req)
 	}
 	return IsIdempotent(req)
-}
-
-// repick picks again until the instance is not one that failed already (or
-// is a claimed probe, which must be sent), at most maxRepicks times.
-func repick(svc *routing.Service, rr routing.Request, failed []string) (routing.Result, bool) {
-	for range maxRepicks {
-		p, err := svc.Pick(rr)
-		if err != nil {
-			return p, false
-		}
-		if p.Probe() || !contains(failed, p.Instance.ID) {
-			return p, true
-		}
-	}
-	return routing.Result{}, false
-}
-
-func contains(s []string, v string) bool {
-	for _, x := range s {
-		if x == v {
-			return true
-		}
-	}
-	return false
 }
 
 // replayable reports whether req's body can be sent again.

@@ -116,7 +116,7 @@ func BenchmarkGateway(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { g.Close() })
-	h1, _ := newTransports(DefaultMaxIdleConnsPerHost)
+	h1, _ := newTransports(DefaultMaxIdleConnsPerHost, 0)
 	b.Cleanup(h1.CloseIdleConnections)
 
 	proxies := []struct {
@@ -166,7 +166,7 @@ func BenchmarkGatewayParallel(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { g.Close() })
-	h1, _ := newTransports(DefaultMaxIdleConnsPerHost)
+	h1, _ := newTransports(DefaultMaxIdleConnsPerHost, 0)
 	b.Cleanup(h1.CloseIdleConnections)
 	for _, p := range []struct{ name, url string }{
 		{"proxy=reverseproxy", serve(b, plainProxy(baseAddr, h1))},

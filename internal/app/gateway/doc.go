@@ -139,17 +139,25 @@
 //
 // # Outlier detection and retries
 //
-// Every proxied call's outcome is reported to the engine (Result.Report): a
-// connection error, an HTTP 5xx or, for gRPC, status Unavailable counts as a
-// failure; a 5xx that carries x-lanes-error does not (it is a routing failure
-// further downstream, answered by a healthy instance, as laneshttp judges it
-// too). When the call to an instance fails before any response (connection
-// refused, reset, timeout) and the request has no body and is idempotent
-// (GET, HEAD, OPTIONS, TRACE, PUT, DELETE, or any method with an
-// Idempotency-Key or X-Idempotency-Key header), the gateway picks another
-// instance for the same request lane and tries once more; otherwise, or when
-// the retry fails too, the client gets 502. gRPC calls are never retried.
-// A request whose client went away is not reported.
+// The gateway routes with the same routed-call step as laneshttp.Transport
+// (pick, outcome, report, retry): its handler decides the route and the lane,
+// the proxy's Rewrite names the service, and the proxy's Transport picks the
+// instance and sends the attempts. Every proxied call's outcome is reported
+// to the engine: a connection error, an HTTP 5xx or, for gRPC, status
+// Unavailable counts as a failure; a 5xx that carries x-lanes-error does not
+// (it is a routing failure further downstream, answered by a healthy
+// instance). When an instance refuses the connection, nothing was sent: the
+// instance is ejected at once and the same request, whatever its method and
+// body (gRPC calls included), moves on to the next eligible instance or along
+// the lane's fallback chain. When the call fails after it was sent (reset,
+// or no response headers within [Config.ResponseHeaderTimeout], 10s by
+// default) and the request has no body and is idempotent (GET, HEAD,
+// OPTIONS, TRACE, PUT, DELETE, or any method with an Idempotency-Key or
+// X-Idempotency-Key header), the gateway picks another instance for the same
+// request lane and tries once more; otherwise, or when the retry fails too,
+// the client gets 502. A request whose client went away is not reported,
+// unless the instance had already taken longer than the response-header
+// timeout: that counts as a failure.
 //
 // # Metrics
 //

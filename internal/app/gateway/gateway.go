@@ -17,6 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/lanesdev/lanes/internal/lib/routedcall"
 	"github.com/lanesdev/lanes/lane"
 	"github.com/lanesdev/lanes/routing"
 )
@@ -73,6 +74,16 @@ type Config struct {
 	// ReadyTimeout bounds how long the first requests wait for the engine
 	// to have read the policy and a service's instances; default 5s.
 	ReadyTimeout time.Duration
+	// ResponseHeaderTimeout bounds how long an instance may take to send
+	// the response headers of an HTTP/1.1 request: the attempt then fails
+	// with 502 (or is retried, see the package documentation) and counts
+	// as a failure for outlier detection, as does a call that the client
+	// abandons after the instance took that long. gRPC calls, whose streams
+	// may rightly wait long for their first message, are not cut, but an
+	// h2c connection that answers no ping within it is closed, which fails
+	// its calls (a paused instance). 0 means
+	// laneshttp.DefaultResponseHeaderTimeout (10s); negative: none.
+	ResponseHeaderTimeout time.Duration
 }
 
 // Gateway is the lanes edge proxy: an http.Handler. Serve it with
@@ -95,6 +106,8 @@ type Gateway struct {
 	preserve   bool
 	readyWait  time.Duration
 	on         sourceSet // the sources that Config.Disable leaves on
+	// headerTimeout is the response-header timeout, 0 for none.
+	headerTimeout time.Duration
 
 	view  atomic.Pointer[policyView]
 	lanes laneCache
@@ -204,7 +217,8 @@ func New(cfg Config) (*Gateway, error) {
 	if idle == 0 {
 		idle = DefaultMaxIdleConnsPerHost
 	}
-	g.h1, g.h2c = newTransports(idle)
+	g.headerTimeout = routedcall.HeaderTimeout(cfg.ResponseHeaderTimeout)
+	g.h1, g.h2c = newTransports(idle, g.headerTimeout)
 	g.proxy = &httputil.ReverseProxy{
 		Rewrite:        g.rewrite,
 		Transport:      &upstream{g: g},
@@ -236,7 +250,7 @@ func validHeader(s string) bool {
 	return true
 }
 
-func newTransports(idle int) (h1, h2c *http.Transport) {
+func newTransports(idle int, headerTimeout time.Duration) (h1, h2c *http.Transport) {
 	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
 	var p1, p2 http.Protocols
 	p1.SetHTTP1(true)
@@ -249,6 +263,7 @@ func newTransports(idle int) (h1, h2c *http.Transport) {
 		ExpectContinueTimeout: time.Second,
 		DisableCompression:    true, // pass encodings through untouched
 		Protocols:             &p1,
+		ResponseHeaderTimeout: headerTimeout,
 	}
 	h2c = &http.Transport{
 		Proxy:              nil,
@@ -256,6 +271,10 @@ func newTransports(idle int) (h1, h2c *http.Transport) {
 		IdleConnTimeout:    90 * time.Second,
 		DisableCompression: true,
 		Protocols:          &p2,
+	}
+	if headerTimeout > 0 {
+		// A paused instance answers no ping: its connection is closed.
+		h2c.HTTP2 = &http.HTTP2Config{SendPingTimeout: headerTimeout, PingTimeout: headerTimeout}
 	}
 	return h1, h2c
 }

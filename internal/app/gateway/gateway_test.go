@@ -1,18 +1,23 @@
 package gateway
 
 import (
+	"bufio"
 	"fmt"
+	"io"
 	"math"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/http/httptrace"
 	"net/netip"
 	"net/textproto"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/lanesdev/lanes/lane"
+	"github.com/lanesdev/lanes/routing"
 )
 
 func TestRouteByHeader(t *testing.T) {
@@ -551,6 +556,8 @@ func TestOutlierEjection(t *testing.T) {
 	}
 }
 
+// TestRetryOnConnectionRefused: a refused connection sent nothing, so every
+// request, whatever its method and body, moves on to another instance.
 func TestRetryOnConnectionRefused(t *testing.T) {
 	w := newWorld(t, "outlier: {errors: 1000, window: 1m, ejection: 10m}\n", Config{})
 	good := newBackend(t, "good", "")
@@ -567,7 +574,59 @@ func TestRetryOnConnectionRefused(t *testing.T) {
 		r := w.get(t, fmt.Sprintf("/%d", i), nil)
 		expectServed(t, r, good.id, "")
 	}
-	// POST is not retried: some requests reach the dead instance and fail.
+	for range 10 {
+		req, err := http.NewRequest(http.MethodPost, w.url+"/", strings.NewReader("order"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		res, err := w.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(res.Body)
+		res.Body.Close()
+		if res.StatusCode != http.StatusOK || !strings.Contains(string(body), `"good"`) {
+			t.Fatalf("POST with a body: %d %s", res.StatusCode, body)
+		}
+	}
+}
+
+// resetter reads each request and then resets the connection: the request
+// was sent, and no answer comes.
+func resetter(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			if req, err := http.ReadRequest(bufio.NewReader(conn)); err == nil {
+				io.Copy(io.Discard, req.Body)
+			}
+			conn.(*net.TCPConn).SetLinger(0)
+			conn.Close()
+		}
+	}()
+	t.Cleanup(func() { l.Close(); <-done })
+	return l.Addr().String()
+}
+
+// TestNoRetryOfSentPOST: a POST that reached an instance that then failed
+// it is not sent again; a GET is.
+func TestNoRetryOfSentPOST(t *testing.T) {
+	w := newWorld(t, "outlier: {errors: 1000, window: 1m, ejection: 10m}\n", Config{})
+	good := newBackend(t, "good", "")
+	w.register(t, "orders", good.id, good.addr, "")
+	w.register(t, "orders", "reset", resetter(t), "")
+	for i := range 10 {
+		expectServed(t, w.get(t, fmt.Sprintf("/%d", i), nil), good.id, "")
+	}
 	bad := 0
 	for range 10 {
 		r := do(t, w.client, http.MethodPost, w.url+"/", nil)
@@ -575,7 +634,7 @@ func TestRetryOnConnectionRefused(t *testing.T) {
 		case http.StatusOK:
 		case http.StatusBadGateway:
 			bad++
-			if r.header.Get("X-Lanes-Error") != "upstream" || !strings.Contains(r.body, `"dead"`) {
+			if r.header.Get("X-Lanes-Error") != "upstream" || !strings.Contains(r.body, `"reset"`) {
 				t.Errorf("502: x-lanes-error %q, body %q", r.header.Get("X-Lanes-Error"), r.body)
 			}
 		default:
@@ -583,7 +642,7 @@ func TestRetryOnConnectionRefused(t *testing.T) {
 		}
 	}
 	if bad == 0 {
-		t.Errorf("no POST reached the dead instance: retried, or not balanced")
+		t.Errorf("no POST reached the resetting instance: retried, or not balanced")
 	}
 }
 
@@ -605,4 +664,37 @@ func TestConnectionErrorsEject(t *testing.T) {
 		r := do(t, w.client, http.MethodPost, w.url+"/", nil)
 		expectServed(t, r, good.id, "")
 	}
+}
+
+// TestHungInstanceEjected: an instance that accepts requests and never
+// answers fails each attempt after the response-header timeout; the GET is
+// retried on another instance, and the hung instance is ejected after the
+// policy's errors.
+func TestHungInstanceEjected(t *testing.T) {
+	w := newWorld(t, "outlier: {errors: 3, window: 1m, ejection: 10m}\n", Config{ResponseHeaderTimeout: 50 * time.Millisecond})
+	good := newBackend(t, "good", "")
+	release := make(chan struct{})
+	hung := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(hung.Close)
+	t.Cleanup(func() { close(release) })
+	w.register(t, "orders", good.id, good.addr, "")
+	w.register(t, "orders", "hung", hung.Listener.Addr().String(), "")
+	svc := w.engine.Service("orders")
+	start := time.Now()
+	for i := 0; ; i++ {
+		d, err := svc.Resolve(routing.Request{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Join(d.Eligible, " ") == "good" {
+			break
+		}
+		expectServed(t, w.get(t, fmt.Sprintf("/%d", i), nil), good.id, "")
+	}
+	t.Logf("the hung instance was ejected %v after the first request", time.Since(start).Round(time.Millisecond))
 }

@@ -8,11 +8,13 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/netip"
-	"net/url"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/lanesdev/lanes/internal/lib/routedcall"
 	"github.com/lanesdev/lanes/lane"
+	"github.com/lanesdev/lanes/laneshttp"
 	"github.com/lanesdev/lanes/routing"
 )
 
@@ -44,14 +46,17 @@ type reqState struct {
 	w       http.ResponseWriter
 	route   *route
 	req     routing.Request
-	res     routing.Result
+	source  src
 	grpc    bool
 	client  netip.Addr // the client address (see Gateway.clientAddr)
 	trusted bool       // the direct peer is a trusted proxy
 	hdr     headerView // what the lane propagator reads
-	retried bool
-	// reported is set once the outcome of res has been reported.
-	reported bool
+	// call is the routed call: the pick, the retries, the reports.
+	call routedcall.Call
+	// picked is set once the call has an instance.
+	picked bool
+	// body lends the request body to the attempts (see keptBody).
+	body keptBody
 }
 
 type stateKey struct{}
@@ -61,14 +66,8 @@ func stateOf(ctx context.Context) *reqState {
 	return st
 }
 
-// report feeds the outcome of the current pick to outlier detection, once.
-func (st *reqState) report(ok bool) {
-	if st.reported {
-		return
-	}
-	st.reported = true
-	st.res.Report(ok)
-}
+// pick is the instance of the current attempt.
+func (st *reqState) pick() routing.Result { return st.call.Pick() }
 
 // ServeHTTP routes one request: it finds the route, assigns the lane, picks
 // an instance through the engine and proxies the request to it.
@@ -114,27 +113,8 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if l == "" {
 		st.req.Key = g.key(r)
 	}
-
-	// The pick.
-	res, err := rt.svc.Pick(st.req)
-	if err != nil {
-		var re *routing.Error
-		if errors.As(err, &re) {
-			if l != "" {
-				w.Header()[hLane] = g.lanes.get(l).lane
-			}
-			g.m.errors(string(re.Code))
-			g.fail(w, grpc, http.StatusServiceUnavailable, string(re.Code), "lanes: "+re.Error())
-			return
-		}
-		g.fail(w, grpc, http.StatusInternalServerError, "internal", "lanes: "+err.Error())
-		return
-	}
-	st.res = res
-	if l == "" && res.RequestLane != "" {
-		source = srcCanary
-	}
-	g.m.source(source)
+	st.source = source
+	// The proxy's Transport (upstream) routes the request.
 	g.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), stateKey{}, st)))
 }
 
@@ -197,7 +177,7 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	st := stateOf(pr.In.Context())
 	out := pr.Out
 	out.URL.Scheme = "http"
-	out.URL.Host = st.res.Instance.Addr
+	out.URL.Host = st.route.Service // the transport routes it to an instance
 	if st.route.StripPrefix {
 		stripURL(out.URL, st.route.prefix)
 	}
@@ -207,17 +187,22 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 		out.Host = ""
 	}
 
-	// Lane headers: nothing the client sent, only what the gateway decided.
+	// Lane headers: nothing the client sent; the transport writes what the
+	// gateway decided, once the pick tells the request lane.
 	g.stripLaneHeaders(out.Header)
 	g.forward(pr, st)
-	l := st.res.RequestLane
-	if l != "" && len(out.Header[hBaggage]) == 0 {
+}
+
+// writeLane writes the request lane l to the outbound headers h, removing
+// any lane the client sent.
+func (g *Gateway) writeLane(h http.Header, l string) {
+	if l != "" && len(h[hBaggage]) == 0 {
 		v := g.lanes.get(l) // the common case, without allocating
-		out.Header[hLane] = v.lane
-		out.Header[hBaggage] = v.baggage
+		h[hLane] = v.lane
+		h[hBaggage] = v.baggage
 		return
 	}
-	g.prop.InjectLane(l, lane.HTTPHeader(out.Header))
+	g.prop.InjectLane(l, lane.HTTPHeader(h))
 }
 
 // laneHeaders sets the response headers x-lane and x-lane-served of a
@@ -225,36 +210,32 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 // failed), as the proxy clears the header map after a 1xx response.
 func (g *Gateway) laneHeaders(st *reqState) {
 	h := st.w.Header()
-	if l := st.res.RequestLane; l != "" {
+	if !st.picked {
+		if l := st.req.Lane; l != "" {
+			h[hLane] = g.lanes.get(l).lane
+		}
+		return
+	}
+	res := st.pick()
+	if l := res.RequestLane; l != "" {
 		h[hLane] = g.lanes.get(l).lane
 	}
-	h[hLaneServed] = g.servedValue(st.res.Lane)
+	h[hLaneServed] = g.servedValue(res.Lane)
 }
 
-// modifyResponse reports the outcome and settles the lane headers of the
-// response.
+// modifyResponse settles the lane headers of the response; for a gRPC call
+// whose status comes in the trailers, it reports the outcome once they are
+// in.
 func (g *Gateway) modifyResponse(resp *http.Response) error {
 	st := stateOf(resp.Request.Context())
 	h := resp.Header
 	delete(h, hLane) // the gateway's own go on the ResponseWriter
 	delete(h, hLaneServed)
 	g.laneHeaders(st)
-	g.m.served(st.res.Lane)
-	// A 5xx with x-lanes-error is a routing failure further downstream,
-	// answered by a healthy instance (as laneshttp classifies it).
-	if resp.StatusCode >= 500 {
-		st.report(len(h[hError]) > 0)
-		return nil
+	g.m.served(st.pick().Lane)
+	if st.grpc && resp.StatusCode < 500 && len(h["Grpc-Status"]) == 0 {
+		resp.Body = &grpcBody{ReadCloser: resp.Body, resp: resp, st: st}
 	}
-	if !st.grpc {
-		st.report(true)
-		return nil
-	}
-	if s, ok := h["Grpc-Status"]; ok { // trailers-only
-		st.report(len(s) == 0 || s[0] != grpcUnavailable)
-		return nil
-	}
-	resp.Body = &grpcBody{ReadCloser: resp.Body, resp: resp, st: st}
 	return nil
 }
 
@@ -271,92 +252,183 @@ func (b *grpcBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	switch {
 	case err == io.EOF:
-		b.st.report(b.resp.Trailer.Get("Grpc-Status") != grpcUnavailable)
-	case err != nil && b.resp.Request.Context().Err() == nil:
-		b.st.report(false)
+		b.st.call.Report(grpcOutcome(b.resp.Trailer))
+	case err != nil && !b.st.call.CallerGone():
+		b.st.call.Report(routedcall.Failure)
 	}
 	return n, err
 }
 
 func (b *grpcBody) Close() error {
-	if b.resp.Request.Context().Err() == nil {
-		b.st.report(b.resp.Trailer.Get("Grpc-Status") != grpcUnavailable)
+	if !b.st.call.CallerGone() {
+		b.st.call.Report(grpcOutcome(b.resp.Trailer))
+	} else {
+		b.st.call.Report(routedcall.Ignore) // a failure if the instance was that late
 	}
 	return b.ReadCloser.Close()
 }
 
-// proxyError answers a call that got no response from the instance.
+// grpcOutcome classifies a gRPC call by the grpc-status in h; no status is
+// no verdict.
+func grpcOutcome(h http.Header) routedcall.Outcome {
+	v := h["Grpc-Status"]
+	if len(v) == 0 {
+		return routedcall.Ignore
+	}
+	code, err := strconv.ParseUint(v[0], 10, 32)
+	if err != nil {
+		return routedcall.Failure
+	}
+	return routedcall.ClassifyGRPC(uint32(code))
+}
+
+// proxyError answers a call that got no response from the instance, or
+// that the engine could not route.
 func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	st := stateOf(r.Context())
 	g.laneHeaders(st)
+	var re *routing.Error
+	if errors.As(err, &re) {
+		g.m.errors(string(re.Code))
+		g.fail(w, st.grpc, http.StatusServiceUnavailable, string(re.Code), "lanes: "+re.Error())
+		return
+	}
+	if !st.picked {
+		g.fail(w, st.grpc, http.StatusInternalServerError, "internal", "lanes: "+err.Error())
+		return
+	}
 	if r.Context().Err() != nil {
-		// The client went away: that says nothing about the instance.
+		// The client went away.
 		w.WriteHeader(http.StatusBadGateway)
 		return
 	}
-	st.report(false)
 	g.m.errors(codeUpstream)
-	inst := st.res.Instance
+	inst := st.pick().Instance
 	g.log.Warn("lanes gateway: upstream call failed", "service", st.route.Service, "instance", inst.ID, "addr", inst.Addr,
-		"lane", st.res.RequestLane, "retried", st.retried, "err", err)
+		"lane", st.pick().RequestLane, "retried", st.call.Retried(), "err", err)
 	msg := fmt.Sprintf("lanes: service %q, instance %q: %v", st.route.Service, inst.ID, err)
 	g.fail(w, st.grpc, http.StatusBadGateway, codeUpstream, msg)
 }
 
-// upstream sends outbound requests: gRPC over h2c, the rest over HTTP/1.1
-// with keep-alive. It retries an idempotent request without a body once on
-// another instance when the first attempt got no response.
+// upstream is the proxy's Transport: it routes each request with the
+// routed-call step (routedcall.Call), which picks the instance, classifies
+// and reports each attempt and decides on another, and sends the attempts:
+// gRPC over h2c, the rest over HTTP/1.1 with keep-alive. An idempotent
+// request without a body is retried once on another instance after a
+// failure without an answer; any request moves past an instance that
+// refused its connection, since nothing was sent.
 type upstream struct{ g *Gateway }
 
 func (u *upstream) RoundTrip(req *http.Request) (*http.Response, error) {
 	st := stateOf(req.Context())
-	rt := u.g.h1
-	if st != nil && st.grpc {
-		rt = u.g.h2c
+	if st == nil {
+		closeBody(req)
+		return nil, errors.New("lanes gateway: a request that did not come through the gateway's handler")
 	}
-	resp, err := rt.RoundTrip(req)
-	if err == nil || st == nil || st.retried || !retryable(req) || req.Context().Err() != nil {
-		return resp, err
+	g := u.g
+	rt := g.h1
+	if st.grpc {
+		rt = g.h2c
 	}
-	failed := st.res
-	st.report(false)
-	for range 4 {
-		res, perr := st.route.svc.Pick(routing.Request{Lane: failed.RequestLane, Zone: st.req.Zone, Key: st.req.Key})
-		if perr != nil {
-			break
+	pick, err := st.call.Start(req.Context(), g.engine, st.route.svc, st.req, 1, g.headerTimeout)
+	if err != nil {
+		closeBody(req)
+		return nil, err
+	}
+	st.picked = true
+	source := st.source
+	if st.req.Lane == "" && pick.RequestLane != "" {
+		source = srcCanary
+	}
+	g.m.source(source)
+
+	// The first attempt sends req itself, which the proxy made for it.
+	bodyless := req.Body == nil || req.Body == http.NoBody
+	if !bodyless {
+		st.body = keptBody{rc: req.Body}
+		req.Body = &st.body
+	}
+	out := req
+	for {
+		out.URL.Host = pick.Instance.Addr
+		g.writeLane(out.Header, pick.RequestLane)
+		res, err := rt.RoundTrip(out)
+		if err == nil && st.grpc && res.StatusCode < 500 {
+			if v := res.Header["Grpc-Status"]; len(v) > 0 { // trailers-only
+				st.call.Report(grpcOutcome(res.Header))
+			}
+			// Otherwise the status comes in the trailers (modifyResponse).
+			return res, nil
 		}
-		if res.Instance.ID == failed.Instance.ID {
-			continue // not a probe: the failed instance is not half-open
+		a := attempt(st, res, err)
+		o := routedcall.Classify(a)
+		replayable := bodyless || o == routedcall.Unreachable && !st.body.read
+		if !st.call.Again(o, routedcall.Retryable(a, idempotent(req)), replayable) {
+			return res, err
 		}
-		u.g.log.Debug("lanes gateway: retrying on another instance", "service", st.route.Service,
-			"failed", failed.Instance.ID, "next", res.Instance.ID, "err", err)
-		st.res, st.reported, st.retried = res, false, true
+		next, ok := st.call.Next()
+		if !ok {
+			return res, err
+		}
+		g.log.Debug("lanes gateway: trying another instance", "service", st.route.Service,
+			"failed", pick.Instance.ID, "next", next.Instance.ID, "err", err)
+		if res != nil {
+			discard(res)
+		}
+		// A new request for the next attempt: the transport may still hold
+		// the previous one.
 		r2 := new(http.Request)
 		*r2 = *req
-		u2 := new(url.URL)
-		*u2 = *req.URL
-		u2.Host = res.Instance.Addr
-		r2.URL = u2
-		return rt.RoundTrip(r2)
+		u2 := *req.URL
+		r2.URL = &u2
+		r2.Header = req.Header.Clone()
+		out, pick = r2, next
 	}
-	return resp, err
 }
 
-// retryable reports whether req may be sent again: it has no body, and an
-// idempotent method or an Idempotency-Key header (as http.Transport judges).
-func retryable(req *http.Request) bool {
+// attempt describes an attempt for the routed-call rules.
+func attempt(st *reqState, res *http.Response, err error) routedcall.Attempt {
+	if err != nil {
+		return routedcall.Attempt{Err: err, Unsent: laneshttp.Unsent(err), CallerGone: st.call.CallerGone()}
+	}
+	code := res.Header[hError]
+	return routedcall.Attempt{
+		Status:      res.StatusCode,
+		Downstream:  len(code) > 0 && code[0] != "",
+		Misdirected: res.StatusCode == http.StatusMisdirectedRequest && len(code) > 0 && code[0] == laneshttp.CodeMisdirected,
+	}
+}
+
+// idempotent reports whether req may be sent twice.
+func idempotent(req *http.Request) bool { return laneshttp.IsIdempotent(req) }
+
+// keptBody lends the client's request body to the attempts: it does not
+// close it (the server does, when the handler returns), and tells whether
+// any of it was read, so that a request whose connection was refused can
+// move on to another instance with its body intact.
+type keptBody struct {
+	rc   io.ReadCloser
+	read bool
+}
+
+func (b *keptBody) Read(p []byte) (int, error) {
+	b.read = true
+	return b.rc.Read(p)
+}
+
+func (b *keptBody) Close() error { return nil }
+
+func closeBody(req *http.Request) {
 	if req.Body != nil && req.Body != http.NoBody {
-		return false
+		req.Body.Close()
 	}
-	switch req.Method {
-	case http.MethodGet, http.MethodHead, http.MethodOptions, http.MethodTrace, http.MethodPut, http.MethodDelete:
-		return true
-	}
-	if _, ok := req.Header["Idempotency-Key"]; ok {
-		return true
-	}
-	_, ok := req.Header["X-Idempotency-Key"]
-	return ok
+}
+
+// discard reads a little of a response body that is not returned, so that
+// its connection can be reused, and closes it.
+func discard(res *http.Response) {
+	io.CopyN(io.Discard, res.Body, 4<<10)
+	res.Body.Close()
 }
 
 // isGRPC reports whether r is a gRPC call (not gRPC-Web).
