@@ -223,14 +223,26 @@ type PolicyDocument struct {
 	Policy   *policy.Policy `json:"policy"`
 }
 
+// ExplainRequest is the request that GET /v1/explain explains.
+type ExplainRequest struct {
+	Service string
+	Lane    string // the request lane as received; "" for a baseline request
+	Zone    string // the caller's zone; "" when unknown
+	Host    string // the caller's host; "" when unknown
+	Key     string // the request key of sticky canary splits
+}
+
 // Explanation answers GET /v1/explain: how a request of a lane, from a
-// zone, reaches a service.
+// zone and a host, reaches a service.
 type Explanation struct {
 	Service string `json:"service"`
 	// Lane is the request lane, normalised ("" for a baseline request).
 	Lane string `json:"lane"`
 	Zone string `json:"zone,omitempty"`
+	Host string `json:"host,omitempty"`
 	Key  string `json:"key,omitempty"`
+	// HostFirst says the policy turns on locality.host.
+	HostFirst bool `json:"host_first,omitempty"`
 	// Strict says the chain stops before the baseline.
 	Strict bool `json:"strict,omitempty"`
 	// Steps walks the chain: the lane, each fallback, the baseline.
@@ -253,7 +265,7 @@ type ExplainStep struct {
 	Expired   bool              `json:"expired,omitempty"`
 	Instances []ExplainInstance `json:"instances"`
 	// Eligible lists the instances of the step that may serve, after the
-	// zone preference.
+	// host and zone preferences.
 	Eligible []string `json:"eligible"`
 	// Outcome is "serves", "empty" (the chain goes on), "stops" (a strict
 	// chain ends here) or "not reached".
@@ -266,10 +278,12 @@ type ExplainInstance struct {
 	ID   string `json:"id"`
 	Addr string `json:"addr"`
 	Zone string `json:"zone,omitempty"`
+	Host string `json:"host,omitempty"`
 	// RegisteredLane is set when a tag rule moved the instance into this
 	// step's lane from another.
 	RegisteredLane string `json:"registered_lane,omitempty"`
-	// State is "eligible", "drained", "expired" or "other-zone".
+	// State is "eligible", "drained", "expired", "other-host" or
+	// "other-zone".
 	State string `json:"state"`
 }
 

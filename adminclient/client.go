@@ -266,12 +266,11 @@ func (c *Client) policyCall(ctx context.Context, method, path string, raw []byte
 	return out, nil
 }
 
-// Explain walks the lane chain of a request for service, lane ("" for the
-// baseline) and zone, and returns the engine's decision. key, when set, is
-// the request key of sticky canary splits.
-func (c *Client) Explain(ctx context.Context, service, lane, zone, key string) (adminapi.Explanation, error) {
-	q := url.Values{"service": {service}}
-	for k, v := range map[string]string{"lane": lane, "zone": zone, "key": key} {
+// Explain walks the lane chain of the request r and returns the engine's
+// decision.
+func (c *Client) Explain(ctx context.Context, r adminapi.ExplainRequest) (adminapi.Explanation, error) {
+	q := url.Values{"service": {r.Service}}
+	for k, v := range map[string]string{"lane": r.Lane, "zone": r.Zone, "host": r.Host, "key": r.Key} {
 		if v != "" {
 			q.Set(k, v)
 		}

@@ -33,6 +33,9 @@ type LBConfig struct {
 	// Zone is the caller's zone, for the engine's zone preference; "" when
 	// unknown.
 	Zone string `json:"zone,omitempty"`
+	// Host is the caller's host, for the same-host rule (the policy's
+	// locality.host); "" when unknown.
+	Host string `json:"host,omitempty"`
 }
 
 type builderLB struct{}
@@ -75,7 +78,7 @@ type lanesBalancer struct {
 
 	mu    sync.Mutex // serialises picker builds, guards the fields below
 	svc   *routing.Service
-	zone  string
+	place LBConfig                           // the caller's zone and host
 	dones map[string]func(balancer.DoneInfo) // by instance id; replaced, never modified
 }
 
@@ -85,9 +88,9 @@ func (b *lanesBalancer) UpdateClientConnState(s balancer.ClientConnState) error 
 		b.cc.UpdateState(balancer.State{ConnectivityState: connectivity.TransientFailure, Picker: base.NewErrPicker(errNoService)})
 		return balancer.ErrBadResolverState
 	}
-	zone := ""
+	var place LBConfig
 	if c, ok := s.BalancerConfig.(*LBConfig); ok && c != nil {
-		zone = c.Zone
+		place = LBConfig{Zone: c.Zone, Host: c.Host}
 	}
 
 	b.mu.Lock()
@@ -103,12 +106,12 @@ func (b *lanesBalancer) UpdateClientConnState(s balancer.ClientConnState) error 
 			dones[in.ID] = reportFunc(svc, in.ID)
 		}
 	}
-	b.svc, b.zone, b.dones = svc, zone, dones
+	b.svc, b.place, b.dones = svc, place, dones
 	b.mu.Unlock()
 	b.resolving.Store(false)
 
 	// The child calls childCC.UpdateState synchronously at the end, which
-	// publishes a picker with the new service, zone and instances.
+	// publishes a picker with the new service, place and instances.
 	err := b.child.UpdateClientConnState(balancer.ClientConnState{
 		// Lets pick_first use client-side health checks when the service
 		// config enables them, as round_robin does.
@@ -171,7 +174,7 @@ func (c childCC) UpdateState(s balancer.State) {
 	}
 	b.cc.UpdateState(balancer.State{
 		ConnectivityState: s.ConnectivityState,
-		Picker:            &picker{svc: b.svc, zone: b.zone, conns: conns, dones: b.dones, b: b},
+		Picker:            &picker{svc: b.svc, zone: b.place.Zone, host: b.place.Host, conns: conns, dones: b.dones, b: b},
 	})
 }
 

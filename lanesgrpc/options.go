@@ -60,12 +60,15 @@ func newConfig(opts []Option) *config {
 	return c
 }
 
-// callerZone is the caller's zone: WithZone, else LANES_ZONE.
-func (c *config) callerZone() string {
-	if c.zoneSet {
-		return c.zone
+// caller is the caller's place, as the balancer takes it: its zone
+// (WithZone, else LANES_ZONE) and its host (registry.LocalHost: LANES_HOST,
+// else the machine's host name).
+func (c *config) caller() LBConfig {
+	zone := c.zone
+	if !c.zoneSet {
+		zone = strings.TrimSpace(c.getenv(registry.EnvZone))
 	}
-	return strings.TrimSpace(c.getenv(registry.EnvZone))
+	return LBConfig{Zone: zone, Host: registry.LocalHost(c.getenv)}
 }
 
 // WithZone sets the zone of this process. For NewClient and NewBuilder it is

@@ -29,7 +29,8 @@ type conn struct {
 // follows the registry and the policy.
 type picker struct {
 	svc   *routing.Service
-	zone  string
+	zone  string                             // the caller's zone
+	host  string                             // the caller's host
 	conns map[string]conn                    // by instance address
 	dones map[string]func(balancer.DoneInfo) // by instance id
 	b     *lanesBalancer
@@ -61,7 +62,7 @@ func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 	if p.svc == nil {
 		return balancer.PickResult{}, errNoService
 	}
-	req := routing.RequestFromContext(info.Ctx, p.zone)
+	req := routing.RequestFromContext(info.Ctx, p.zone, p.host)
 	cs := callStateFrom(info.Ctx)
 	avoid := cs.lastID()
 

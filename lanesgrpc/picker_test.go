@@ -371,7 +371,7 @@ func TestServiceConfigJSON(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := serviceConfigJSON("az1", idem, nil)
+	got := serviceConfigJSON(LBConfig{Zone: "az1"}, idem, nil)
 	want := `{"loadBalancingConfig":[{"lanes":{"zone":"az1"}}],"methodConfig":[{"name":[{"service":"a.B"},{"service":"x.Y","method":"Z"}],` +
 		`"retryPolicy":{"maxAttempts":2,"initialBackoff":"0.01s","maxBackoff":"0.01s","backoffMultiplier":1,"retryableStatusCodes":["UNAVAILABLE"]}}],` +
 		`"retryThrottling":{"maxTokens":100,"tokenRatio":0.1}}`
@@ -379,7 +379,7 @@ func TestServiceConfigJSON(t *testing.T) {
 		t.Fatalf("got  %s\nwant %s", got, want)
 	}
 	health := ""
-	if got := serviceConfigJSON("", methodSet{}, &health); got != `{"loadBalancingConfig":[{"lanes":{}}],"healthCheckConfig":{"serviceName":""}}` {
+	if got := serviceConfigJSON(LBConfig{}, methodSet{}, &health); got != `{"loadBalancingConfig":[{"lanes":{}}],"healthCheckConfig":{"serviceName":""}}` {
 		t.Fatalf("got %s", got)
 	}
 	for _, bad := range []string{"a.B/C", "/a.B", "/a.B/", "//C", "/a.B/C/D"} {

@@ -60,7 +60,7 @@ func (b *builder) Build(t resolver.Target, cc resolver.ClientConn, _ resolver.Bu
 	if err != nil {
 		return nil, err
 	}
-	sc := cc.ParseServiceConfig(serviceConfigJSON(b.cfg.callerZone(), idem, b.cfg.health))
+	sc := cc.ParseServiceConfig(serviceConfigJSON(b.cfg.caller(), idem, b.cfg.health))
 	if sc.Err != nil {
 		return nil, fmt.Errorf("lanesgrpc: service config: %w", sc.Err)
 	}
@@ -180,7 +180,7 @@ const (
 
 // serviceConfigJSON is the service config the resolver supplies: the lanes
 // balancer, and the retry policy of the idempotent methods.
-func serviceConfigJSON(zone string, idem methodSet, health *string) string {
+func serviceConfigJSON(caller LBConfig, idem methodSet, health *string) string {
 	type name struct {
 		Service string `json:"service"`
 		Method  string `json:"method,omitempty"`
@@ -209,7 +209,7 @@ func serviceConfigJSON(zone string, idem methodSet, health *string) string {
 		Throttling   *throttling           `json:"retryThrottling,omitempty"`
 		Health       *healthCheck          `json:"healthCheckConfig,omitempty"`
 	}
-	doc := sc{LB: []map[string]LBConfig{{Name: {Zone: zone}}}}
+	doc := sc{LB: []map[string]LBConfig{{Name: caller}}}
 	if health != nil {
 		doc.Health = &healthCheck{ServiceName: *health}
 	}

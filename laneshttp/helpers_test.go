@@ -100,7 +100,7 @@ func (b *backend) lastRequest() (*http.Request, string) {
 	return b.last, b.body
 }
 
-// spec of an instance: "id service [lane=x] [zone=x]".
+// spec of an instance: "id service [lane=x] [zone=x] [host=x]".
 func parseSpec(t *testing.T, spec string) registry.Instance {
 	t.Helper()
 	f := strings.Fields(spec)
@@ -112,6 +112,8 @@ func parseSpec(t *testing.T, spec string) registry.Instance {
 			in.Lane = v
 		case "zone":
 			in.Zone = v
+		case "host":
+			in.Host = v
 		default:
 			t.Fatalf("bad spec %q", spec)
 		}

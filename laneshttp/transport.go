@@ -67,6 +67,11 @@ type Transport struct {
 	// Zone is the caller's zone, for same-zone preference ("" when unknown).
 	Zone string
 
+	// Host is the caller's host, for the same-host rule of the policy's
+	// locality.host ("" when unknown). NewTransport sets it to
+	// registry.LocalHost: LANES_HOST, else the machine's host name.
+	Host string
+
 	// Propagator writes the lane to outgoing requests. Its Aliases are
 	// removed from baseline requests.
 	Propagator lane.Propagator
@@ -121,8 +126,10 @@ type Transport struct {
 // NewTransport returns a Transport on the engine e, configured by the client
 // options: WithBase, WithZone, WithPropagator, WithServices,
 // WithRefuseOthers, WithRetries, WithIdempotent, WithRetryStatus,
-// WithClassify, WithReadyTimeout and WithResponseHeaderTimeout. Without WithZone, the zone is read from
-// LANES_ZONE.
+// WithClassify, WithReadyTimeout and WithResponseHeaderTimeout. Without
+// WithZone, the zone is read from LANES_ZONE. The host is this process's
+// host, as its instances register it (registry.LocalHost, read through
+// WithEnv).
 func NewTransport(e *routing.Engine, opts ...Option) *Transport {
 	c := newConfig(opts)
 	t := c.transport
@@ -133,6 +140,7 @@ func NewTransport(e *routing.Engine, opts ...Option) *Transport {
 	} else {
 		t.Zone = c.zone
 	}
+	t.Host = registry.LocalHost(c.getenv)
 	return &t
 }
 
@@ -239,7 +247,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	var c routedcall.Call
-	pick, err := c.Start(ctx, t.Engine, svc, routing.RequestFromContext(ctx, t.Zone), t.retries(), routedcall.HeaderTimeout(t.ResponseHeaderTimeout))
+	pick, err := c.Start(ctx, t.Engine, svc, routing.RequestFromContext(ctx, t.Zone, t.Host), t.retries(), routedcall.HeaderTimeout(t.ResponseHeaderTimeout))
 	if err != nil {
 		closeBody(req)
 		return nil, fmt.Errorf("laneshttp: %w", err)

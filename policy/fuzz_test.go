@@ -13,6 +13,8 @@ var policySeeds = []string{
 	"tags:\n  - {service: orders, lane: gray, addrs: [\"10.0.0.5:8080\", \"*:9090\"]}\n  - {service: orders, lane: v2, labels: {version: v2}, enabled: false}\n",
 	"canary:\n  - {service: orders, lane: canary, percent: 10}\n",
 	"outlier: {errors: 2, window: 30s, ejection: 60s}\n",
+	"locality: {host: true}\n",
+	"locality: {host: false}\nlanes: {alice: {strict: true}}\n",
 	`{"lanes":{"alice":{"fallback":["team-a"]}},"outlier":{"window":"1s"}}`,
 	"lanes: &a {x: *a}\n",
 	"lanes:\n  alice:\n    fallback: [[[[]]]]\n",

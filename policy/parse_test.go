@@ -25,6 +25,8 @@ tags:
 canary:
   - {service: orders, lane: canary, percent: 10}
   - {service: orders, lane: canary-2, percent: 2.5}
+locality:
+  host: true
 outlier:
   errors: 2
   window: 30s
@@ -42,6 +44,9 @@ outlier:
 	}
 	if p.Canary[1].Percent != 2.5 {
 		t.Fatalf("percent %v", p.Canary[1].Percent)
+	}
+	if !p.Locality.Host {
+		t.Fatal("locality.host not read")
 	}
 	o := p.Outlier.WithDefaults()
 	if o.Errors != 2 || o.Window.D() != 30*time.Second || o.Ejection.D() != time.Minute {
@@ -68,6 +73,9 @@ func TestParseEmpty(t *testing.T) {
 		p, err := Parse("p", []byte(doc))
 		if err != nil || p == nil {
 			t.Fatalf("%q: %v", doc, err)
+		}
+		if p.Locality.Host {
+			t.Fatalf("%q: locality.host is on by default", doc)
 		}
 		if o := p.Outlier.WithDefaults(); o.Errors != DefaultErrors || o.Window.D() != DefaultWindow || o.Ejection.D() != DefaultEjection {
 			t.Fatalf("defaults %+v", o)
@@ -110,6 +118,9 @@ func TestParseRefusals(t *testing.T) {
 		{"bad duration", "outlier:\n  window: 30 seconds\n", `p.yaml:2: field outlier.window: bad duration "30 seconds"`},
 		{"duration without unit", "outlier: {window: 30}\n", `bad duration "30"`},
 		{"not a mapping", "- a\n- b\n", `want a mapping, got a list`},
+		{"locality host not bool", "locality:\n  host: sometimes\n", `p.yaml:2: field locality.host: want a boolean, got "sometimes"`},
+		{"locality unknown field", "locality: {zone: true}\n", `p.yaml:1: field locality.zone: unknown field`},
+		{"locality not a mapping", "locality: [host]\n", `field locality: want a mapping, got a list`},
 		{"strict not bool", "lanes:\n  a: {strict: 1}\n", `field lanes.a.strict: want a boolean, got "1"`},
 		{"duplicate key", "lanes: {}\nlanes: {}\n", `p.yaml:2: field lanes: duplicate key`},
 		{"syntax", "lanes: [\n", `malformed YAML`},

@@ -27,11 +27,12 @@ const (
 // A *Policy returned by Parse is validated and normalised (lane names are
 // lower-cased). Treat it as immutable: the routing engine shares it.
 type Policy struct {
-	Lanes   map[string]LaneSettings `yaml:"lanes" json:"lanes,omitempty"`
-	Tags    []TagRule               `yaml:"tags" json:"tags,omitempty"`
-	Canary  []CanaryRule            `yaml:"canary" json:"canary,omitempty"`
-	Outlier Outlier                 `yaml:"outlier" json:"outlier"`
-	Gateway Gateway                 `yaml:"gateway" json:"gateway"`
+	Lanes    map[string]LaneSettings `yaml:"lanes" json:"lanes,omitempty"`
+	Tags     []TagRule               `yaml:"tags" json:"tags,omitempty"`
+	Canary   []CanaryRule            `yaml:"canary" json:"canary,omitempty"`
+	Locality Locality                `yaml:"locality" json:"locality"`
+	Outlier  Outlier                 `yaml:"outlier" json:"outlier"`
+	Gateway  Gateway                 `yaml:"gateway" json:"gateway"`
 }
 
 // Lane choice at the gateway: who may pick a request's lane with what it
@@ -115,6 +116,15 @@ type CanaryRule struct {
 	Service string  `yaml:"service" json:"service"`
 	Lane    string  `yaml:"lane" json:"lane"`
 	Percent float64 `yaml:"percent" json:"percent"`
+}
+
+// Locality turns on the locality rules that are off by default. Zone
+// preference is always on; same-host preference is opt-in.
+type Locality struct {
+	// Host prefers, within the serving lane, the instances on the caller's
+	// host (when the caller's host is known and one of them runs there),
+	// before the caller's zone. Default false.
+	Host bool `yaml:"host" json:"host,omitempty"`
 }
 
 // Outlier configures outlier detection. Zero fields take the defaults.

@@ -65,7 +65,7 @@ func ApplyEnv(in Instance, getenv func(string) string) (Instance, error) {
 		in.Labels = labels
 	}
 	if in.Host == "" {
-		in.Host, _ = os.Hostname()
+		in.Host = LocalHost(func(string) string { return "" })
 	}
 	if in.ID == "" {
 		var b [4]byte
@@ -77,6 +77,22 @@ func ApplyEnv(in Instance, getenv func(string) string) (Instance, error) {
 		in.ID = sanitize(in.Host) + "-" + port + "-" + hex.EncodeToString(b[:])
 	}
 	return in, nil
+}
+
+// LocalHost is the host of this process, as its instances register it:
+// LANES_HOST read through getenv (os.Getenv when nil), else the machine's
+// host name. Callers pass it to the routing engine (routing.Request.Host) for
+// the same-host rule, so that a caller and the instances on its machine agree
+// on the name.
+func LocalHost(getenv func(string) string) string {
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	if h := strings.TrimSpace(getenv(EnvHost)); h != "" {
+		return h
+	}
+	h, _ := os.Hostname()
+	return h
 }
 
 // sanitize keeps the characters an instance id may have.

@@ -17,7 +17,7 @@ import (
 func fleet(tb testing.TB, n, lanes int) *Engine {
 	tb.Helper()
 	var pol strings.Builder
-	pol.WriteString("lanes:\n  ghost: {fallback: [lane-0]}\n")
+	pol.WriteString("locality: {host: true}\nlanes:\n  ghost: {fallback: [lane-0]}\n")
 	for l := range lanes {
 		fmt.Fprintf(&pol, "  lane-%d: {}\n", l)
 	}
@@ -28,12 +28,14 @@ func fleet(tb testing.TB, n, lanes int) *Engine {
 	return e
 }
 
+// fleetInstances makes the instances of fleet: instance i is on host h<i>,
+// in zone az<i%3>.
 func fleetInstances(tb testing.TB, n, lanes int) []registry.Instance {
 	tb.Helper()
 	insts := make([]registry.Instance, 0, n)
 	base := max(1, n/2)
 	for i := range n {
-		in := registry.Instance{ID: fmt.Sprintf("i%d", i), Service: "orders", Addr: fmt.Sprintf("10.%d.%d.%d:8080", i>>16&255, i>>8&255, i&255), Zone: fmt.Sprintf("az%d", i%3)}
+		in := registry.Instance{ID: fmt.Sprintf("i%d", i), Service: "orders", Addr: fmt.Sprintf("10.%d.%d.%d:8080", i>>16&255, i>>8&255, i&255), Zone: fmt.Sprintf("az%d", i%3), Host: fmt.Sprintf("h%d", i)}
 		if i >= base {
 			in.Lane = fmt.Sprintf("lane-%d", (i-base)%lanes)
 		}
@@ -46,18 +48,26 @@ func fleetInstances(tb testing.TB, n, lanes int) []registry.Instance {
 	return insts
 }
 
+// pickCases are the requests of BenchmarkPick. The fleet's policy turns on
+// locality.host; the host cases come from the host of an instance of the
+// serving lane, so that the same-host rule narrows the pick to it (host
+// "lane" is lane-0's first instance, "baseline" the first baseline one).
 var pickCases = []struct {
 	name string
 	req  Request
+	host string // "", "lane" or "baseline": which instance's host the request comes from
 	want string // the serving lane
 }{
-	{"request=lane", Request{Lane: "lane-0"}, "lane-0"},
-	{"request=fallback", Request{Lane: "ghost"}, "lane-0"},
-	{"request=baseline", Request{}, ""},
+	{"request=lane", Request{Lane: "lane-0"}, "", "lane-0"},
+	{"request=fallback", Request{Lane: "ghost"}, "", "lane-0"},
+	{"request=baseline", Request{}, "", ""},
+	{"request=lane-host", Request{Lane: "lane-0"}, "lane", "lane-0"},
+	{"request=baseline-host", Request{}, "baseline", ""},
 }
 
-// BenchmarkPick measures one pick through a service handle. Every case must
-// report 0 allocs/op, and ns/op must not grow with the instance count.
+// BenchmarkPick measures one pick through a service handle, with the
+// same-host rule on. Every case must report 0 allocs/op, and ns/op must not
+// grow with the instance count.
 func BenchmarkPick(b *testing.B) {
 	for _, n := range []int{10, 100, 1000, 10000} {
 		b.Run(fmt.Sprintf("instances=%d", n), func(b *testing.B) {
@@ -66,12 +76,20 @@ func BenchmarkPick(b *testing.B) {
 					svc := fleet(b, n, lanes).Service("orders")
 					for _, c := range pickCases {
 						b.Run(c.name, func(b *testing.B) {
-							if r, err := svc.Pick(c.req); err != nil || r.Lane != c.want {
-								b.Fatalf("picked lane %q, %v; want %q", r.Lane, err, c.want)
+							req := c.req
+							switch c.host {
+							case "lane":
+								req.Host = fmt.Sprintf("h%d", max(1, n/2))
+							case "baseline":
+								req.Host = "h0"
+							}
+							r, err := svc.Pick(req)
+							if err != nil || r.Lane != c.want || req.Host != "" && r.Instance.Host != req.Host {
+								b.Fatalf("picked %s on %s in lane %q, %v; want lane %q, host %q", r.Instance.ID, r.Instance.Host, r.Lane, err, c.want, req.Host)
 							}
 							b.ReportAllocs()
 							for b.Loop() {
-								svc.Pick(c.req)
+								svc.Pick(req)
 							}
 						})
 					}

@@ -22,8 +22,8 @@ func KeyFromContext(ctx context.Context) string {
 }
 
 // RequestFromContext builds the Request of a call made with ctx: its lane
-// (lane.FromContext), its key (KeyFromContext) and the caller's zone. It does
-// not allocate.
-func RequestFromContext(ctx context.Context, zone string) Request {
-	return Request{Lane: lane.FromContext(ctx), Zone: zone, Key: KeyFromContext(ctx)}
+// (lane.FromContext), its key (KeyFromContext), and the caller's zone and
+// host (registry.LocalHost). It does not allocate.
+func RequestFromContext(ctx context.Context, zone, host string) Request {
+	return Request{Lane: lane.FromContext(ctx), Zone: zone, Host: host, Key: KeyFromContext(ctx)}
 }

@@ -12,8 +12,9 @@ import (
 )
 
 // The tests in this file encode the routing contract (docs/routing.md), case
-// by case. Conformance cases 01 to 10 also live as scenarios under
-// examples/scenarios and run through lanes simulate.
+// by case. Conformance cases 01 to 12 also live as scenarios under
+// examples/scenarios and run through lanes simulate; 11 and 12 (the
+// same-host rule) are in locality_test.go.
 
 func TestConformance01Isolation(t *testing.T) {
 	f := newFixture(t, "",
@@ -514,10 +515,10 @@ func TestAdmits(t *testing.T) {
 
 func TestRequestFromContext(t *testing.T) {
 	ctx := WithKey(lane.WithLane(context.Background(), "alice"), "user-7")
-	if r := RequestFromContext(ctx, "az1"); r != (Request{Lane: "alice", Zone: "az1", Key: "user-7"}) {
+	if r := RequestFromContext(ctx, "az1", "h1"); r != (Request{Lane: "alice", Zone: "az1", Host: "h1", Key: "user-7"}) {
 		t.Fatalf("got %+v", r)
 	}
-	if n := testing.AllocsPerRun(100, func() { RequestFromContext(ctx, "az1") }); n != 0 {
+	if n := testing.AllocsPerRun(100, func() { RequestFromContext(ctx, "az1", "h1") }); n != 0 {
 		t.Fatalf("allocates %.0f times", n)
 	}
 }

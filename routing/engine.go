@@ -34,6 +34,10 @@ type Request struct {
 	Lane string
 	// Zone is the caller's zone; "" when unknown.
 	Zone string
+	// Host is the caller's host (the machine or pod it runs on, as the
+	// registry names it: registry.LocalHost); "" when unknown. It matters
+	// only when the policy turns on locality.host.
+	Host string
 	// Key makes canary splits sticky: the same key always gets the same
 	// answer. With no key, the split is random.
 	Key string
@@ -303,7 +307,7 @@ func (s *Service) Pick(req Request) (Result, error) {
 	sn, r, lane := s.route(req)
 	if r.err == nil {
 		// The fast path: no probe is due in the group.
-		if g := r.group.narrow(req.Zone); len(g.halfOpen) == 0 {
+		if g := r.group.narrow(req.Zone, req.Host); len(g.halfOpen) == 0 {
 			m := g.pickReady()
 			return Result{Instance: &m.inst, Lane: r.lane, RequestLane: lane, Reason: r.reason, m: m, svc: s}, nil
 		}
@@ -321,14 +325,14 @@ func (s *Service) Pick(req Request) (Result, error) {
 
 // eligible finds the group of instances that may serve req, given the route
 // that s.route found for it: the route's group, narrowed to the caller's
-// zone. When the group has a half-open instance, eligible claims it as this
+// host (when the policy says so) or zone. When the group has a half-open instance, eligible claims it as this
 // request's probe and returns it instead of the group.
 func (s *Service) eligible(req Request, sn *snapshot, r *route, lane string) (*route, *group, *member, string, error) {
 	for {
 		if r.err != nil {
 			return r, nil, nil, lane, r.errFor(lane)
 		}
-		g := r.group.narrow(req.Zone)
+		g := r.group.narrow(req.Zone, req.Host)
 		if len(g.halfOpen) == 0 {
 			return r, g, nil, lane, nil
 		}
@@ -358,11 +362,14 @@ func (s *Service) route(req Request) (*snapshot, *route, string) {
 		sn = s.advance(sn)
 	}
 	l := req.Lane
+	invalid := false
 	if l != "" {
 		n, ok := lane.Normalize(l)
 		if !ok {
+			// An invalid lane is a baseline request in every respect: a
+			// canary split applies to it too.
 			s.e.invalidLanes.Add(1)
-			return sn, &sn.invalid, ""
+			invalid = true
 		}
 		l = n
 	}
@@ -379,6 +386,9 @@ func (s *Service) route(req Request) (*snapshot, *route, string) {
 					return sn, c.route, c.lane
 				}
 			}
+		}
+		if invalid {
+			return sn, &sn.invalid, ""
 		}
 		return sn, &sn.baseline, ""
 	}

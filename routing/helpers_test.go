@@ -11,7 +11,7 @@ import (
 	"github.com/lanesdev/lanes/registry"
 )
 
-// inst builds an instance from "id service addr [lane=x] [zone=x] [weight=n] [drain] [k=v labels as label.k=v]".
+// inst builds an instance from "id service addr [lane=x] [zone=x] [host=x] [weight=n] [k=v labels as label.k=v]".
 func inst(t testing.TB, spec string) registry.Instance {
 	t.Helper()
 	f := strings.Fields(spec)
@@ -23,6 +23,8 @@ func inst(t testing.TB, spec string) registry.Instance {
 			in.Lane = v
 		case k == "zone":
 			in.Zone = v
+		case k == "host":
+			in.Host = v
 		case k == "weight":
 			var n int
 			for _, c := range v {

@@ -19,23 +19,31 @@ type member struct {
 	state  uint32 // the health state when the snapshot was built
 }
 
-// group is the instances of one lane of one service (or of one zone of that
-// lane) that a request may reach.
+// group is the instances of one lane of one service (or of one zone, or one
+// host, of that lane) that a request may reach.
 type group struct {
 	lane     string
 	ready    []*member // eligible for ordinary picks
 	halfOpen []*member // each would take the next request as its probe
-	all      []*member // every member with a positive weight, whatever its health
 	panic    bool      // baseline panic mode: ready holds ejected instances too
-	zones    map[string]*group
-	ids      []string // ids of ready, for Decision.Eligible
-	alias    *alias   // nil when the ready weights are uniform
-	next     atomic.Uint64
+	// hosts holds a sub-group per host that has a ready or half-open
+	// member; nil unless the policy turns on locality.host.
+	hosts map[string]*group
+	zones map[string]*group
+	ids   []string // ids of ready, for Decision.Eligible
+	alias *alias   // nil when the ready weights are uniform
+	next  atomic.Uint64
 }
 
-// narrow returns the sub-group of the caller's zone when the group has one,
-// or else the group itself (zone preference).
-func (g *group) narrow(zone string) *group {
+// narrow returns the sub-group of the caller's host when the group has one,
+// else the sub-group of the caller's zone when it has one, or else the group
+// itself (locality: same host, then same zone).
+func (g *group) narrow(zone, host string) *group {
+	if host != "" && g.hosts != nil {
+		if h := g.hosts[host]; h != nil {
+			return h
+		}
+	}
 	if zone != "" && g.zones != nil {
 		if z := g.zones[zone]; z != nil {
 			return z
@@ -145,7 +153,7 @@ func build(svc string, insts []registry.Instance, healths map[string]*health, cp
 		lanes[m.lane] = append(lanes[m.lane], m)
 	}
 	for l, ms := range lanes {
-		s.groups[l] = newGroup(l, ms, l == "")
+		s.groups[l] = newGroup(l, ms, l == "", cp.policy.Locality.Host)
 	}
 
 	base := s.groups[""]
@@ -225,9 +233,9 @@ func (s *snapshot) fallbackToBaseline(l string) route {
 	return r
 }
 
-func newGroup(l string, ms []*member, baseline bool) *group {
+func newGroup(l string, ms []*member, baseline, byHost bool) *group {
 	slices.SortFunc(ms, func(a, b *member) int { return strings.Compare(a.inst.ID, b.inst.ID) })
-	g := &group{lane: l, all: ms}
+	g := &group{lane: l}
 	for _, m := range ms {
 		switch m.state {
 		case stateHealthy:
@@ -250,47 +258,69 @@ func newGroup(l string, ms []*member, baseline bool) *group {
 		g.panic = true
 	}
 	g.finish()
-	if zones := zonesOf(ms); len(zones) > 1 || len(zones) == 1 && hasNoZone(ms) {
-		g.zones = make(map[string]*group, len(zones))
-		for _, z := range zones {
-			sub := &group{lane: l, panic: g.panic}
-			for _, m := range g.ready {
-				if m.inst.Zone == z {
-					sub.ready = append(sub.ready, m)
-				}
-			}
-			for _, m := range g.halfOpen {
-				if m.inst.Zone == z {
-					sub.halfOpen = append(sub.halfOpen, m)
-				}
-			}
-			for _, m := range ms {
-				if m.inst.Zone == z {
-					sub.all = append(sub.all, m)
-				}
-			}
-			if !sub.empty() {
-				sub.finish()
-				g.zones[z] = sub
-			}
+	if spread(ms, zoneOf) {
+		g.zones = g.split(zoneOf)
+	}
+	if byHost {
+		// Every host gets its sub-group, even when all members share one:
+		// the host's sub-group has no zone preference, as the host rule
+		// comes before the zone rule.
+		if hosts := g.split(hostOf); len(hosts) > 0 {
+			g.hosts = hosts
 		}
 	}
 	return g
 }
 
-func zonesOf(ms []*member) []string {
-	var zs []string
-	for _, m := range ms {
-		if m.inst.Zone != "" && !slices.Contains(zs, m.inst.Zone) {
-			zs = append(zs, m.inst.Zone)
+func zoneOf(m *member) string { return m.inst.Zone }
+func hostOf(m *member) string { return m.inst.Host }
+
+// split makes the sub-groups of g by the key of each member (its zone or its
+// host), in one pass over the members. A key whose members are all ejected
+// or probing gets no sub-group: such instances do not count as being there.
+func (g *group) split(key func(*member) string) map[string]*group {
+	subs := map[string]*group{}
+	sub := func(k string) *group {
+		s := subs[k]
+		if s == nil {
+			s = &group{lane: g.lane, panic: g.panic}
+			subs[k] = s
+		}
+		return s
+	}
+	for _, m := range g.ready {
+		if k := key(m); k != "" {
+			s := sub(k)
+			s.ready = append(s.ready, m)
 		}
 	}
-	return zs
+	for _, m := range g.halfOpen {
+		if k := key(m); k != "" {
+			s := sub(k)
+			s.halfOpen = append(s.halfOpen, m)
+		}
+	}
+	for _, s := range subs {
+		s.finish()
+	}
+	return subs
 }
 
-func hasNoZone(ms []*member) bool {
+// spread reports whether the members of ms differ by key: two keys, or one
+// key and members without one.
+func spread(ms []*member, key func(*member) string) bool {
+	first := ""
 	for _, m := range ms {
-		if m.inst.Zone == "" {
+		k := key(m)
+		if k == "" {
+			if first != "" {
+				return true
+			}
+			continue
+		}
+		if first == "" {
+			first = k
+		} else if k != first {
 			return true
 		}
 	}

@@ -112,6 +112,53 @@ func TestAdmin(t *testing.T) {
 	t.Run("lane-expiry", func(t *testing.T) { testLaneExpiry(t, newEnv(t, srv)) })
 	t.Run("reregister", func(t *testing.T) { testReregister(t, newEnv(t, srv)) })
 	t.Run("errors", func(t *testing.T) { testErrors(t, newEnv(t, srv)) })
+	t.Run("explain-host", func(t *testing.T) { testExplainHost(t, newEnv(t, srv)) })
+}
+
+// Explain shows the host step of the policy's locality.host: instances on
+// other hosts are marked, and the decision is the engine's.
+func testExplainHost(t *testing.T, e *env) {
+	adm := e.client(t, adminToken)
+	reg := adminclient.NewRegistry(adm, adminclient.WithLogger(quiet))
+	defer reg.Close()
+	for _, in := range []registry.Instance{
+		{Service: "web", ID: "b1", Addr: "127.0.0.1:1", Zone: "az1", Host: "h1"},
+		{Service: "web", ID: "b2", Addr: "127.0.0.1:2", Zone: "az1", Host: "h2"},
+		{Service: "web", ID: "b3", Addr: "127.0.0.1:3", Zone: "az2", Host: "h3"},
+	} {
+		l, err := reg.Register(ctx(t), in, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+	}
+	explain := func(host, zone string) adminapi.Explanation {
+		t.Helper()
+		ex, err := adm.Explain(ctx(t), adminapi.ExplainRequest{Service: "web", Zone: zone, Host: host})
+		if err != nil || ex.Decision == nil || len(ex.Steps) != 1 {
+			t.Fatalf("explain: %+v %v", ex, err)
+		}
+		return ex
+	}
+	waitFor(t, "the instances listed", func() bool { return len(explain("", "").Decision.Eligible) == 3 })
+	// Off by default: the host changes nothing, the zone decides.
+	if ex := explain("h1", "az1"); ex.HostFirst || strings.Join(ex.Decision.Eligible, ",") != "b1,b2" || ex.Steps[0].Instances[2].State != "other-zone" {
+		t.Fatalf("locality.host off: %+v", ex)
+	}
+	if _, err := adm.PutPolicy(ctx(t), []byte("locality: {host: true}\n")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the policy in force", func() bool { return explain("h1", "").HostFirst })
+	ex := explain("h1", "az1")
+	st := ex.Steps[0]
+	if strings.Join(ex.Decision.Eligible, ",") != "b1" || strings.Join(st.Eligible, ",") != "b1" ||
+		st.Instances[1].State != "other-host" || st.Instances[2].State != "other-host" || !strings.Contains(st.Note, "on host h1") {
+		t.Fatalf("locality.host on, from h1: %+v", ex)
+	}
+	ex = explain("h9", "az1")
+	if strings.Join(ex.Decision.Eligible, ",") != "b1,b2" || ex.Steps[0].Instances[2].State != "other-zone" || !strings.Contains(ex.Steps[0].Note, "no eligible instance on host h9") {
+		t.Fatalf("locality.host on, from h9: %+v", ex)
+	}
 }
 
 func testTokens(t *testing.T, e *env) {
@@ -287,7 +334,7 @@ func testErrors(t *testing.T, e *env) {
 		}
 	}
 	http.DefaultClient.CloseIdleConnections()
-	ex, err := adm.Explain(ctx(t), "web", "alice", "az1", "")
+	ex, err := adm.Explain(ctx(t), adminapi.ExplainRequest{Service: "web", Lane: "alice", Zone: "az1"})
 	if err != nil || ex.Error == nil || ex.Error.Code != "no_instance" || len(ex.Steps) != 2 {
 		t.Errorf("explain with no instance: %+v %v", ex, err)
 	}

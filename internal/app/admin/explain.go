@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"slices"
+	"strings"
 
 	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/lane"
@@ -27,8 +28,8 @@ func (s *Server) explain(w http.ResponseWriter, r *http.Request, _ *principal) e
 	if err := registry.CheckService(svc); err != nil {
 		return fieldError("", err)
 	}
-	rawLane, zone, key := q.Get("lane"), q.Get("zone"), q.Get("key")
-	ex := adminapi.Explanation{Service: svc, Zone: zone, Key: key, Steps: []adminapi.ExplainStep{}}
+	rawLane, zone, host, key := q.Get("lane"), q.Get("zone"), q.Get("host"), q.Get("key")
+	ex := adminapi.Explanation{Service: svc, Zone: zone, Host: host, Key: key, Steps: []adminapi.ExplainStep{}}
 	l := ""
 	if rawLane != "" {
 		n, err := lane.Parse(rawLane)
@@ -48,6 +49,8 @@ func (s *Server) explain(w http.ResponseWriter, r *http.Request, _ *principal) e
 		pol = &policy.Policy{}
 	}
 	now := s.now()
+	byHost := pol.Locality.Host && host != ""
+	ex.HostFirst = pol.Locality.Host
 
 	scratch := routing.New(routing.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
 	defer scratch.Close()
@@ -106,7 +109,7 @@ func (s *Server) explain(w http.ResponseWriter, r *http.Request, _ *principal) e
 		})
 		var candidates []int
 		for _, in := range members {
-			ei := adminapi.ExplainInstance{ID: in.ID, Addr: in.Addr, Zone: in.Zone, State: "eligible"}
+			ei := adminapi.ExplainInstance{ID: in.ID, Addr: in.Addr, Zone: in.Zone, Host: in.Host, State: "eligible"}
 			if in.Lane != c.name {
 				ei.RegisteredLane = in.Lane
 				if ei.RegisteredLane == "" {
@@ -123,16 +126,23 @@ func (s *Server) explain(w http.ResponseWriter, r *http.Request, _ *principal) e
 			}
 			st.Instances = append(st.Instances, ei)
 		}
-		inZone := 0
-		if zone != "" {
-			for _, i := range candidates {
-				if st.Instances[i].Zone == zone {
-					inZone++
-				}
+		// Locality: the caller's host first (when the policy says so),
+		// then its zone.
+		onHost, inZone := 0, 0
+		for _, i := range candidates {
+			if byHost && st.Instances[i].Host == host {
+				onHost++
+			}
+			if zone != "" && st.Instances[i].Zone == zone {
+				inZone++
 			}
 		}
 		for _, i := range candidates {
-			if inZone > 0 && st.Instances[i].Zone != zone {
+			switch {
+			case onHost > 0 && st.Instances[i].Host != host:
+				st.Instances[i].State = "other-host"
+				continue
+			case onHost == 0 && inZone > 0 && st.Instances[i].Zone != zone:
 				st.Instances[i].State = "other-zone"
 				continue
 			}
@@ -143,13 +153,24 @@ func (s *Server) explain(w http.ResponseWriter, r *http.Request, _ *principal) e
 			st.Outcome = "not reached"
 		case len(st.Eligible) > 0:
 			st.Outcome, served = "serves", true
-			if zone != "" {
-				if inZone > 0 {
-					st.Note = fmt.Sprintf("%d of %d eligible instances are in zone %s: only those serve", inZone, len(candidates), zone)
+			var notes []string
+			if byHost {
+				if onHost > 0 {
+					notes = append(notes, fmt.Sprintf("%d of %d eligible instances are on host %s: only those serve", onHost, len(candidates), host))
+				} else if zone != "" {
+					notes = append(notes, fmt.Sprintf("no eligible instance on host %s: the zone decides", host))
 				} else {
-					st.Note = fmt.Sprintf("no eligible instance in zone %s: every zone serves", zone)
+					notes = append(notes, fmt.Sprintf("no eligible instance on host %s: every host serves", host))
 				}
 			}
+			if zone != "" && onHost == 0 {
+				if inZone > 0 {
+					notes = append(notes, fmt.Sprintf("%d of %d eligible instances are in zone %s: only those serve", inZone, len(candidates), zone))
+				} else {
+					notes = append(notes, fmt.Sprintf("no eligible instance in zone %s: every zone serves", zone))
+				}
+			}
+			st.Note = strings.Join(notes, "; ")
 		default:
 			st.Outcome = "empty"
 			switch {
@@ -191,7 +212,7 @@ func (s *Server) explain(w http.ResponseWriter, r *http.Request, _ *principal) e
 		}
 	}
 
-	req := routing.Request{Lane: rawLane, Zone: zone, Key: key}
+	req := routing.Request{Lane: rawLane, Zone: zone, Host: host, Key: key}
 	d, err := scratch.Service(svc).Resolve(req)
 	if err != nil {
 		var re *routing.Error

@@ -23,26 +23,28 @@ func newRoute() *cobra.Command {
 
 func newRouteExplain() *cobra.Command {
 	var cf clientFlags
-	var laneName, zone, key, output string
+	var laneName, zone, host, key, output string
 	cmd := &cobra.Command{
-		Use:   "explain SERVICE [--lane L] [--zone Z]",
+		Use:   "explain SERVICE [--lane L] [--zone Z] [--host H]",
 		Short: "Walk a request's lane chain to a service and show the decision",
 		Long: `explain shows, for a request to SERVICE carrying lane L (none: a baseline
-request) from zone Z, each step of the lane chain — the lane, its fallbacks,
-the baseline — with the instances there and why each is or is not eligible,
-then the routing engine's decision.
+request) from zone Z and host H, each step of the lane chain — the lane, its
+fallbacks, the baseline — with the instances there and why each is or is not
+eligible (drained, expired, on another host when the policy turns on
+locality.host, in another zone), then the routing engine's decision.
 
 Exit status: 0 when an instance may serve the request, 1 when none may
 (no_instance or lane_unavailable).`,
 		Example: `  lanes route explain payments --lane alice
-  lanes route explain orders --lane feature-x --zone az1 -o json`,
+  lanes route explain orders --lane feature-x --zone az1 -o json
+  lanes route explain orders --host build-7`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(output, "text", "json"); err != nil {
 				return err
 			}
 			return cf.call(cmd, func(ctx context.Context, c *adminclient.Client) error {
-				ex, err := c.Explain(ctx, args[0], laneName, zone, key)
+				ex, err := c.Explain(ctx, adminapi.ExplainRequest{Service: args[0], Lane: laneName, Zone: zone, Host: host, Key: key})
 				if err != nil {
 					return apiFailure(c, err)
 				}
@@ -61,6 +63,7 @@ Exit status: 0 when an instance may serve the request, 1 when none may
 	cf.add(cmd)
 	cmd.Flags().StringVar(&laneName, "lane", "", "the request's lane (none: a baseline request)")
 	cmd.Flags().StringVar(&zone, "zone", "", "the caller's zone")
+	cmd.Flags().StringVar(&host, "host", "", "the caller's host, for the policy's locality.host")
 	cmd.Flags().StringVar(&key, "key", "", "the request key of sticky canary splits")
 	cmd.Flags().StringVarP(&output, "output", "o", "text", "text or json")
 	return cmd
@@ -75,6 +78,12 @@ func printExplanation(w io.Writer, ex adminapi.Explanation) {
 	}
 	if ex.Zone != "" {
 		head += ", zone " + ex.Zone
+	}
+	if ex.Host != "" {
+		head += ", host " + ex.Host
+		if !ex.HostFirst {
+			head += " (locality.host is off)"
+		}
 	}
 	if ex.Key != "" {
 		head += ", key " + ex.Key
@@ -93,6 +102,9 @@ func printExplanation(w io.Writer, ex adminapi.Explanation) {
 		for _, in := range st.Instances {
 			p := in.ID + " " + in.Addr
 			var notes []string
+			if in.Host != "" && ex.HostFirst {
+				notes = append(notes, "host "+in.Host)
+			}
 			if in.Zone != "" {
 				notes = append(notes, "zone "+in.Zone)
 			}

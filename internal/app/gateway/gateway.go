@@ -19,6 +19,7 @@ import (
 
 	"github.com/lanesdev/lanes/internal/lib/routedcall"
 	"github.com/lanesdev/lanes/lane"
+	"github.com/lanesdev/lanes/registry"
 	"github.com/lanesdev/lanes/routing"
 )
 
@@ -49,6 +50,10 @@ type Config struct {
 	Claims func(netip.Addr) (lane string, ok bool)
 	// Zone is the gateway's zone, for the engine's zone preference.
 	Zone string
+	// Host is the gateway's host, for the same-host rule of the policy's
+	// locality.host; default registry.LocalHost (LANES_HOST, else the
+	// machine's host name).
+	Host string
 	// Logger receives the gateway's warnings; default slog.Default().
 	Logger *slog.Logger
 	// Registerer, when set, gets the gateway's Prometheus counters.
@@ -96,6 +101,7 @@ type Gateway struct {
 	trusted    []netip.Prefix
 	claims     func(netip.Addr) (string, bool)
 	zone       string
+	host       string
 	log        *slog.Logger
 	prop       lane.Propagator
 	aliases    []string // canonical header keys
@@ -145,6 +151,7 @@ func New(cfg Config) (*Gateway, error) {
 		routes:     routes,
 		claims:     cfg.Claims,
 		zone:       cfg.Zone,
+		host:       cfg.Host,
 		log:        cfg.Logger,
 		laneCookie: cfg.LaneCookie,
 		keyHeader:  cfg.KeyHeader,
@@ -156,6 +163,9 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	if g.log == nil {
 		g.log = slog.Default()
+	}
+	if g.host == "" {
+		g.host = registry.LocalHost(nil)
 	}
 	if cfg.Domain != "" {
 		d := strings.ToLower(strings.TrimSpace(cfg.Domain))

@@ -109,7 +109,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			fmt.Sprintf("lanes: invalid lane %q from %s: breaks the rule %q: %s", bad.value, bad.source, bad.rule, ruleText(bad.rule)))
 		return
 	}
-	st.req = routing.Request{Lane: l, Zone: g.zone}
+	st.req = routing.Request{Lane: l, Zone: g.zone, Host: g.host}
 	if l == "" {
 		st.req.Key = g.key(r)
 	}

@@ -57,6 +57,11 @@ func TestParseErrors(t *testing.T) {
 		{"expect names an unknown instance", oneInstance + "steps:\n  - request: {}\n    expect:\n      - b1\n      - b2\n", 8, "steps[0].expect[1]", `unknown instance "b2"`},
 		{"expect lists an id twice", oneInstance + "steps:\n  - request: {}\n    expect: [b1, b1]\n", 6, "steps[0].expect[1]", "listed twice"},
 		{"expect empty", oneInstance + "steps:\n  - request: {}\n    expect: []\n", 6, "steps[0].expect", "use expect_error"},
+		{"instance host with a line break", "name: n\ninstances:\n  - {id: b1, service: orders, addr: 10.0.0.1:8080, host: \"h\\n1\"}\nsteps:\n  - request: {}\n", 3, "instances[0].host", "must be at most 253 printable characters"},
+		{"instance host not a string", "name: n\ninstances:\n  - {id: b1, service: orders, addr: 10.0.0.1:8080, host: [h1]}\nsteps:\n  - request: {}\n", 3, "instances[0].host", "want"},
+		{"request host with a line break", oneInstance + "steps:\n  - request: {host: \"h\\r1\"}\n", 5, "steps[0].request.host", `invalid host "h\r1": must be at most 253 printable characters`},
+		{"request host too long", oneInstance + "steps:\n  - request:\n      host: " + strings.Repeat("h", 254) + "\n", 6, "steps[0].request.host", "must be at most 253 printable characters"},
+		{"request host not a string", oneInstance + "steps:\n  - request: {host: {name: h1}}\n", 5, "steps[0].request.host", "want"},
 		{"expect with expect_error", oneInstance + "steps:\n  - request: {}\n    expect: [b1]\n    expect_error: no_instance\n", 6, "steps[0].expect", "contradicts expect_error"},
 		{"expect_lane null", oneInstance + "steps:\n  - request: {}\n    expect_lane:\n", 6, "steps[0].expect_lane", "want a lane name"},
 		{"expect_lane invalid", oneInstance + "steps:\n  - request: {}\n    expect_lane: al_ice\n", 6, "steps[0].expect_lane", "only a-z"},
@@ -117,11 +122,11 @@ policy:
 instances:
   - {id: b1, service: orders, addr: 10.0.0.1:8080}
   - {id: b2, service: orders, addr: 10.0.0.2:8080, weight: 0}
-  - {id: a1, service: payments, addr: 10.0.9.1:8080, lane: " Alice ", zone: az1, weight: 7, labels: {version: v2}}
+  - {id: a1, service: payments, addr: 10.0.9.1:8080, lane: " Alice ", zone: az1, host: h1, weight: 7, labels: {version: v2}}
   - {id: b1, service: payments, addr: 10.0.0.3:8080}
 steps:
   - at: 1s
-    request: {service: orders, lane: " ALICE ", zone: az2, key: k}
+    request: {service: orders, lane: " ALICE ", zone: az2, host: h2, key: k}
     expect: [b1]
     expect_lane: ""
     expect_request_lane: Alice
@@ -153,14 +158,14 @@ steps:
 	if b1 := s.Instances[0]; b1.Drain || b1.EffectiveWeight() != 100 {
 		t.Errorf("absent weight is not the default: %+v", b1)
 	}
-	if a1 := s.Instances[2]; a1.Lane != "alice" || a1.Weight != 7 || a1.Zone != "az1" || a1.Labels["version"] != "v2" {
+	if a1 := s.Instances[2]; a1.Lane != "alice" || a1.Weight != 7 || a1.Zone != "az1" || a1.Host != "h1" || a1.Labels["version"] != "v2" {
 		t.Errorf("a1 = %+v", a1)
 	}
 	st := s.Steps
 	if len(st) != 5 {
 		t.Fatalf("%d steps", len(st))
 	}
-	if st[0].Line != 11 || st[0].At.String() != "1s" || st[0].Request.Lane != " ALICE " || st[0].Request.Key != "k" ||
+	if st[0].Line != 11 || st[0].At.String() != "1s" || st[0].Request.Lane != " ALICE " || st[0].Request.Key != "k" || st[0].Request.Host != "h2" || st[0].Request.Zone != "az2" ||
 		*st[0].ExpectLane != "" || *st[0].ExpectRequestLane != "alice" || !st[0].HasExpectation() {
 		t.Errorf("step 1 = %+v", st[0])
 	}

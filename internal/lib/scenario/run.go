@@ -156,7 +156,7 @@ func engineLane(raw string) string {
 }
 
 func runRequest(svc *routing.Service, st *Step, r *StepResult, seed uint64) {
-	req := routing.Request{Lane: engineLane(st.Request.Lane), Zone: st.Request.Zone, Key: st.Request.Key}
+	req := routing.Request{Lane: engineLane(st.Request.Lane), Zone: st.Request.Zone, Host: st.Request.Host, Key: st.Request.Key}
 	r.Lane = st.Request.Lane
 	send := func(req routing.Request) answer {
 		d, err := svc.Resolve(req)

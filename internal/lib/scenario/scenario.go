@@ -10,10 +10,10 @@
 //	name: lane falls back to the baseline   # required
 //	policy: {}                              # optional policy document
 //	instances:                              # required, at least one
-//	  - {id: o1, service: orders, addr: 10.0.0.1:8080, lane: alice}
+//	  - {id: o1, service: orders, addr: 10.0.0.1:8080, lane: alice, host: h1}
 //	steps:                                  # required, at least one
 //	  - at: 5s                              # virtual time since the start
-//	    request: {service: orders, lane: alice, zone: az1, key: k}
+//	    request: {service: orders, lane: alice, zone: az1, host: h1, key: k}
 //	    expect: [o1]                        # eligible set, any order
 //	    expect_lane: alice                  # serving lane; "" = baseline
 //	  - report: {instance: o1, ok: false}
@@ -84,7 +84,8 @@ func (s *Step) HasExpectation() bool {
 type Request struct {
 	Service string // always set, also when the file leaves it out
 	Lane    string // the raw header value, as received
-	Zone    string
+	Zone    string // the caller's zone
+	Host    string // the caller's host
 	Key     string
 }
 
@@ -118,6 +119,7 @@ type fileInst struct {
 	Addr    string            `yaml:"addr"`
 	Lane    string            `yaml:"lane"`
 	Zone    string            `yaml:"zone"`
+	Host    string            `yaml:"host"`
 	Weight  *int              `yaml:"weight"`
 	Labels  map[string]string `yaml:"labels"`
 }
@@ -138,6 +140,7 @@ type fileRequest struct {
 	Service string `yaml:"service"`
 	Lane    string `yaml:"lane"`
 	Zone    string `yaml:"zone"`
+	Host    string `yaml:"host"`
 	Key     string `yaml:"key"`
 }
 
@@ -250,7 +253,7 @@ func (p *parser) instances(s *Scenario, insts []fileInst) error {
 			}
 		}
 		in := registry.Instance{
-			ID: fi.ID, Service: fi.Service, Addr: fi.Addr, Lane: fi.Lane, Zone: fi.Zone, Labels: fi.Labels,
+			ID: fi.ID, Service: fi.Service, Addr: fi.Addr, Lane: fi.Lane, Zone: fi.Zone, Host: fi.Host, Labels: fi.Labels,
 		}
 		if fi.Weight != nil {
 			if *fi.Weight == 0 {
@@ -391,7 +394,13 @@ func (p *parser) request(s *Scenario, fr *fileRequest, path string) (*Request, e
 	if fr == nil {
 		fr = &fileRequest{} // "request:" with no value is the empty request
 	}
-	r := &Request{Service: fr.Service, Lane: fr.Lane, Zone: fr.Zone, Key: fr.Key}
+	r := &Request{Service: fr.Service, Lane: fr.Lane, Zone: fr.Zone, Host: fr.Host, Key: fr.Key}
+	// The caller's zone and host follow the rule of the registry's fields.
+	for _, f := range []struct{ name, v string }{{"zone", r.Zone}, {"host", r.Host}} {
+		if len(f.v) > 253 || strings.ContainsAny(f.v, "\x00\r\n") {
+			return nil, p.errorf(path+"."+f.name, "invalid %s %q: must be at most 253 printable characters", f.name, f.v)
+		}
+	}
 	if r.Service == "" {
 		if p.has(path + ".service") {
 			return nil, p.errorf(path+".service", "empty service")
