@@ -1,6 +1,8 @@
 package admin
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -82,4 +84,54 @@ func (s *Server) validatePolicy(w http.ResponseWriter, r *http.Request, _ *princ
 	}
 	writeJSON(w, http.StatusOK, adminapi.PolicyDocument{Raw: string(raw), Policy: p})
 	return nil
+}
+
+// watchPolicy streams the policy in force, then every change, as
+// newline-delimited PolicyDocuments. An idle stream repeats the revision
+// in force now and then ({"revision": N, "keepalive": true}), which
+// clients skip, so that proxies keep the connection open.
+func (s *Server) watchPolicy(w http.ResponseWriter, r *http.Request, _ *principal) error {
+	if !s.beginStream() {
+		return errorf(http.StatusServiceUnavailable, adminclient.CodeUnavailable, "", "", "the control plane is shutting down")
+	}
+	defer s.wg.Done()
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	stop := context.AfterFunc(s.streams, cancel)
+	defer stop()
+	wt, err := s.store.Policy().Watch(ctx)
+	if err != nil {
+		return etcdError("watch policy", err)
+	}
+	defer wt.Close()
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	enc := json.NewEncoder(w)
+	var rev int64
+	for {
+		nctx, ncancel := context.WithTimeout(ctx, keepAliveEvery)
+		doc, err := wt.Next(nctx)
+		ncancel()
+		var out any
+		switch {
+		case err == nil:
+			rev = doc.Revision
+			out = adminclient.PolicyDocument{Revision: doc.Revision, Raw: string(doc.Raw), Policy: doc.Policy}
+		case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
+			out = struct {
+				Revision  int64 `json:"revision"`
+				KeepAlive bool  `json:"keepalive"`
+			}{rev, true}
+		default:
+			return nil // the client left, the server is closing, or the watch ended: the client watches again
+		}
+		if err := enc.Encode(out); err != nil {
+			return nil
+		}
+		if err := rc.Flush(); err != nil {
+			return nil
+		}
+	}
 }
