@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"go.etcd.io/etcd/client/pkg/v3/transport"
 
 	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/etcdstore"
@@ -115,12 +114,7 @@ func (c *etcdComponent) Provision(ctx context.Context, rt *Runtime) error {
 }
 
 func etcdTLS(cfg EtcdConfig) (*tls.Config, error) {
-	info := transport.TLSInfo{CertFile: cfg.Cert, KeyFile: cfg.Key, TrustedCAFile: cfg.CA}
-	tc, err := info.ClientConfig()
-	if err != nil {
-		return nil, fmt.Errorf("etcd TLS (ca %q, cert %q, key %q): %w", cfg.CA, cfg.Cert, cfg.Key, err)
-	}
-	return tc, nil
+	return etcdstore.TLSFiles(cfg.CA, cfg.Cert, cfg.Key)
 }
 
 // Start watches the embedded member for a fatal error.

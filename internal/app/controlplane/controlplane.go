@@ -32,6 +32,7 @@ import (
 
 	"github.com/lanesdev/lanes/etcdstore"
 	"github.com/lanesdev/lanes/internal/app/admin"
+	"github.com/lanesdev/lanes/internal/lib/logs"
 	"github.com/lanesdev/lanes/routing"
 )
 
@@ -187,6 +188,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer, opts ...Option) error {
 		return err
 	}
 	PrintAddresses(out, s.Addresses())
+	PrintServiceEnv(out, s.rt)
 	fmt.Fprintln(out, "lanes is up. Ctrl-C stops it.")
 	var runErr error
 	select {
@@ -203,20 +205,7 @@ func Run(ctx context.Context, cfg Config, out io.Writer, opts ...Option) error {
 }
 
 // NewLogger returns a text logger at level (debug, info, warn, error).
-func NewLogger(w io.Writer, level string) *slog.Logger {
-	var l slog.Level
-	switch level {
-	case "debug":
-		l = slog.LevelDebug
-	case "warn":
-		l = slog.LevelWarn
-	case "error":
-		l = slog.LevelError
-	default:
-		l = slog.LevelInfo
-	}
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l}))
-}
+func NewLogger(w io.Writer, level string) *slog.Logger { return logs.Must(w, level, logs.Text) }
 
 // listen opens a TCP listener, naming the setting in errors.
 func listen(what, addr string) (net.Listener, error) {

@@ -1,0 +1,336 @@
+// Package lanesenv connects a service to lanes from its environment, in one
+// call:
+//
+//	env, err := lanesenv.Open(ctx) // reads LANES_REGISTRY and friends
+//	if err != nil {
+//		log.Fatal(err) // names the variable that is missing or wrong
+//	}
+//	defer env.Close()
+//	// env.Engine routes calls; env.Registry registers the service's instances.
+//
+// LANES_REGISTRY says where the registry and the policy live, in one of two
+// forms:
+//
+//   - etcd://host:port[,host:port...]: the etcd cluster of the control plane
+//     (`lanes up` prints the line to export). LANES_ETCD_CA, LANES_ETCD_CERT
+//     and LANES_ETCD_KEY (PEM files) turn on TLS; LANES_ETCD_USERNAME and
+//     LANES_ETCD_PASSWORD authenticate; LANES_ETCD_PREFIX is the key prefix
+//     of the installation (default /lanes/).
+//   - http://admin-address or https://admin-address: the admin API of
+//     `lanes up`, with a registration token in LANES_TOKEN (`lanes token
+//     create --lane L`). The process needs no etcd address or credentials,
+//     and registers only where its token allows.
+//
+// Either way the engine follows the policy in force (fallback chains, strict
+// lanes, tag rules, canaries), so a process behind a token routes like any
+// other. LANES_LOG_FORMAT (text or json) and LANES_LOG_LEVEL (debug, info,
+// warn or error) set Env.Logger, which writes the control plane's format.
+//
+// The instance itself is placed by the transports' Serve helpers from
+// LANES_LANE, LANES_ZONE, LANES_ADDR and the other variables of
+// registry.ApplyEnv.
+package lanesenv
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/lanesdev/lanes/adminclient"
+	"github.com/lanesdev/lanes/etcdstore"
+	"github.com/lanesdev/lanes/internal/lib/logs"
+	"github.com/lanesdev/lanes/policy"
+	"github.com/lanesdev/lanes/registry"
+	"github.com/lanesdev/lanes/routing"
+)
+
+// The environment variables that Open reads.
+const (
+	EnvRegistry     = "LANES_REGISTRY"      // etcd://host:port[,host:port...] or http(s)://admin-address
+	EnvToken        = adminclient.EnvToken  // the registration token, for an http(s) LANES_REGISTRY
+	EnvEtcdCA       = "LANES_ETCD_CA"       // PEM file of the etcd servers' CA: turns TLS on
+	EnvEtcdCert     = "LANES_ETCD_CERT"     // PEM file of a client certificate for etcd
+	EnvEtcdKey      = "LANES_ETCD_KEY"      // PEM file of its key
+	EnvEtcdUsername = "LANES_ETCD_USERNAME" // etcd user, when etcd auth is on
+	EnvEtcdPassword = "LANES_ETCD_PASSWORD" // etcd password
+	EnvEtcdPrefix   = "LANES_ETCD_PREFIX"   // key prefix of the installation (default /lanes/)
+	EnvLogFormat    = "LANES_LOG_FORMAT"    // text (default) or json
+	EnvLogLevel     = "LANES_LOG_LEVEL"     // debug, info (default), warn or error
+)
+
+// DefaultTimeout bounds Open: connecting, and reading the policy in force.
+const DefaultTimeout = 10 * time.Second
+
+// Error is a variable that is missing or has a value Open cannot use. Its
+// message names the variable and the value (secrets hidden), and says what
+// is expected.
+type Error struct {
+	Var   string
+	Value string // "" when the variable is not set
+	Msg   string
+}
+
+func (e *Error) Error() string {
+	if e.Value == "" {
+		return fmt.Sprintf("lanes: %s is not set: %s", e.Var, e.Msg)
+	}
+	return fmt.Sprintf("lanes: %s=%q: %s", e.Var, e.Value, e.Msg)
+}
+
+// Env is a service's connection to lanes.
+type Env struct {
+	// Engine routes the service's calls, on the registry and the policy of
+	// LANES_REGISTRY. Give it to laneshttp.NewClient, lanesgrpc.NewClient and
+	// the Serve helpers (for the guard).
+	Engine *routing.Engine
+	// Registry is where the Serve helpers register the service's instances.
+	Registry registry.Registry
+	// Policy is the policy store the engine follows.
+	Policy policy.Store
+	// Logger writes in LANES_LOG_FORMAT at LANES_LOG_LEVEL, to stderr (or
+	// the logger of WithLogger). slog.SetDefault(env.Logger) makes the Serve
+	// helpers log alike.
+	Logger *slog.Logger
+	// Registry URL, as LANES_REGISTRY gave it, for messages.
+	Source string
+
+	close func() error
+}
+
+// Close stops the engine and closes the registry. Close the leases (stop the
+// Serve helpers) first, so that the instances are deregistered.
+func (e *Env) Close() error {
+	if e == nil || e.close == nil {
+		return nil
+	}
+	return e.close()
+}
+
+// Option configures Open.
+type Option func(*options)
+
+type options struct {
+	getenv  func(string) string
+	log     *slog.Logger
+	stderr  io.Writer
+	timeout time.Duration
+	routing []routing.Option
+}
+
+// WithGetenv sets the function the variables are read with (default
+// os.Getenv), for tests and for processes that keep settings elsewhere.
+func WithGetenv(getenv func(string) string) Option {
+	return func(o *options) {
+		if getenv != nil {
+			o.getenv = getenv
+		}
+	}
+}
+
+// WithLogger sets Env.Logger, instead of the one LANES_LOG_FORMAT and
+// LANES_LOG_LEVEL describe.
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
+
+// WithTimeout bounds Open (default DefaultTimeout, within ctx).
+func WithTimeout(d time.Duration) Option { return func(o *options) { o.timeout = d } }
+
+// WithRoutingOptions adds options to the routing engine, for example
+// routing.WithClock in tests.
+func WithRoutingOptions(opts ...routing.Option) Option {
+	return func(o *options) { o.routing = append(o.routing, opts...) }
+}
+
+// Settings are the parsed variables. Parse returns them without connecting
+// to anything.
+type Settings struct {
+	// Etcd endpoints (etcd://...), or else Admin (http(s)://...).
+	Etcd     []string
+	Admin    string
+	Token    string
+	CA       string
+	Cert     string
+	Key      string
+	Username string
+	Password string
+	Prefix   string
+	// LogLevel and LogFormat as given.
+	LogLevel  string
+	LogFormat string
+}
+
+// Parse reads and checks the variables through getenv (os.Getenv when nil).
+// It connects to nothing; every error is an *Error.
+func Parse(getenv func(string) string) (Settings, error) {
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	get := func(k string) string { return strings.TrimSpace(getenv(k)) }
+	s := Settings{
+		Token: get(EnvToken), CA: get(EnvEtcdCA), Cert: get(EnvEtcdCert), Key: get(EnvEtcdKey),
+		Username: get(EnvEtcdUsername), Password: get(EnvEtcdPassword), Prefix: get(EnvEtcdPrefix),
+		LogLevel: get(EnvLogLevel), LogFormat: get(EnvLogFormat),
+	}
+	if _, err := logs.ParseLevel(s.LogLevel); err != nil {
+		return s, &Error{Var: EnvLogLevel, Value: s.LogLevel, Msg: err.Error()}
+	}
+	if err := logs.CheckFormat(s.LogFormat); err != nil {
+		return s, &Error{Var: EnvLogFormat, Value: s.LogFormat, Msg: err.Error()}
+	}
+	raw := get(EnvRegistry)
+	if raw == "" {
+		return s, &Error{Var: EnvRegistry, Msg: "set it to etcd://host:port (the line `lanes up` prints) or to http(s)://admin-address with " + EnvToken}
+	}
+	scheme, rest, ok := strings.Cut(raw, "://")
+	if !ok {
+		return s, &Error{Var: EnvRegistry, Value: raw, Msg: "want etcd://host:port[,host:port...] or http(s)://admin-address"}
+	}
+	switch strings.ToLower(scheme) {
+	case "etcd":
+		rest = strings.TrimSuffix(rest, "/")
+		for i, ep := range strings.Split(rest, ",") {
+			ep = strings.TrimSpace(ep)
+			host, port, err := net.SplitHostPort(ep)
+			if err != nil || host == "" || port == "" || strings.ContainsAny(ep, "/?#@") {
+				return s, &Error{Var: EnvRegistry, Value: raw, Msg: fmt.Sprintf("endpoint %d %q: want etcd://host:port[,host:port...]", i+1, ep)}
+			}
+			s.Etcd = append(s.Etcd, ep)
+		}
+		if (s.Cert == "") != (s.Key == "") {
+			v, val := EnvEtcdCert, s.Cert
+			if s.Cert == "" {
+				v, val = EnvEtcdKey, s.Key
+			}
+			return s, &Error{Var: v, Value: val, Msg: "set " + EnvEtcdCert + " and " + EnvEtcdKey + " together"}
+		}
+		if (s.Username == "") != (s.Password == "") {
+			if s.Username == "" {
+				return s, &Error{Var: EnvEtcdUsername, Msg: EnvEtcdPassword + " is set: set the user too"}
+			}
+			return s, &Error{Var: EnvEtcdPassword, Msg: EnvEtcdUsername + " is set: set the password too"}
+		}
+		if s.Prefix != "" && !strings.HasPrefix(s.Prefix, "/") {
+			return s, &Error{Var: EnvEtcdPrefix, Value: s.Prefix, Msg: "want a key prefix starting with /, such as /lanes/"}
+		}
+	case "http", "https":
+		u, err := url.Parse(raw)
+		if err != nil || u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "" {
+			return s, &Error{Var: EnvRegistry, Value: raw, Msg: "want http(s)://host:port of the admin API"}
+		}
+		s.Admin = raw
+		if s.Token == "" {
+			return s, &Error{Var: EnvToken, Msg: EnvRegistry + " is the admin API: give a registration token (lanes token create --lane L, or --baseline)"}
+		}
+		for _, v := range []string{EnvEtcdCA, EnvEtcdCert, EnvEtcdKey, EnvEtcdUsername, EnvEtcdPassword, EnvEtcdPrefix} {
+			if get(v) != "" {
+				return s, &Error{Var: v, Value: shown(v, get(v)), Msg: "only for an etcd:// " + EnvRegistry + "; the admin API needs only " + EnvToken}
+			}
+		}
+	default:
+		return s, &Error{Var: EnvRegistry, Value: raw, Msg: fmt.Sprintf("scheme %q: want etcd://host:port[,host:port...] or http(s)://admin-address", scheme)}
+	}
+	return s, nil
+}
+
+func shown(v, val string) string {
+	if v == EnvEtcdPassword || v == EnvToken {
+		return "(hidden)"
+	}
+	return val
+}
+
+// Open reads the environment (see the package documentation), connects to
+// the registry and the policy, and returns an engine that follows both. It
+// returns once the policy in force has been read, so that the first calls
+// and the guard already apply it. A missing or wrong variable is an *Error
+// naming it; a registry that cannot be reached is an error naming
+// LANES_REGISTRY and its value.
+func Open(ctx context.Context, opts ...Option) (*Env, error) {
+	o := options{getenv: os.Getenv, stderr: os.Stderr, timeout: DefaultTimeout}
+	for _, opt := range opts {
+		if opt != nil {
+			opt(&o)
+		}
+	}
+	s, err := Parse(o.getenv)
+	if err != nil {
+		return nil, err
+	}
+	log := o.log
+	if log == nil {
+		log = logs.Must(o.stderr, s.LogLevel, s.LogFormat)
+	}
+	if o.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, o.timeout)
+		defer cancel()
+	}
+	raw := strings.TrimSpace(o.getenv(EnvRegistry))
+	unreachable := func(what string, err error) error {
+		return fmt.Errorf("lanes: %s=%q: %s: %w", EnvRegistry, raw, what, err)
+	}
+
+	env := &Env{Logger: log, Source: raw}
+	var closeReg func() error
+	if len(s.Etcd) > 0 {
+		cfg := etcdstore.Config{Endpoints: s.Etcd, Username: s.Username, Password: s.Password, DialTimeout: o.timeout,
+			Options: etcdstore.Options{Prefix: s.Prefix, Logger: log}}
+		if s.CA != "" || s.Cert != "" {
+			tc, err := etcdstore.TLSFiles(s.CA, s.Cert, s.Key)
+			if err != nil {
+				return nil, &Error{Var: EnvEtcdCA, Value: s.CA, Msg: err.Error()}
+			}
+			cfg.TLS = tc
+			for i, ep := range cfg.Endpoints {
+				cfg.Endpoints[i] = "https://" + ep
+			}
+		}
+		st, err := etcdstore.Open(ctx, cfg)
+		if err != nil {
+			return nil, unreachable("cannot reach etcd", err)
+		}
+		env.Registry, env.Policy, closeReg = st, st.Policy(), st.Close
+	} else {
+		c, err := adminclient.New(s.Admin, s.Token)
+		if err != nil {
+			return nil, &Error{Var: EnvRegistry, Value: raw, Msg: err.Error()}
+		}
+		if _, err := c.Info(ctx); err != nil {
+			c.Close()
+			if adminclient.IsCode(err, adminclient.CodeUnauthorized) {
+				return nil, &Error{Var: EnvToken, Value: "(hidden)", Msg: "the admin API refused the token: " + err.Error()}
+			}
+			return nil, unreachable("cannot reach the admin API", err)
+		}
+		reg := adminclient.NewRegistry(c, adminclient.WithLogger(log))
+		env.Registry, env.Policy = reg, reg.Policy()
+		closeReg = func() error {
+			err := reg.Close()
+			c.Close()
+			return err
+		}
+	}
+	ropts := append([]routing.Option{routing.WithRegistry(env.Registry), routing.WithPolicyStore(env.Policy), routing.WithLogger(log)}, o.routing...)
+	env.Engine = routing.New(ropts...)
+	env.close = func() error {
+		env.Engine.Close()
+		return closeReg()
+	}
+	select {
+	case <-env.Engine.PolicyReady():
+	case <-ctx.Done():
+		env.Close()
+		return nil, unreachable("the policy in force could not be read", context.Cause(ctx))
+	}
+	via := "etcd"
+	if s.Admin != "" {
+		via = "admin API"
+	}
+	log.Info("lanes: connected", "registry", raw, "via", via)
+	return env, nil
+}
