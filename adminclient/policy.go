@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"sync"
 
+	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/policy"
 )
 
@@ -33,11 +34,11 @@ type PolicyStream struct {
 
 // Next blocks until a document newer than the last one arrives; it skips
 // the server's keep-alives, which repeat the revision in force.
-func (s *PolicyStream) Next() (PolicyDocument, error) {
+func (s *PolicyStream) Next() (adminapi.PolicyDocument, error) {
 	for {
-		var d PolicyDocument
+		var d adminapi.PolicyDocument
 		if err := s.dec.Decode(&d); err != nil {
-			return PolicyDocument{}, err
+			return adminapi.PolicyDocument{}, err
 		}
 		if d.Revision <= s.last {
 			continue
@@ -83,7 +84,7 @@ func (p *policyStore) Put(ctx context.Context, raw []byte) (policy.Document, err
 
 // toDocument parses the raw text of a document again, so that the policy in
 // force here is what this version of lanes makes of it.
-func toDocument(d PolicyDocument) (policy.Document, error) {
+func toDocument(d adminapi.PolicyDocument) (policy.Document, error) {
 	if d.Raw == "" {
 		doc := policy.Empty()
 		doc.Revision = d.Revision

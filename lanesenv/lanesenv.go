@@ -42,6 +42,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/adminclient"
 	"github.com/lanesdev/lanes/etcdstore"
 	"github.com/lanesdev/lanes/internal/lib/logs"
@@ -302,7 +303,7 @@ func Open(ctx context.Context, opts ...Option) (*Env, error) {
 		}
 		if _, err := c.Info(ctx); err != nil {
 			c.Close()
-			if adminclient.IsCode(err, adminclient.CodeUnauthorized) {
+			if adminapi.IsCode(err, adminapi.CodeUnauthorized) {
 				return nil, &Error{Var: EnvToken, Value: "(hidden)", Msg: "the admin API refused the token: " + err.Error()}
 			}
 			return nil, unreachable("cannot reach the admin API", err)

@@ -92,7 +92,7 @@ func (s *Server) validatePolicy(w http.ResponseWriter, r *http.Request, _ *princ
 // clients skip, so that proxies keep the connection open.
 func (s *Server) watchPolicy(w http.ResponseWriter, r *http.Request, _ *principal) error {
 	if !s.beginStream() {
-		return errorf(http.StatusServiceUnavailable, adminclient.CodeUnavailable, "", "", "the control plane is shutting down")
+		return errorf(http.StatusServiceUnavailable, adminapi.CodeUnavailable, "", "", "the control plane is shutting down")
 	}
 	defer s.wg.Done()
 	ctx, cancel := context.WithCancel(r.Context())
@@ -118,7 +118,7 @@ func (s *Server) watchPolicy(w http.ResponseWriter, r *http.Request, _ *principa
 		switch {
 		case err == nil:
 			rev = doc.Revision
-			out = adminclient.PolicyDocument{Revision: doc.Revision, Raw: string(doc.Raw), Policy: doc.Policy}
+			out = adminapi.PolicyDocument{Revision: doc.Revision, Raw: string(doc.Raw), Policy: doc.Policy}
 		case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
 			out = struct {
 				Revision  int64 `json:"revision"`

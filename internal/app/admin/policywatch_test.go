@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/adminclient"
 	"github.com/lanesdev/lanes/internal/app/admin"
 	"github.com/lanesdev/lanes/internal/testkit/etcdtest"
@@ -23,7 +24,7 @@ func TestPolicyWatch(t *testing.T) {
 	srv := etcdtest.Embedded(t)
 	e := newEnv(t, srv)
 	adm := e.client(t, adminToken)
-	tok, err := adm.CreateToken(ctx(t), adminclient.TokenRequest{Lane: "alice"})
+	tok, err := adm.CreateToken(ctx(t), adminapi.TokenRequest{Lane: "alice"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +89,7 @@ func TestPolicyWatch(t *testing.T) {
 	if err != nil || doc.Policy == nil || len(doc.Policy.Lanes) != 1 {
 		t.Errorf("Get: %+v %v", doc, err)
 	}
-	if _, err := reg.Policy().Put(ctx(t), []byte("lanes: {}\n")); !adminclient.IsCode(err, adminclient.CodeForbidden) {
+	if _, err := reg.Policy().Put(ctx(t), []byte("lanes: {}\n")); !adminapi.IsCode(err, adminapi.CodeForbidden) {
 		t.Errorf("Put with a lane token: %v", err)
 	}
 }

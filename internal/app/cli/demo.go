@@ -11,6 +11,7 @@ import (
 
 	"github.com/lanesdev/lanes/internal/app/controlplane"
 	"github.com/lanesdev/lanes/internal/app/demo"
+	"github.com/lanesdev/lanes/internal/lib/logs"
 )
 
 func newDemo(stderr io.Writer) *cobra.Command {
@@ -37,7 +38,7 @@ takes the same settings as 'lanes up' (addresses, data directory, etcd).`,
 			}
 			ctx, stop := signalContext()
 			defer stop()
-			log := controlplane.NewLogger(stderr, cfg.LogLevel)
+			log := logs.Must(stderr, cfg.LogLevel, cfg.LogFormat)
 			s, err := controlplane.Start(ctx, cfg, controlplane.WithLogger(log))
 			if err != nil {
 				if ctx.Err() != nil {
@@ -59,6 +60,7 @@ takes the same settings as 'lanes up' (addresses, data directory, etcd).`,
 			defer topo.Close()
 			out := cmd.OutOrStdout()
 			controlplane.PrintAddresses(out, s.Addresses())
+			controlplane.PrintServiceEnv(out, rt)
 			printDemoHelp(out, rt)
 			select {
 			case <-ctx.Done():

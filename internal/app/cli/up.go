@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/lanesdev/lanes/internal/app/controlplane"
+	"github.com/lanesdev/lanes/internal/lib/logs"
 	"github.com/lanesdev/lanes/internal/lib/strictyaml"
 )
 
@@ -56,7 +57,7 @@ func addSettingFlags(cmd *cobra.Command) {
 	d := controlplane.Defaults()
 	defaults := map[string]string{
 		"data-dir": d.DataDir, "admin-addr": d.AdminAddr, "gateway-addr": d.GatewayAddr, "domain": d.Domain,
-		"log-level": d.LogLevel, "etcd-prefix": d.Etcd.Prefix, "etcd-client-addr": d.Etcd.ClientAddr,
+		"log-level": d.LogLevel, "log-format": d.LogFormat, "etcd-prefix": d.Etcd.Prefix, "etcd-client-addr": d.Etcd.ClientAddr,
 		"etcd-peer-addr": d.Etcd.PeerAddr, "etcd-dial-timeout": d.Etcd.DialTimeout.String(), "nats-addr": d.Nats.Addr,
 	}
 	for _, s := range controlplane.Settings {
@@ -141,7 +142,7 @@ are made with 'lanes token create'.
 ` + settingsTable(),
 		Example: `  lanes up --route /=web
   lanes up --route /=web --route api.example.com=orders --trusted-proxy 10.0.0.0/8
-  LANES_ETCD_ENDPOINTS=https://etcd-1:2379 LANES_ETCD_CA=ca.pem lanes up --config lanes.yaml`,
+  LANES_EXTERNAL_ETCD=https://etcd-1:2379 LANES_ETCD_CA=ca.pem lanes up --config lanes.yaml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			cfg, err := configFrom(cmd, controlplane.Defaults())
@@ -150,7 +151,7 @@ are made with 'lanes token create'.
 			}
 			ctx, stop := signalContext()
 			defer stop()
-			log := controlplane.NewLogger(stderr, cfg.LogLevel)
+			log := logs.Must(stderr, cfg.LogLevel, cfg.LogFormat)
 			if err := controlplane.Run(ctx, cfg, cmd.OutOrStdout(), controlplane.WithLogger(log)); err != nil {
 				return &exitError{code: ExitFail, err: err}
 			}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/lanesdev/lanes/adminapi"
+	"github.com/lanesdev/lanes/internal/lib/logs"
 	"github.com/lanesdev/lanes/internal/lib/strictyaml"
 	"github.com/lanesdev/lanes/registry"
 )
@@ -41,6 +42,8 @@ type Config struct {
 	Zone string `yaml:"zone"`
 	// LogLevel is debug, info, warn or error.
 	LogLevel string `yaml:"log_level"`
+	// LogFormat is text or json.
+	LogFormat string `yaml:"log_format"`
 	// Etcd says where the state lives.
 	Etcd EtcdConfig `yaml:"etcd"`
 	// Nats says where the message queue runs.
@@ -92,6 +95,7 @@ func Defaults() Config {
 		GatewayAddr: "127.0.0.1:8080",
 		Domain:      "lanes.localhost",
 		LogLevel:    "info",
+		LogFormat:   "text",
 		Etcd: EtcdConfig{
 			Prefix:      "/lanes/",
 			ClientAddr:  "127.0.0.1:7701",
@@ -146,7 +150,8 @@ var Settings = []Setting{
 	{Flag: "trusted-proxy", Env: "LANES_TRUSTED_PROXIES", Key: "trusted_proxies", List: true, Usage: "IP or CIDR of a proxy whose X-Forwarded-For the gateway believes (repeatable)", set: list(func(c *Config) *[]string { return &c.TrustedProxies })},
 	{Flag: "zone", Env: "LANES_ZONE", Key: "zone", Usage: "the gateway's zone, for same-zone preference", set: str(func(c *Config) *string { return &c.Zone })},
 	{Flag: "log-level", Env: "LANES_LOG_LEVEL", Key: "log_level", Usage: "debug, info, warn or error", set: str(func(c *Config) *string { return &c.LogLevel })},
-	{Flag: "etcd-endpoints", Env: "LANES_ETCD_ENDPOINTS", Key: "etcd.endpoints", List: true, Usage: "endpoints of an external etcd cluster (repeatable or comma-separated); none runs the embedded etcd", set: list(func(c *Config) *[]string { return &c.Etcd.Endpoints })},
+	{Flag: "log-format", Env: "LANES_LOG_FORMAT", Key: "log_format", Usage: "text or json", set: str(func(c *Config) *string { return &c.LogFormat })},
+	{Flag: "external-etcd", Env: "LANES_EXTERNAL_ETCD", Key: "etcd.endpoints", List: true, Usage: "endpoints of an external etcd cluster, host:port or http(s) URLs (repeatable or comma-separated); none runs the embedded etcd", set: list(func(c *Config) *[]string { return &c.Etcd.Endpoints })},
 	{Flag: "etcd-prefix", Env: "LANES_ETCD_PREFIX", Key: "etcd.prefix", Usage: "prefix of every etcd key", set: str(func(c *Config) *string { return &c.Etcd.Prefix })},
 	{Flag: "etcd-ca", Env: "LANES_ETCD_CA", Key: "etcd.ca", Usage: "PEM file of the CA of an external etcd cluster", set: str(func(c *Config) *string { return &c.Etcd.CA })},
 	{Flag: "etcd-cert", Env: "LANES_ETCD_CERT", Key: "etcd.cert", Usage: "PEM file of the client certificate for etcd", set: str(func(c *Config) *string { return &c.Etcd.Cert })},
@@ -210,10 +215,27 @@ func (c *Config) LoadFile(path string) error {
 	return nil
 }
 
+// renamedEnv are variables of earlier versions, with their new names.
+var renamedEnv = map[string]string{
+	// Services read LANES_REGISTRY and LANES_ETCD_*; the switch of lanes
+	// up to an external etcd has its own name, so that a shell set up for a
+	// service does not move lanes up off its embedded etcd.
+	"LANES_ETCD_ENDPOINTS": "LANES_EXTERNAL_ETCD",
+}
+
 // ApplyEnv applies the LANES_* variables that are set (non-empty) over c.
+//
+// The TLS and auth variables of an external etcd (LANES_ETCD_CA, _CERT,
+// _KEY, _USERNAME, _PASSWORD) are the ones services read too (package
+// lanesenv); with the embedded etcd they are ignored.
 func (c *Config) ApplyEnv(getenv func(string) string) error {
 	if getenv == nil {
 		getenv = os.Getenv
+	}
+	for old, now := range renamedEnv {
+		if v := getenv(old); strings.TrimSpace(v) != "" {
+			return &SettingError{Source: old, Value: v, Msg: "renamed " + now}
+		}
 	}
 	for _, s := range Settings {
 		v := getenv(s.Env)
@@ -295,6 +317,9 @@ func (c *Config) Validate() error {
 	default:
 		return c.fail("log_level", c.LogLevel, "want debug, info, warn or error")
 	}
+	if err := logs.CheckFormat(c.LogFormat); err != nil {
+		return c.fail("log_format", c.LogFormat, "%v", err)
+	}
 	e := c.Etcd
 	if len(e.Endpoints) == 0 {
 		for _, a := range []struct{ key, v string }{{"etcd.client_addr", e.ClientAddr}, {"etcd.peer_addr", e.PeerAddr}} {
@@ -303,8 +328,9 @@ func (c *Config) Validate() error {
 			}
 		}
 		for _, k := range []string{"etcd.ca", "etcd.cert", "etcd.key", "etcd.username", "etcd.password"} {
-			if _, set := c.sources[k]; set && c.get(k) != "" {
-				return c.fail(k, c.get(k), "only for an external etcd: set etcd endpoints too")
+			src, set := c.sources[k]
+			if set && c.get(k) != "" && !strings.HasPrefix(src, "LANES_") {
+				return c.fail(k, c.get(k), "only for an external etcd: set --external-etcd too")
 			}
 		}
 	} else {

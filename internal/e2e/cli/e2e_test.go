@@ -68,7 +68,7 @@ func TestUp(t *testing.T) {
 	t.Run("embedded", func(t *testing.T) { testUp(t, "/lanes/", nil) })
 	t.Run("external", func(t *testing.T) {
 		srv := etcdtest.Process(t)
-		testUp(t, "/lanes-e2e/", []string{"--etcd-endpoints", srv.Endpoints()[0], "--etcd-prefix", "/lanes-e2e/"})
+		testUp(t, "/lanes-e2e/", []string{"--external-etcd", srv.Endpoints()[0], "--etcd-prefix", "/lanes-e2e/"})
 	})
 }
 

@@ -1,0 +1,41 @@
+package controlplane
+
+import (
+	"fmt"
+	"io"
+	"net/url"
+	"strings"
+
+	"github.com/lanesdev/lanes/etcdstore"
+)
+
+// ServiceEnv returns the variables a service exports to join this control
+// plane through package lanesenv: LANES_REGISTRY with the etcd endpoints
+// in use (etcd://host:port,...), and LANES_ETCD_PREFIX when the prefix is
+// not the default.
+func (rt *Runtime) ServiceEnv() []string {
+	var hosts []string
+	for _, ep := range rt.EtcdEndpoints {
+		if u, err := url.Parse(ep); err == nil && u.Host != "" {
+			ep = u.Host
+		}
+		hosts = append(hosts, ep)
+	}
+	env := []string{"LANES_REGISTRY=etcd://" + strings.Join(hosts, ",")}
+	if p := rt.Config.Etcd.Prefix; p != "" && p != etcdstore.DefaultPrefix {
+		env = append(env, "LANES_ETCD_PREFIX="+p)
+	}
+	return env
+}
+
+// PrintServiceEnv prints the export line of ServiceEnv, and the one for
+// services that register through the admin API with a token.
+func PrintServiceEnv(w io.Writer, rt *Runtime) {
+	fmt.Fprintf(w, "\nServices join with (see docs/http.md, docs/grpc.md):\n  export %s\n", strings.Join(rt.ServiceEnv(), " "))
+	if !rt.EtcdEmbedded && (rt.Config.Etcd.CA != "" || rt.Config.Etcd.Username != "") {
+		fmt.Fprintln(w, "  (with LANES_ETCD_CA, _CERT, _KEY, _USERNAME and _PASSWORD as for lanes up)")
+	}
+	if rt.AdminURL != "" {
+		fmt.Fprintf(w, "or, with a registration token and no etcd access:\n  export LANES_REGISTRY=%s LANES_TOKEN=<lanes token create --lane LANE>\n\n", rt.AdminURL)
+	}
+}

@@ -1,0 +1,52 @@
+package controlplane
+
+import (
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// TestServiceVariablesDoNotMoveUp: a shell set up for a service
+// (LANES_REGISTRY, LANES_ETCD_CA, ...) leaves lanes up on its embedded etcd;
+// the old name of the external-etcd switch is refused with the new one.
+func TestServiceVariablesDoNotMoveUp(t *testing.T) {
+	c := Defaults()
+	err := c.ApplyEnv(env(map[string]string{
+		"LANES_REGISTRY": "etcd://10.0.0.1:2379", "LANES_ETCD_CA": "ca.pem",
+		"LANES_ETCD_USERNAME": "svc", "LANES_ETCD_PASSWORD": "pw", "LANES_TOKEN": "t",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); err != nil || len(c.Etcd.Endpoints) != 0 {
+		t.Errorf("service variables: %v, endpoints %v", err, c.Etcd.Endpoints)
+	}
+	c = Defaults()
+	err = c.ApplyEnv(env(map[string]string{"LANES_ETCD_ENDPOINTS": "10.0.0.1:2379"}))
+	var se *SettingError
+	if !errors.As(err, &se) || se.Source != "LANES_ETCD_ENDPOINTS" || !strings.Contains(err.Error(), "renamed LANES_EXTERNAL_ETCD") {
+		t.Errorf("old name: %v", err)
+	}
+	c = Defaults()
+	if err := c.ApplyEnv(env(map[string]string{"LANES_EXTERNAL_ETCD": "10.0.0.1:2379,10.0.0.2:2379"})); err != nil || len(c.Etcd.Endpoints) != 2 {
+		t.Errorf("LANES_EXTERNAL_ETCD: %v, %v", err, c.Etcd.Endpoints)
+	}
+	c = Defaults()
+	c.Set("log-format", []string{"xml"})
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), `--log-format: "xml": want text or json`) {
+		t.Errorf("log format: %v", err)
+	}
+}
+
+func TestServiceEnv(t *testing.T) {
+	rt := &Runtime{Config: Defaults(), EtcdEndpoints: []string{"http://127.0.0.1:7701"}}
+	if got := rt.ServiceEnv(); !reflect.DeepEqual(got, []string{"LANES_REGISTRY=etcd://127.0.0.1:7701"}) {
+		t.Errorf("embedded: %q", got)
+	}
+	rt.Config.Etcd.Prefix = "/shop/"
+	rt.EtcdEndpoints = []string{"https://etcd-1:2379", "etcd-2:2379"}
+	if got := rt.ServiceEnv(); !reflect.DeepEqual(got, []string{"LANES_REGISTRY=etcd://etcd-1:2379,etcd-2:2379", "LANES_ETCD_PREFIX=/shop/"}) {
+		t.Errorf("external: %q", got)
+	}
+}
