@@ -1,6 +1,9 @@
 package lane
 
-import "strings"
+import (
+	"slices"
+	"strings"
+)
 
 // W3C baggage limits, as OpenTelemetry Go applies them: at most maxMembers
 // list-members and maxBytes bytes in the whole header.
@@ -57,30 +60,178 @@ func (it *members) next() (string, bool) {
 	return "", false
 }
 
-// splitMember splits a list-member "key=value;properties" into its key and
-// value, trimmed of optional whitespace. ok is false when there is no '='.
-func splitMember(m string) (key, value string, ok bool) {
-	eq := strings.IndexByte(m, '=')
-	if eq < 0 {
-		return "", "", false
-	}
-	value = m[eq+1:]
-	if semi := strings.IndexByte(value, ';'); semi >= 0 {
-		value = value[:semi]
-	}
-	return trimOWS(m[:eq]), trimOWS(value), true
-}
-
-// laneMember returns the still percent-encoded value of the first lane
-// member within the W3C limits. found is false when there is none.
+// laneMember returns the still percent-encoded value of the lane member of
+// the baggage header that came as the values vals, read as OpenTelemetry Go
+// reads it (go.opentelemetry.io/otel/propagation.Baggage with an HTTP
+// carrier), so that lanes and OpenTelemetry agree on the lane of a request:
+//
+//   - the values together, joined with commas, must be at most 8192 bytes,
+//     or there is no baggage at all;
+//   - each value is a list on its own: its list-members are read from left
+//     to right until 64 distinct keys have been read, and a value is not
+//     read at all once the values before it gave more than 64 members;
+//   - a member that is not well-formed is skipped: a key that is not a
+//     token, a value with a character outside the W3C baggage-octets, a
+//     broken percent-escape, or a property that is not well-formed;
+//   - of several lane members, the last one counts.
+//
+// found is false when there is none. The differences from OpenTelemetry Go
+// that remain are documented in docs/routing.md and checked by the
+// differential test: whitespace other than spaces and tabs is not trimmed,
+// and more than 64 distinct keys across several values keep the lane.
 func laneMember(vals []string) (value string, found bool) {
-	it := members{vals: vals, bounded: true}
-	for m, ok := it.next(); ok; m, ok = it.next() {
-		if k, v, ok := splitMember(m); ok && k == BaggageKey {
-			return v, true
+	total := -1
+	for _, v := range vals {
+		total += len(v) + 1
+	}
+	if total > maxBytes {
+		return "", false
+	}
+	read := 0 // members read from the values so far
+	for _, v := range vals {
+		if read > maxMembers {
+			break
+		}
+		n, lv, ok := listLane(v)
+		read += n
+		if ok {
+			value, found = lv, true
 		}
 	}
-	return "", false
+	return value, found
+}
+
+// listLane reads one baggage list as OpenTelemetry Go's baggage.Parse does:
+// it returns the number of distinct keys of its well-formed members within
+// the 64-member limit, and the raw value of the last well-formed lane member
+// among them. It does not allocate.
+func listLane(v string) (n int, value string, found bool) {
+	var keys [maxMembers]string
+	for rest, more := v, true; more && n < maxMembers; {
+		var m string
+		m, rest, more = strings.Cut(rest, ",")
+		k, val, ok := wellFormed(m)
+		if !ok {
+			continue
+		}
+		if !slices.Contains(keys[:n], k) {
+			keys[n] = k
+			n++
+		}
+		if k == BaggageKey {
+			value, found = val, true
+		}
+	}
+	return n, value, found
+}
+
+// wellFormed splits a W3C baggage list-member "key=value;properties" into
+// its key and its still percent-encoded value, trimmed of optional
+// whitespace (spaces and tabs). ok is false when the member is not
+// well-formed: no '=', a key that is not a token, a value with a character
+// outside the baggage-octets, a '%' not followed by two hex digits, or a
+// property that is not well-formed.
+func wellFormed(m string) (key, value string, ok bool) {
+	kv, props, more := strings.Cut(m, ";")
+	for more {
+		var p string
+		p, props, more = strings.Cut(props, ";")
+		if p != "" && !wellFormedProperty(p) {
+			return "", "", false
+		}
+	}
+	k, val, found := strings.Cut(kv, "=")
+	if !found {
+		return "", "", false
+	}
+	key, value = trimOWS(k), trimOWS(val)
+	if !isToken(key) || !isValue(value) || !validEscapes(value) {
+		return "", "", false
+	}
+	return key, value, true
+}
+
+// wellFormedProperty reports whether p is a baggage property: a token key,
+// optionally followed by '=' and a value, with optional whitespace around
+// each part.
+func wellFormedProperty(p string) bool {
+	p = trimOWS(p)
+	i := 0
+	for i < len(p) && tokenByte(p[i]) {
+		i++
+	}
+	if i == 0 {
+		return false
+	}
+	rest := trimOWS(p[i:])
+	if rest == "" {
+		return true
+	}
+	if rest[0] != '=' {
+		return false
+	}
+	v := trimOWS(rest[1:])
+	return isValue(v) && validEscapes(v)
+}
+
+// isToken reports whether s is a non-empty RFC 9110 token, the grammar of a
+// baggage key.
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if !tokenByte(s[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+// tokenByte reports whether c is a tchar of RFC 9110.
+func tokenByte(c byte) bool {
+	switch {
+	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		return true
+	}
+	return c < 0x80 && strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
+}
+
+// isValue reports whether s is made of W3C baggage-octets: the printable
+// US-ASCII characters except space, double quote, comma, semicolon and
+// backslash. '%' is one, for percent-escapes.
+func isValue(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if !valueByte(s[i]) {
+			return false
+		}
+	}
+	return true
+}
+
+func valueByte(c byte) bool {
+	return c >= 0x21 && c <= 0x7e && c != '"' && c != ',' && c != ';' && c != '\\'
+}
+
+// validEscapes reports whether every '%' of s starts a percent-escape of two
+// hex digits.
+func validEscapes(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] != '%' {
+			continue
+		}
+		if i+2 >= len(s) {
+			return false
+		}
+		if _, ok := unhex(s[i+1]); !ok {
+			return false
+		}
+		if _, ok := unhex(s[i+2]); !ok {
+			return false
+		}
+		i += 2
+	}
+	return true
 }
 
 // hasLaneMember reports whether there is a lane member anywhere, limits or
@@ -95,10 +246,14 @@ func hasLaneMember(vals []string) bool {
 	return false
 }
 
-// isLaneMember reports whether list-member m has the key "lane".
+// isLaneMember reports whether list-member m has the key "lane", even
+// malformed: it errs towards yes, so that a member that any baggage parser
+// would read as the lane is removed. Its key is trimmed of all Unicode white
+// space, as OpenTelemetry Go trims it.
 func isLaneMember(m string) bool {
-	k, _, ok := splitMember(m)
-	return ok && k == BaggageKey
+	kv, _, _ := strings.Cut(m, ";")
+	k, _, ok := strings.Cut(kv, "=")
+	return ok && strings.TrimSpace(k) == BaggageKey
 }
 
 // rewriteBaggage returns a baggage header made of the member lane=name
