@@ -1,0 +1,187 @@
+package collector
+
+import (
+	"encoding/hex"
+	"time"
+	"unsafe"
+
+	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
+	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
+
+	"github.com/lanesdev/lanes/lanestrace"
+)
+
+// Kind is a span's kind, as OpenTelemetry names them.
+type Kind uint8
+
+const (
+	KindUnspecified Kind = iota
+	KindInternal
+	KindServer
+	KindClient
+	KindProducer
+	KindConsumer
+)
+
+var kindNames = [...]string{"unspecified", "internal", "server", "client", "producer", "consumer"}
+
+func (k Kind) String() string {
+	if int(k) < len(kindNames) {
+		return kindNames[k]
+	}
+	return "unspecified"
+}
+
+// MarshalText writes the kind's name.
+func (k Kind) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
+
+// Span is what the store keeps of one span: its place in the trace, its service, and the lanes
+// attributes (lanestrace) that the integrity checks and `lanes trace` read. Other attributes are
+// not kept.
+type Span struct {
+	TraceID  string // 32 hex digits
+	SpanID   string // 16 hex digits
+	ParentID string // "" for a root span
+	Name     string
+	Kind     Kind
+	Service  string // the resource's service.name
+	Start    time.Time
+	End      time.Time
+	Error    bool   // status code ERROR
+	Status   string // the status message, if any
+
+	// Lanes attributes; HasLane is false on spans that lanes did not write (a user's own).
+	HasLane        bool
+	Requested      string
+	Served         string
+	FallbackReason string
+	Callee         string // lane.service
+	InstanceID     string
+	InstanceAddr   string
+	InstanceLane   string
+	Eligible       int64
+	Retries        int64
+	Admitted       bool // lane.guard.admitted; true where absent
+	ConsumerLane   string
+	DeliveryCount  int64
+	Entry          bool
+}
+
+// Duration is End minus Start.
+func (s *Span) Duration() time.Duration { return s.End.Sub(s.Start) }
+
+// size is what the store charges for s: the struct and the bytes of its strings. It counts each
+// string's bytes once even where two fields share them, so it errs on the high side.
+func (s *Span) size() int64 {
+	n := int64(unsafe.Sizeof(*s)) + spanOverhead
+	for _, f := range []string{s.TraceID, s.SpanID, s.ParentID, s.Name, s.Service, s.Status, s.Requested, s.Served,
+		s.FallbackReason, s.Callee, s.InstanceID, s.InstanceAddr, s.InstanceLane, s.ConsumerLane} {
+		n += int64(len(f))
+	}
+	return n
+}
+
+// spanOverhead is what the store's indexes cost per span (map entries, slice slots), charged
+// with each span.
+const spanOverhead = 256
+
+// fromOTLP converts the spans of one OTLP request.
+func fromOTLP(rss []*tracepb.ResourceSpans) []*Span {
+	var out []*Span
+	for _, rs := range rss {
+		service := "unknown_service"
+		if r := rs.GetResource(); r != nil {
+			if v, ok := stringAttr(r.GetAttributes(), "service.name"); ok && v != "" {
+				service = v
+			}
+		}
+		for _, ss := range rs.GetScopeSpans() {
+			for _, ps := range ss.GetSpans() {
+				if s := convert(ps, service); s != nil {
+					out = append(out, s)
+				}
+			}
+		}
+	}
+	return out
+}
+
+func convert(ps *tracepb.Span, service string) *Span {
+	if len(ps.GetTraceId()) != 16 || len(ps.GetSpanId()) != 8 {
+		return nil // not a valid span: OTLP requires both ids
+	}
+	s := &Span{
+		TraceID:  hex.EncodeToString(ps.GetTraceId()),
+		SpanID:   hex.EncodeToString(ps.GetSpanId()),
+		Name:     ps.GetName(),
+		Kind:     kindOf(ps.GetKind()),
+		Service:  service,
+		Start:    time.Unix(0, int64(ps.GetStartTimeUnixNano())),
+		End:      time.Unix(0, int64(ps.GetEndTimeUnixNano())),
+		Admitted: true,
+	}
+	if p := ps.GetParentSpanId(); len(p) == 8 {
+		s.ParentID = hex.EncodeToString(p)
+	}
+	if st := ps.GetStatus(); st != nil {
+		s.Error = st.GetCode() == tracepb.Status_STATUS_CODE_ERROR
+		s.Status = st.GetMessage()
+	}
+	for _, kv := range ps.GetAttributes() {
+		v := kv.GetValue()
+		switch attribute := kv.GetKey(); attribute {
+		case string(lanestrace.Requested):
+			s.HasLane, s.Requested = true, v.GetStringValue()
+		case string(lanestrace.Served):
+			s.Served = v.GetStringValue()
+		case string(lanestrace.FallbackReason):
+			s.FallbackReason = v.GetStringValue()
+		case string(lanestrace.Service):
+			s.Callee = v.GetStringValue()
+		case string(lanestrace.InstanceID):
+			s.InstanceID = v.GetStringValue()
+		case string(lanestrace.InstanceAddr):
+			s.InstanceAddr = v.GetStringValue()
+		case string(lanestrace.InstanceLane):
+			s.InstanceLane = v.GetStringValue()
+		case string(lanestrace.Eligible):
+			s.Eligible = v.GetIntValue()
+		case string(lanestrace.Retries):
+			s.Retries = v.GetIntValue()
+		case string(lanestrace.GuardAdmitted):
+			s.Admitted = v.GetBoolValue()
+		case string(lanestrace.ConsumerLane):
+			s.ConsumerLane = v.GetStringValue()
+		case string(lanestrace.DeliveryCount):
+			s.DeliveryCount = v.GetIntValue()
+		case string(lanestrace.Entry):
+			s.Entry = v.GetBoolValue()
+		}
+	}
+	return s
+}
+
+func kindOf(k tracepb.Span_SpanKind) Kind {
+	switch k {
+	case tracepb.Span_SPAN_KIND_INTERNAL:
+		return KindInternal
+	case tracepb.Span_SPAN_KIND_SERVER:
+		return KindServer
+	case tracepb.Span_SPAN_KIND_CLIENT:
+		return KindClient
+	case tracepb.Span_SPAN_KIND_PRODUCER:
+		return KindProducer
+	case tracepb.Span_SPAN_KIND_CONSUMER:
+		return KindConsumer
+	}
+	return KindUnspecified
+}
+
+func stringAttr(kvs []*commonpb.KeyValue, key string) (string, bool) {
+	for _, kv := range kvs {
+		if kv.GetKey() == key {
+			return kv.GetValue().GetStringValue(), true
+		}
+	}
+	return "", false
+}
