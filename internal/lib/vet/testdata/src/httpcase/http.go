@@ -7,11 +7,11 @@ import (
 )
 
 func get(ctx context.Context, c *http.Client) {
-	_, _ = http.Get("http://orders/")                   // want `http.Get sends a request without the context ctx`
+	_, _ = http.Get("http://orders/")                     // want `http.Get sends a request without the context ctx`
 	_, _ = http.Post("http://orders/", "text/plain", nil) // want `http.Post sends a request without the context ctx`
-	_, _ = c.Get("http://orders/")                      // want `\(\*http.Client\).Get sends a request without the context ctx`
-	_, _ = http.PostForm("http://orders/", nil)         // want `http.PostForm sends`
-	_, _ = c.Head("http://orders/")                     // want `\(\*http.Client\).Head sends`
+	_, _ = c.Get("http://orders/")                        // want `\(\*http.Client\).Get sends a request without the context ctx`
+	_, _ = http.PostForm("http://orders/", nil)           // want `http.PostForm sends`
+	_, _ = c.Head("http://orders/")                       // want `\(\*http.Client\).Head sends`
 }
 
 func newRequest(w http.ResponseWriter, r *http.Request) {

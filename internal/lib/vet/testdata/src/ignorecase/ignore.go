@@ -15,7 +15,7 @@ func handler(ctx context.Context) {
 
 	_ = call(context.TODO()) //lanes:ignored is not the directive // want `context.TODO\(\) drops the lane`
 
-	x := 1 //lanes:ignore a comment after code on the line above silences only its own line
+	x := 1                         //lanes:ignore a comment after code on the line above silences only its own line
 	_ = call(context.Background()) // want `context.Background\(\) drops`
 	_ = x
 }

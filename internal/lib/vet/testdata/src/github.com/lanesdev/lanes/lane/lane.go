@@ -3,6 +3,6 @@ package lane
 
 import "context"
 
-func Detach(ctx context.Context) context.Context                  { return ctx }
+func Detach(ctx context.Context) context.Context                { return ctx }
 func WithLane(ctx context.Context, name string) context.Context { return ctx }
-func FromContext(ctx context.Context) string                     { return "" }
+func FromContext(ctx context.Context) string                    { return "" }
