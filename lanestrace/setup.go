@@ -1,0 +1,126 @@
+package lanestrace
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+)
+
+// Environment variables read by FromEnv.
+const (
+	// EnvTraces is the OTLP/gRPC address of the trace collector of `lanes up` (host:port, or an
+	// http:// or https:// URL); "off" turns tracing off. `lanes up` prints the line to export.
+	EnvTraces = "LANES_TRACES"
+	// EnvSample is the share of baseline requests sampled at the entry, 0 to 1 (default 1).
+	// Lane requests are always sampled.
+	EnvSample = "LANES_TRACE_SAMPLE"
+)
+
+// Tracing is the OpenTelemetry set-up of a service: a tracer provider exporting to the
+// collector of `lanes up` (and to the endpoint of the OTEL_EXPORTER_OTLP_* variables, where
+// set), with lanes' Sampler.
+type Tracing struct {
+	// Provider is the tracer provider; FromEnv also makes it the global one. It is a no-op
+	// provider when tracing is off.
+	Provider trace.TracerProvider
+	sdk      *sdktrace.TracerProvider
+}
+
+// Shutdown flushes the spans not yet exported and stops the exporters.
+func (t *Tracing) Shutdown(ctx context.Context) error {
+	if t == nil || t.sdk == nil {
+		return nil
+	}
+	return t.sdk.Shutdown(ctx)
+}
+
+// FromEnv sets up tracing for service from the environment (getenv; nil is os.Getenv):
+// LANES_TRACES for lanes' collector, OTEL_EXPORTER_OTLP_ENDPOINT or
+// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT (with the other OTEL_EXPORTER_OTLP_* variables, as
+// OpenTelemetry defines them) for an external one, both where both are set, and
+// LANES_TRACE_SAMPLE. OTEL_SERVICE_NAME, where set, names the service instead of service. With
+// none of the endpoints set, or LANES_TRACES=off, tracing is off and Provider is a no-op.
+//
+// It installs the provider and the W3C trace-context propagator as OpenTelemetry's globals,
+// which the transports of lanes use.
+func FromEnv(ctx context.Context, service string, getenv func(string) string) (*Tracing, error) {
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	ratio := 1.0
+	if v := strings.TrimSpace(getenv(EnvSample)); v != "" {
+		r, err := strconv.ParseFloat(v, 64)
+		if err != nil || r < 0 || r > 1 {
+			return nil, fmt.Errorf("lanestrace: %s=%q: want a number from 0 to 1", EnvSample, v)
+		}
+		ratio = r
+	}
+	if v := getenv("OTEL_SERVICE_NAME"); v != "" {
+		service = v
+	}
+	lanes := strings.TrimSpace(getenv(EnvTraces))
+	external := getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != "" || getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != ""
+	if lanes == "off" || (lanes == "" && !external) {
+		return &Tracing{Provider: noop.NewTracerProvider()}, nil
+	}
+	var opts []sdktrace.TracerProviderOption
+	if lanes != "" {
+		exp, err := lanesExporter(ctx, lanes)
+		if err != nil {
+			return nil, err
+		}
+		opts = append(opts, sdktrace.WithBatcher(exp, sdktrace.WithBatchTimeout(time.Second)))
+	}
+	if external {
+		// The exporter reads the OTEL_EXPORTER_OTLP_* variables itself.
+		exp, err := otlptracegrpc.New(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("lanestrace: the OTEL_EXPORTER_OTLP_* endpoint: %w", err)
+		}
+		opts = append(opts, sdktrace.WithBatcher(exp))
+	}
+	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(semconv.ServiceName(service)))
+	if err != nil && !errors.Is(err, resource.ErrPartialResource) && !errors.Is(err, resource.ErrSchemaURLConflict) {
+		return nil, fmt.Errorf("lanestrace: resource: %w", err)
+	}
+	opts = append(opts, sdktrace.WithResource(res), sdktrace.WithSampler(Sampler(ratio)))
+	tp := sdktrace.NewTracerProvider(opts...)
+	otel.SetTracerProvider(tp)
+	otel.SetTextMapPropagator(propagation.TraceContext{})
+	return &Tracing{Provider: tp, sdk: tp}, nil
+}
+
+// lanesExporter exports to lanes' collector at addr (host:port, plain; or a URL).
+func lanesExporter(ctx context.Context, addr string) (sdktrace.SpanExporter, error) {
+	opts := []otlptracegrpc.Option{otlptracegrpc.WithTimeout(5 * time.Second)}
+	switch {
+	case strings.HasPrefix(addr, "https://"):
+		opts = append(opts, otlptracegrpc.WithEndpointURL(addr))
+	case strings.HasPrefix(addr, "http://"):
+		opts = append(opts, otlptracegrpc.WithEndpointURL(addr), otlptracegrpc.WithInsecure())
+	default:
+		if _, port, err := net.SplitHostPort(addr); err != nil || port == "" {
+			return nil, fmt.Errorf("lanestrace: %s=%q: want host:port, an http(s):// URL, or off", EnvTraces, addr)
+		}
+		opts = append(opts, otlptracegrpc.WithEndpoint(addr), otlptracegrpc.WithInsecure())
+	}
+	exp, err := otlptracegrpc.New(ctx, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("lanestrace: %s=%q: %w", EnvTraces, addr, err)
+	}
+	return exp, nil
+}
