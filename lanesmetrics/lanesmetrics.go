@@ -1,0 +1,112 @@
+// Package lanesmetrics counts routed requests for Prometheus: by service, requested lane, served
+// lane and reason, with bounded label cardinality. Lanes are short-lived and many (one per
+// developer, per pull request), so only the first MaxLanes lanes seen get a label of their own,
+// and the first MaxServices services; the rest are counted under "other".
+//
+//	m := lanesmetrics.New(prometheus.DefaultRegisterer)
+//	transport := laneshttp.NewTransport(engine, laneshttp.WithMetrics(m))
+package lanesmetrics
+
+import (
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Other is the label value of lanes and services past the bounds.
+const Other = "other"
+
+// Baseline is the label value of the baseline (the empty lane).
+const Baseline = "baseline"
+
+// Bounds on label values.
+const (
+	MaxLanes    = 32
+	MaxServices = 128
+)
+
+// Requests counts routed requests: lanes_requests_total{service, lane_requested, lane_served,
+// reason}. Reason is one of lanestrace's fallback reasons. A nil *Requests counts nothing.
+type Requests struct {
+	vec *prometheus.CounterVec
+
+	mu       sync.RWMutex
+	counters map[key]prometheus.Counter
+	lanes    map[string]bool
+	services map[string]bool
+}
+
+type key struct{ service, requested, served, reason string }
+
+// New registers lanes_requests_total on reg (nil: prometheus.DefaultRegisterer) and returns its
+// counter. Registering twice on one registry returns the counter already registered.
+func New(reg prometheus.Registerer) (*Requests, error) {
+	if reg == nil {
+		reg = prometheus.DefaultRegisterer
+	}
+	vec := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "lanes_requests_total",
+		Help: "Routed requests by service called, lane requested, lane served and reason (lanestrace's fallback reasons). Lanes past the first 32 and services past the first 128 are counted as \"other\".",
+	}, []string{"service", "lane_requested", "lane_served", "reason"})
+	if err := reg.Register(vec); err != nil {
+		are, ok := err.(prometheus.AlreadyRegisteredError)
+		if !ok {
+			return nil, err
+		}
+		existing, ok := are.ExistingCollector.(*prometheus.CounterVec)
+		if !ok {
+			return nil, err
+		}
+		vec = existing
+	}
+	return &Requests{vec: vec, counters: map[key]prometheus.Counter{}, lanes: map[string]bool{}, services: map[string]bool{}}, nil
+}
+
+// Observe counts one request to service. It takes a read lock and makes no allocation once the
+// label combination has been seen.
+func (r *Requests) Observe(service, requested, served, reason string) {
+	if r == nil {
+		return
+	}
+	k := key{service, requested, served, reason}
+	r.mu.RLock()
+	c, ok := r.counters[k]
+	r.mu.RUnlock()
+	if !ok {
+		c = r.counter(k)
+	}
+	c.Inc()
+}
+
+func (r *Requests) counter(k key) prometheus.Counter {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if c, ok := r.counters[k]; ok {
+		return c
+	}
+	labels := key{r.bound(r.services, k.service, MaxServices), r.laneLabel(k.requested), r.laneLabel(k.served), k.reason}
+	c := r.vec.WithLabelValues(labels.service, labels.requested, labels.served, labels.reason)
+	if len(r.counters) < 4*MaxLanes*MaxLanes { // the cache is bounded too
+		r.counters[k] = c
+	}
+	return c
+}
+
+func (r *Requests) laneLabel(l string) string {
+	if l == "" {
+		return Baseline
+	}
+	return r.bound(r.lanes, l, MaxLanes)
+}
+
+// bound returns v while the set has room for it, else Other.
+func (r *Requests) bound(set map[string]bool, v string, max int) string {
+	if set[v] {
+		return v
+	}
+	if len(set) < max {
+		set[v] = true
+		return v
+	}
+	return Other
+}
