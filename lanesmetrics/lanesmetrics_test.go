@@ -37,9 +37,9 @@ func TestRequests(t *testing.T) {
 		t.Fatalf("%d series, want 33", series)
 	}
 	want := map[[4]string]float64{
-		{"orders", "alice", "alice", "none"}:                               3,
-		{"orders", "bob", "baseline", "no_instance_in_lane"}:               1,
-		{"orders", "pr-0", "baseline", "no_instance_in_lane"}:              1,
+		{"orders", "alice", "alice", "none"}:                              3,
+		{"orders", "bob", "baseline", "no_instance_in_lane"}:              1,
+		{"orders", "pr-0", "baseline", "no_instance_in_lane"}:             1,
 		{"orders", lanesmetrics.Other, "baseline", "no_instance_in_lane"}: 70,
 	}
 	for l, n := range want {
