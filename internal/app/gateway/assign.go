@@ -83,7 +83,7 @@ func parseSources(disable []Source) (sourceSet, error) {
 			}
 		}
 		if x == srcBaseline {
-			return 0, fmt.Errorf("gateway: disable[%d]: unknown source %q: want %s", i, s, sourceList())
+			return 0, fieldError("disable", i, "unknown source %q: want %s", s, sourceList())
 		}
 		on &^= 1 << x
 	}

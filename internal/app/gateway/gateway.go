@@ -3,13 +3,11 @@ package gateway
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/netip"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,7 +17,6 @@ import (
 
 	"github.com/lanesdev/lanes/internal/lib/routedcall"
 	"github.com/lanesdev/lanes/lane"
-	"github.com/lanesdev/lanes/registry"
 	"github.com/lanesdev/lanes/routing"
 )
 
@@ -32,11 +29,12 @@ const (
 	DefaultReadyTimeout        = 5 * time.Second
 )
 
-// Config is what a Gateway needs. Engine and Routes are required.
+// Config is what a Gateway needs. Engine is required.
 type Config struct {
 	// Engine routes every request. The gateway does not close it.
 	Engine *routing.Engine
 	// Routes map hosts and path prefixes to services; the first match wins.
+	// Without routes every request gets 404 no_route.
 	Routes []Route
 	// Domain, when set, makes <lane>.<Domain> hosts lane hosts, for example
 	// "lanes.localhost" for alice.lanes.localhost.
@@ -132,93 +130,18 @@ type Gateway struct {
 	drainOne sync.Once
 }
 
-// New validates cfg and returns a gateway. It asks the engine for every
-// routed service at once, so that an engine following a registry starts
-// watching them.
+// New validates cfg (see Config.Validate) and returns a gateway. It asks the
+// engine for every routed service at once, so that an engine following a
+// registry starts watching them.
 func New(cfg Config) (*Gateway, error) {
 	if cfg.Engine == nil {
-		return nil, errors.New("gateway: engine: nil; the gateway routes through a routing.Engine")
+		return nil, &ConfigError{Field: "engine", Index: -1, Msg: "nil; the gateway routes through a routing.Engine"}
 	}
-	if len(cfg.Routes) == 0 {
-		return nil, errors.New("gateway: routes: empty; give at least one route")
-	}
-	routes, err := validateRoutes(cfg.Routes)
+	g, err := compile(cfg)
 	if err != nil {
 		return nil, err
 	}
-	g := &Gateway{
-		engine:     cfg.Engine,
-		routes:     routes,
-		claims:     cfg.Claims,
-		zone:       cfg.Zone,
-		host:       cfg.Host,
-		log:        cfg.Logger,
-		laneCookie: cfg.LaneCookie,
-		keyHeader:  cfg.KeyHeader,
-		keyCookie:  cfg.KeyCookie,
-		preserve:   cfg.PreserveHost,
-		readyWait:  cfg.ReadyTimeout,
-		servers:    map[*http.Server]struct{}{},
-		drained:    make(chan struct{}),
-	}
-	if g.log == nil {
-		g.log = slog.Default()
-	}
-	if g.host == "" {
-		g.host = registry.LocalHost(nil)
-	}
-	if cfg.Domain != "" {
-		d := strings.ToLower(strings.TrimSpace(cfg.Domain))
-		if err := checkHost(d); err != nil {
-			return nil, fmt.Errorf("gateway: domain: invalid domain %q: %v", cfg.Domain, err)
-		}
-		g.domain = d
-	}
-	for i, p := range cfg.TrustedProxies {
-		if !p.IsValid() {
-			return nil, fmt.Errorf("gateway: trusted_proxies[%d]: invalid prefix %q", i, p)
-		}
-		if p.Addr().Is4In6() && p.Bits() >= 96 {
-			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
-		}
-		g.trusted = append(g.trusted, p.Masked())
-	}
-	for i, a := range cfg.Aliases {
-		if !validHeader(a) {
-			return nil, fmt.Errorf("gateway: aliases[%d]: invalid header name %q", i, a)
-		}
-		if strings.EqualFold(a, lane.Header) || strings.EqualFold(a, lane.BaggageHeader) {
-			return nil, fmt.Errorf("gateway: aliases[%d]: %q is read anyway; list only other headers", i, a)
-		}
-		g.aliases = append(g.aliases, http.CanonicalHeaderKey(a))
-	}
-	g.prop = lane.Propagator{Aliases: slices.Clone(cfg.Aliases)}
-	g.stripped = append([]string{lane.Header, hRealIP}, g.aliases...)
-	if g.laneCookie == "" {
-		g.laneCookie = DefaultLaneCookie
-	} else if !validHeader(g.laneCookie) {
-		return nil, fmt.Errorf("gateway: lane_cookie: invalid cookie name %q", cfg.LaneCookie)
-	}
-	if g.keyHeader == "" {
-		g.keyHeader = DefaultKeyHeader
-	} else if !validHeader(g.keyHeader) {
-		return nil, fmt.Errorf("gateway: key_header: invalid header name %q", cfg.KeyHeader)
-	}
-	g.keyHeader = http.CanonicalHeaderKey(g.keyHeader)
-	if g.keyCookie == "" {
-		g.keyCookie = DefaultKeyCookie
-	} else if !validHeader(g.keyCookie) {
-		return nil, fmt.Errorf("gateway: key_cookie: invalid cookie name %q", cfg.KeyCookie)
-	}
-	if g.on, err = parseSources(cfg.Disable); err != nil {
-		return nil, err
-	}
-	if cfg.MaxIdleConnsPerHost < 0 {
-		return nil, fmt.Errorf("gateway: max_idle_conns_per_host: %d is negative", cfg.MaxIdleConnsPerHost)
-	}
-	if g.readyWait <= 0 {
-		g.readyWait = DefaultReadyTimeout
-	}
+	g.engine = cfg.Engine
 	g.m, err = newMetrics(cfg.Registerer)
 	if err != nil {
 		return nil, err

@@ -21,33 +21,39 @@ type route struct {
 	svc    *routing.Service
 }
 
-// validateRoutes checks routes and returns them compiled. Errors name the
-// field and the value.
+// validateRoutes checks routes and returns them compiled. Errors are
+// *ConfigError, naming the route, its part and the value.
 func validateRoutes(rs []Route) ([]route, error) {
 	out := make([]route, 0, len(rs))
 	for i, r := range rs {
-		field := fmt.Sprintf("routes[%d]", i)
+		part := func(part, format string, args ...any) error {
+			e := fieldError("routes", i, format, args...)
+			e.Part = part
+			return e
+		}
 		if err := registry.CheckService(r.Service); err != nil {
-			return nil, fmt.Errorf("gateway: %s.service: invalid service %q: %s", field, r.Service, err.(*registry.FieldError).Msg)
+			return nil, part("service", "invalid service %q: %s", r.Service, err.(*registry.FieldError).Msg)
 		}
 		if r.Host != "" {
 			h := strings.ToLower(r.Host)
 			if err := checkHost(h); err != nil {
-				return nil, fmt.Errorf("gateway: %s.host: invalid host %q: %v", field, r.Host, err)
+				return nil, part("host", "invalid host %q: %v", r.Host, err)
 			}
 			r.Host = h
 		}
 		if r.Prefix != "" {
 			if err := checkPrefix(r.Prefix); err != nil {
-				return nil, fmt.Errorf("gateway: %s.prefix: invalid path prefix %q: %v", field, r.Prefix, err)
+				return nil, part("prefix", "invalid path prefix %q: %v", r.Prefix, err)
 			}
 		} else if r.StripPrefix {
-			return nil, fmt.Errorf("gateway: %s.strip_prefix: set without a prefix", field)
+			return nil, part("strip_prefix", "set without a prefix")
 		}
 		c := route{Route: r, prefix: strings.TrimSuffix(r.Prefix, "/")}
 		for j, p := range out {
 			if p.Host == c.Host && p.prefix == c.prefix {
-				return nil, fmt.Errorf("gateway: %s: host %q and prefix %q are those of routes[%d], so it can never match", field, r.Host, r.Prefix, j)
+				e := fieldError("routes", i, "host %q and prefix %q are those of routes[%d], so it can never match", r.Host, r.Prefix, j)
+				e.Shadowed = j
+				return nil, e
 			}
 		}
 		out = append(out, c)

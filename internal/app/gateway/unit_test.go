@@ -28,7 +28,6 @@ func TestNewValidation(t *testing.T) {
 		want string // in the error
 	}{
 		{"no engine", Config{Routes: ok}, "engine"},
-		{"no routes", Config{Engine: e}, "routes: empty"},
 		{"bad service", Config{Engine: e, Routes: []Route{{Prefix: "/", Service: "a b"}}}, `routes[0].service: invalid service "a b"`},
 		{"empty service", Config{Engine: e, Routes: []Route{{Prefix: "/"}}}, `routes[0].service`},
 		{"host with port", Config{Engine: e, Routes: []Route{{Host: "a.com:80", Service: "s"}}}, `routes[0].host: invalid host "a.com:80"`},
@@ -271,5 +270,30 @@ func TestNotReady(t *testing.T) {
 	g.ServeHTTP(rec, httptest.NewRequest("GET", "/", nil))
 	if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("X-Lanes-Error") != "not_ready" {
 		t.Errorf("got %d %q, want 503 not_ready", rec.Code, rec.Header().Get("X-Lanes-Error"))
+	}
+}
+
+// TestValidate checks that Config.Validate refuses what New refuses, without
+// an engine, and says which route shadows one that can never match.
+func TestValidate(t *testing.T) {
+	if err := (Config{}).Validate(); err != nil {
+		t.Errorf("the zero Config: %v", err)
+	}
+	for _, c := range []struct {
+		cfg          Config
+		field, part  string
+		index, other int
+	}{
+		{Config{Routes: []Route{{Prefix: "/", Service: "web"}, {Prefix: "/", Service: "web"}}}, "routes", "", 1, 0},
+		{Config{Routes: []Route{{Prefix: "/a", Service: "web"}, {Prefix: "/b", Service: "web"}, {Prefix: "/a/", Service: "web"}}}, "routes", "", 2, 0},
+		{Config{Routes: []Route{{Prefix: "/%zz", Service: "web"}}}, "routes", "prefix", 0, -1},
+		{Config{Disable: []Source{SourceCookie, "headers"}}, "disable", "", 1, -1},
+		{Config{ReadyTimeout: -time.Second}, "ready_timeout", "", -1, -1},
+	} {
+		err := c.cfg.Validate()
+		var ce *ConfigError
+		if !errors.As(err, &ce) || ce.Field != c.field || ce.Part != c.part || ce.Index != c.index || ce.Shadowed != c.other {
+			t.Errorf("%+v: %#v, want field %s[%d].%s shadowed by %d", c.cfg, err, c.field, c.index, c.part, c.other)
+		}
 	}
 }
