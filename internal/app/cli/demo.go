@@ -47,9 +47,10 @@ takes the same settings as 'lanes up' (addresses, data directory, etcd).`,
 				return &exitError{code: ExitFail, err: err}
 			}
 			defer s.Close()
-			rt := s.Runtime()
+			store, _ := controlplane.Value(s, controlplane.StoreKey)
+			engine, _ := controlplane.Value(s, controlplane.EngineKey)
 			sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			topo, err := demo.Start(sctx, demo.Config{Registry: rt.Store, Engine: rt.Engine, Logger: log})
+			topo, err := demo.Start(sctx, demo.Config{Registry: store, Engine: engine, Logger: log})
 			cancel()
 			if err != nil {
 				if ctx.Err() != nil {
@@ -60,8 +61,8 @@ takes the same settings as 'lanes up' (addresses, data directory, etcd).`,
 			defer topo.Close()
 			out := cmd.OutOrStdout()
 			controlplane.PrintAddresses(out, s.Addresses())
-			controlplane.PrintServiceEnv(out, rt)
-			printDemoHelp(out, rt)
+			controlplane.PrintServiceEnv(out, s)
+			printDemoHelp(out, s)
 			select {
 			case <-ctx.Done():
 				log.Info("stopping")
@@ -75,18 +76,21 @@ takes the same settings as 'lanes up' (addresses, data directory, etcd).`,
 	return cmd
 }
 
-func printDemoHelp(w io.Writer, rt *controlplane.Runtime) {
-	gw := rt.GatewayURL
+func printDemoHelp(w io.Writer, s *controlplane.Server) {
+	gateway, _ := controlplane.Value(s, controlplane.GatewayKey)
+	adminAPI, _ := controlplane.Value(s, controlplane.AdminKey)
+	cfg := s.Config()
+	gw := gateway.URL
 	port := ""
 	if u, err := url.Parse(gw); err == nil {
 		port = u.Port()
 	}
 	admin := ""
-	if rt.AdminURL != "http://127.0.0.1:7700" {
-		admin = " --admin " + rt.AdminURL
+	if adminAPI.URL != "http://127.0.0.1:7700" {
+		admin = " --admin " + adminAPI.URL
 	}
-	if rt.Config.DataDir != controlplane.Defaults().DataDir && rt.Config.AdminToken == "" {
-		admin += " --data-dir " + rt.Config.DataDir
+	if cfg.DataDir != controlplane.Defaults().DataDir && cfg.AdminToken == "" {
+		admin += " --data-dir " + cfg.DataDir
 	}
 	fmt.Fprintf(w, `
 The demo runs web → orders → payments: a baseline instance of each, orders in
@@ -106,5 +110,5 @@ lane feature-x, payments in lane alice. Every answer lists the hops. Try:
   lanes route explain payments --lane alice%[4]s
 
 lanes is up. Ctrl-C stops it.
-`, gw, rt.Config.Domain, port, admin)
+`, gw, cfg.Domain, port, admin)
 }

@@ -32,6 +32,9 @@ line):
   domain: lanes.localhost
   routes: ["/=web", "api.example.com=orders"]
   trusted_proxies: ["10.0.0.0/8"]
+  gateway:
+    disable: [host]
+    strip_prefixes: [/api]
   etcd:
     endpoints: ["https://etcd-1:2379", "https://etcd-2:2379"]
     ca: /etc/lanes/etcd-ca.pem
@@ -64,6 +67,8 @@ func addSettingFlags(cmd *cobra.Command) {
 		usage := s.Usage + " (" + s.Env + ")"
 		if s.List {
 			cmd.Flags().StringArray(s.Flag, nil, usage)
+		} else if s.Bool {
+			cmd.Flags().Bool(s.Flag, false, usage)
 		} else {
 			cmd.Flags().String(s.Flag, defaults[s.Flag], usage)
 		}

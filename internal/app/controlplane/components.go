@@ -60,18 +60,20 @@ type etcdComponent struct {
 	fatal fatalWatch
 }
 
-func (*etcdComponent) Name() string { return "etcd" }
+func (*etcdComponent) Name() string    { return "etcd" }
+func (*etcdComponent) Needs() []Dep    { return []Dep{DataDirKey} }
+func (*etcdComponent) Provides() []Dep { return []Dep{StoreKey, EtcdKey} }
+
+func (*etcdComponent) Validate(cfg *Config) error { return cfg.validateEtcd() }
 
 func (c *etcdComponent) Provision(ctx context.Context, rt *Runtime) error {
 	c.rt = rt
 	cfg := rt.Config.Etcd
 	sc := etcdstore.Config{DialTimeout: cfg.DialTimeout, Options: etcdstore.Options{Prefix: cfg.Prefix, Logger: rt.Log}}
 	note := ""
-	if len(cfg.Endpoints) == 0 {
-		dir := filepath.Join(rt.Config.DataDir, "etcd")
-		if err := os.MkdirAll(rt.Config.DataDir, 0o700); err != nil {
-			return fmt.Errorf("data directory: %w", err)
-		}
+	embedded := len(cfg.Endpoints) == 0
+	if embedded {
+		dir := filepath.Join(Need(rt, DataDirKey), "etcd")
 		sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 		srv, err := etcdserver.Start(sctx, etcdserver.Config{
 			Dir:        dir,
@@ -85,7 +87,6 @@ func (c *etcdComponent) Provision(ctx context.Context, rt *Runtime) error {
 		}
 		c.srv = srv
 		sc.Endpoints = srv.Endpoints()
-		rt.EtcdEmbedded = true
 		note = "embedded, data in " + dir
 	} else {
 		sc.Endpoints = cfg.Endpoints
@@ -107,9 +108,9 @@ func (c *etcdComponent) Provision(ctx context.Context, rt *Runtime) error {
 		return err
 	}
 	c.store = st
-	rt.Store = st
-	rt.EtcdEndpoints = sc.Endpoints
-	rt.Addresses = append(rt.Addresses, Address{Name: "etcd", URL: strings.Join(sc.Endpoints, ","), Note: note + "; prefix " + st.Prefix()})
+	Provide(rt, StoreKey, st)
+	Provide(rt, EtcdKey, EtcdInfo{Endpoints: sc.Endpoints, Embedded: embedded})
+	rt.Announce(Address{Name: "etcd", URL: strings.Join(sc.Endpoints, ","), Note: note + "; prefix " + st.Prefix()})
 	return nil
 }
 
@@ -148,11 +149,14 @@ type engineComponent struct {
 	engine *routing.Engine
 }
 
-func (*engineComponent) Name() string { return "engine" }
+func (*engineComponent) Name() string    { return "engine" }
+func (*engineComponent) Needs() []Dep    { return []Dep{StoreKey} }
+func (*engineComponent) Provides() []Dep { return []Dep{EngineKey} }
 
 func (c *engineComponent) Provision(ctx context.Context, rt *Runtime) error {
-	c.engine = routing.New(routing.WithRegistry(rt.Store), routing.WithPolicyStore(rt.Store.Policy()), routing.WithLogger(rt.Log))
-	rt.Engine = c.engine
+	st := Need(rt, StoreKey)
+	c.engine = routing.New(routing.WithRegistry(st), routing.WithPolicyStore(st.Policy()), routing.WithLogger(rt.Log))
+	Provide(rt, EngineKey, c.engine)
 	select {
 	case <-c.engine.PolicyReady():
 	case <-ctx.Done():
@@ -176,11 +180,14 @@ type claimsComponent struct {
 	t *admin.ClaimTable
 }
 
-func (*claimsComponent) Name() string { return "claims" }
+func (*claimsComponent) Name() string    { return "claims" }
+func (*claimsComponent) Needs() []Dep    { return []Dep{StoreKey} }
+func (*claimsComponent) Provides() []Dep { return []Dep{ClaimsKey} }
 
 func (c *claimsComponent) Provision(ctx context.Context, rt *Runtime) error {
-	c.t = admin.WatchClaims(rt.Store.Client(), rt.Store.Prefix(), rt.Log)
-	rt.Claims = c.t
+	st := Need(rt, StoreKey)
+	c.t = admin.WatchClaims(st.Client(), st.Prefix(), rt.Log)
+	Provide(rt, ClaimsKey, c.t)
 	select {
 	case <-c.t.Ready():
 	case <-ctx.Done():
@@ -208,43 +215,63 @@ type adminComponent struct {
 }
 
 func (*adminComponent) Name() string { return "admin" }
+func (*adminComponent) Needs() []Dep {
+	return []Dep{DataDirKey, StoreKey, EtcdKey, EngineKey, ClaimsKey, GatewayKey}
+}
+func (*adminComponent) Provides() []Dep { return []Dep{AdminKey} }
 
 // AdminTokenFile is the file, in the data directory, of the admin token.
 const AdminTokenFile = "admin-token"
 
+func (*adminComponent) Validate(cfg *Config) error {
+	if err := checkListen(cfg.AdminAddr); err != nil {
+		return cfg.fail("admin_addr", cfg.AdminAddr, "%v", err)
+	}
+	if cfg.AdminToken != "" && len(cfg.AdminToken) < 16 {
+		return cfg.fail("admin_token", "(hidden)", "the admin token must be at least 16 characters")
+	}
+	return nil
+}
+
 func (c *adminComponent) Provision(ctx context.Context, rt *Runtime) error {
 	c.rt = rt
-	token, note, err := adminToken(rt.Config)
+	token, note, err := adminToken(rt.Config, Need(rt, DataDirKey))
 	if err != nil {
 		return err
+	}
+	st, etcd, gw := Need(rt, StoreKey), Need(rt, EtcdKey), Need(rt, GatewayKey)
+	gc, err := rt.Config.GatewayConfig()
+	if err != nil {
+		return err
+	}
+	routes := gc.Routes
+	if routes == nil {
+		routes = []adminapi.Route{}
+	}
+	info := adminapi.Info{
+		Etcd:  adminapi.EtcdInfo{Endpoints: etcd.Endpoints, Embedded: etcd.Embedded, Prefix: st.Prefix()},
+		Admin: adminapi.AdminInfo{},
+		Gateway: adminapi.GatewayInfo{URL: gw.URL, Domain: rt.Config.Domain, Routes: routes,
+			TrustedProxies: rt.Config.TrustedProxies, Zone: rt.Config.Zone},
 	}
 	ln, err := listen("admin", rt.Config.AdminAddr)
 	if err != nil {
 		return err
 	}
 	c.ln = ln
-	rt.AdminURL, rt.AdminToken = httpURL(ln.Addr()), token
-	routes, _ := rt.Config.ParsedRoutes()
-	if routes == nil {
-		routes = []adminapi.Route{}
-	}
-	info := adminapi.Info{
-		Etcd:  adminapi.EtcdInfo{Endpoints: rt.EtcdEndpoints, Embedded: rt.EtcdEmbedded, Prefix: rt.Store.Prefix()},
-		Admin: adminapi.AdminInfo{URL: rt.AdminURL},
-		Gateway: adminapi.GatewayInfo{URL: rt.GatewayURL, Domain: rt.Config.Domain, Routes: routes,
-			TrustedProxies: rt.Config.TrustedProxies, Zone: rt.Config.Zone},
-	}
-	api, err := admin.New(admin.Config{Store: rt.Store, Engine: rt.Engine, AdminToken: token, Info: info,
-		Claims: rt.Claims, Logger: rt.Log, Gatherer: gatherers(rt)})
+	url := httpURL(ln.Addr())
+	info.Admin.URL = url
+	api, err := admin.New(admin.Config{Store: st, Engine: Need(rt, EngineKey), AdminToken: token, Info: info,
+		Claims: Need(rt, ClaimsKey), Logger: rt.Log, Gatherer: gatherers(rt)})
 	if err != nil {
-		ln.Close()
 		return err
 	}
 	c.api = api
 	c.srv = &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
 		ErrorLog: slog.NewLogLogger(rt.Log.Handler(), slog.LevelWarn)}
 	c.srv.RegisterOnShutdown(func() { api.Close() })
-	rt.Addresses = append(rt.Addresses, Address{Name: "admin", URL: rt.AdminURL, Note: note})
+	Provide(rt, AdminKey, AdminInfo{URL: url, Token: token})
+	rt.Announce(Address{Name: "admin", URL: url, Note: note})
 	return nil
 }
 
@@ -282,8 +309,8 @@ func (c *adminComponent) Cleanup() error {
 }
 
 // adminToken returns the admin token: from the configuration, else from
-// <data-dir>/admin-token, else a new one written there (mode 0600).
-func adminToken(cfg Config) (token, note string, err error) {
+// <dir>/admin-token, else a new one written there (mode 0600).
+func adminToken(cfg Config, dir string) (token, note string, err error) {
 	if cfg.AdminToken != "" {
 		src := cfg.sources["admin_token"]
 		if src == "" {
@@ -291,7 +318,7 @@ func adminToken(cfg Config) (token, note string, err error) {
 		}
 		return cfg.AdminToken, "admin token from " + src, nil
 	}
-	path := filepath.Join(cfg.DataDir, AdminTokenFile)
+	path := filepath.Join(dir, AdminTokenFile)
 	data, err := os.ReadFile(path)
 	if err == nil {
 		t := strings.TrimSpace(string(data))
@@ -302,9 +329,6 @@ func adminToken(cfg Config) (token, note string, err error) {
 	}
 	if !errors.Is(err, os.ErrNotExist) {
 		return "", "", fmt.Errorf("admin token: %w", err)
-	}
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return "", "", fmt.Errorf("data directory: %w", err)
 	}
 	t := admin.NewAdminToken()
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)

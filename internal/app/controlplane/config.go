@@ -8,13 +8,13 @@ import (
 	"net/url"
 	"os"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/internal/lib/logs"
 	"github.com/lanesdev/lanes/internal/lib/strictyaml"
-	"github.com/lanesdev/lanes/registry"
 )
 
 // Config is the configuration of `lanes up`. Each setting comes from, in
@@ -40,6 +40,8 @@ type Config struct {
 	TrustedProxies []string `yaml:"trusted_proxies"`
 	// Zone is the gateway's zone, for same-zone preference.
 	Zone string `yaml:"zone"`
+	// Gateway holds the gateway's other settings.
+	Gateway GatewaySettings `yaml:"gateway"`
 	// LogLevel is debug, info, warn or error.
 	LogLevel string `yaml:"log_level"`
 	// LogFormat is text or json.
@@ -72,6 +74,41 @@ type EtcdConfig struct {
 	PeerAddr   string `yaml:"peer_addr"`
 	// DialTimeout bounds connecting to an external cluster.
 	DialTimeout time.Duration `yaml:"dial_timeout"`
+}
+
+// GatewaySettings are the gateway's settings besides its address, routes,
+// domain, trusted proxies and zone. Each is a field of gateway.Config; see
+// the gateway package for what it does.
+type GatewaySettings struct {
+	// Aliases are more headers to read the lane from, after x-lane and
+	// baggage (gateway.Config.Aliases).
+	Aliases []string `yaml:"aliases"`
+	// LaneCookie names the lane cookie (default "lane").
+	LaneCookie string `yaml:"lane_cookie"`
+	// KeyHeader and KeyCookie name where the request key of canary splits
+	// is read (defaults "x-lanes-key" and "lanes-key").
+	KeyHeader string `yaml:"key_header"`
+	KeyCookie string `yaml:"key_cookie"`
+	// Disable turns lane sources off for every client: header, baggage,
+	// alias, cookie, host, policy-clients, claims.
+	Disable []string `yaml:"disable"`
+	// StripPrefixes are path prefixes of routes that are removed from the
+	// path before the request goes upstream.
+	StripPrefixes []string `yaml:"strip_prefixes"`
+	// PreserveHost sends the client's Host header upstream instead of the
+	// instance's address.
+	PreserveHost bool `yaml:"preserve_host"`
+	// MaxIdleConnsPerHost bounds the idle connections kept to each instance
+	// (0: the gateway's default, 512).
+	MaxIdleConnsPerHost int `yaml:"max_idle_conns_per_host"`
+	// ReadyTimeout bounds how long the first requests wait for the routing
+	// engine to have read the policy and a service's instances (0: the
+	// gateway's default, 5s).
+	ReadyTimeout time.Duration `yaml:"ready_timeout"`
+	// ResponseHeaderTimeout bounds how long an instance may take to answer
+	// with its response headers (0: the gateway's default, 10s; negative,
+	// or "off" in a flag or variable: none).
+	ResponseHeaderTimeout time.Duration `yaml:"response_header_timeout"`
 }
 
 // NatsConfig selects the embedded NATS server (no URL) or an external one.
@@ -113,7 +150,9 @@ type Setting struct {
 	Key   string // dotted key in the config file
 	Usage string
 	// List settings take a repeatable flag and a comma-separated variable.
-	List   bool
+	List bool
+	// Bool settings take a flag without a value (--flag, --flag=false).
+	Bool   bool
 	Secret bool
 	set    func(c *Config, v []string) error
 }
@@ -124,6 +163,39 @@ func one(f func(c *Config, v string) error) func(*Config, []string) error {
 
 func str(p func(c *Config) *string) func(*Config, []string) error {
 	return one(func(c *Config, v string) error { *p(c) = v; return nil })
+}
+
+func boolean(p func(c *Config) *bool) func(*Config, []string) error {
+	return one(func(c *Config, v string) error {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("want true or false")
+		}
+		*p(c) = b
+		return nil
+	})
+}
+
+func duration(p func(c *Config) *time.Duration) func(*Config, []string) error {
+	return one(func(c *Config, v string) error {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			return fmt.Errorf("want a duration such as 5s")
+		}
+		*p(c) = d
+		return nil
+	})
+}
+
+func integer(p func(c *Config) *int) func(*Config, []string) error {
+	return one(func(c *Config, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return fmt.Errorf("want a whole number, 0 or more")
+		}
+		*p(c) = n
+		return nil
+	})
 }
 
 func list(p func(c *Config) *[]string) func(*Config, []string) error {
@@ -149,6 +221,27 @@ var Settings = []Setting{
 	{Flag: "domain", Env: "LANES_DOMAIN", Key: "domain", Usage: "<lane>.<domain> hosts select a lane at the gateway", set: str(func(c *Config) *string { return &c.Domain })},
 	{Flag: "trusted-proxy", Env: "LANES_TRUSTED_PROXIES", Key: "trusted_proxies", List: true, Usage: "IP or CIDR of a proxy whose X-Forwarded-For the gateway believes (repeatable)", set: list(func(c *Config) *[]string { return &c.TrustedProxies })},
 	{Flag: "zone", Env: "LANES_ZONE", Key: "zone", Usage: "the gateway's zone, for same-zone preference", set: str(func(c *Config) *string { return &c.Zone })},
+	{Flag: "gateway-alias", Env: "LANES_GATEWAY_ALIASES", Key: "gateway.aliases", List: true, Usage: "another header the gateway reads the lane from, after x-lane and baggage, such as x-asm-prefer-tag (repeatable)", set: list(func(c *Config) *[]string { return &c.Gateway.Aliases })},
+	{Flag: "gateway-lane-cookie", Env: "LANES_GATEWAY_LANE_COOKIE", Key: "gateway.lane_cookie", Usage: "name of the cookie that selects a lane at the gateway", set: str(func(c *Config) *string { return &c.Gateway.LaneCookie })},
+	{Flag: "gateway-key-header", Env: "LANES_GATEWAY_KEY_HEADER", Key: "gateway.key_header", Usage: "header of the request key that keeps canary splits sticky", set: str(func(c *Config) *string { return &c.Gateway.KeyHeader })},
+	{Flag: "gateway-key-cookie", Env: "LANES_GATEWAY_KEY_COOKIE", Key: "gateway.key_cookie", Usage: "cookie of the request key, when the header is absent", set: str(func(c *Config) *string { return &c.Gateway.KeyCookie })},
+	{Flag: "gateway-disable", Env: "LANES_GATEWAY_DISABLE", Key: "gateway.disable", List: true, Usage: "lane source the gateway does not read, for any client: header, baggage, alias, cookie, host, policy-clients or claims (repeatable)", set: list(func(c *Config) *[]string { return &c.Gateway.Disable })},
+	{Flag: "gateway-strip-prefix", Env: "LANES_GATEWAY_STRIP_PREFIXES", Key: "gateway.strip_prefixes", List: true, Usage: "path prefix of a route that the gateway removes before the request goes upstream, such as /api (repeatable)", set: list(func(c *Config) *[]string { return &c.Gateway.StripPrefixes })},
+	{Flag: "gateway-preserve-host", Env: "LANES_GATEWAY_PRESERVE_HOST", Key: "gateway.preserve_host", Bool: true, Usage: "send the client's Host header upstream instead of the instance's address", set: boolean(func(c *Config) *bool { return &c.Gateway.PreserveHost })},
+	{Flag: "gateway-max-idle-conns-per-host", Env: "LANES_GATEWAY_MAX_IDLE_CONNS_PER_HOST", Key: "gateway.max_idle_conns_per_host", Usage: "idle connections the gateway keeps to each instance (0: 512)", set: integer(func(c *Config) *int { return &c.Gateway.MaxIdleConnsPerHost })},
+	{Flag: "gateway-ready-timeout", Env: "LANES_GATEWAY_READY_TIMEOUT", Key: "gateway.ready_timeout", Usage: "how long the first requests wait for the routing engine to know a service (0: 5s)", set: duration(func(c *Config) *time.Duration { return &c.Gateway.ReadyTimeout })},
+	{Flag: "gateway-response-header-timeout", Env: "LANES_GATEWAY_RESPONSE_HEADER_TIMEOUT", Key: "gateway.response_header_timeout", Usage: "how long an instance may take to send its response headers before the attempt fails and counts against it (0: 10s; off: no limit)", set: one(func(c *Config, v string) error {
+		if v == "off" {
+			c.Gateway.ResponseHeaderTimeout = -1
+			return nil
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			return fmt.Errorf("want a duration such as 10s, or off")
+		}
+		c.Gateway.ResponseHeaderTimeout = d
+		return nil
+	})},
 	{Flag: "log-level", Env: "LANES_LOG_LEVEL", Key: "log_level", Usage: "debug, info, warn or error", set: str(func(c *Config) *string { return &c.LogLevel })},
 	{Flag: "log-format", Env: "LANES_LOG_FORMAT", Key: "log_format", Usage: "text or json", set: str(func(c *Config) *string { return &c.LogFormat })},
 	{Flag: "external-etcd", Env: "LANES_EXTERNAL_ETCD", Key: "etcd.endpoints", List: true, Usage: "endpoints of an external etcd cluster, host:port or http(s) URLs (repeatable or comma-separated); none runs the embedded etcd", set: list(func(c *Config) *[]string { return &c.Etcd.Endpoints })},
@@ -287,31 +380,19 @@ func (c *Config) fail(key, value, format string, args ...any) error {
 	return &SettingError{Source: src, Value: value, Msg: fmt.Sprintf(format, args...)}
 }
 
-// Validate checks every setting and returns the first bad one, naming its
-// source (flag, variable, or file, line and field).
+// Validate checks every setting, as Start does before it starts anything,
+// and returns the first bad one, naming its source (flag, variable, or
+// file, line and field).
 func (c *Config) Validate() error {
-	if c.DataDir == "" {
-		return c.fail("data_dir", "", "the data directory must not be empty")
-	}
-	for _, a := range []struct{ key, v string }{{"admin_addr", c.AdminAddr}, {"gateway_addr", c.GatewayAddr}} {
-		if err := checkListen(a.v); err != nil {
-			return c.fail(a.key, a.v, "%v", err)
-		}
-	}
-	if c.AdminToken != "" && len(c.AdminToken) < 16 {
-		return c.fail("admin_token", "(hidden)", "the admin token must be at least 16 characters")
-	}
-	if c.Domain != "" {
-		if strings.HasPrefix(c.Domain, ".") || strings.Contains(c.Domain, "/") || strings.Contains(c.Domain, ":") {
-			return c.fail("domain", c.Domain, "want a domain name such as lanes.localhost")
-		}
-	}
-	if _, err := c.ParsedRoutes(); err != nil {
+	if err := c.validateOwn(); err != nil {
 		return err
 	}
-	if _, err := c.ParsedTrustedProxies(); err != nil {
-		return err
-	}
+	return validate(builtins(), c)
+}
+
+// validateOwn checks the settings that belong to no component; each
+// component's Validate checks its own.
+func (c *Config) validateOwn() error {
 	switch c.LogLevel {
 	case "debug", "info", "warn", "error":
 	default:
@@ -320,6 +401,11 @@ func (c *Config) Validate() error {
 	if err := logs.CheckFormat(c.LogFormat); err != nil {
 		return c.fail("log_format", c.LogFormat, "%v", err)
 	}
+	return nil
+}
+
+// validateEtcd checks the etcd settings.
+func (c *Config) validateEtcd() error {
 	e := c.Etcd
 	if len(e.Endpoints) == 0 {
 		for _, a := range []struct{ key, v string }{{"etcd.client_addr", e.ClientAddr}, {"etcd.peer_addr", e.PeerAddr}} {
@@ -354,7 +440,7 @@ func (c *Config) Validate() error {
 	if e.DialTimeout <= 0 {
 		return c.fail("etcd.dial_timeout", e.DialTimeout.String(), "want a positive duration")
 	}
-	return c.validateNats()
+	return nil
 }
 
 // validateNats checks the NATS settings.
@@ -453,53 +539,36 @@ func checkListen(addr string) error {
 	return nil
 }
 
-// ParsedRoutes parses the route settings.
-func (c *Config) ParsedRoutes() ([]adminapi.Route, error) {
-	var out []adminapi.Route
-	for i, r := range c.Routes {
-		rt, err := ParseRoute(r)
-		if err != nil {
-			src := c.sources[fmt.Sprintf("routes[%d]", i)]
-			if src == "" {
-				src = c.sources["routes"]
-			}
-			if src == "" {
-				src = "route"
-			}
-			return nil, &SettingError{Source: src, Value: r, Msg: err.Error()}
-		}
-		out = append(out, rt)
+// routeSource names where route i came from.
+func (c *Config) routeSource(i int) string {
+	if src := c.sources[fmt.Sprintf("routes[%d]", i)]; src != "" {
+		return src
 	}
-	return out, nil
+	if src := c.sources["routes"]; src != "" {
+		return src
+	}
+	return "route"
 }
 
-// ParseRoute reads "host-or-/prefix=service": "/=web", "/api=orders",
-// "shop.example.com=web", "shop.example.com/api=orders".
+// ParseRoute reads the syntax "host-or-/prefix=service": "/=web",
+// "/api=orders", "shop.example.com=web", "shop.example.com/api=orders". The
+// gateway's validation (gateway.Config.Validate) checks the parts.
 func ParseRoute(s string) (adminapi.Route, error) {
 	i := strings.LastIndex(s, "=")
 	if i < 0 {
 		return adminapi.Route{}, errors.New("want host-or-/prefix=service, such as /=web or api.example.com=orders")
 	}
 	match, svc := strings.TrimSpace(s[:i]), strings.TrimSpace(s[i+1:])
-	if err := registry.CheckService(svc); err != nil {
-		return adminapi.Route{}, fmt.Errorf("service %q: %s", svc, err.(*registry.FieldError).Msg)
-	}
-	r := adminapi.Route{Service: svc}
 	if match == "" {
 		return adminapi.Route{}, errors.New("empty host and path before '='; use / for every path")
 	}
+	r := adminapi.Route{Service: svc}
 	if strings.HasPrefix(match, "/") {
 		r.Prefix = match
 	} else if j := strings.Index(match, "/"); j >= 0 {
 		r.Host, r.Prefix = match[:j], match[j:]
 	} else {
 		r.Host = match
-	}
-	if r.Host != "" && (strings.ContainsAny(r.Host, " :@?#*") || strings.HasPrefix(r.Host, ".") || strings.HasSuffix(r.Host, ".")) {
-		return adminapi.Route{}, fmt.Errorf("host %q: want a host name without port", r.Host)
-	}
-	if strings.ContainsAny(r.Prefix, " ?#") {
-		return adminapi.Route{}, fmt.Errorf("path prefix %q: want a path such as /api", r.Prefix)
 	}
 	return r, nil
 }

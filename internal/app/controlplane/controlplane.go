@@ -2,12 +2,20 @@
 // plane with embedded defaults — an embedded etcd (or a connection to an
 // external cluster), the routing engine, the admin API and the gateway.
 //
-// Each part is a Component with a Caddy-like lifecycle (Provision, Validate,
-// Start, Stop, Cleanup), run in a fixed order and stopped in the reverse
-// one, so that later parts (a dashboard, a trace collector) slot in without
-// touching the others:
+// Each part is a Component with a Caddy-like lifecycle (Validate, Provision,
+// Start, Stop, Cleanup). A component declares what it needs and what it
+// provides, as typed keys (StoreKey, EngineKey, ...): the control plane
+// orders the components by these declarations, so that later parts (a
+// dashboard, a trace collector) slot in without touching the others. Every
+// component's Validate runs before any component is provisioned, so a bad
+// setting is refused before anything starts. The built-in components, in
+// their order:
 //
-//	etcd → nats → engine → claims → gateway → admin
+//	datadir → etcd → nats → engine → claims → gateway → admin
+//
+// datadir locks the data directory (<data-dir>/lanes.lock, with the pid of
+// the holder), so that a second `lanes up` on it fails at once naming the
+// process that holds it.
 //
 // nats is the message queue of message-queue lanes (package lanesnats): an
 // embedded NATS server with JetStream, its data in <data-dir>/nats, or a
@@ -28,8 +36,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/lanesdev/lanes/etcdstore"
 	"github.com/lanesdev/lanes/internal/app/admin"
 	"github.com/lanesdev/lanes/internal/lib/logs"
@@ -39,47 +45,49 @@ import (
 // stopTimeout bounds a graceful stop.
 const stopTimeout = 10 * time.Second
 
-// Runtime is what components share: the configuration, and what earlier
-// components provisioned.
-type Runtime struct {
-	Config Config
-	Log    *slog.Logger
+// The keys of what the built-in components provide.
+var (
+	// DataDirKey is the data directory, locked for this process
+	// (component datadir).
+	DataDirKey = Key[string]{"data directory"}
+	// StoreKey is the registry and policy store (component etcd).
+	StoreKey = Key[*etcdstore.Store]{"store"}
+	// EtcdKey describes the etcd in use (component etcd).
+	EtcdKey = Key[EtcdInfo]{"etcd"}
+	// NatsKey describes the NATS server in use (component nats).
+	NatsKey = Key[NatsInfo]{"nats"}
+	// EngineKey is the control plane's routing engine (component engine).
+	EngineKey = Key[*routing.Engine]{"engine"}
+	// ClaimsKey follows the client-IP claims (component claims).
+	ClaimsKey = Key[*admin.ClaimTable]{"claims"}
+	// GatewayKey describes the gateway (component gateway).
+	GatewayKey = Key[GatewayInfo]{"gateway"}
+	// AdminKey describes the admin API (component admin).
+	AdminKey = Key[AdminInfo]{"admin"}
+)
 
-	// Store is the registry and policy store (etcd component).
-	Store *etcdstore.Store
-	// Engine is the control plane's routing engine (engine component).
-	Engine *routing.Engine
-	// Claims follows the client-IP claims (claims component).
-	Claims *admin.ClaimTable
-	// Metrics is the Prometheus registry served at the admin API's
-	// /metrics, with the gateway's metrics.
-	Metrics *prometheus.Registry
-
-	// Addresses are printed at start-up, in component order.
-	Addresses []Address
-
-	// EtcdEmbedded and EtcdEndpoints describe the etcd in use.
-	EtcdEmbedded  bool
-	EtcdEndpoints []string
-	// NatsURL is the NATS server's client URL ("" with nats off), and
-	// NatsEmbedded whether it runs in this process (nats component).
-	NatsURL      string
-	NatsEmbedded bool
-	// GatewayURL is the gateway's URL once provisioned ("" without one).
-	GatewayURL string
-	// AdminURL and AdminToken are the admin API's (admin component).
-	AdminURL   string
-	AdminToken string
-
-	fatal chan error // a component that fails while running says so here
+// EtcdInfo describes the etcd in use.
+type EtcdInfo struct {
+	Endpoints []string
+	Embedded  bool
 }
 
-// Fail reports that a running component has failed; the server stops.
-func (rt *Runtime) Fail(err error) {
-	select {
-	case rt.fatal <- err:
-	default:
-	}
+// NatsInfo describes the NATS server in use: its client URL ("" with NATS
+// off), and whether it runs in this process.
+type NatsInfo struct {
+	URL      string
+	Embedded bool
+}
+
+// GatewayInfo describes the gateway.
+type GatewayInfo struct {
+	URL string
+}
+
+// AdminInfo describes the admin API: its URL and the admin token.
+type AdminInfo struct {
+	URL   string
+	Token string
 }
 
 // Address is one address the control plane serves on.
@@ -93,71 +101,80 @@ type Address struct {
 type Option func(*options)
 
 type options struct {
-	edge  EdgeFactory
 	log   *slog.Logger
 	extra []Component
 }
-
-// WithEdge replaces the gateway implementation (tests).
-func WithEdge(f EdgeFactory) Option { return func(o *options) { o.edge = f } }
 
 // WithLogger sets the logger (default: a text logger on stderr at the
 // configured level).
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
 
-// WithComponents appends components after the built-in ones.
+// WithComponents adds components to the built-in ones; they are ordered by
+// their dependencies with the others.
 func WithComponents(c ...Component) Option {
 	return func(o *options) { o.extra = append(o.extra, c...) }
 }
 
+// builtins returns the built-in components, in their order of precedence
+// where the dependencies leave a choice.
+func builtins() []Component {
+	return []Component{
+		&dataDirComponent{},
+		&etcdComponent{},
+		&natsComponent{},
+		&engineComponent{},
+		&claimsComponent{},
+		&gatewayComponent{},
+		&adminComponent{},
+	}
+}
+
 // Server is a running control plane.
 type Server struct {
-	rt *Runtime
-	lc *lifecycle
+	cfg Config
+	lc  *lifecycle
 
 	closeOnce sync.Once
 	closeErr  error
-	done      chan struct{}
 }
 
-// Start validates cfg and brings every component up. It returns once all
-// serve; Close stops them.
+// Start validates cfg and every component, then brings every component up.
+// It returns once all serve; Close stops them.
 func Start(ctx context.Context, cfg Config, opts ...Option) (*Server, error) {
-	if err := cfg.Validate(); err != nil {
+	if err := cfg.validateOwn(); err != nil {
 		return nil, err
 	}
-	o := &options{edge: defaultEdge}
+	o := &options{}
 	for _, f := range opts {
 		f(o)
 	}
 	if o.log == nil {
 		o.log = NewLogger(io.Discard, cfg.LogLevel)
 	}
-	rt := &Runtime{Config: cfg, Log: o.log, Metrics: prometheus.NewRegistry(), fatal: make(chan error, 1)}
-	comps := []Component{
-		&etcdComponent{},
-		&natsComponent{},
-		&engineComponent{},
-		&claimsComponent{},
-		&gatewayComponent{factory: o.edge},
-		&adminComponent{},
-	}
-	comps = append(comps, o.extra...)
-	lc := &lifecycle{comps: comps}
-	if err := lc.up(ctx, rt); err != nil {
+	lc, err := newLifecycle(append(builtins(), o.extra...), cfg, o.log)
+	if err != nil {
 		return nil, err
 	}
-	return &Server{rt: rt, lc: lc, done: make(chan struct{})}, nil
+	if err := lc.up(ctx); err != nil {
+		return nil, err
+	}
+	return &Server{cfg: cfg, lc: lc}, nil
 }
 
-// Runtime returns what the components share (the store, the engine, ...).
-func (s *Server) Runtime() *Runtime { return s.rt }
+// Value returns the value of k that a component of s provided.
+func Value[T any](s *Server, k Key[T]) (T, bool) {
+	v, ok := s.lc.sh.vals[k.name].(T)
+	return v, ok
+}
+
+// Config returns the configuration s runs with.
+func (s *Server) Config() Config { return s.cfg }
 
 // Addresses returns the addresses the control plane serves on.
-func (s *Server) Addresses() []Address { return s.rt.Addresses }
+func (s *Server) Addresses() []Address { return s.lc.sh.addresses }
 
 // Failed delivers the error of a component that failed while running.
-func (s *Server) Failed() <-chan error { return s.rt.fatal }
+func (s *Server) Failed() <-chan error { return s.lc.sh.fatal }
 
 // Close stops every component gracefully (within 10s) and releases them.
 func (s *Server) Close() error {
@@ -165,7 +182,6 @@ func (s *Server) Close() error {
 		ctx, cancel := context.WithTimeout(context.Background(), stopTimeout)
 		defer cancel()
 		s.closeErr = s.lc.down(ctx)
-		close(s.done)
 	})
 	return s.closeErr
 }
@@ -188,19 +204,20 @@ func Run(ctx context.Context, cfg Config, out io.Writer, opts ...Option) error {
 		return err
 	}
 	PrintAddresses(out, s.Addresses())
-	PrintServiceEnv(out, s.rt)
+	PrintServiceEnv(out, s)
 	fmt.Fprintln(out, "lanes is up. Ctrl-C stops it.")
+	log := s.lc.views[0].Log
 	var runErr error
 	select {
 	case <-ctx.Done():
-		s.rt.Log.Info("stopping")
+		log.Info("stopping")
 	case runErr = <-s.Failed():
-		s.rt.Log.Error("a component failed; stopping", "err", runErr)
+		log.Error("a component failed; stopping", "err", runErr)
 	}
 	if err := s.Close(); err != nil {
 		return errors.Join(runErr, err)
 	}
-	s.rt.Log.Info("stopped")
+	log.Info("stopped")
 	return runErr
 }
 

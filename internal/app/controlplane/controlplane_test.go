@@ -3,6 +3,7 @@ package controlplane
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/lanesdev/lanes/adminapi"
+	"github.com/lanesdev/lanes/internal/app/gateway"
 	"github.com/lanesdev/lanes/internal/lib/strictyaml"
 	"github.com/lanesdev/lanes/internal/testkit/etcdtest"
 	"github.com/lanesdev/lanes/internal/testkit/natstest"
@@ -57,9 +59,12 @@ func TestConfigPrecedence(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got %v, want %v", got, want)
 	}
-	routes, _ := c.ParsedRoutes()
-	if !reflect.DeepEqual(routes, []adminapi.Route{{Prefix: "/a", Service: "orders"}, {Prefix: "/", Service: "web"}}) {
-		t.Errorf("routes %+v", routes)
+	gc, err := c.GatewayConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(gc.Routes, []adminapi.Route{{Prefix: "/a", Service: "orders"}, {Prefix: "/", Service: "web"}}) {
+		t.Errorf("routes %+v", gc.Routes)
 	}
 }
 
@@ -117,21 +122,147 @@ func TestParseRoute(t *testing.T) {
 			t.Errorf("%q: %+v %v", in, got, err)
 		}
 	}
-	for _, bad := range []string{"web", "=web", "/=", "/=a/b", "host:80=web", ".x=web"} {
-		if _, err := ParseRoute(bad); err == nil {
-			t.Errorf("%q accepted", bad)
+	// ParseRoute reads the syntax; the gateway's validation the parts.
+	for _, bad := range []string{"web", "=web", "/=", "/=a/b", "host:80=web", ".x=web", "/%zz=web"} {
+		c := Defaults()
+		if err := c.Set("route", []string{bad}); err != nil {
+			t.Fatal(err)
+		}
+		err := c.Validate()
+		var se *SettingError
+		if !errors.As(err, &se) || se.Source != "--route" || se.Value != bad {
+			t.Errorf("%q: %v, want a SettingError naming --route and the route", bad, err)
+		}
+	}
+}
+
+// TestRouteConflicts checks that routes the gateway would refuse are
+// refused by Validate, before anything starts, naming the route as given
+// and the one before it that shadows it.
+func TestRouteConflicts(t *testing.T) {
+	for _, c := range []struct {
+		routes []string
+		value  string // the route named
+		msg    string // in the message
+	}{
+		{[]string{"/=web", "/=web"}, "/=web", `route "/=web" before it (--route) has the same host and path prefix`},
+		{[]string{"/a=web", "/a/=web"}, "/a/=web", `route "/a=web" before it`},
+		{[]string{"/b=web", "x.example.com/b=web", "/b/=orders"}, "/b/=orders", `route "/b=web" before it`},
+		{[]string{"/a%zz=web"}, "/a%zz=web", `not percent-encoded`},
+		{[]string{"/a%2Fb=web"}, "/a%2Fb=web", `not percent-encoded`},
+	} {
+		cfg := Defaults()
+		cfg.Set("route", c.routes)
+		err := cfg.Validate()
+		var se *SettingError
+		if !errors.As(err, &se) || se.Source != "--route" || se.Value != c.value || !strings.Contains(se.Msg, c.msg) {
+			t.Errorf("%q: %v, want --route %q and %q", c.routes, err, c.value, c.msg)
+		}
+	}
+	// Start refuses them before anything starts: no etcd data appears.
+	cfg := Defaults()
+	cfg.DataDir = t.TempDir()
+	cfg.Set("route", []string{"/a=web", "/a/=web"})
+	if _, err := Start(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), `"/a/=web"`) {
+		t.Errorf("Start: %v", err)
+	}
+	if entries, _ := os.ReadDir(cfg.DataDir); len(entries) != 0 {
+		t.Errorf("Start made %v in the data directory before refusing the routes", entries)
+	}
+
+	// From a file: the file, the line and the field of the route.
+	file := filepath.Join(t.TempDir(), "lanes.yaml")
+	os.WriteFile(file, []byte("routes:\n  - /=web\n  - /=orders\n"), 0o644)
+	cfg = Defaults()
+	if err := cfg.LoadFile(file); err != nil {
+		t.Fatal(err)
+	}
+	if err := cfg.Validate(); err == nil || !strings.Contains(err.Error(), file+":3: field routes[1]: \"/=orders\": route \"/=web\" before it ("+file+":2: field routes[0])") {
+		t.Errorf("from a file: %v", err)
+	}
+}
+
+// TestGatewaySettings checks that every gateway setting reaches the
+// gateway's configuration, from flags, variables and the file alike.
+func TestGatewaySettings(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "lanes.yaml")
+	os.WriteFile(file, []byte(`routes: [/api=orders, /=web]
+gateway:
+  aliases: [x-tag]
+  lane_cookie: mylane
+  key_header: x-user
+  disable: [cookie, host]
+  strip_prefixes: [/api]
+  preserve_host: true
+  max_idle_conns_per_host: 7
+  ready_timeout: 3s
+`), 0o644)
+	c := Defaults()
+	if err := c.LoadFile(file); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ApplyEnv(env(map[string]string{"LANES_GATEWAY_KEY_COOKIE": "uid", "LANES_GATEWAY_RESPONSE_HEADER_TIMEOUT": "off"})); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Set("gateway-ready-timeout", []string{"4s"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	gc, err := c.GatewayConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := gateway.Config{
+		Routes:     []adminapi.Route{{Prefix: "/api", StripPrefix: true, Service: "orders"}, {Prefix: "/", Service: "web"}},
+		Domain:     "lanes.localhost",
+		Aliases:    []string{"x-tag"},
+		LaneCookie: "mylane", KeyHeader: "x-user", KeyCookie: "uid",
+		Disable:      []gateway.Source{gateway.SourceCookie, gateway.SourceHost},
+		PreserveHost: true, MaxIdleConnsPerHost: 7, ReadyTimeout: 4 * time.Second, ResponseHeaderTimeout: -1,
+	}
+	if !reflect.DeepEqual(gc, want) {
+		t.Errorf("gateway config\n got %+v\nwant %+v", gc, want)
+	}
+
+	for _, tc := range []struct {
+		flag string
+		vals []string
+		want string
+	}{
+		{"gateway-disable", []string{"cookie", "headers"}, `--gateway-disable: "headers": unknown source "headers": want header, baggage, alias, cookie, host, policy-clients or claims`},
+		{"gateway-alias", []string{"x-lane"}, `--gateway-alias: "x-lane": "x-lane" is read anyway`},
+		{"gateway-lane-cookie", []string{"a;b"}, `--gateway-lane-cookie: "a;b": invalid cookie name`},
+		{"gateway-key-header", []string{"a b"}, `--gateway-key-header: "a b": invalid header name`},
+		{"gateway-strip-prefix", []string{"/nope"}, `--gateway-strip-prefix: "/nope": no route has this path prefix`},
+		{"gateway-preserve-host", []string{"maybe"}, `--gateway-preserve-host: "maybe": want true or false`},
+		{"gateway-max-idle-conns-per-host", []string{"-1"}, `--gateway-max-idle-conns-per-host: "-1"`},
+		{"gateway-ready-timeout", []string{"soon"}, `--gateway-ready-timeout: "soon"`},
+	} {
+		c := Defaults()
+		c.Set("route", []string{"/=web"})
+		err := c.Set(tc.flag, tc.vals)
+		if err == nil {
+			err = c.Validate()
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("--%s %q: %v, want %q", tc.flag, tc.vals, err, tc.want)
 		}
 	}
 }
 
 // step records the lifecycle calls of a fake component.
 type step struct {
-	name string
-	log  *[]string
-	fail string // the step that fails
+	name            string
+	needs, provides []Dep
+	log             *[]string
+	fail            string // the step that fails
 }
 
-func (s *step) Name() string { return s.name }
+func (s *step) Name() string    { return s.name }
+func (s *step) Needs() []Dep    { return s.needs }
+func (s *step) Provides() []Dep { return s.provides }
 func (s *step) do(what string) error {
 	*s.log = append(*s.log, s.name+"."+what)
 	if s.fail == what {
@@ -139,46 +270,153 @@ func (s *step) do(what string) error {
 	}
 	return nil
 }
-func (s *step) Provision(context.Context, *Runtime) error { return s.do("provision") }
-func (s *step) Validate() error                           { return s.do("validate") }
-func (s *step) Start(context.Context) error               { return s.do("start") }
-func (s *step) Stop(context.Context) error                { return s.do("stop") }
-func (s *step) Cleanup() error                            { return s.do("cleanup") }
+func (s *step) Validate(*Config) error { return s.do("validate") }
+func (s *step) Provision(_ context.Context, rt *Runtime) error {
+	for _, d := range s.needs {
+		Need(rt, d.(Key[int]))
+	}
+	for _, d := range s.provides {
+		Provide(rt, d.(Key[int]), 1)
+	}
+	return s.do("provision")
+}
+func (s *step) Start(context.Context) error { return s.do("start") }
+func (s *step) Stop(context.Context) error  { return s.do("stop") }
+func (s *step) Cleanup() error              { return s.do("cleanup") }
+
+func lifecycleOf(t *testing.T, comps ...Component) *lifecycle {
+	t.Helper()
+	lc, err := newLifecycle(comps, Defaults(), NewLogger(io.Discard, "error"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return lc
+}
 
 func TestLifecycleOrder(t *testing.T) {
 	var log []string
-	lc := &lifecycle{comps: []Component{&step{name: "a", log: &log}, &step{name: "b", log: &log}}}
-	if err := lc.up(context.Background(), &Runtime{}); err != nil {
+	lc := lifecycleOf(t, &step{name: "a", log: &log}, &step{name: "b", log: &log})
+	if err := lc.up(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	lc.down(context.Background())
-	want := "a.provision b.provision a.validate b.validate a.start b.start b.stop a.stop b.cleanup a.cleanup"
+	want := "a.validate b.validate a.provision b.provision a.start b.start b.stop a.stop b.cleanup a.cleanup"
 	if got := strings.Join(log, " "); got != want {
 		t.Errorf("order:\n got %s\nwant %s", got, want)
 	}
 
 	// A failed start stops what started and cleans up everything.
 	log = nil
-	lc = &lifecycle{comps: []Component{&step{name: "a", log: &log}, &step{name: "b", log: &log, fail: "start"}, &step{name: "c", log: &log}}}
-	err := lc.up(context.Background(), &Runtime{})
+	lc = lifecycleOf(t, &step{name: "a", log: &log}, &step{name: "b", log: &log, fail: "start"}, &step{name: "c", log: &log})
+	err := lc.up(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "b: start: start failed") {
 		t.Fatalf("error %v", err)
 	}
-	want = "a.provision b.provision c.provision a.validate b.validate c.validate a.start b.start a.stop c.cleanup b.cleanup a.cleanup"
+	want = "a.validate b.validate c.validate a.provision b.provision c.provision a.start b.start a.stop c.cleanup b.cleanup a.cleanup"
 	if got := strings.Join(log, " "); got != want {
 		t.Errorf("rollback:\n got %s\nwant %s", got, want)
 	}
 
 	// A failed provision cleans up what was provisioned, itself included.
 	log = nil
-	lc = &lifecycle{comps: []Component{&step{name: "a", log: &log}, &step{name: "b", log: &log, fail: "provision"}, &step{name: "c", log: &log}}}
-	if err := lc.up(context.Background(), &Runtime{}); err == nil {
+	lc = lifecycleOf(t, &step{name: "a", log: &log}, &step{name: "b", log: &log, fail: "provision"}, &step{name: "c", log: &log})
+	if err := lc.up(context.Background()); err == nil {
 		t.Fatal("no error")
 	}
-	want = "a.provision b.provision b.cleanup a.cleanup"
+	want = "a.validate b.validate c.validate a.provision b.provision b.cleanup a.cleanup"
 	if got := strings.Join(log, " "); got != want {
 		t.Errorf("provision rollback:\n got %s\nwant %s", got, want)
 	}
+
+	// A failed validation, of any component, provisions nothing.
+	log = nil
+	lc = lifecycleOf(t, &step{name: "a", log: &log}, &step{name: "b", log: &log}, &step{name: "c", log: &log, fail: "validate"})
+	if err := lc.up(context.Background()); err == nil {
+		t.Fatal("no error")
+	}
+	if got, want := strings.Join(log, " "), "a.validate b.validate c.validate"; got != want {
+		t.Errorf("validation failure:\n got %s\nwant %s", got, want)
+	}
+}
+
+// TestDependencies checks that components are ordered by what they need
+// and provide, and that a bad graph is refused before anything runs.
+func TestDependencies(t *testing.T) {
+	x, y := Key[int]{"x"}, Key[int]{"y"}
+	var log []string
+	// c needs y from b, b needs x from a; listed backwards, with an
+	// independent d kept in its place.
+	lc := lifecycleOf(t,
+		&step{name: "c", needs: []Dep{y}, log: &log},
+		&step{name: "d", log: &log},
+		&step{name: "b", needs: []Dep{x}, provides: []Dep{y}, log: &log},
+		&step{name: "a", provides: []Dep{x}, log: &log})
+	if got, want := strings.Join(names(lc.comps), " "), "d a b c"; got != want {
+		t.Errorf("order %s, want %s", got, want)
+	}
+	if err := lc.up(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	lc.down(context.Background())
+
+	for _, c := range []struct {
+		comps []Component
+		want  string
+	}{
+		{[]Component{&step{name: "a", needs: []Dep{x}}}, "a needs x, which no component provides"},
+		{[]Component{&step{name: "a", provides: []Dep{x}}, &step{name: "b", provides: []Dep{x}}}, "x is provided by both a and b"},
+		{[]Component{&step{name: "a", needs: []Dep{y}, provides: []Dep{x}}, &step{name: "b", needs: []Dep{x}, provides: []Dep{y}}}, "a, b need each other in a cycle"},
+	} {
+		if _, err := plan(c.comps); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("plan %v: %v, want %q", names(c.comps), err, c.want)
+		}
+	}
+
+	// Reading what it did not declare is a programming error, named.
+	rt := lifecycleOf(t, &step{name: "a", provides: []Dep{x}}, &step{name: "b"}).views[1]
+	func() {
+		defer func() {
+			if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "component b reads x, which it does not list in Needs") {
+				t.Errorf("recovered %v", r)
+			}
+		}()
+		Need(rt, x)
+	}()
+
+	// The built-in components' declarations make a graph.
+	ordered, err := plan(builtins())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := strings.Join(names(ordered), " "), "datadir etcd nats engine claims gateway admin"; got != want {
+		t.Errorf("built-in order %s, want %s", got, want)
+	}
+}
+
+// TestDataDirLock checks that a second holder of a data directory is
+// refused at once, naming the directory and the holder's process.
+func TestDataDirLock(t *testing.T) {
+	dir := t.TempDir()
+	l, err := lockDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = lockDir(dir)
+	var iu *InUseError
+	if !errors.As(err, &iu) || iu.Dir != dir || iu.PID != os.Getpid() || !errors.Is(err, ErrDataDirInUse) {
+		t.Fatalf("second lock: %v", err)
+	}
+	if msg := err.Error(); !strings.Contains(msg, dir) || !strings.Contains(msg, fmt.Sprintf("process %d", os.Getpid())) {
+		t.Errorf("message %q names neither the directory nor the process", msg)
+	}
+	if err := l.release(); err != nil {
+		t.Fatal(err)
+	}
+	l, err = lockDir(dir)
+	if err != nil {
+		t.Fatalf("after release: %v", err)
+	}
+	l.release()
 }
 
 // TestStartClose runs the control plane in-process on its embedded etcd:
@@ -198,8 +436,10 @@ func TestStartClose(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		rt := s.Runtime()
-		tokens = append(tokens, rt.AdminToken)
+		adminAPI, _ := Value(s, AdminKey)
+		gw, _ := Value(s, GatewayKey)
+		nc, _ := Value(s, NatsKey)
+		tokens = append(tokens, adminAPI.Token)
 		names := []string{}
 		for _, a := range s.Addresses() {
 			names = append(names, a.Name)
@@ -208,7 +448,7 @@ func TestStartClose(t *testing.T) {
 			t.Errorf("addresses %v", s.Addresses())
 		}
 		hc := &http.Client{Timeout: 10 * time.Second}
-		resp, err := hc.Get(rt.AdminURL + "/healthz")
+		resp, err := hc.Get(adminAPI.URL + "/healthz")
 		if err != nil || resp.StatusCode != http.StatusOK {
 			t.Errorf("healthz: %v %v", resp, err)
 		}
@@ -216,7 +456,7 @@ func TestStartClose(t *testing.T) {
 			resp.Body.Close()
 		}
 		// No routes: the gateway answers 404 and says why.
-		resp, err = hc.Get(rt.GatewayURL + "/")
+		resp, err = hc.Get(gw.URL + "/")
 		if err != nil || resp.StatusCode != http.StatusNotFound {
 			t.Errorf("gateway without routes: %v %v", resp, err)
 		}
@@ -225,7 +465,7 @@ func TestStartClose(t *testing.T) {
 		}
 		hc.CloseIdleConnections()
 		// NATS with JetStream, its data kept across the restart.
-		checkNats(t, rt.NatsURL, len(tokens) == 1)
+		checkNats(t, nc.URL, len(tokens) == 1)
 		if err := s.Close(); err != nil {
 			t.Fatal(err)
 		}
@@ -334,11 +574,14 @@ func TestNatsComponent(t *testing.T) {
 		{"in use", "", strings.TrimPrefix(ext.URL(), "nats://"), "(--nats-addr)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			rt := &Runtime{Config: Defaults(), Log: log, fatal: make(chan error, 1)}
-			rt.Config.DataDir = t.TempDir()
-			rt.Config.Nats = NatsConfig{URL: tc.url, Addr: tc.addr}
-			lc := &lifecycle{comps: []Component{&natsComponent{}}}
-			err := lc.up(context.Background(), rt)
+			cfg := Defaults()
+			cfg.DataDir = t.TempDir()
+			cfg.Nats = NatsConfig{URL: tc.url, Addr: tc.addr}
+			lc, err := newLifecycle([]Component{&dataDirComponent{}, &natsComponent{}}, cfg, log)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = lc.up(context.Background())
 			if tc.want != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.want) {
 					t.Errorf("%v, want %q", err, tc.want)
@@ -349,14 +592,15 @@ func TestNatsComponent(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer lc.down(context.Background())
+			addrs, info := lc.sh.addresses, lc.sh.vals[NatsKey.name].(NatsInfo)
 			switch tc.name {
 			case "external":
-				if len(rt.Addresses) != 1 || strings.Contains(rt.Addresses[0].URL, "pw") || rt.Addresses[0].Note != "external, JetStream on" {
-					t.Errorf("addresses %+v", rt.Addresses)
+				if len(addrs) != 1 || strings.Contains(addrs[0].URL, "pw") || addrs[0].Note != "external, JetStream on" {
+					t.Errorf("addresses %+v", addrs)
 				}
 			case "off":
-				if len(rt.Addresses) != 0 || rt.NatsURL != "" {
-					t.Errorf("off: %+v %q", rt.Addresses, rt.NatsURL)
+				if len(addrs) != 0 || info.URL != "" {
+					t.Errorf("off: %+v %q", addrs, info.URL)
 				}
 			}
 		})

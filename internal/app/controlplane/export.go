@@ -13,16 +13,21 @@ import (
 // plane through package lanesenv: LANES_REGISTRY with the etcd endpoints
 // in use (etcd://host:port,...), and LANES_ETCD_PREFIX when the prefix is
 // not the default.
-func (rt *Runtime) ServiceEnv() []string {
+func (s *Server) ServiceEnv() []string {
+	etcd, _ := Value(s, EtcdKey)
+	return serviceEnv(s.cfg, etcd)
+}
+
+func serviceEnv(cfg Config, etcd EtcdInfo) []string {
 	var hosts []string
-	for _, ep := range rt.EtcdEndpoints {
+	for _, ep := range etcd.Endpoints {
 		if u, err := url.Parse(ep); err == nil && u.Host != "" {
 			ep = u.Host
 		}
 		hosts = append(hosts, ep)
 	}
 	env := []string{"LANES_REGISTRY=etcd://" + strings.Join(hosts, ",")}
-	if p := rt.Config.Etcd.Prefix; p != "" && p != etcdstore.DefaultPrefix {
+	if p := cfg.Etcd.Prefix; p != "" && p != etcdstore.DefaultPrefix {
 		env = append(env, "LANES_ETCD_PREFIX="+p)
 	}
 	return env
@@ -30,12 +35,13 @@ func (rt *Runtime) ServiceEnv() []string {
 
 // PrintServiceEnv prints the export line of ServiceEnv, and the one for
 // services that register through the admin API with a token.
-func PrintServiceEnv(w io.Writer, rt *Runtime) {
-	fmt.Fprintf(w, "\nServices join with (see docs/http.md, docs/grpc.md):\n  export %s\n", strings.Join(rt.ServiceEnv(), " "))
-	if !rt.EtcdEmbedded && (rt.Config.Etcd.CA != "" || rt.Config.Etcd.Username != "") {
+func PrintServiceEnv(w io.Writer, s *Server) {
+	fmt.Fprintf(w, "\nServices join with (see docs/http.md, docs/grpc.md):\n  export %s\n", strings.Join(s.ServiceEnv(), " "))
+	etcd, _ := Value(s, EtcdKey)
+	if !etcd.Embedded && (s.cfg.Etcd.CA != "" || s.cfg.Etcd.Username != "") {
 		fmt.Fprintln(w, "  (with LANES_ETCD_CA, _CERT, _KEY, _USERNAME and _PASSWORD as for lanes up)")
 	}
-	if rt.AdminURL != "" {
-		fmt.Fprintf(w, "or, with a registration token and no etcd access:\n  export LANES_REGISTRY=%s LANES_TOKEN=<lanes token create --lane LANE>\n\n", rt.AdminURL)
+	if a, _ := Value(s, AdminKey); a.URL != "" {
+		fmt.Fprintf(w, "or, with a registration token and no etcd access:\n  export LANES_REGISTRY=%s LANES_TOKEN=<lanes token create --lane LANE>\n\n", a.URL)
 	}
 }

@@ -40,13 +40,12 @@ func TestServiceVariablesDoNotMoveUp(t *testing.T) {
 }
 
 func TestServiceEnv(t *testing.T) {
-	rt := &Runtime{Config: Defaults(), EtcdEndpoints: []string{"http://127.0.0.1:7701"}}
-	if got := rt.ServiceEnv(); !reflect.DeepEqual(got, []string{"LANES_REGISTRY=etcd://127.0.0.1:7701"}) {
+	cfg := Defaults()
+	if got := serviceEnv(cfg, EtcdInfo{Endpoints: []string{"http://127.0.0.1:7701"}, Embedded: true}); !reflect.DeepEqual(got, []string{"LANES_REGISTRY=etcd://127.0.0.1:7701"}) {
 		t.Errorf("embedded: %q", got)
 	}
-	rt.Config.Etcd.Prefix = "/shop/"
-	rt.EtcdEndpoints = []string{"https://etcd-1:2379", "etcd-2:2379"}
-	if got := rt.ServiceEnv(); !reflect.DeepEqual(got, []string{"LANES_REGISTRY=etcd://etcd-1:2379,etcd-2:2379", "LANES_ETCD_PREFIX=/shop/"}) {
+	cfg.Etcd.Prefix = "/shop/"
+	if got := serviceEnv(cfg, EtcdInfo{Endpoints: []string{"https://etcd-1:2379", "etcd-2:2379"}}); !reflect.DeepEqual(got, []string{"LANES_REGISTRY=etcd://etcd-1:2379,etcd-2:2379", "LANES_ETCD_PREFIX=/shop/"}) {
 		t.Errorf("external: %q", got)
 	}
 }

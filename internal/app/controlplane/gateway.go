@@ -4,84 +4,145 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/http"
-	"net/netip"
 	"strings"
-	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/lanesdev/lanes/adminapi"
-	"github.com/lanesdev/lanes/routing"
+	"github.com/lanesdev/lanes/internal/app/gateway"
 )
 
-// Edge is the gateway as the control plane runs it.
-type Edge interface {
-	// Serve serves on ln (HTTP/1.1 and h2c) until Shutdown or Close.
-	Serve(ln net.Listener) error
-	// Shutdown stops gracefully within ctx.
-	Shutdown(ctx context.Context) error
-	// Close stops at once.
-	Close() error
+// GatewayConfig returns the configuration of the gateway that the settings
+// describe (without the engine, the claims, the logger and the metrics,
+// which the gateway component adds), checked by gateway.Config.Validate.
+// Errors name the setting as the user gave it: the flag, the variable, or
+// the file, line and field, with the value.
+func (c *Config) GatewayConfig() (gateway.Config, error) {
+	gc := gateway.Config{
+		Domain:              c.Domain,
+		Zone:                c.Zone,
+		Aliases:             c.Gateway.Aliases,
+		LaneCookie:          c.Gateway.LaneCookie,
+		KeyHeader:           c.Gateway.KeyHeader,
+		KeyCookie:           c.Gateway.KeyCookie,
+		PreserveHost:        c.Gateway.PreserveHost,
+		MaxIdleConnsPerHost: c.Gateway.MaxIdleConnsPerHost,
+		ReadyTimeout:        c.Gateway.ReadyTimeout,
+
+		ResponseHeaderTimeout: c.Gateway.ResponseHeaderTimeout,
+	}
+	for i, r := range c.Routes {
+		rt, err := ParseRoute(r)
+		if err != nil {
+			return gateway.Config{}, &SettingError{Source: c.routeSource(i), Value: r, Msg: err.Error()}
+		}
+		gc.Routes = append(gc.Routes, rt)
+	}
+	for _, p := range c.Gateway.StripPrefixes {
+		found := false
+		for i := range gc.Routes {
+			if r := &gc.Routes[i]; r.Prefix != "" && strings.TrimSuffix(r.Prefix, "/") == strings.TrimSuffix(p, "/") {
+				r.StripPrefix, found = true, true
+			}
+		}
+		if !found {
+			return gateway.Config{}, c.fail("gateway.strip_prefixes", p, "no route has this path prefix")
+		}
+	}
+	trusted, err := c.ParsedTrustedProxies()
+	if err != nil {
+		return gateway.Config{}, err
+	}
+	gc.TrustedProxies = trusted
+	for _, s := range c.Gateway.Disable {
+		gc.Disable = append(gc.Disable, gateway.Source(s))
+	}
+	if err := gc.Validate(); err != nil {
+		return gateway.Config{}, c.gatewayError(err)
+	}
+	return gc, nil
 }
 
-// EdgeConfig is what the control plane gives its gateway.
-type EdgeConfig struct {
-	Engine         *routing.Engine
-	Routes         []adminapi.Route
-	Domain         string
-	TrustedProxies []netip.Prefix
-	// Claims returns the lane a client address is claimed for by a dev
-	// session.
-	Claims     func(netip.Addr) (string, bool)
-	Zone       string
-	Logger     *slog.Logger
-	Registerer prometheus.Registerer
+// gatewayError turns an error of gateway.Config.Validate into a
+// SettingError that names the setting as the user gave it.
+func (c *Config) gatewayError(err error) error {
+	var ce *gateway.ConfigError
+	if !errors.As(err, &ce) {
+		return err
+	}
+	entry := func(key string, list []string) error {
+		if ce.Index < 0 || ce.Index >= len(list) {
+			return c.fail(key, strings.Join(list, ","), "%s", ce.Msg)
+		}
+		return c.fail(key, list[ce.Index], "%s", ce.Msg)
+	}
+	switch ce.Field {
+	case "routes":
+		if ce.Index < 0 || ce.Index >= len(c.Routes) {
+			break
+		}
+		msg := ce.Msg
+		if ce.Shadowed >= 0 && ce.Shadowed < len(c.Routes) {
+			msg = fmt.Sprintf("route %q before it (%s) has the same host and path prefix, so this one can never match", c.Routes[ce.Shadowed], c.routeSource(ce.Shadowed))
+		}
+		return &SettingError{Source: c.routeSource(ce.Index), Value: c.Routes[ce.Index], Msg: msg}
+	case "domain":
+		return c.fail("domain", c.Domain, "%s", ce.Msg)
+	case "aliases":
+		return entry("gateway.aliases", c.Gateway.Aliases)
+	case "disable":
+		return entry("gateway.disable", c.Gateway.Disable)
+	case "lane_cookie":
+		return c.fail("gateway.lane_cookie", c.Gateway.LaneCookie, "%s", ce.Msg)
+	case "key_header":
+		return c.fail("gateway.key_header", c.Gateway.KeyHeader, "%s", ce.Msg)
+	case "key_cookie":
+		return c.fail("gateway.key_cookie", c.Gateway.KeyCookie, "%s", ce.Msg)
+	}
+	return c.fail("gateway."+ce.Field, "", "%s", ce.Msg)
 }
-
-// EdgeFactory builds the gateway.
-type EdgeFactory func(EdgeConfig) (Edge, error)
 
 // gatewayComponent serves the gateway.
 type gatewayComponent struct {
-	factory EdgeFactory
-	rt      *Runtime
-	edge    Edge
-	ln      net.Listener
-	done    chan struct{}
+	rt   *Runtime
+	gw   *gateway.Gateway
+	ln   net.Listener
+	done chan struct{}
 }
 
-func (*gatewayComponent) Name() string { return "gateway" }
+func (*gatewayComponent) Name() string    { return "gateway" }
+func (*gatewayComponent) Needs() []Dep    { return []Dep{EngineKey, ClaimsKey} }
+func (*gatewayComponent) Provides() []Dep { return []Dep{GatewayKey} }
+
+func (*gatewayComponent) Validate(cfg *Config) error {
+	if err := checkListen(cfg.GatewayAddr); err != nil {
+		return cfg.fail("gateway_addr", cfg.GatewayAddr, "%v", err)
+	}
+	_, err := cfg.GatewayConfig()
+	return err
+}
 
 func (c *gatewayComponent) Provision(ctx context.Context, rt *Runtime) error {
 	c.rt = rt
-	routes, err := rt.Config.ParsedRoutes()
+	gc, err := rt.Config.GatewayConfig()
 	if err != nil {
 		return err
 	}
-	trusted, err := rt.Config.ParsedTrustedProxies()
+	gc.Engine = Need(rt, EngineKey)
+	gc.Claims = Need(rt, ClaimsKey).Lookup
+	gc.Logger = rt.Log.With("component", "gateway")
+	gc.Registerer = rt.Metrics
+	gw, err := gateway.New(gc)
 	if err != nil {
 		return err
 	}
-	ln, err := listen("gateway", rt.Config.GatewayAddr)
-	if err != nil {
+	c.gw = gw
+	if c.ln, err = listen("gateway", rt.Config.GatewayAddr); err != nil {
 		return err
 	}
-	cfg := EdgeConfig{
-		Engine: rt.Engine, Routes: routes, Domain: rt.Config.Domain, TrustedProxies: trusted,
-		Claims: rt.Claims.Lookup, Zone: rt.Config.Zone, Logger: rt.Log.With("component", "gateway"), Registerer: rt.Metrics,
-	}
-	if len(routes) == 0 {
-		c.edge = noRoutes()
-	} else if c.edge, err = c.factory(cfg); err != nil {
-		ln.Close()
-		return err
-	}
-	c.ln = ln
-	rt.GatewayURL = httpURL(ln.Addr())
-	rt.Addresses = append(rt.Addresses, Address{Name: "gateway", URL: rt.GatewayURL, Note: describeRoutes(routes, rt.Config.Domain)})
+	url := httpURL(c.ln.Addr())
+	Provide(rt, GatewayKey, GatewayInfo{URL: url})
+	rt.Announce(Address{Name: "gateway", URL: url, Note: describeRoutes(gc.Routes, rt.Config.Domain)})
 	return nil
 }
 
@@ -91,7 +152,11 @@ func describeRoutes(routes []adminapi.Route, domain string) string {
 	}
 	var parts []string
 	for _, r := range routes {
-		parts = append(parts, r.String())
+		s := r.String()
+		if r.StripPrefix {
+			s += " (prefix stripped)"
+		}
+		parts = append(parts, s)
 	}
 	s := "routes " + strings.Join(parts, " ")
 	if domain != "" {
@@ -106,7 +171,7 @@ func (c *gatewayComponent) Start(context.Context) error {
 	c.ln = nil // Serve owns it now
 	go func() {
 		defer close(c.done)
-		if err := c.edge.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := c.gw.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			c.rt.Fail(fmt.Errorf("gateway: %w", err))
 		}
 	}()
@@ -114,7 +179,7 @@ func (c *gatewayComponent) Start(context.Context) error {
 }
 
 func (c *gatewayComponent) Stop(ctx context.Context) error {
-	err := c.edge.Shutdown(ctx)
+	err := c.gw.Shutdown(ctx)
 	<-c.done
 	return err
 }
@@ -123,33 +188,8 @@ func (c *gatewayComponent) Cleanup() error {
 	if c.ln != nil {
 		c.ln.Close()
 	}
-	if c.edge != nil {
-		return c.edge.Close()
+	if c.gw != nil {
+		return c.gw.Close()
 	}
 	return nil
-}
-
-// httpEdge serves a handler as an Edge.
-type httpEdge struct {
-	srv *http.Server
-}
-
-func newHTTPEdge(h http.Handler) *httpEdge {
-	var p http.Protocols
-	p.SetHTTP1(true)
-	p.SetUnencryptedHTTP2(true)
-	return &httpEdge{srv: &http.Server{Handler: h, Protocols: &p, ReadHeaderTimeout: 10 * time.Second}}
-}
-
-func (e *httpEdge) Serve(ln net.Listener) error        { return e.srv.Serve(ln) }
-func (e *httpEdge) Shutdown(ctx context.Context) error { return e.srv.Shutdown(ctx) }
-func (e *httpEdge) Close() error                       { return e.srv.Close() }
-
-// noRoutes is the gateway of a control plane started without routes.
-func noRoutes() Edge {
-	return newHTTPEdge(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusNotFound)
-		fmt.Fprintln(w, `{"error":{"code":"no_route","message":"the gateway has no routes: start lanes up with --route /=SERVICE (or routes in the config file)"}}`)
-	}))
 }

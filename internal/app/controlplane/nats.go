@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -25,7 +24,11 @@ type natsComponent struct {
 	fatal fatalWatch
 }
 
-func (*natsComponent) Name() string { return "nats" }
+func (*natsComponent) Name() string    { return "nats" }
+func (*natsComponent) Needs() []Dep    { return []Dep{DataDirKey} }
+func (*natsComponent) Provides() []Dep { return []Dep{NatsKey} }
+
+func (*natsComponent) Validate(cfg *Config) error { return cfg.validateNats() }
 
 func (c *natsComponent) Provision(ctx context.Context, rt *Runtime) error {
 	c.rt = rt
@@ -34,12 +37,10 @@ func (c *natsComponent) Provision(ctx context.Context, rt *Runtime) error {
 		return c.external(ctx, cfg.URL)
 	}
 	if cfg.Addr == NatsOff {
+		Provide(rt, NatsKey, NatsInfo{})
 		return nil
 	}
-	if err := os.MkdirAll(rt.Config.DataDir, 0o700); err != nil {
-		return fmt.Errorf("data directory: %w", err)
-	}
-	dir := filepath.Join(rt.Config.DataDir, "nats")
+	dir := filepath.Join(Need(rt, DataDirKey), "nats")
 	sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 	srv, err := natsserver.Start(sctx, natsserver.Config{Dir: dir, Addr: cfg.Addr, Logger: rt.Log.With("component", "nats")})
 	cancel()
@@ -51,8 +52,8 @@ func (c *natsComponent) Provision(ctx context.Context, rt *Runtime) error {
 		return fmt.Errorf("embedded NATS on %s (--nats-addr): %w%s", cfg.Addr, err, hint)
 	}
 	c.srv = srv
-	rt.NatsURL, rt.NatsEmbedded = srv.URL(), true
-	rt.Addresses = append(rt.Addresses, Address{Name: "nats", URL: srv.URL(), Note: "embedded, JetStream data in " + dir})
+	Provide(rt, NatsKey, NatsInfo{URL: srv.URL(), Embedded: true})
+	rt.Announce(Address{Name: "nats", URL: srv.URL(), Note: "embedded, JetStream data in " + dir})
 	return nil
 }
 
@@ -73,8 +74,8 @@ func (c *natsComponent) external(ctx context.Context, urls string) error {
 	if _, err := js.AccountInfo(actx); err != nil {
 		return fmt.Errorf("external NATS at %s: JetStream: %w", shown, err)
 	}
-	c.rt.NatsURL = urls
-	c.rt.Addresses = append(c.rt.Addresses, Address{Name: "nats", URL: shown, Note: "external, JetStream on"})
+	Provide(c.rt, NatsKey, NatsInfo{URL: urls})
+	c.rt.Announce(Address{Name: "nats", URL: shown, Note: "external, JetStream on"})
 	return nil
 }
 

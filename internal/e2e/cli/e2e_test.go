@@ -515,6 +515,56 @@ func TestUpRefusesBadSettings(t *testing.T) {
 	}
 }
 
+// TestUpRefusesConflictingRoutes checks that routes the gateway cannot use
+// are refused before anything starts (no etcd data, no panic), with exit 2
+// and a message naming the route as the user gave it.
+func TestUpRefusesConflictingRoutes(t *testing.T) {
+	for _, c := range []struct {
+		routes []string
+		want   string
+	}{
+		{[]string{"/=web", "/=web"}, `--route: "/=web": route "/=web" before it (--route) has the same host and path prefix, so this one can never match`},
+		{[]string{"/a=web", "/a/=web"}, `--route: "/a/=web": route "/a=web" before it`},
+		{[]string{"/a%zz=web"}, `--route: "/a%zz=web": invalid path prefix "/a%zz"`},
+	} {
+		dir := t.TempDir()
+		args := []string{"up", "--data-dir", dir, "--admin-addr", "127.0.0.1:0", "--gateway-addr", "127.0.0.1:0",
+			"--etcd-client-addr", "127.0.0.1:0", "--etcd-peer-addr", "127.0.0.1:0", "--nats-addr", "127.0.0.1:0"}
+		for _, r := range c.routes {
+			args = append(args, "--route", r)
+		}
+		code, _, errOut := run(t, "", args...)
+		if code != 2 || !strings.Contains(errOut, c.want) || strings.Contains(errOut, "panic") {
+			t.Errorf("%q: exit %d, stderr %q, want 2 and %q", c.routes, code, errOut, c.want)
+		}
+		if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+			t.Errorf("%q: the data directory holds %v: something started before the refusal", c.routes, entries)
+		}
+	}
+}
+
+// TestUpDataDirInUse checks that a second `lanes up` on the data directory
+// of a running one fails at once (exit 1) naming the directory and the
+// process that holds it, and that the first keeps serving.
+func TestUpDataDirInUse(t *testing.T) {
+	u := startUp(t, "up", "--route", "/=web")
+	second := start(t, "up", "--data-dir", u.dataDir, "--admin-addr", "127.0.0.1:0", "--gateway-addr", "127.0.0.1:0",
+		"--etcd-client-addr", "127.0.0.1:0", "--etcd-peer-addr", "127.0.0.1:0", "--nats-addr", "127.0.0.1:0")
+	select {
+	case <-second.exited:
+	case <-time.After(wait):
+		t.Fatalf("a second lanes up on %s still runs after %s; want it to fail at once", u.dataDir, wait)
+	}
+	code, errOut := exitCode(second.err), second.stderr.String()
+	want := fmt.Sprintf("data directory %s is in use by process %d", u.dataDir, u.cmd.Process.Pid)
+	if code != 1 || !strings.Contains(errOut, want) {
+		t.Errorf("second lanes up: exit %d, stderr %q, want 1 and %q", code, errOut, want)
+	}
+	if code, out, errOut := u.cli(t, "ls"); code != 0 {
+		t.Errorf("the first lanes up stopped answering: ls exit %d %s %s", code, out, errOut)
+	}
+}
+
 // TestUpExternalEtcdAuth runs `lanes up` on an etcd server process with
 // authentication on, configured by a config file and LANES_* variables, as
 // a user whose role may only read and write the lanes prefix: everything
