@@ -110,6 +110,7 @@ const (
 	CodeLaneExpired   = "lane_expired"   // 403 on register, 410 on heartbeat: the lane has expired
 	CodeNotFound      = "not_found"      // 404
 	CodeConflict      = "conflict"       // 409: held by another lane or registration
+	CodeLimit         = "limit_exceeded" // 403 (instances) or 413 (labels, bytes): over a token's limits
 	CodeInvalidPolicy = "invalid_policy" // 422: the policy document is refused; field and line say where
 	CodeUnavailable   = "unavailable"    // 503: etcd cannot be reached
 	CodeInternal      = "internal"       // 500
@@ -311,6 +312,9 @@ type Token struct {
 	Lane     string    `json:"lane,omitempty"`
 	Baseline bool      `json:"baseline,omitempty"`
 	Created  time.Time `json:"created"`
+	// Limits bound what the token registers; nil, or a zero field, means
+	// the control plane's default.
+	Limits *Limits `json:"limits,omitempty"`
 	// Secret is the token itself, returned once by POST /v1/tokens and
 	// never stored.
 	Secret string `json:"token,omitempty"`
@@ -326,9 +330,22 @@ func (t Token) Scope() string {
 
 // TokenRequest is the body of POST /v1/tokens.
 type TokenRequest struct {
-	Name     string `json:"name,omitempty"`
-	Lane     string `json:"lane,omitempty"`
-	Baseline bool   `json:"baseline,omitempty"`
+	Name     string  `json:"name,omitempty"`
+	Lane     string  `json:"lane,omitempty"`
+	Baseline bool    `json:"baseline,omitempty"`
+	Limits   *Limits `json:"limits,omitempty"`
+}
+
+// Limits bound what one registration token may register. A zero field
+// takes the control plane's default for it.
+type Limits struct {
+	// Instances is how many registrations of the token may be alive at
+	// once.
+	Instances int `json:"instances,omitempty"`
+	// Labels is how many labels one instance may carry.
+	Labels int `json:"labels,omitempty"`
+	// InstanceBytes bounds the size of one instance, as JSON.
+	InstanceBytes int `json:"instance_bytes,omitempty"`
 }
 
 // RegisterRequest is the body of POST /v1/instances.

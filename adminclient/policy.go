@@ -105,10 +105,10 @@ func (p *policyStore) Watch(ctx context.Context) (policy.Watcher, error) {
 		return nil, err
 	}
 	r := p.r
-	if r.isClosed() {
+	if r.g.Closed() {
 		return nil, policy.ErrClosed
 	}
-	wctx, cancel := context.WithCancel(r.ctx) // the stream outlives ctx
+	wctx, cancel := context.WithCancel(r.g.Context()) // the stream outlives ctx
 	stop := context.AfterFunc(ctx, cancel)
 	s, err := r.c.WatchPolicy(wctx)
 	if !stop() {
@@ -123,7 +123,7 @@ func (p *policyStore) Watch(ctx context.Context) (policy.Watcher, error) {
 		return nil, err
 	}
 	w := &policyWatcher{log: r.log, ctx: wctx, cancel: cancel, docs: make(chan policy.Document), done: make(chan struct{})}
-	if !r.spawn(func() { w.run(s) }) {
+	if !r.g.Go(func() { w.run(s) }) {
 		cancel()
 		s.Close()
 		return nil, policy.ErrClosed

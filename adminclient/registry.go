@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/lanesdev/lanes/adminapi"
+	"github.com/lanesdev/lanes/internal/lib/group"
 	"github.com/lanesdev/lanes/registry"
 )
 
@@ -29,12 +30,7 @@ import (
 type Registry struct {
 	c   *Client
 	log *slog.Logger
-
-	ctx    context.Context // cancelled by Close
-	cancel context.CancelFunc
-	mu     sync.Mutex
-	closed bool
-	wg     sync.WaitGroup
+	g   *group.Group // heartbeats and watches
 }
 
 var _ registry.Registry = (*Registry)(nil)
@@ -49,56 +45,26 @@ func WithLogger(l *slog.Logger) RegistryOption { return func(r *Registry) { r.lo
 // NewRegistry returns a Registry that registers and watches through c.
 // Closing the Registry does not close c.
 func NewRegistry(c *Client, opts ...RegistryOption) *Registry {
-	r := &Registry{c: c, log: slog.Default()}
+	r := &Registry{c: c, log: slog.Default(), g: group.New()}
 	for _, o := range opts {
 		o(r)
 	}
 	r.log = r.log.With("component", "adminclient")
-	r.ctx, r.cancel = context.WithCancel(context.Background())
 	return r
-}
-
-// spawn runs f in a goroutine that Close waits for; false when closed.
-func (r *Registry) spawn(f func()) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.closed {
-		return false
-	}
-	r.wg.Add(1)
-	go func() {
-		defer r.wg.Done()
-		f()
-	}()
-	return true
-}
-
-func (r *Registry) isClosed() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.closed
 }
 
 // Close stops every heartbeat and watch, without deregistering: the
 // instances disappear when their TTL runs out. Close the leases first for a
 // clean deregistration. It is safe to call more than once.
 func (r *Registry) Close() error {
-	r.mu.Lock()
-	if r.closed {
-		r.mu.Unlock()
-		return nil
-	}
-	r.closed = true
-	r.mu.Unlock()
-	r.cancel()
-	r.wg.Wait()
+	r.g.Close()
 	return nil
 }
 
 // Register implements registry.Registry. It validates inst locally first,
 // so that a bad field is a *registry.FieldError as with every backend; a
 // refusal by the control plane (token scope, expired lane, an id held by
-// another lane) is an *adminapi.Error.
+// another lane or registration, a limit) is an *adminapi.Error.
 func (r *Registry) Register(ctx context.Context, inst registry.Instance, ttl time.Duration) (registry.Lease, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -115,18 +81,17 @@ func (r *Registry) Register(ctx context.Context, inst registry.Instance, ttl tim
 	if err != nil {
 		return nil, err
 	}
-	if r.isClosed() {
+	if r.g.Closed() {
 		return nil, registry.ErrClosed
 	}
 	reg, err := r.c.Register(ctx, adminapi.RegisterRequest{Instance: inst, TTL: adminapi.Duration(ttl)})
 	if err != nil {
 		return nil, err
 	}
-	l := &lease{r: r, ttl: ttl, inst: reg.Instance, reg: reg.Registration,
-		sem: make(chan struct{}, 1), loopDone: make(chan struct{}), done: make(chan struct{})}
-	l.ctx, l.cancel = context.WithCancel(r.ctx)
-	if !r.spawn(l.heartbeat) {
-		l.cancel()
+	k := &keeper{r: r, ttl: ttl, reg: reg.Registration}
+	l := registry.NewKeptLease(r.g.Context(), reg.Instance, k, r.log)
+	k.lease = l
+	if !r.g.Go(l.Run) {
 		r.deregister(reg.Instance, reg.Registration)
 		return nil, registry.ErrClosed
 	}
@@ -143,199 +108,103 @@ func (r *Registry) deregister(inst registry.Instance, reg string) error {
 	return err
 }
 
-// lease is a registry.Lease kept alive by heartbeats.
-type lease struct {
-	r   *Registry
-	ttl time.Duration
+// keeper keeps one registration alive with heartbeats: the
+// registry.Keeper over the admin API.
+type keeper struct {
+	r     *Registry
+	ttl   time.Duration
+	lease *registry.KeptLease
 
-	ctx      context.Context
-	cancel   context.CancelFunc
-	sem      chan struct{} // held while writing: Update and re-registration
-	loopDone chan struct{}
-
-	mu        sync.Mutex
-	inst      registry.Instance
-	reg       string
-	err       error
-	done      chan struct{}
-	closeOnce sync.Once
-	closeErr  error
+	mu  sync.Mutex
+	reg string
 }
 
-func (l *lease) Instance() registry.Instance {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.inst.Clone()
+// registration returns the registration id (the etcd lease, in hex) that
+// currently holds the instance.
+func (k *keeper) registration() string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.reg
 }
 
-// Registration returns the registration id (the etcd lease, in hex) that
-// currently holds the instance. It changes when the instance had to be
-// registered again.
-func (l *lease) Registration() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.reg
-}
-
-func (l *lease) Done() <-chan struct{} { return l.done }
-
-func (l *lease) Err() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.err
-}
-
-func (l *lease) finish(err error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.err == nil {
-		l.err = err
-		close(l.done)
-	}
-}
-
-func (l *lease) acquire(ctx context.Context) error {
-	select {
-	case l.sem <- struct{}{}:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-l.ctx.Done():
-		return registry.ErrClosed
-	}
-}
-
-func (l *lease) release() { <-l.sem }
-
-// Update implements registry.Lease: the instance is put under the same
-// registration, only if that registration still holds it.
-func (l *lease) Update(ctx context.Context, inst registry.Instance) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	inst, err := registry.CheckUpdate(l.Instance(), inst)
-	if err != nil {
-		return err
-	}
-	if l.Err() != nil || l.ctx.Err() != nil {
-		return registry.ErrClosed
-	}
-	if err := l.acquire(ctx); err != nil {
-		return err
-	}
-	defer l.release()
-	reg, err := l.r.c.Register(ctx, adminapi.RegisterRequest{Instance: inst, TTL: adminapi.Duration(l.ttl), Registration: l.Registration()})
-	if err != nil {
-		return err
-	}
-	l.mu.Lock()
-	l.inst = reg.Instance
-	l.mu.Unlock()
-	return nil
-}
-
-// Close implements registry.Lease: it stops the heartbeats and ends the
-// registration, which removes the instance (if this registration still
-// holds it) and any claim attached to it.
-func (l *lease) Close() error {
-	l.closeOnce.Do(func() {
-		l.cancel()
-		<-l.loopDone
-		if !l.r.isClosed() && l.Err() == nil {
-			if err := l.r.deregister(l.Instance(), l.Registration()); err != nil {
-				l.closeErr = fmt.Errorf("adminclient: deregister %s/%s: %w (it expires within its TTL)", l.inst.Service, l.inst.ID, err)
-			}
-		}
-		l.finish(registry.ErrClosed)
-	})
-	return l.closeErr
-}
-
-// heartbeat renews the registration every third of its TTL until the lease
-// closes. It is the lease's goroutine.
-func (l *lease) heartbeat() {
-	defer close(l.loopDone)
-	defer func() {
-		if l.r.ctx.Err() != nil {
-			l.finish(registry.ErrClosed)
-		}
-	}()
-	interval := max(l.ttl/3, 300*time.Millisecond)
+// Keep implements registry.Keeper: it renews the registration every third
+// of its TTL, retrying failed heartbeats with backoff, until the control
+// plane says the registration is gone (it is then made again) or refuses
+// it (the lease ends).
+func (k *keeper) Keep(ctx context.Context) error {
+	interval := max(k.ttl/3, 300*time.Millisecond)
 	delay := interval
 	failDelay := 100 * time.Millisecond
 	for {
-		if !sleep(l.ctx, delay) {
-			return
+		if !sleep(ctx, delay) {
+			return ctx.Err()
 		}
-		inst := l.Instance()
-		ctx, cancel := context.WithTimeout(l.ctx, min(timeout, l.ttl))
-		_, err := l.r.c.Heartbeat(ctx, inst.Service, inst.ID, l.Registration())
+		inst := k.lease.Instance()
+		hctx, cancel := context.WithTimeout(ctx, min(timeout, k.ttl))
+		_, err := k.r.c.Heartbeat(hctx, inst.Service, inst.ID, k.registration())
 		cancel()
-		if l.ctx.Err() != nil {
-			return
-		}
 		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
 		case err == nil:
 			delay, failDelay = interval, 100*time.Millisecond
-			continue
 		case adminapi.IsCode(err, adminapi.CodeNotFound):
-			l.r.log.Warn("registration expired; registering again", "service", inst.Service, "id", inst.ID)
-			if err := l.reestablish(); err != nil {
-				if adminapi.IsCode(err, adminapi.CodeConflict) {
-					// Another registration of the same id took over
-					// meanwhile: leave it, as every backend does.
-					l.r.log.Info("instance was registered again by another registration meanwhile; leaving it", "service", inst.Service, "id", inst.ID)
-					<-l.ctx.Done()
-					return
-				}
-				if l.fatal(err) {
-					return
-				}
-				l.r.log.Warn("could not register again; retrying", "service", inst.Service, "id", inst.ID, "err", err)
-				delay, failDelay = failDelay, min(2*failDelay, 2*time.Second)
-				continue
-			}
-			delay, failDelay = interval, 100*time.Millisecond
+			return err // expired: register again
+		case fatal(err):
+			return fmt.Errorf("%w: %v", registry.ErrLeaseLost, err)
 		default:
-			if l.fatal(err) {
-				return
-			}
-			l.r.log.Warn("heartbeat failed; retrying", "service", inst.Service, "id", inst.ID, "err", err)
+			k.r.log.Warn("heartbeat failed; retrying", "service", inst.Service, "id", inst.ID, "err", err)
 			delay, failDelay = failDelay, min(2*failDelay, 2*time.Second)
 		}
 	}
 }
 
-// fatal ends the lease when err is a refusal that retrying cannot change.
-func (l *lease) fatal(err error) bool {
+// fatal reports whether err is a refusal that retrying cannot change.
+func fatal(err error) bool {
 	for _, code := range []string{adminapi.CodeLaneExpired, adminapi.CodeForbidden, adminapi.CodeUnauthorized} {
 		if adminapi.IsCode(err, code) {
-			inst := l.Instance()
-			l.r.log.Error("registration refused; giving up", "service", inst.Service, "id", inst.ID, "err", err)
-			l.finish(fmt.Errorf("%w: %v", registry.ErrLeaseLost, err))
 			return true
 		}
 	}
 	return false
 }
 
-// reestablish registers the instance under a new registration, unless
-// another registration holds it by now.
-func (l *lease) reestablish() error {
-	if err := l.acquire(l.ctx); err != nil {
-		return err
-	}
-	defer l.release()
-	ctx, cancel := context.WithTimeout(l.ctx, timeout)
+// Restore implements registry.Keeper: it registers the instance under a
+// new registration, unless another registration holds it by now.
+func (k *keeper) Restore(ctx context.Context, inst registry.Instance) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	reg, err := l.r.c.Register(ctx, adminapi.RegisterRequest{Instance: l.Instance(), TTL: adminapi.Duration(l.ttl), IfAbsent: true})
-	if err != nil {
+	reg, err := k.r.c.Register(ctx, adminapi.RegisterRequest{Instance: inst, TTL: adminapi.Duration(k.ttl), IfAbsent: true})
+	switch {
+	case adminapi.IsCode(err, adminapi.CodeConflict):
+		return registry.ErrTakenOver
+	case fatal(err):
+		return fmt.Errorf("%w: %v", registry.ErrLeaseLost, err)
+	case err != nil:
 		return err
 	}
-	l.mu.Lock()
-	l.reg = reg.Registration
-	l.mu.Unlock()
+	k.mu.Lock()
+	k.reg = reg.Registration
+	k.mu.Unlock()
 	return nil
+}
+
+// Put implements registry.Keeper: the instance is put under the same
+// registration, only if that registration still holds it.
+func (k *keeper) Put(ctx context.Context, inst registry.Instance) error {
+	_, err := k.r.c.Register(ctx, adminapi.RegisterRequest{Instance: inst, TTL: adminapi.Duration(k.ttl), Registration: k.registration()})
+	return err
+}
+
+// Release implements registry.Keeper: ending the registration removes the
+// instance (if this registration still holds it) and any claim attached to
+// it.
+func (k *keeper) Release(ctx context.Context) error {
+	err := k.r.c.Deregister(ctx, k.lease.Instance().Service, k.lease.Instance().ID, k.registration())
+	if adminapi.IsCode(err, adminapi.CodeNotFound) {
+		err = nil
+	}
+	return err
 }
 
 // sleep waits for d or until ctx is done (false).
@@ -359,11 +228,11 @@ func (r *Registry) Watch(ctx context.Context, service string) (registry.Watcher,
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if r.isClosed() {
+	if r.g.Closed() {
 		return nil, registry.ErrClosed
 	}
 	// The stream outlives ctx, which only bounds the opening.
-	wctx, cancel := context.WithCancel(r.ctx)
+	wctx, cancel := context.WithCancel(r.g.Context())
 	stop := context.AfterFunc(ctx, cancel)
 	s, err := r.c.WatchInstances(wctx, service)
 	if !stop() {
@@ -378,7 +247,7 @@ func (r *Registry) Watch(ctx context.Context, service string) (registry.Watcher,
 		return nil, err
 	}
 	w := &watcher{r: r, service: service, ctx: wctx, cancel: cancel, batches: make(chan registry.Batch), done: make(chan struct{})}
-	if !r.spawn(func() { w.run(s) }) {
+	if !r.g.Go(func() { w.run(s) }) {
 		cancel()
 		s.Close()
 		return nil, registry.ErrClosed
@@ -477,8 +346,10 @@ func (w *watcher) Close() error {
 // another lease. It changes when the instance had to be registered again;
 // claims (Client.Claim) are attached to it.
 func RegistrationOf(l registry.Lease) string {
-	if al, ok := l.(*lease); ok {
-		return al.Registration()
+	if kl, ok := l.(*registry.KeptLease); ok {
+		if k, ok := kl.Keeper().(*keeper); ok {
+			return k.registration()
+		}
 	}
 	return ""
 }

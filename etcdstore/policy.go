@@ -35,7 +35,7 @@ func (p *policyStore) Get(ctx context.Context) (policy.Document, error) {
 	if err := ctx.Err(); err != nil {
 		return policy.Document{}, err
 	}
-	if p.s.isClosed() {
+	if p.s.g.Closed() {
 		return policy.Document{}, policy.ErrClosed
 	}
 	resp, err := p.s.client.Get(ctx, p.key)
@@ -67,7 +67,7 @@ func (p *policyStore) Put(ctx context.Context, raw []byte) (policy.Document, err
 	if err != nil {
 		return policy.Document{}, err
 	}
-	if p.s.isClosed() {
+	if p.s.g.Closed() {
 		return policy.Document{}, policy.ErrClosed
 	}
 	resp, err := p.s.client.Put(ctx, p.key, string(raw))
@@ -92,7 +92,7 @@ func (p *policyStore) Watch(ctx context.Context) (policy.Watcher, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if p.s.isClosed() {
+	if p.s.g.Closed() {
 		return nil, policy.ErrClosed
 	}
 	resp, err := p.s.client.Get(ctx, p.key)
@@ -121,14 +121,14 @@ func (p *policyStore) Watch(ctx context.Context) (policy.Watcher, error) {
 
 func (p *policyStore) newWatcher() *policyWatcher {
 	w := &policyWatcher{p: p, wake: make(chan struct{}), done: make(chan struct{})}
-	w.ctx, w.cancel = context.WithCancel(p.s.ctx)
+	w.ctx, w.cancel = context.WithCancel(p.s.g.Context())
 	return w
 }
 
 // startWatcher starts w's goroutine, watching from revision rev
 // (exclusive).
 func (p *policyStore) startWatcher(w *policyWatcher, rev int64) (*policyWatcher, error) {
-	if !p.s.spawn(func() { w.run(rev) }) {
+	if !p.s.g.Go(func() { w.run(rev) }) {
 		w.cancel()
 		return nil, policy.ErrClosed
 	}

@@ -22,7 +22,6 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"strings"
-	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -30,6 +29,7 @@ import (
 	"google.golang.org/grpc"
 	grpcbackoff "google.golang.org/grpc/backoff"
 
+	"github.com/lanesdev/lanes/internal/lib/group"
 	"github.com/lanesdev/lanes/policy"
 	"github.com/lanesdev/lanes/registry"
 )
@@ -85,12 +85,7 @@ type Store struct {
 	log    *slog.Logger
 	policy *policyStore
 
-	ctx    context.Context // cancelled by Close; parent of every lease and watch
-	cancel context.CancelFunc
-
-	mu     sync.Mutex
-	closed bool
-	wg     sync.WaitGroup // lease and watch goroutines
+	g *group.Group // the lease and watch goroutines; its context is the parent of every lease and watch
 }
 
 var _ registry.Registry = (*Store)(nil)
@@ -162,13 +157,11 @@ func New(client *clientv3.Client, opts Options) (*Store, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	ctx, cancel := context.WithCancel(context.Background())
 	s := &Store{
 		client: client,
 		prefix: prefix,
 		log:    log.With("component", "etcdstore"),
-		ctx:    ctx,
-		cancel: cancel,
+		g:      group.New(),
 	}
 	s.policy = &policyStore{s: s, key: s.PolicyKey()}
 	return s, nil
@@ -189,52 +182,15 @@ func (s *Store) Policy() policy.Store { return s.policy }
 // Store's goroutines, then closes the client if Open created it. It is safe
 // to call more than once.
 func (s *Store) Close() error {
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
+	if !s.g.Close() {
 		return nil
 	}
-	s.closed = true
-	s.mu.Unlock()
-	s.cancel()
-	s.wg.Wait()
 	if s.owned {
 		if err := s.client.Close(); err != nil && !errors.Is(err, context.Canceled) {
 			return err
 		}
 	}
 	return nil
-}
-
-// isClosed reports whether Close has been called.
-func (s *Store) isClosed() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.closed
-}
-
-// spawn runs f in a goroutine that Close waits for. It returns false, and
-// does not run f, when the Store is closed.
-func (s *Store) spawn(f func()) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return false
-	}
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		f()
-	}()
-	return true
-}
-
-// InstancesPrefix is the key prefix under which every instance is stored.
-func (s *Store) InstancesPrefix() string { return s.prefix + "instances/" }
-
-// InstanceKey is the key of one instance: <prefix>instances/<service>/<id>.
-func (s *Store) InstanceKey(service, id string) string {
-	return s.InstancesPrefix() + service + "/" + id
 }
 
 // PolicyKey is the key that holds the policy document.

@@ -48,7 +48,7 @@ func (s *Store) Watch(ctx context.Context, service string) (registry.Watcher, er
 		}
 		prefix += service + "/"
 	}
-	if s.isClosed() {
+	if s.g.Closed() {
 		return nil, registry.ErrClosed
 	}
 	first, err := s.list(ctx, prefix)
@@ -62,11 +62,11 @@ func (s *Store) Watch(ctx context.Context, service string) (registry.Watcher, er
 // not nil) and that watches from revision rev (exclusive).
 func (s *Store) startWatcher(prefix string, first *registry.Batch, rev int64) (*watcher, error) {
 	w := &watcher{s: s, prefix: prefix, out: make(chan registry.Batch, 1), done: make(chan struct{})}
-	w.ctx, w.cancel = context.WithCancel(s.ctx)
+	w.ctx, w.cancel = context.WithCancel(s.g.Context())
 	if first != nil {
 		w.out <- *first
 	}
-	if !s.spawn(func() { w.run(rev) }) {
+	if !s.g.Go(func() { w.run(rev) }) {
 		w.cancel()
 		return nil, registry.ErrClosed
 	}

@@ -18,10 +18,19 @@ import (
 // and the value.
 type Error = strictyaml.Error
 
+// MaxSize is the largest policy document, in bytes: 1 MiB. Parse refuses a
+// larger one, and so does every store and the admin API (413), so that what
+// validates can also be stored: etcd refuses requests over 1.5 MiB by
+// default.
+const MaxSize = 1 << 20
+
 // Parse decodes a YAML or JSON policy document, validates it and returns it
 // normalised. name labels errors (a file name, or "" for none). Any error is
 // an *Error naming the line and the field.
 func Parse(name string, data []byte) (*Policy, error) {
+	if len(data) > MaxSize {
+		return nil, &Error{File: name, Msg: fmt.Sprintf("the document is %d bytes, more than the %d (1 MiB) a policy may have", len(data), MaxSize)}
+	}
 	p, lines, err := decode(data)
 	if err != nil {
 		if e, ok := err.(*Error); ok {

@@ -13,16 +13,21 @@ import (
 // Memory is for unit tests and single-process use. Its zero value is not
 // usable; call NewMemory.
 type Memory struct {
+	ctx    context.Context // cancelled by Close: leases can no longer change anything
+	cancel context.CancelFunc
+
 	mu       sync.Mutex
 	rev      int64
-	insts    map[string]map[string]*memLease // service -> id -> owner
+	insts    map[string]map[string]*memKeeper // service -> id -> holder
 	watchers map[*memWatcher]struct{}
 	closed   bool
 }
 
 // NewMemory returns an empty in-memory registry.
 func NewMemory() *Memory {
-	return &Memory{insts: map[string]map[string]*memLease{}, watchers: map[*memWatcher]struct{}{}}
+	m := &Memory{insts: map[string]map[string]*memKeeper{}, watchers: map[*memWatcher]struct{}{}}
+	m.ctx, m.cancel = context.WithCancel(context.Background())
+	return m
 }
 
 var _ Registry = (*Memory)(nil)
@@ -39,21 +44,21 @@ func (m *Memory) Register(ctx context.Context, inst Instance, ttl time.Duration)
 	if err != nil {
 		return nil, err
 	}
-	l := &memLease{m: m, done: make(chan struct{})}
+	k := &memKeeper{m: m, inst: inst}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
 		return nil, ErrClosed
 	}
-	l.inst = inst
 	svc := m.insts[inst.Service]
 	if svc == nil {
-		svc = map[string]*memLease{}
+		svc = map[string]*memKeeper{}
 		m.insts[inst.Service] = svc
 	}
-	svc[inst.ID] = l
+	svc[inst.ID] = k
 	m.publish(Event{Type: EventPut, Instance: inst})
-	return l, nil
+	// A memory registration cannot be lost: the lease's loop is not run.
+	return NewKeptLease(m.ctx, inst, k, nil), nil
 }
 
 // publish stamps ev with the next revision and queues it for every watcher
@@ -84,8 +89,8 @@ func (m *Memory) Watch(ctx context.Context, service string) (Watcher, error) {
 		if service != "" && svc != service {
 			continue
 		}
-		for _, l := range ids {
-			first.Events = append(first.Events, Event{Type: EventPut, Instance: l.inst.Clone(), Revision: m.rev})
+		for _, k := range ids {
+			first.Events = append(first.Events, Event{Type: EventPut, Instance: k.inst.Clone(), Revision: m.rev})
 		}
 	}
 	w.pending = []Batch{first}
@@ -103,72 +108,56 @@ func (m *Memory) Close() error {
 		return nil
 	}
 	m.closed = true
+	m.cancel()
 	for w := range m.watchers {
 		w.closeLocked()
 	}
 	return nil
 }
 
-type memLease struct {
-	m      *Memory
-	inst   Instance // guarded by m.mu
-	done   chan struct{}
-	err    error // guarded by m.mu
-	closed bool  // guarded by m.mu
+// memKeeper is the Keeper of one memory registration.
+type memKeeper struct {
+	m    *Memory
+	inst Instance // guarded by m.mu
 }
 
-func (l *memLease) Instance() Instance {
-	l.m.mu.Lock()
-	defer l.m.mu.Unlock()
-	return l.inst.Clone()
+// Keep implements Keeper: a memory registration is never lost.
+func (k *memKeeper) Keep(ctx context.Context) error {
+	<-ctx.Done()
+	return ctx.Err()
 }
 
-func (l *memLease) Update(ctx context.Context, inst Instance) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	l.m.mu.Lock()
-	defer l.m.mu.Unlock()
-	if l.closed || l.m.closed {
+// Restore implements Keeper; it is never called.
+func (k *memKeeper) Restore(context.Context, Instance) error { return nil }
+
+// Put implements Keeper.
+func (k *memKeeper) Put(_ context.Context, inst Instance) error {
+	m := k.m
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.closed {
 		return ErrClosed
 	}
-	inst, err := CheckUpdate(l.inst, inst)
-	if err != nil {
-		return err
-	}
-	l.inst = inst
-	if l.m.insts[inst.Service][inst.ID] == l {
-		l.m.publish(Event{Type: EventPut, Instance: inst.Clone()})
+	k.inst = inst
+	if m.insts[inst.Service][inst.ID] == k {
+		m.publish(Event{Type: EventPut, Instance: inst.Clone()})
 	}
 	return nil
 }
 
-func (l *memLease) Done() <-chan struct{} { return l.done }
-
-func (l *memLease) Err() error {
-	l.m.mu.Lock()
-	defer l.m.mu.Unlock()
-	return l.err
-}
-
-func (l *memLease) Close() error {
-	m := l.m
+// Release implements Keeper.
+func (k *memKeeper) Release(context.Context) error {
+	m := k.m
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if l.closed {
-		return nil
-	}
-	l.closed = true
-	l.err = ErrClosed
-	close(l.done)
-	svc := m.insts[l.inst.Service]
-	if svc[l.inst.ID] == l {
-		delete(svc, l.inst.ID)
+	svc := m.insts[k.inst.Service]
+	if svc[k.inst.ID] == k {
+		delete(svc, k.inst.ID)
 		if len(svc) == 0 {
-			delete(m.insts, l.inst.Service)
+			delete(m.insts, k.inst.Service)
 		}
 		if !m.closed {
-			m.publish(Event{Type: EventDelete, Instance: Instance{ID: l.inst.ID, Service: l.inst.Service}})
+			m.publish(Event{Type: EventDelete, Instance: Instance{ID: k.inst.ID, Service: k.inst.Service}})
 		}
 	}
 	return nil

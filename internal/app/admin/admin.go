@@ -58,11 +58,19 @@ type Config struct {
 	Logger *slog.Logger
 	// Now defaults to time.Now.
 	Now func() time.Time
+	// Limits bound what each registration token registers, unless the
+	// token sets its own (DefaultLimits when zero; a zero field takes the
+	// default's). Labels and InstanceBytes bound the admin token's
+	// registrations too.
+	Limits adminapi.Limits
 	// Gatherer, when set, is served at /metrics together with the API's own
 	// metrics (for example prometheus.DefaultGatherer, which holds the
 	// embedded etcd's).
 	Gatherer prometheus.Gatherer
 }
+
+// DefaultLimits are the limits of a registration token that sets none.
+var DefaultLimits = adminapi.Limits{Instances: 100, Labels: 64, InstanceBytes: 16 << 10}
 
 // Version is reported by GET /v1/info.
 var Version = "dev"
@@ -71,6 +79,7 @@ var Version = "dev"
 type Server struct {
 	cfg       Config
 	store     *etcdstore.Store
+	regs      *etcdstore.Registrations
 	cli       *clientv3.Client
 	prefix    string
 	engine    *routing.Engine
@@ -104,9 +113,19 @@ func New(cfg Config) (*Server, error) {
 		cfg.Now = time.Now
 	}
 	cfg.Info.Version = Version
+	if cfg.Limits.Instances <= 0 {
+		cfg.Limits.Instances = DefaultLimits.Instances
+	}
+	if cfg.Limits.Labels <= 0 {
+		cfg.Limits.Labels = DefaultLimits.Labels
+	}
+	if cfg.Limits.InstanceBytes <= 0 {
+		cfg.Limits.InstanceBytes = DefaultLimits.InstanceBytes
+	}
 	s := &Server{
 		cfg:       cfg,
 		store:     cfg.Store,
+		regs:      cfg.Store.Registrations(),
 		cli:       cfg.Store.Client(),
 		prefix:    cfg.Store.Prefix(),
 		engine:    cfg.Engine,
@@ -225,6 +244,14 @@ func (p *principal) allows(l string) bool {
 	return !p.token.Baseline && p.token.Lane == l
 }
 
+// owner names p as the owner of the registrations it makes.
+func (p *principal) owner() string {
+	if p.admin {
+		return "admin"
+	}
+	return p.token.ID
+}
+
 func (p *principal) String() string {
 	if p.admin {
 		return "the admin token"
@@ -235,12 +262,21 @@ func (p *principal) String() string {
 	return fmt.Sprintf("token %s (scope: lane %s)", p.token.ID, p.token.Lane)
 }
 
+// bearer returns the token of an Authorization header value that uses the
+// Bearer scheme, whose name is case-insensitive (RFC 9110, 11.1).
+func bearer(h string) (string, bool) {
+	scheme, tok, ok := strings.Cut(strings.TrimSpace(h), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	tok = strings.TrimSpace(tok)
+	return tok, tok != ""
+}
+
 // authenticate reads the bearer token of r.
 func (s *Server) authenticate(r *http.Request) (*principal, error) {
-	h := r.Header.Get("Authorization")
-	tok, ok := strings.CutPrefix(h, "Bearer ")
-	tok = strings.TrimSpace(tok)
-	if !ok || tok == "" {
+	tok, ok := bearer(r.Header.Get("Authorization"))
+	if !ok {
 		return nil, unauthorized("this endpoint needs a token: send \"Authorization: Bearer <token>\"")
 	}
 	sum := sha256.Sum256([]byte(tok))

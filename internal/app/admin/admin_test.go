@@ -113,6 +113,10 @@ func TestAdmin(t *testing.T) {
 	t.Run("reregister", func(t *testing.T) { testReregister(t, newEnv(t, srv)) })
 	t.Run("errors", func(t *testing.T) { testErrors(t, newEnv(t, srv)) })
 	t.Run("explain-host", func(t *testing.T) { testExplainHost(t, newEnv(t, srv)) })
+	t.Run("ownership", func(t *testing.T) { testOwnership(t, newEnv(t, srv)) })
+	t.Run("limits", func(t *testing.T) { testLimits(t, newEnv(t, srv)) })
+	t.Run("bearer-case", func(t *testing.T) { testBearerCase(t, newEnv(t, srv)) })
+	t.Run("policy-size", func(t *testing.T) { testPolicySize(t, newEnv(t, srv)) })
 }
 
 // Explain shows the host step of the policy's locality.host: instances on

@@ -15,10 +15,10 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/lanesdev/lanes/adminapi"
+	"github.com/lanesdev/lanes/etcdstore"
 	"github.com/lanesdev/lanes/lane"
 )
 
@@ -100,27 +100,21 @@ func (s *Server) createClaim(w http.ResponseWriter, r *http.Request, p *principa
 	if err != nil {
 		return err
 	}
-	// The registration must hold an instance in the lane: the claim lives
-	// as long as that dev session.
-	ttl, err := s.cli.TimeToLive(ctx, id, clientv3.WithAttachedKeys())
-	if errors.Is(err, rpctypes.ErrLeaseNotFound) || err == nil && ttl.TTL <= 0 {
+	// The registration must be the caller's and hold an instance in the
+	// lane: the claim lives as long as that dev session.
+	if err := s.authorize(ctx, p, id, req.Registration); err != nil {
+		return err
+	}
+	held, err := s.regs.Holds(ctx, id)
+	if errors.Is(err, etcdstore.ErrNoRegistration) {
 		return notFound("registration", req.Registration, "registration %s has expired or was never made", req.Registration)
 	}
 	if err != nil {
 		return etcdError("read registration", err)
 	}
 	inLane := false
-	for _, k := range ttl.Keys {
-		if !strings.HasPrefix(string(k), s.store.InstancesPrefix()) {
-			continue
-		}
-		kl, ok, err := s.laneOfKey(ctx, string(k))
-		if err != nil {
-			return err
-		}
-		if ok && kl == l {
-			inLane = true
-		}
+	for _, in := range held {
+		inLane = inLane || in.Lane == l
 	}
 	if !inLane {
 		return badRequest("registration", req.Registration, "registration %s holds no instance in lane %q; a claim lives with a registration of its lane", req.Registration, l)

@@ -40,9 +40,13 @@ func (s *Server) explain(w http.ResponseWriter, r *http.Request, _ *principal) e
 		}
 	}
 	ex.Lane = l
-	_, insts, err := s.list(r.Context(), svc)
+	regs, err := s.regs.List(r.Context(), svc)
 	if err != nil {
-		return err
+		return etcdError("list instances", err)
+	}
+	insts := make([]registry.Instance, len(regs))
+	for i, reg := range regs {
+		insts[i] = reg.Instance
 	}
 	pol := s.engine.Policy()
 	if pol == nil {

@@ -7,14 +7,12 @@ import (
 	"net/http"
 	"sort"
 	"strconv"
-	"strings"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/mvccpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/lanesdev/lanes/adminapi"
+	"github.com/lanesdev/lanes/etcdstore"
 	"github.com/lanesdev/lanes/policy"
 	"github.com/lanesdev/lanes/registry"
 )
@@ -23,23 +21,18 @@ import (
 const MaxTTL = time.Hour
 
 // A registration through the API is an etcd lease granted by the control
-// plane, with the instance key (<prefix>instances/<service>/<id>, as
-// etcdstore writes it) attached. Its id, on the wire, is the lease id in hex.
-// Heartbeats renew the lease; deregistering revokes it, which deletes the
-// instance and any claim attached to the same lease.
-
-func (s *Server) instanceKey(service, id string) string {
-	return s.store.InstanceKey(service, id)
-}
-
-func formatLease(id clientv3.LeaseID) string { return strconv.FormatInt(int64(id), 16) }
+// plane through etcdstore.Registrations (which alone writes instance keys),
+// recording the token that made it. Its id, on the wire, is the lease id in
+// hex. Only that token (or the admin token) may renew, update or end it:
+// knowing the id is not enough. Heartbeats renew the lease; deregistering
+// revokes it, which deletes the instance and any claim attached to it.
 
 func parseLease(v string) (clientv3.LeaseID, error) {
-	n, err := strconv.ParseInt(v, 16, 64)
-	if err != nil || n <= 0 {
+	id, ok := etcdstore.ParseLease(v)
+	if !ok {
 		return 0, badRequest("registration", v, "not a registration id (a lease id in hex)")
 	}
-	return clientv3.LeaseID(n), nil
+	return id, nil
 }
 
 // policyNow returns the stored policy, read from etcd so that a lane expiry
@@ -72,11 +65,43 @@ func fieldError(prefix string, err error) error {
 }
 
 func scopeError(p *principal, l string) error {
-	target := "the baseline"
-	if l != "" {
-		target = "lane " + strconv.Quote(l)
+	return forbidden("instance.lane", l, "%s cannot register into %s: a token registers only into its own lane, and the baseline needs a baseline token", p, laneName(l))
+}
+
+// checkLimits refuses an instance over p's label and size limits.
+func (s *Server) checkLimits(p *principal, inst registry.Instance) error {
+	lim := s.limits(p)
+	if len(inst.Labels) > lim.Labels {
+		return errorf(http.StatusRequestEntityTooLarge, adminapi.CodeLimit, "instance.labels", strconv.Itoa(len(inst.Labels)),
+			"the instance has %d labels; %s may register at most %d per instance", len(inst.Labels), p, lim.Labels)
 	}
-	return forbidden("instance.lane", l, "%s cannot register into %s: a token registers only into its own lane, and the baseline needs a baseline token", p, target)
+	if val, _ := json.Marshal(inst); len(val) > lim.InstanceBytes {
+		return errorf(http.StatusRequestEntityTooLarge, adminapi.CodeLimit, "instance", strconv.Itoa(len(val)),
+			"the instance is %d bytes as JSON; %s may register at most %d bytes per instance", len(val), p, lim.InstanceBytes)
+	}
+	return nil
+}
+
+// limits returns the limits that apply to p: its token's, else the
+// server's defaults. The admin token has no instance limit.
+func (s *Server) limits(p *principal) adminapi.Limits {
+	lim := s.cfg.Limits
+	if p.admin {
+		lim.Instances = 0
+		return lim
+	}
+	if t := p.token.Limits; t != nil {
+		if t.Instances > 0 {
+			lim.Instances = t.Instances
+		}
+		if t.Labels > 0 {
+			lim.Labels = t.Labels
+		}
+		if t.InstanceBytes > 0 {
+			lim.InstanceBytes = t.InstanceBytes
+		}
+	}
+	return lim
 }
 
 func (s *Server) register(w http.ResponseWriter, r *http.Request, p *principal) error {
@@ -91,10 +116,13 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request, p *principal) 
 	case ttl < time.Second || ttl > MaxTTL:
 		return badRequest("ttl", req.TTL.String(), "ttl must be within 1s..%s", MaxTTL)
 	}
-	secs := int64((ttl + time.Second - 1) / time.Second)
 	inst, err := registry.Normalize(req.Instance)
 	if err != nil {
 		return fieldError("instance.", err)
+	}
+	if err := s.checkLimits(p, inst); err != nil {
+		s.metrics.registrations.WithLabelValues("refused").Inc()
+		return err
 	}
 	if !p.allows(inst.Lane) {
 		s.metrics.registrations.WithLabelValues("refused").Inc()
@@ -104,8 +132,6 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request, p *principal) 
 		s.metrics.registrations.WithLabelValues("refused").Inc()
 		return err
 	}
-	val, _ := json.Marshal(inst)
-	key := s.instanceKey(inst.Service, inst.ID)
 	ctx := r.Context()
 
 	if req.Registration != "" {
@@ -114,59 +140,50 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request, p *principal) 
 		if err != nil {
 			return err
 		}
-		resp, err := s.cli.Txn(ctx).
-			If(clientv3.Compare(clientv3.LeaseValue(key), "=", id)).
-			Then(clientv3.OpPut(key, string(val), clientv3.WithLease(id))).
-			Commit()
+		if err := s.authorize(ctx, p, id, req.Registration); err != nil {
+			s.metrics.registrations.WithLabelValues("refused").Inc()
+			return err
+		}
+		held, err := s.regs.Update(ctx, id, inst)
 		if err != nil {
 			return etcdError("update instance", err)
 		}
 		result := "updated"
-		if !resp.Succeeded {
+		if !held {
 			result = "replaced"
 		}
 		s.metrics.registrations.WithLabelValues(result).Inc()
-		writeJSON(w, http.StatusOK, adminapi.Registration{Instance: inst, Registration: req.Registration, TTL: adminapi.Duration(time.Duration(secs) * time.Second), Held: resp.Succeeded})
+		writeJSON(w, http.StatusOK, adminapi.Registration{Instance: inst, Registration: req.Registration, TTL: adminapi.Duration((ttl + time.Second - 1) / time.Second * time.Second), Held: held})
 		return nil
 	}
 
-	for range 5 {
-		cur, err := s.cli.Get(ctx, key)
-		if err != nil {
-			return etcdError("read instance", err)
+	reg, err := s.regs.Create(ctx, inst, ttl, etcdstore.CreateOptions{
+		Owner:       p.owner(),
+		IfAbsent:    req.IfAbsent,
+		SameLane:    true,
+		SameOwner:   !p.admin,
+		MaxPerOwner: s.limits(p).Instances,
+	})
+	switch {
+	case errors.Is(err, etcdstore.ErrHeld), errors.Is(err, etcdstore.ErrOtherLane), errors.Is(err, etcdstore.ErrOtherOwner):
+		s.metrics.registrations.WithLabelValues("refused").Inc()
+		return conflict("instance.id", inst.ID, "%v", err)
+	case errors.Is(err, etcdstore.ErrLimit):
+		s.metrics.registrations.WithLabelValues("refused").Inc()
+		return errorf(http.StatusForbidden, adminapi.CodeLimit, "instance", inst.Service+"/"+inst.ID,
+			"%s already holds %d registrations, as many as it may; end one first", p, s.limits(p).Instances)
+	case err != nil:
+		var fe *registry.FieldError
+		if errors.As(err, &fe) {
+			return fieldError("", err)
 		}
-		cmp := clientv3.Compare(clientv3.CreateRevision(key), "=", 0)
-		if len(cur.Kvs) == 1 {
-			kv := cur.Kvs[0]
-			if req.IfAbsent {
-				s.metrics.registrations.WithLabelValues("replaced").Inc()
-				return conflict("instance.id", inst.ID, "instance %s/%s is held by another registration", inst.Service, inst.ID)
-			}
-			var old registry.Instance
-			if json.Unmarshal(kv.Value, &old) == nil && old.Lane != inst.Lane {
-				s.metrics.registrations.WithLabelValues("refused").Inc()
-				return conflict("instance.id", inst.ID, "instance id %s/%s is registered in %s; it cannot be taken over from %s", inst.Service, inst.ID, laneName(old.Lane), laneName(inst.Lane))
-			}
-			cmp = clientv3.Compare(clientv3.ModRevision(key), "=", kv.ModRevision)
-		}
-		g, err := s.cli.Grant(ctx, secs)
-		if err != nil {
-			return etcdError("grant lease", err)
-		}
-		resp, err := s.cli.Txn(ctx).If(cmp).Then(clientv3.OpPut(key, string(val), clientv3.WithLease(g.ID))).Commit()
-		if err != nil || !resp.Succeeded {
-			s.revoke(g.ID)
-			if err != nil {
-				return etcdError("register instance", err)
-			}
-			continue // changed meanwhile: look again
-		}
-		s.metrics.registrations.WithLabelValues("created").Inc()
-		s.log.Info("instance registered", "service", inst.Service, "id", inst.ID, "lane", inst.Lane, "addr", inst.Addr, "registration", formatLease(g.ID), "by", p.String())
-		writeJSON(w, http.StatusCreated, adminapi.Registration{Instance: inst, Registration: formatLease(g.ID), TTL: adminapi.Duration(time.Duration(g.TTL) * time.Second), Held: true})
-		return nil
+		return etcdError("register instance", err)
 	}
-	return conflict("instance.id", inst.ID, "instance %s/%s keeps changing; try again", inst.Service, inst.ID)
+	rid := etcdstore.FormatLease(reg.Lease)
+	s.metrics.registrations.WithLabelValues("created").Inc()
+	s.log.Info("instance registered", "service", inst.Service, "id", inst.ID, "lane", inst.Lane, "addr", inst.Addr, "registration", rid, "by", p.String())
+	writeJSON(w, http.StatusCreated, adminapi.Registration{Instance: reg.Instance, Registration: rid, TTL: adminapi.Duration(reg.TTL), Held: true})
+	return nil
 }
 
 func laneName(l string) string {
@@ -176,62 +193,31 @@ func laneName(l string) string {
 	return "lane " + strconv.Quote(l)
 }
 
-// revoke revokes a lease, best effort, bounded.
-func (s *Server) revoke(id clientv3.LeaseID) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	_, err := s.cli.Revoke(ctx, id)
-	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-		return nil
+// authorize checks that p may act on registration id (reg as the caller
+// wrote it): a token only on registrations it made, the admin on any. It
+// fails with 404 when the registration does not exist (any more), 403 when
+// it belongs to another.
+func (s *Server) authorize(ctx context.Context, p *principal, id clientv3.LeaseID, reg string) error {
+	if !p.admin {
+		own, err := s.regs.Owns(ctx, p.token.ID, id)
+		if err != nil {
+			return etcdError("read registration", err)
+		}
+		if own {
+			return nil
+		}
 	}
-	return err
-}
-
-// authorizeLease checks that p may act on lease id: every instance and claim
-// attached to it must be in a lane p is allowed. It fails with 404 when the
-// lease does not exist.
-func (s *Server) authorizeLease(ctx context.Context, p *principal, id clientv3.LeaseID) error {
-	ttl, err := s.cli.TimeToLive(ctx, id, clientv3.WithAttachedKeys())
-	if errors.Is(err, rpctypes.ErrLeaseNotFound) || err == nil && ttl.TTL <= 0 {
-		return notFound("registration", formatLease(id), "registration %s has expired or was never made", formatLease(id))
-	}
+	alive, err := s.regs.Alive(ctx, id)
 	if err != nil {
 		return etcdError("read registration", err)
+	}
+	if !alive {
+		return notFound("registration", reg, "registration %s has expired or was never made", reg)
 	}
 	if p.admin {
 		return nil
 	}
-	for _, k := range ttl.Keys {
-		l, ok, err := s.laneOfKey(ctx, string(k))
-		if err != nil {
-			return err
-		}
-		if ok && !p.allows(l) {
-			return forbidden("registration", formatLease(id), "%s cannot act on registration %s, which holds %s in %s", p, formatLease(id), strings.TrimPrefix(string(k), s.prefix), laneName(l))
-		}
-	}
-	return nil
-}
-
-// laneOfKey returns the lane of the instance or claim stored at key.
-func (s *Server) laneOfKey(ctx context.Context, key string) (string, bool, error) {
-	if !strings.HasPrefix(key, s.store.InstancesPrefix()) && !strings.HasPrefix(key, s.prefix+"claims/") {
-		return "", false, nil
-	}
-	resp, err := s.cli.Get(ctx, key)
-	if err != nil {
-		return "", false, etcdError("read key", err)
-	}
-	if len(resp.Kvs) == 0 {
-		return "", false, nil
-	}
-	var v struct {
-		Lane string `json:"lane"`
-	}
-	if err := json.Unmarshal(resp.Kvs[0].Value, &v); err != nil {
-		return "", false, nil
-	}
-	return v.Lane, true, nil
+	return forbidden("registration", reg, "%s did not make registration %s: a token acts only on the registrations it made", p, reg)
 }
 
 func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request, p *principal) error {
@@ -244,17 +230,24 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request, p *principal)
 		return err
 	}
 	ctx := r.Context()
-	key := s.instanceKey(r.PathValue("service"), r.PathValue("id"))
-	cur, err := s.cli.Get(ctx, key)
+	if err := s.authorize(ctx, p, id, req.Registration); err != nil {
+		if ae, ok := err.(*apiError); ok {
+			result := "refused"
+			if ae.status == http.StatusNotFound {
+				result = "expired"
+			}
+			s.metrics.heartbeats.WithLabelValues(result).Inc()
+		}
+		return err
+	}
+	cur, ok, err := s.regs.Holder(ctx, r.PathValue("service"), r.PathValue("id"))
 	if err != nil {
 		return etcdError("read instance", err)
 	}
 	var inst registry.Instance
-	held := len(cur.Kvs) == 1 && clientv3.LeaseID(cur.Kvs[0].Lease) == id
+	held := ok && cur.Lease == id
 	if held {
-		if err := json.Unmarshal(cur.Kvs[0].Value, &inst); err != nil {
-			return errorf(http.StatusInternalServerError, adminapi.CodeInternal, "", "", "unreadable instance at %s: %v", key, err)
-		}
+		inst = cur.Instance
 		if !p.allows(inst.Lane) {
 			s.metrics.heartbeats.WithLabelValues("refused").Inc()
 			return forbidden("registration", req.Registration, "%s cannot renew an instance of %s", p, laneName(inst.Lane))
@@ -262,19 +255,14 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request, p *principal)
 		// The engine's copy of the policy follows etcd within moments;
 		// heartbeats are frequent, so they do not read etcd for it.
 		if pol := s.engine.Policy(); pol.Expired(inst.Lane, s.now()) {
-			s.revoke(id)
+			s.endRegistration(id)
 			s.metrics.heartbeats.WithLabelValues("lane_expired").Inc()
 			s.log.Info("registration ended: its lane has expired", "service", inst.Service, "id", inst.ID, "lane", inst.Lane)
 			return errorf(http.StatusGone, adminapi.CodeLaneExpired, "instance.lane", inst.Lane, "lane %q has expired; registration %s is ended", inst.Lane, req.Registration)
 		}
-	} else if err := s.authorizeLease(ctx, p, id); err != nil {
-		if ae, ok := err.(*apiError); ok && ae.status == http.StatusNotFound {
-			s.metrics.heartbeats.WithLabelValues("expired").Inc()
-		}
-		return err
 	}
-	ka, err := s.cli.KeepAliveOnce(ctx, id)
-	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+	ttl, err := s.regs.Renew(ctx, id)
+	if errors.Is(err, etcdstore.ErrNoRegistration) {
 		s.metrics.heartbeats.WithLabelValues("expired").Inc()
 		return notFound("registration", req.Registration, "registration %s has expired; register again", req.Registration)
 	}
@@ -282,32 +270,34 @@ func (s *Server) heartbeat(w http.ResponseWriter, r *http.Request, p *principal)
 		return etcdError("renew registration", err)
 	}
 	s.metrics.heartbeats.WithLabelValues("ok").Inc()
-	writeJSON(w, http.StatusOK, adminapi.Registration{Instance: inst, Registration: req.Registration, TTL: adminapi.Duration(time.Duration(ka.TTL) * time.Second), Held: held})
+	writeJSON(w, http.StatusOK, adminapi.Registration{Instance: inst, Registration: req.Registration, TTL: adminapi.Duration(ttl), Held: held})
 	return nil
+}
+
+// endRegistration ends a registration, best effort, bounded.
+func (s *Server) endRegistration(id clientv3.LeaseID) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := s.regs.End(ctx, id); err != nil {
+		s.log.Warn("could not end a registration; it expires with its TTL", "registration", etcdstore.FormatLease(id), "err", err)
+	}
 }
 
 func (s *Server) deregister(w http.ResponseWriter, r *http.Request, p *principal) error {
 	ctx := r.Context()
 	service, iid := r.PathValue("service"), r.PathValue("id")
-	key := s.instanceKey(service, iid)
-	cur, err := s.cli.Get(ctx, key)
-	if err != nil {
-		return etcdError("read instance", err)
-	}
 	reg := r.URL.Query().Get("registration")
 	if reg == "" {
 		// Removal by the admin, whatever holds it.
 		if !p.admin {
 			return badRequest("registration", "", "name the registration to end (?registration=<id>); only the admin token removes an instance without it")
 		}
-		if len(cur.Kvs) == 0 {
-			return notFound("id", iid, "no instance %s/%s", service, iid)
-		}
-		if l := clientv3.LeaseID(cur.Kvs[0].Lease); l != 0 {
-			s.revoke(l)
-		}
-		if _, err := s.cli.Delete(ctx, key); err != nil {
+		found, err := s.regs.Remove(ctx, service, iid)
+		if err != nil {
 			return etcdError("delete instance", err)
+		}
+		if !found {
+			return notFound("id", iid, "no instance %s/%s", service, iid)
 		}
 		s.log.Info("instance removed by the admin", "service", service, "id", iid)
 		w.WriteHeader(http.StatusNoContent)
@@ -317,17 +307,10 @@ func (s *Server) deregister(w http.ResponseWriter, r *http.Request, p *principal
 	if err != nil {
 		return err
 	}
-	if len(cur.Kvs) == 1 && clientv3.LeaseID(cur.Kvs[0].Lease) == id {
-		var inst registry.Instance
-		json.Unmarshal(cur.Kvs[0].Value, &inst)
-		if !p.allows(inst.Lane) {
-			return forbidden("registration", reg, "%s cannot deregister an instance of %s", p, laneName(inst.Lane))
-		}
-	}
-	if err := s.authorizeLease(ctx, p, id); err != nil {
+	if err := s.authorize(ctx, p, id, reg); err != nil {
 		return err
 	}
-	if _, err := s.cli.Revoke(ctx, id); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+	if err := s.regs.End(ctx, id); err != nil {
 		return etcdError("end registration", err)
 	}
 	s.log.Info("instance deregistered", "service", service, "id", iid, "registration", reg)
@@ -335,43 +318,24 @@ func (s *Server) deregister(w http.ResponseWriter, r *http.Request, p *principal
 	return nil
 }
 
-// list returns every instance of service (of all when ""), read from etcd.
-func (s *Server) list(ctx context.Context, service string) ([]*mvccpb.KeyValue, []registry.Instance, error) {
-	pfx := s.store.InstancesPrefix()
-	if service != "" {
-		pfx += service + "/"
-	}
-	resp, err := s.cli.Get(ctx, pfx, clientv3.WithPrefix())
+// views returns the instances as the API shows them to p: the registration
+// id only to its owner and to the admin.
+func (s *Server) views(ctx context.Context, p *principal, service string) ([]adminapi.Instance, error) {
+	regs, err := s.regs.List(ctx, service)
 	if err != nil {
-		return nil, nil, etcdError("list instances", err)
+		return nil, etcdError("list instances", err)
 	}
-	var kvs []*mvccpb.KeyValue
-	var out []registry.Instance
-	for _, kv := range resp.Kvs {
-		var in registry.Instance
-		if err := json.Unmarshal(kv.Value, &in); err != nil {
-			continue
+	var owned map[clientv3.LeaseID]bool
+	if p != nil && !p.admin {
+		if owned, err = s.regs.Owned(ctx, p.token.ID); err != nil {
+			return nil, etcdError("list registrations", err)
 		}
-		in, err := registry.Normalize(in)
-		if err != nil || s.instanceKey(in.Service, in.ID) != string(kv.Key) {
-			continue // etcdstore logs and ignores such values too
-		}
-		kvs = append(kvs, kv)
-		out = append(out, in)
-	}
-	return kvs, out, nil
-}
-
-// views returns the instances as the API shows them.
-func (s *Server) views(ctx context.Context, service string) ([]adminapi.Instance, error) {
-	kvs, insts, err := s.list(ctx, service)
-	if err != nil {
-		return nil, err
 	}
 	pol := s.engine.Policy()
 	now := s.now()
-	out := make([]adminapi.Instance, 0, len(insts))
-	for i, in := range insts {
+	out := make([]adminapi.Instance, 0, len(regs))
+	for _, reg := range regs {
+		in := reg.Instance
 		v := adminapi.Instance{Instance: in, EffectiveLane: s.engine.LaneOf(in), State: "ready"}
 		switch {
 		case pol.Expired(v.EffectiveLane, now):
@@ -379,8 +343,8 @@ func (s *Server) views(ctx context.Context, service string) ([]adminapi.Instance
 		case in.EffectiveWeight() == 0:
 			v.State = "drained"
 		}
-		if kvs[i].Lease != 0 {
-			v.Registration = formatLease(clientv3.LeaseID(kvs[i].Lease))
+		if reg.Lease != 0 && p != nil && (p.admin || owned[reg.Lease]) {
+			v.Registration = etcdstore.FormatLease(reg.Lease)
 		}
 		out = append(out, v)
 	}
@@ -397,14 +361,14 @@ func (s *Server) views(ctx context.Context, service string) ([]adminapi.Instance
 	return out, nil
 }
 
-func (s *Server) listInstances(w http.ResponseWriter, r *http.Request, _ *principal) error {
+func (s *Server) listInstances(w http.ResponseWriter, r *http.Request, p *principal) error {
 	svc := r.URL.Query().Get("service")
 	if svc != "" {
 		if err := registry.CheckService(svc); err != nil {
 			return fieldError("", err)
 		}
 	}
-	out, err := s.views(r.Context(), svc)
+	out, err := s.views(r.Context(), p, svc)
 	if err != nil {
 		return err
 	}
@@ -412,8 +376,8 @@ func (s *Server) listInstances(w http.ResponseWriter, r *http.Request, _ *princi
 	return nil
 }
 
-func (s *Server) listServices(w http.ResponseWriter, r *http.Request, _ *principal) error {
-	insts, err := s.views(r.Context(), "")
+func (s *Server) listServices(w http.ResponseWriter, r *http.Request, p *principal) error {
+	insts, err := s.views(r.Context(), p, "")
 	if err != nil {
 		return err
 	}

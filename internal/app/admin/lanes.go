@@ -21,7 +21,7 @@ import (
 // lanes gathers every lane known from the policy, the instances and the
 // claims.
 func (s *Server) lanes(ctx context.Context) ([]adminapi.Lane, error) {
-	insts, err := s.views(ctx, "")
+	insts, err := s.views(ctx, nil, "")
 	if err != nil {
 		return nil, err
 	}

@@ -8,17 +8,16 @@ import (
 	"net/http"
 
 	"github.com/lanesdev/lanes/adminapi"
-	"github.com/lanesdev/lanes/internal/lib/strictyaml"
 	"github.com/lanesdev/lanes/policy"
 )
 
 // readDocument reads a policy document body (YAML or JSON, as is).
 func readDocument(r *http.Request) ([]byte, error) {
-	data, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, strictyaml.MaxSize+1))
+	data, err := io.ReadAll(http.MaxBytesReader(nil, r.Body, policy.MaxSize))
 	if err != nil {
 		var me *http.MaxBytesError
 		if errors.As(err, &me) {
-			return nil, errorf(http.StatusRequestEntityTooLarge, adminapi.CodeBadRequest, "", "", "the document is larger than %d bytes", strictyaml.MaxSize)
+			return nil, errorf(http.StatusRequestEntityTooLarge, adminapi.CodeBadRequest, "", "", "the document is larger than %d bytes (1 MiB), the most a policy may have", policy.MaxSize)
 		}
 		return nil, badRequest("", "", "read the document: %v", err)
 	}

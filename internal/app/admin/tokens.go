@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"sort"
+	"strconv"
 	"strings"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -120,6 +121,17 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request, _ *principa
 			return badRequest("lane", req.Lane, "%v", err)
 		}
 		t.Lane = l
+	}
+	if lim := req.Limits; lim != nil {
+		for field, v := range map[string]int{"limits.instances": lim.Instances, "limits.labels": lim.Labels, "limits.instance_bytes": lim.InstanceBytes} {
+			if v < 0 {
+				return badRequest(field, strconv.Itoa(v), "a limit must not be negative (0 takes the default)")
+			}
+		}
+		if *lim != (adminapi.Limits{}) {
+			l := *lim
+			t.Limits = &l
+		}
 	}
 	if len(t.Name) > 200 {
 		return badRequest("name", t.Name, "at most 200 characters")

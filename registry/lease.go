@@ -1,0 +1,268 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// ErrTakenOver is returned by Keeper.Restore when another registration holds
+// the instance by now: a lease does not overwrite a newer registration of
+// its ID.
+var ErrTakenOver = errors.New("registry: registered again by another registration")
+
+// A Keeper is the backend side of one registration: how to renew it, make
+// it again, rewrite it and end it. KeptLease drives a Keeper and is the
+// Lease that callers see, so that every backend's leases behave alike.
+//
+// KeptLease never calls Restore, Put and Release at the same time.
+type Keeper interface {
+	// Keep renews the registration until it is lost or ctx is done. It
+	// returns when the registration is lost: with an error that wraps
+	// ErrLeaseLost when it can never be made again (the lease ends with
+	// that error), otherwise with nil or the reason (the lease makes the
+	// registration again with Restore).
+	Keep(ctx context.Context) error
+	// Restore makes the registration of inst again after Keep lost it. It
+	// returns ErrTakenOver when another registration holds the instance
+	// (the lease then leaves it and stops renewing), an error wrapping
+	// ErrLeaseLost when it can never succeed; other errors are retried
+	// with backoff.
+	Restore(ctx context.Context, inst Instance) error
+	// Put writes inst under the registration, only if the registration
+	// still holds the instance (else it changes nothing and returns nil).
+	Put(ctx context.Context, inst Instance) error
+	// Release ends the registration, which removes the instance if the
+	// registration still holds it.
+	Release(ctx context.Context) error
+}
+
+// ReleaseTimeout bounds the Release of KeptLease.Close.
+const ReleaseTimeout = 5 * time.Second
+
+// KeptLease is a Lease kept alive by a Keeper: the one lease state machine
+// that the registry backends share. It holds the instance as last given,
+// serialises Update and Restore, ends once (Done, Err), and on Close stops
+// renewing, then releases the registration.
+//
+// Run is the renewing loop; the backend runs it in a goroutine that the
+// backend owns (a backend whose registrations cannot be lost, such as
+// Memory, does not run it).
+type KeptLease struct {
+	k      Keeper
+	log    *slog.Logger
+	parent context.Context // the backend's: cancelled when it closes
+	ctx    context.Context // cancelled by Close and with parent
+	cancel context.CancelFunc
+	sem    chan struct{} // held while writing: Update and Restore
+
+	running  atomic.Bool
+	loopDone chan struct{} // closed when Run returns
+
+	mu        sync.Mutex
+	inst      Instance
+	err       error
+	done      chan struct{}
+	closeOnce sync.Once
+	closeErr  error
+}
+
+var _ Lease = (*KeptLease)(nil)
+
+// NewKeptLease returns the lease of inst (normalised, as registered) kept by
+// k. parent is the backend's context: once it is cancelled the lease can no
+// longer change anything, and Close does not release (the backend has
+// closed). log receives the renewing loop's troubles (slog.Default when
+// nil).
+func NewKeptLease(parent context.Context, inst Instance, k Keeper, log *slog.Logger) *KeptLease {
+	if log == nil {
+		log = slog.Default()
+	}
+	l := &KeptLease{k: k, log: log, parent: parent, inst: inst, sem: make(chan struct{}, 1),
+		loopDone: make(chan struct{}), done: make(chan struct{})}
+	l.ctx, l.cancel = context.WithCancel(parent)
+	return l
+}
+
+// Keeper returns the lease's Keeper.
+func (l *KeptLease) Keeper() Keeper { return l.k }
+
+// Instance implements Lease.
+func (l *KeptLease) Instance() Instance {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.inst.Clone()
+}
+
+// Done implements Lease.
+func (l *KeptLease) Done() <-chan struct{} { return l.done }
+
+// Err implements Lease.
+func (l *KeptLease) Err() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.err
+}
+
+// finish ends the lease with err, once.
+func (l *KeptLease) finish(err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err == nil {
+		l.err = err
+		close(l.done)
+	}
+}
+
+func (l *KeptLease) acquire(ctx context.Context) error {
+	select {
+	case l.sem <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-l.ctx.Done():
+		return ErrClosed
+	}
+}
+
+func (l *KeptLease) release() { <-l.sem }
+
+// Update implements Lease: it checks inst with CheckUpdate, then has the
+// Keeper put it under the registration.
+func (l *KeptLease) Update(ctx context.Context, inst Instance) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	inst, err := CheckUpdate(l.Instance(), inst)
+	if err != nil {
+		return err
+	}
+	if l.Err() != nil || l.ctx.Err() != nil {
+		return ErrClosed
+	}
+	if err := l.acquire(ctx); err != nil {
+		return err
+	}
+	defer l.release()
+	if err := l.k.Put(ctx, inst); err != nil {
+		return err
+	}
+	l.mu.Lock()
+	l.inst = inst
+	l.mu.Unlock()
+	return nil
+}
+
+// Close implements Lease: it stops the renewing loop and waits for it, then
+// releases the registration (unless the backend has closed, or the lease
+// was lost for good). The release is bounded by ReleaseTimeout; its error is
+// returned.
+func (l *KeptLease) Close() error {
+	l.closeOnce.Do(func() {
+		l.cancel()
+		if l.running.Load() {
+			<-l.loopDone
+		}
+		if l.parent.Err() == nil && l.Err() == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), ReleaseTimeout)
+			err := l.k.Release(ctx)
+			cancel()
+			if err != nil {
+				inst := l.Instance()
+				l.closeErr = fmt.Errorf("deregister %s/%s: %w (the registration expires within its TTL)", inst.Service, inst.ID, err)
+			}
+		}
+		l.finish(ErrClosed)
+	})
+	return l.closeErr
+}
+
+// Run renews the registration with Keeper.Keep until Close, making it again
+// with Keeper.Restore whenever it is lost (with backoff from 100ms to 2s),
+// and ends the lease when the Keeper says it can never be kept. Call it
+// once, in a goroutine that the backend owns, before handing out the lease.
+func (l *KeptLease) Run() {
+	l.running.Store(true)
+	defer close(l.loopDone)
+	defer func() {
+		if l.parent.Err() != nil {
+			l.finish(ErrClosed)
+		}
+	}()
+	bo := backoff{min: 100 * time.Millisecond, max: 2 * time.Second}
+	bo.reset()
+	for {
+		start := time.Now()
+		err := l.k.Keep(l.ctx)
+		if l.ctx.Err() != nil {
+			return
+		}
+		inst := l.Instance()
+		if errors.Is(err, ErrLeaseLost) {
+			l.log.Error("registration refused; giving up", "service", inst.Service, "id", inst.ID, "err", err)
+			l.finish(err)
+			return
+		}
+		l.log.Warn("registration lost; registering again", "service", inst.Service, "id", inst.ID, "err", err)
+		if time.Since(start) > 5*time.Second {
+			bo.reset()
+		} else if !bo.wait(l.ctx) { // do not spin if renewals keep failing at once
+			return
+		}
+		for {
+			err := l.restore()
+			if l.ctx.Err() != nil {
+				return
+			}
+			if err == nil {
+				break
+			}
+			if errors.Is(err, ErrTakenOver) {
+				l.log.Info("instance was registered again by another registration meanwhile; leaving it", "service", inst.Service, "id", inst.ID)
+				<-l.ctx.Done()
+				return
+			}
+			if errors.Is(err, ErrLeaseLost) {
+				l.log.Error("registration refused; giving up", "service", inst.Service, "id", inst.ID, "err", err)
+				l.finish(err)
+				return
+			}
+			l.log.Warn("could not register again; retrying", "service", inst.Service, "id", inst.ID, "err", err)
+			if !bo.wait(l.ctx) {
+				return
+			}
+		}
+	}
+}
+
+func (l *KeptLease) restore() error {
+	if err := l.acquire(l.ctx); err != nil {
+		return err
+	}
+	defer l.release()
+	return l.k.Restore(l.ctx, l.Instance())
+}
+
+// backoff is a capped exponential delay with jitter.
+type backoff struct{ next, min, max time.Duration }
+
+func (b *backoff) reset() { b.next = b.min }
+
+// wait sleeps for the next delay, or until ctx is done (false).
+func (b *backoff) wait(ctx context.Context) bool {
+	d := b.next/2 + rand.N(b.next/2+1)
+	b.next = min(2*b.next, b.max)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
