@@ -342,3 +342,35 @@ func trimOWS(s string) string {
 	}
 	return s
 }
+
+// BaggageCarries reports whether the baggage headers in c carry exactly the
+// lane name, as lanes and OpenTelemetry both read them: one lane member,
+// well-formed, that decodes to name; for the baseline (name ""), no lane
+// member at all, not even a malformed one. A server that decided a lane
+// rewrites the incoming headers that do not carry it (see
+// [Propagator.InjectLane]), so that an OpenTelemetry handler running after
+// it reads the same lane from them.
+//
+// It does not allocate unless the lane member is percent-encoded.
+func BaggageCarries(c Carrier, name string) bool {
+	vals := c.Values(BaggageHeader)
+	if name == "" {
+		return !hasLaneMember(vals)
+	}
+	n := 0
+	it := members{vals: vals}
+	for m, ok := it.next(); ok; m, ok = it.next() {
+		if isLaneMember(m) {
+			n++
+		}
+	}
+	if n != 1 {
+		return false
+	}
+	raw, found := laneMember(vals)
+	if !found {
+		return false
+	}
+	d, ok := unescape(raw)
+	return ok && d == name
+}

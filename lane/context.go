@@ -1,6 +1,10 @@
 package lane
 
-import "context"
+import (
+	"context"
+
+	"go.opentelemetry.io/otel/baggage"
+)
 
 // ctxKey is the context key of the lane. Being an unexported type, no other
 // package can read or overwrite the value behind it.
@@ -15,11 +19,36 @@ type ctxKey struct{}
 //
 // The empty name is stored too, not skipped: a request that a hop decided to
 // serve as baseline explicitly clears a lane set further up the context.
+//
+// The OpenTelemetry baggage of the copy (go.opentelemetry.io/otel/baggage)
+// agrees with it: its member "lane" is name, or absent for the baseline, and
+// its other members are kept. So OpenTelemetry's propagators, which write
+// the baggage of the context whole, carry the same lane as lanes' headers,
+// whichever runs last. A baseline context without baggage gets none.
 func WithLane(ctx context.Context, name string) context.Context {
-	if v, ok := ctx.Value(ctxKey{}).(string); ok && v == name {
+	bag := baggage.FromContext(ctx)
+	if v, ok := ctx.Value(ctxKey{}).(string); !ok || v != name {
+		ctx = context.WithValue(ctx, ctxKey{}, boxed(name))
+	}
+	if bag.Len() == 0 && name == "" {
 		return ctx
 	}
-	return context.WithValue(ctx, ctxKey{}, name)
+	return syncBaggage(ctx, bag, name)
+}
+
+// baselineValue is the baseline as a context value, boxed once.
+var baselineValue any = ""
+
+// boxed returns name as an interface value, without allocating for the
+// baseline and the lanes that Encode caches.
+func boxed(name string) any {
+	if name == "" {
+		return baselineValue
+	}
+	if e := cached(name); e != nil {
+		return e.boxed
+	}
+	return name
 }
 
 // FromContext returns the lane stored in ctx by [WithLane], or "" (the

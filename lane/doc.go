@@ -42,4 +42,14 @@
 // A baseline request clears the lane: [Propagator.Inject] removes stale lane
 // headers, so that a lane set upstream does not leak past a hop that decided
 // to serve the request as baseline.
+//
+// # OpenTelemetry
+//
+// OpenTelemetry's baggage propagator writes the baggage of the context
+// (go.opentelemetry.io/otel/baggage) as the whole baggage header, before or
+// after lanes does. So the lane is kept there too: [WithLane] sets the
+// context's OpenTelemetry baggage member "lane" to the lane (none for the
+// baseline), and the transports call [SyncBaggage] for each outgoing call,
+// so that whichever writes last, the next hop reads one lane.
+// [Propagator.Extract] reads baggage as OpenTelemetry Go does.
 package lane

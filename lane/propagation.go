@@ -46,11 +46,18 @@ type Propagator struct {
 // caller can log or count it, or, at the edge, refuse the request with the
 // error's Rule.
 //
-// Baggage is read within the W3C limits: list-members after the 64th, or
-// past byte 8192 of the header, are ignored. If several members have the
-// key "lane", the first one counts; a lane member with an empty value counts
-// as absent, one with broken percent-encoding as invalid. Other malformed
-// members are skipped.
+// So an invalid x-lane next to a valid baggage lane is an invalid lane: the
+// header that wins when valid does not lose when broken. The gateway, which
+// calls Extract too, refuses such a request; a service serves it as a
+// baseline request.
+//
+// Baggage is read as OpenTelemetry Go reads it, so that both agree on the
+// lane of a request (docs/routing.md lists the few differences): baggage
+// headers over 8192 bytes together carry nothing; each header is read up to
+// 64 distinct keys; malformed members (a key that is not a token, a value
+// with a character outside the W3C baggage-octets, a broken percent-escape,
+// a malformed property) are skipped; of several lane members the last one
+// counts. A lane member with an empty value counts as absent.
 //
 // Extract does not allocate when the lane comes normalised in [Header].
 func (p Propagator) Extract(c Carrier) (name, source string, err error) {

@@ -19,7 +19,9 @@ import (
 // metadata: x-lane and the baggage member "lane", other baggage members
 // kept. A baseline call removes stale lane keys (x-lane, alias headers, the
 // baggage member) from outgoing metadata that was copied from an incoming
-// request.
+// request. The OpenTelemetry baggage of the call's context gets the same
+// lane member (lane.SyncBaggage), so that otelgrpc's client stats handler,
+// which writes it after the interceptors, carries the same lane.
 //
 // For the methods of WithIdempotent it also marks the call so that the
 // lanes picker avoids, on a retry, the instance the failed attempt went to.
@@ -63,6 +65,9 @@ func (ci *clientInterceptor) outgoing(ctx context.Context, method string) contex
 		ci.prop.InjectLane(l, lane.Metadata(md)) // an invalid lane is written as the baseline
 		ctx = metadata.NewOutgoingContext(ctx, md)
 	}
+	// otelgrpc's client stats handler, which runs after the interceptors,
+	// writes the baggage of the context whole: it must carry the same lane.
+	ctx = lane.SyncBaggage(ctx, l)
 	if ci.idem.contains(method) {
 		ctx = withCallState(ctx)
 	}
@@ -149,11 +154,22 @@ func (si *serverInterceptor) stream(srv any, ss grpc.ServerStream, info *grpc.St
 
 // incoming returns the handler's context, or the guard's refusal.
 func (si *serverInterceptor) incoming(ctx context.Context, method string) (context.Context, error) {
-	name, _, err := si.prop.Extract(incomingCarrier{ctx})
+	var c lane.Carrier = incomingCarrier{ctx} // boxed once, for both reads
+	name, _, err := si.prop.Extract(c)
 	if err != nil {
 		si.invalidLane(ctx, method, err)
 	}
-	ctx = lane.WithLane(ctx, name)
+	ctx = lane.WithLane(ctx, name) // and the OpenTelemetry baggage that otelgrpc's stats handler read
+	if !lane.BaggageCarries(c, name) {
+		// An interceptor or handler after this one that reads the baggage
+		// again from the metadata must read the lane decided here.
+		md, _ := metadata.FromIncomingContext(ctx) // a copy
+		if md == nil {
+			md = metadata.MD{}
+		}
+		si.prop.InjectLane(name, lane.Metadata(md))
+		ctx = metadata.NewIncomingContext(ctx, md)
+	}
 	if si.guard != nil {
 		if err := si.guard.Check(ctx, method); err != nil {
 			return nil, err

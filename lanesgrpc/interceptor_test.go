@@ -28,8 +28,8 @@ func TestInterceptorAllocations(t *testing.T) {
 		why    string
 	}{
 		{"server_baseline", true, incoming(), "/a.B/C", 2, "the carrier interface, the context"},
-		{"server_lane", true, incoming("x-lane", "alice", "baggage", "lane=alice,team=x"), "/a.B/C", 4,
-			"the carrier interface, the copy of x-lane, the context and its value"},
+		{"server_lane", true, incoming("x-lane", "alice", "baggage", "lane=alice,team=x"), "/a.B/C", 6,
+			"the carrier interface, the copies of x-lane and baggage, the lane's context, the OpenTelemetry baggage's context and its state"},
 		{"client_baseline", false, bg, "/a.B/C", 0, ""},
 		{"client_lane", false, lane.WithLane(bg, "alice"), "/a.B/C", 7,
 			"the metadata, its two values, the baggage string, the outgoing context"},

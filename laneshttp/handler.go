@@ -35,8 +35,15 @@ type Middleware struct {
 // For each request it reads the lane from the headers with the propagator
 // (x-lane, then the lane member of baggage, then aliases) and serves next
 // with the request's context carrying it ([lane.FromContext]); calls made
-// with that context, through a lanes Transport, stay in the lane. The
-// request's headers are left as they are.
+// with that context, through a lanes Transport, stay in the lane.
+//
+// The lane decided here is the request's lane everywhere below: the
+// OpenTelemetry baggage of the context gets the same lane member (none for
+// the baseline; see [lane.WithLane]), and when the request's baggage header
+// says otherwise (an invalid x-lane next to lane=alice, a lane read from an
+// alias), next sees a copy of the headers rewritten by the propagator, so
+// that an otelhttp handler inside this one reads the same lane again.
+// Otherwise the request's headers are left as they are.
 //
 // Inside the mesh an invalid lane is ignored: the request is served as a
 // baseline request, the event is counted (Middleware.InvalidLanes) and
@@ -87,7 +94,15 @@ func (m *Middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	m.next.ServeHTTP(w, r.WithContext(lane.WithLane(r.Context(), name)))
+	r = r.WithContext(lane.WithLane(r.Context(), name))
+	if !lane.BaggageCarries(lane.HTTPHeader(r.Header), name) {
+		// An OpenTelemetry handler inside this one reads the baggage again
+		// from the headers: they must carry the lane decided here.
+		h := r.Header.Clone()
+		m.prop.InjectLane(name, lane.HTTPHeader(h))
+		r.Header = h
+	}
+	m.next.ServeHTTP(w, r)
 }
 
 func (m *Middleware) isExempt(path string) bool {

@@ -353,9 +353,18 @@ func (t *Transport) waitReady(ctx context.Context, svc *routing.Service) error {
 // outbound returns the request to send to the picked instance: a shallow copy
 // of req with its own URL, the given body, and headers that carry the pick's
 // request lane. req is not modified.
+//
+// When the request's context has OpenTelemetry baggage that says otherwise,
+// the copy's context has it rewritten to the pick's lane (lane.SyncBaggage),
+// so that an otelhttp transport under this one writes the same lane.
 func (t *Transport) outbound(req *http.Request, pick routing.Result, body io.ReadCloser) *http.Request {
-	out := new(http.Request)
-	*out = *req // as http.Request.WithContext copies it
+	var out *http.Request
+	if sc := lane.SyncBaggage(req.Context(), pick.RequestLane); sc != req.Context() {
+		out = req.WithContext(sc)
+	} else {
+		out = new(http.Request)
+		*out = *req // as http.Request.WithContext copies it
+	}
 	u := *req.URL
 	u.Host = pick.Instance.Addr
 	out.URL = &u
