@@ -49,6 +49,25 @@ func SetService(s resolver.State, svc *routing.Service) resolver.State {
 	return s
 }
 
+// engineKey is the key of the *routing.Engine attribute of a resolver
+// state.
+type engineKey struct{}
+
+// SetEngine returns a copy of s that carries the engine of its service. The
+// lanes balancer reads the engine's outlier policy to eject at once an
+// instance whose connection fails (see routedcall.MarkFailing); the lanes
+// resolver sets it on every state it produces.
+func SetEngine(s resolver.State, e *routing.Engine) resolver.State {
+	s.Attributes = s.Attributes.WithValue(engineKey{}, e)
+	return s
+}
+
+// EngineFromState returns the engine stored in s by SetEngine, or nil.
+func EngineFromState(s resolver.State) *routing.Engine {
+	e, _ := s.Attributes.Value(engineKey{}).(*routing.Engine)
+	return e
+}
+
 // ServiceFromState returns the routing handle stored in s by SetService, or
 // nil.
 func ServiceFromState(s resolver.State) *routing.Service {

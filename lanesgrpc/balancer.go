@@ -77,6 +77,7 @@ type lanesBalancer struct {
 	resolving atomic.Bool
 
 	mu    sync.Mutex // serialises picker builds, guards the fields below
+	eng   *routing.Engine
 	svc   *routing.Service
 	place LBConfig                           // the caller's zone and host
 	dones map[string]func(balancer.DoneInfo) // by instance id; replaced, never modified
@@ -106,7 +107,7 @@ func (b *lanesBalancer) UpdateClientConnState(s balancer.ClientConnState) error 
 			dones[in.ID] = reportFunc(svc, in.ID)
 		}
 	}
-	b.svc, b.place, b.dones = svc, place, dones
+	b.eng, b.svc, b.place, b.dones = EngineFromState(s.ResolverState), svc, place, dones
 	b.mu.Unlock()
 	b.resolving.Store(false)
 
@@ -174,7 +175,7 @@ func (c childCC) UpdateState(s balancer.State) {
 	}
 	b.cc.UpdateState(balancer.State{
 		ConnectivityState: s.ConnectivityState,
-		Picker:            &picker{svc: b.svc, zone: b.place.Zone, host: b.place.Host, conns: conns, dones: b.dones, b: b},
+		Picker:            &picker{eng: b.eng, svc: b.svc, zone: b.place.Zone, host: b.place.Host, conns: conns, dones: b.dones, b: b},
 	})
 }
 

@@ -5,12 +5,16 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
+	"github.com/lanesdev/lanes/internal/lib/routedcall"
 	"github.com/lanesdev/lanes/lane"
 )
 
@@ -29,11 +33,11 @@ import (
 // The lane a canary split chooses at this hop is carried by the picker
 // itself (balancer.PickResult.Metadata), since the split happens at the
 // pick, after the interceptors. NewClient installs the interceptors.
+//
+// It bounds each attempt by the response-header timeout
+// (WithResponseHeaderTimeout).
 func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
-	ci := newClientInterceptor(newConfig(opts))
-	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts ...grpc.CallOption) error {
-		return invoker(ci.outgoing(ctx, method), method, req, reply, cc, callOpts...)
-	}
+	return newClientInterceptor(newConfig(opts)).unary
 }
 
 // StreamClientInterceptor is UnaryClientInterceptor for streaming calls.
@@ -45,13 +49,139 @@ func StreamClientInterceptor(opts ...Option) grpc.StreamClientInterceptor {
 }
 
 type clientInterceptor struct {
-	prop lane.Propagator
-	idem methodSet
+	prop    lane.Propagator
+	idem    methodSet
+	timeout time.Duration // response-header timeout; 0: none
 }
 
 func newClientInterceptor(c *config) *clientInterceptor {
 	idem, _ := parseMethods(c.idempotent) // NewClient reports bad entries; here they never match
-	return &clientInterceptor{prop: c.prop, idem: idem}
+	return &clientInterceptor{prop: c.prop, idem: idem, timeout: routedcall.HeaderTimeout(c.timeout)}
+}
+
+// errHeaderTimeout is the cause of an attempt cut by the response-header
+// timeout.
+var errHeaderTimeout = errors.New("lanes: response-header timeout")
+
+func (ci *clientInterceptor) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, callOpts ...grpc.CallOption) error {
+	ctx = ci.outgoing(ctx, method)
+	if ci.timeout <= 0 {
+		return invoker(ctx, method, req, reply, cc, callOpts...)
+	}
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= ci.timeout {
+		return invoker(ctx, method, req, reply, cc, callOpts...) // the caller's deadline comes first
+	}
+	for attempt := 0; ; attempt++ {
+		tc := startTimed(ctx, ci.timeout)
+		err := invoker(tc, method, req, reply, cc, callOpts...)
+		cut := tc.end() && err != nil && ctx.Err() == nil
+		if !cut {
+			return err
+		}
+		// The instance took too long: a failure (gRPC's Canceled is not
+		// reported).
+		id := tc.cs.failLast()
+		if attempt > 0 || !ci.idem.contains(method) {
+			return status.Errorf(codes.Unavailable, "lanes: instance %q did not answer %s within %v, the response-header timeout", id, method, ci.timeout)
+		}
+		ctx = withCallStateOf(ctx, tc.cs) // the retry avoids the instance
+	}
+}
+
+// timedCall is the context of one attempt under the response-header
+// timeout: the caller's context, cancelled when the timeout fires, and
+// carrying the call's callState. It is a cancellation rather than a
+// deadline, which gRPC would send to the server for the server to set up
+// again: the timeout is the caller's own business.
+//
+// When the caller's context cannot be cancelled (its Done is nil), a
+// timedCall is pooled: its channel and timer serve again when the timeout
+// did not fire, so that a call allocates nothing for it. Otherwise it wraps
+// context.WithCancelCause.
+type timedCall struct {
+	context.Context
+	cs  *callState
+	own callState
+
+	// pooled form
+	done  chan struct{}
+	timer *time.Timer
+	fired atomic.Bool
+
+	// wrapping form
+	cancel context.CancelCauseFunc
+	stop   func() bool
+}
+
+var timedCalls = sync.Pool{New: func() any {
+	c := &timedCall{done: make(chan struct{})}
+	c.timer = time.AfterFunc(time.Hour, c.fire)
+	c.timer.Stop()
+	return c
+}}
+
+func (c *timedCall) fire() {
+	c.fired.Store(true)
+	close(c.done)
+}
+
+// startTimed starts the timeout d of one attempt made with ctx.
+func startTimed(ctx context.Context, d time.Duration) *timedCall {
+	var c *timedCall
+	if ctx.Done() == nil {
+		c = timedCalls.Get().(*timedCall)
+		c.Context = ctx
+		c.timer.Reset(d)
+	} else {
+		actx, cancel := context.WithCancelCause(ctx)
+		c = &timedCall{Context: actx, cancel: cancel}
+		c.stop = time.AfterFunc(d, func() { cancel(errHeaderTimeout) }).Stop
+	}
+	if c.cs = callStateFrom(ctx); c.cs == nil {
+		c.own.last.Store(nil)
+		c.own.svc.Store(nil)
+		c.cs = &c.own
+	}
+	return c
+}
+
+// end stops the timeout and reports whether it had fired.
+func (c *timedCall) end() bool {
+	if c.cancel != nil {
+		fired := !c.stop()
+		c.cancel(nil)
+		return fired
+	}
+	if !c.timer.Stop() {
+		return true // fired, or firing: the channel is closed, not reused
+	}
+	c.Context, c.cs = nil, nil
+	timedCalls.Put(c)
+	return false
+}
+
+func (c *timedCall) Done() <-chan struct{} {
+	if c.cancel != nil {
+		return c.Context.Done()
+	}
+	return c.done
+}
+
+func (c *timedCall) Err() error {
+	if c.cancel != nil {
+		return c.Context.Err()
+	}
+	if c.fired.Load() {
+		return context.Canceled
+	}
+	return nil // the caller's context cannot be cancelled
+}
+
+func (c *timedCall) Value(key any) any {
+	if _, ok := key.(callKey); ok {
+		return c.cs
+	}
+	return c.Context.Value(key)
 }
 
 // outgoing returns the context of the call with the lane in its metadata.

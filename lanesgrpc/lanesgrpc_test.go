@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/otel/baggage"
@@ -23,6 +24,7 @@ import (
 	"github.com/lanesdev/lanes/lane"
 	"github.com/lanesdev/lanes/lanesgrpc"
 	"github.com/lanesdev/lanes/registry"
+	"github.com/lanesdev/lanes/routing"
 )
 
 // expectCode checks that err is a status with code c whose message contains
@@ -606,4 +608,56 @@ func TestHealthCheck(t *testing.T) {
 	})
 	a.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	waitFor(t, "a to serve again", func() bool { return mustServe(t, orders, "") == "a" })
+}
+
+// hang makes b's UnaryCall handler wait for the caller to give up.
+func hang(b *backend) {
+	f := func(ctx context.Context) error {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	b.onUnary.Store(&f)
+}
+
+// TestHungInstanceEjected: an instance that takes calls and never answers
+// them has each call cut by the response-header timeout and counted as a
+// failure, so that it is ejected; an idempotent call is sent once more, to
+// another instance, and a call of another method fails with Unavailable.
+func TestHungInstanceEjected(t *testing.T) {
+	m := newMesh(t)
+	m.setPolicy("outlier: {errors: 3, window: 1m, ejection: 10m}\n")
+	hung := m.start("orders", "hung", "")
+	m.start("orders", "ok", "")
+	hang(hung)
+	timeout := lanesgrpc.WithResponseHeaderTimeout(100 * time.Millisecond)
+	orders := m.client("orders", timeout, lanesgrpc.WithIdempotent("/grpc.testing.TestService/UnaryCall"))
+	svc := m.engine.Service("orders")
+	start := time.Now()
+	for i := 0; ; i++ {
+		d, err := svc.Resolve(routing.Request{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Join(d.Eligible, " ") == "ok" {
+			break
+		}
+		// The caller's deadline is longer than the timeout, which cuts the
+		// attempt first.
+		ctx, cancel := context.WithTimeout(context.Background(), patience)
+		_, err = orders.UnaryCall(ctx, &testpb.SimpleRequest{})
+		cancel()
+		if err != nil {
+			t.Fatalf("idempotent call %d failed: %v", i, err)
+		}
+	}
+	t.Logf("the hung instance was ejected %v after the first call", time.Since(start).Round(time.Millisecond))
+
+	// Not idempotent: the cut call fails with Unavailable, naming the
+	// timeout.
+	m2 := newMesh(t)
+	hung2 := m2.start("orders", "hung", "")
+	hang(hung2)
+	other := m2.client("orders", timeout)
+	_, err := other.UnaryCall(context.Background(), &testpb.SimpleRequest{})
+	expectCode(t, err, codes.Unavailable, "response-header timeout", `"hung"`)
 }

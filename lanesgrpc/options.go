@@ -10,6 +10,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/lanesdev/lanes/internal/lib/routedcall"
 	"github.com/lanesdev/lanes/lane"
 	"github.com/lanesdev/lanes/registry"
 )
@@ -38,6 +39,7 @@ type config struct {
 	shutdown   time.Duration
 	getenv     func(string) string
 	refresh    time.Duration
+	timeout    time.Duration // response-header timeout setting
 }
 
 // Defaults.
@@ -45,6 +47,9 @@ const (
 	// DefaultShutdownTimeout is how long Serve lets calls in flight finish
 	// after deregistering, before it stops the server hard.
 	DefaultShutdownTimeout = 30 * time.Second
+	// DefaultResponseHeaderTimeout is how long an instance may take to
+	// answer a unary call (see WithResponseHeaderTimeout).
+	DefaultResponseHeaderTimeout = routedcall.DefaultResponseHeaderTimeout
 	// defaultRefresh is how often the resolver re-reads the engine's view of
 	// the service when nothing asked it to (see resolver.go).
 	defaultRefresh = time.Second
@@ -106,6 +111,16 @@ func WithLogger(l *slog.Logger) Option {
 func WithIdempotent(methods ...string) Option {
 	return func(c *config) { c.idempotent = append(c.idempotent, methods...) }
 }
+
+// WithResponseHeaderTimeout bounds how long an instance may take to answer
+// a unary call (read by the client interceptors; default
+// DefaultResponseHeaderTimeout, negative: none). A call whose own deadline
+// comes sooner is left to it. An attempt cut by the timeout is reported
+// failed to outlier detection, so that a hung or paused (SIGSTOP) instance
+// is ejected; a call to a WithIdempotent method is then sent once more, to
+// another instance, and otherwise fails with Unavailable. Streaming calls,
+// which may rightly wait long for their first message, are not cut.
+func WithResponseHeaderTimeout(d time.Duration) Option { return func(c *config) { c.timeout = d } }
 
 // WithHealthCheck turns on gRPC client-side health checking (read by
 // NewClient and NewBuilder, which put it in the service config): each

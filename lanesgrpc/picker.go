@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/status"
 
+	"github.com/lanesdev/lanes/internal/lib/routedcall"
 	"github.com/lanesdev/lanes/routing"
 )
 
@@ -28,6 +29,7 @@ type conn struct {
 // decisions are not in it: each Pick asks the engine, whose own snapshot
 // follows the registry and the policy.
 type picker struct {
+	eng   *routing.Engine // its outlier policy; nil: the default
 	svc   *routing.Service
 	zone  string                             // the caller's zone
 	host  string                             // the caller's host
@@ -41,9 +43,10 @@ type picker struct {
 //
 // When the chosen instance has no ready connection, Pick asks again, up to
 // maxPicks times in all. An instance whose connection is in
-// TRANSIENT_FAILURE is reported to outlier detection as a failed call (once
-// per Pick), so that the engine soon stops choosing it; a half-open probe
-// that cannot be sent is reported failed too. When no ready connection was
+// TRANSIENT_FAILURE (refused, reset) is marked failing at once
+// (routedcall.MarkFailing: ejected), so that the next ask, within the same
+// Pick, goes to the next eligible instance or along the lane's fallback
+// chain; a half-open probe that cannot be sent is reported failed too. When no ready connection was
 // found, Pick returns ErrNoSubConnAvailable if one of the chosen instances
 // is still connecting (or has no connection yet: the resolver is then asked
 // for a fresh state), and otherwise an error naming the service, the lane
@@ -69,8 +72,6 @@ func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 	var (
 		pending  bool
 		connErr  error
-		reported [maxPicks]string // ids reported as connection failures
-		nrep     int
 		spare    routing.Result // the avoided instance, if ready
 		hasSpare bool
 	)
@@ -102,11 +103,7 @@ func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 			if _, err := c.picker.Pick(info); err != nil {
 				connErr = err
 			}
-			if !contains(reported[:nrep], res.Instance.ID) {
-				res.Report(false)
-				reported[nrep] = res.Instance.ID
-				nrep++
-			}
+			routedcall.MarkFailing(p.eng, res)
 		default: // Connecting or Idle
 			pending = true
 			if res.Probe() {
@@ -140,17 +137,9 @@ func (p *picker) result(info balancer.PickInfo, c conn, res routing.Result, req 
 	}
 	if cs != nil {
 		cs.last.Store(&res.Instance.ID)
+		cs.svc.Store(p.svc)
 	}
 	return pr, nil
-}
-
-func contains(ids []string, id string) bool {
-	for _, x := range ids {
-		if x == id {
-			return true
-		}
-	}
-	return false
 }
 
 // unreachableError is the picker's error when every instance it was given
@@ -181,60 +170,67 @@ func (e *unreachableError) Unwrap() error { return e.err }
 func reportFunc(svc *routing.Service, id string) func(balancer.DoneInfo) {
 	return func(di balancer.DoneInfo) {
 		switch outcome(di) {
-		case outcomeSuccess:
+		case routedcall.Success:
 			svc.ReportID(id, true)
-		case outcomeFailure:
+		case routedcall.Failure:
 			svc.ReportID(id, false)
 		}
 	}
 }
 
-type callOutcome uint8
-
-const (
-	outcomeSuccess callOutcome = iota
-	outcomeFailure
-	outcomeUnknown // not reported
-)
-
-// outcome classifies a finished call for outlier detection:
-//
-//   - Unavailable, which includes every connection error, is a failure.
-//   - DeadlineExceeded and Canceled say nothing about the instance (the
-//     caller's budget ran out, or it gave up; a lane instance paused in a
-//     debugger must not be ejected), and neither does a call that gRPC never
-//     sent: they are not reported. A half-open probe that ends so is given
-//     up by the engine after one ejection period, which counts as a failure.
-//   - Everything else, success and application errors alike (Internal and
-//     Unknown included: a handler's bug fails on every instance), is a
-//     success: the instance answered.
-func outcome(di balancer.DoneInfo) callOutcome {
+// outcome classifies a finished call for outlier detection, by its status
+// code as routedcall.ClassifyGRPC does: Unavailable (which includes every
+// connection error) is a failure; DeadlineExceeded and Canceled say nothing
+// about the instance (the caller's budget ran out, or it gave up; a lane
+// instance paused in a debugger must not be ejected) and are not reported,
+// nor is a call that gRPC never sent; everything else, success and
+// application errors alike, is a success: the instance answered. A unary
+// call cut by the response-header timeout is reported failed by the client
+// interceptor (see WithResponseHeaderTimeout). A half-open probe that ends
+// unreported is given up by the engine after one ejection period, which
+// counts as a failure.
+func outcome(di balancer.DoneInfo) routedcall.Outcome {
 	if di.Err == nil {
 		if !di.BytesSent {
-			return outcomeUnknown // picked, but gRPC found the transport gone
+			return routedcall.Ignore // picked, but gRPC found the transport gone
 		}
-		return outcomeSuccess
+		return routedcall.Success
 	}
-	switch status.Code(di.Err) {
-	case codes.Unavailable:
-		return outcomeFailure
-	case codes.DeadlineExceeded, codes.Canceled:
-		return outcomeUnknown
-	}
-	return outcomeSuccess
+	return routedcall.ClassifyGRPC(uint32(status.Code(di.Err)))
 }
 
 // callKey is the context key of a call's callState.
 type callKey struct{}
 
 // callState is what the client interceptors share with the picker for one
-// retryable call: the instance of the last attempt, to avoid on the next.
+// retryable or timed call: the instance of the last attempt, to avoid on the
+// next and to report when the attempt timed out.
 type callState struct {
 	last atomic.Pointer[string] // points into the engine's snapshot
+	svc  atomic.Pointer[routing.Service]
+}
+
+// failLast reports the instance of the last attempt failed, and returns its
+// id ("" when no attempt was picked).
+func (cs *callState) failLast() string {
+	id, svc := cs.last.Load(), cs.svc.Load()
+	if id == nil || svc == nil {
+		return ""
+	}
+	svc.ReportID(*id, false)
+	return *id
 }
 
 func withCallState(ctx context.Context) context.Context {
 	return context.WithValue(ctx, callKey{}, &callState{})
+}
+
+// withCallStateOf returns ctx carrying cs, unless it carries it already.
+func withCallStateOf(ctx context.Context, cs *callState) context.Context {
+	if callStateFrom(ctx) == cs {
+		return ctx
+	}
+	return context.WithValue(ctx, callKey{}, cs)
 }
 
 func callStateFrom(ctx context.Context) *callState {

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/serviceconfig"
 	"google.golang.org/grpc/status"
 
+	"github.com/lanesdev/lanes/internal/lib/routedcall"
 	"github.com/lanesdev/lanes/lane"
 	"github.com/lanesdev/lanes/policy"
 	"github.com/lanesdev/lanes/registry"
@@ -88,7 +89,7 @@ func newPickFixture(t testing.TB, pol string, insts []registry.Instance, states 
 		}
 		conns[in.Addr] = conn{state: st, picker: cp}
 	}
-	f.p = &picker{svc: svc, conns: conns, dones: dones, b: &lanesBalancer{cc: cc, md: &laneMDCache{}}}
+	f.p = &picker{eng: e, svc: svc, conns: conns, dones: dones, b: &lanesBalancer{cc: cc, md: &laneMDCache{}}}
 	return f
 }
 
@@ -209,20 +210,14 @@ func TestPickNotReady(t *testing.T) {
 		}
 	})
 	t.Run("failed_connections_eject", func(t *testing.T) {
-		// alice's only instance cannot connect: each Pick reports it once.
-		// The fifth report (the default errors) ejects it, and that same
-		// Pick asks again and falls back to the baseline.
+		// alice's only instance cannot connect: the first Pick that meets
+		// it ejects it, asks again, and falls back to the baseline.
 		f := newPickFixture(t, "", []registry.Instance{inst("alice", "10.0.0.3:1", "alice"), inst("b", "10.0.0.2:1", "")},
 			map[string]connectivity.State{"alice": connectivity.TransientFailure, "b": connectivity.Ready})
 		ctx := lane.WithLane(context.Background(), "alice")
-		for i := range 4 {
-			if _, _, err := f.pick(t, ctx); err == nil {
-				t.Fatalf("pick %d succeeded on a failed connection", i)
-			}
-		}
-		for range 3 {
+		for i := range 3 {
 			if got, _, err := f.pick(t, ctx); err != nil || got != "b" {
-				t.Fatalf("after five failures, alice's request went to %s, %v", got, err)
+				t.Fatalf("pick %d: alice's request went to %s, %v; want the baseline at once", i, got, err)
 			}
 		}
 	})
@@ -263,20 +258,20 @@ func TestPickAvoidsLastAttempt(t *testing.T) {
 func TestOutcome(t *testing.T) {
 	for _, tc := range []struct {
 		di   balancer.DoneInfo
-		want callOutcome
+		want routedcall.Outcome
 	}{
-		{balancer.DoneInfo{BytesSent: true}, outcomeSuccess},
-		{balancer.DoneInfo{}, outcomeUnknown},
-		{balancer.DoneInfo{Err: status.Error(codes.Unavailable, "x")}, outcomeFailure},
-		{balancer.DoneInfo{Err: status.Error(codes.DeadlineExceeded, "x")}, outcomeUnknown},
-		{balancer.DoneInfo{Err: status.Error(codes.Canceled, "x")}, outcomeUnknown},
-		{balancer.DoneInfo{Err: status.Error(codes.Internal, "x")}, outcomeSuccess},
-		{balancer.DoneInfo{Err: status.Error(codes.Unknown, "x")}, outcomeSuccess},
-		{balancer.DoneInfo{Err: status.Error(codes.NotFound, "x")}, outcomeSuccess},
-		{balancer.DoneInfo{Err: status.Error(codes.ResourceExhausted, "x")}, outcomeSuccess},
+		{balancer.DoneInfo{BytesSent: true}, routedcall.Success},
+		{balancer.DoneInfo{}, routedcall.Ignore},
+		{balancer.DoneInfo{Err: status.Error(codes.Unavailable, "x")}, routedcall.Failure},
+		{balancer.DoneInfo{Err: status.Error(codes.DeadlineExceeded, "x")}, routedcall.Ignore},
+		{balancer.DoneInfo{Err: status.Error(codes.Canceled, "x")}, routedcall.Ignore},
+		{balancer.DoneInfo{Err: status.Error(codes.Internal, "x")}, routedcall.Success},
+		{balancer.DoneInfo{Err: status.Error(codes.Unknown, "x")}, routedcall.Success},
+		{balancer.DoneInfo{Err: status.Error(codes.NotFound, "x")}, routedcall.Success},
+		{balancer.DoneInfo{Err: status.Error(codes.ResourceExhausted, "x")}, routedcall.Success},
 	} {
 		if got := outcome(tc.di); got != tc.want {
-			t.Errorf("%v: outcome %d, want %d", tc.di.Err, got, tc.want)
+			t.Errorf("%v: outcome %v, want %v", tc.di.Err, got, tc.want)
 		}
 	}
 }
@@ -334,7 +329,7 @@ func TestResolverFollowsNotifications(t *testing.T) {
 	svc := e.Service("orders")
 	src := newFakeSource()
 	cc := &fakeResolverCC{states: make(chan resolver.State, 10)}
-	r := startResolver(cc, svc, src, &serviceconfig.ParseResult{}, newConfig([]Option{withRefresh(time.Hour)}))
+	r := startResolver(cc, nil, svc, src, &serviceconfig.ParseResult{}, newConfig([]Option{withRefresh(time.Hour)}))
 	defer r.Close()
 
 	next := func() resolver.State {

@@ -65,7 +65,7 @@ func (b *builder) Build(t resolver.Target, cc resolver.ClientConn, _ resolver.Bu
 		return nil, fmt.Errorf("lanesgrpc: service config: %w", sc.Err)
 	}
 	svc := b.e.Service(name)
-	return startResolver(cc, svc, svc, sc, b.cfg), nil
+	return startResolver(cc, b.e, svc, svc, sc, b.cfg), nil
 }
 
 // source is what the resolver reads: a *routing.Service.
@@ -85,6 +85,7 @@ type notifier interface {
 
 type lanesResolver struct {
 	cc      resolver.ClientConn
+	eng     *routing.Engine
 	svc     *routing.Service
 	src     source
 	sc      *serviceconfig.ParseResult
@@ -96,8 +97,8 @@ type lanesResolver struct {
 	wg     sync.WaitGroup
 }
 
-func startResolver(cc resolver.ClientConn, svc *routing.Service, src source, sc *serviceconfig.ParseResult, cfg *config) *lanesResolver {
-	r := &lanesResolver{cc: cc, svc: svc, src: src, sc: sc, refresh: cfg.refresh, now: make(chan struct{}, 1)}
+func startResolver(cc resolver.ClientConn, e *routing.Engine, svc *routing.Service, src source, sc *serviceconfig.ParseResult, cfg *config) *lanesResolver {
+	r := &lanesResolver{cc: cc, eng: e, svc: svc, src: src, sc: sc, refresh: cfg.refresh, now: make(chan struct{}, 1)}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	r.wg.Add(1)
 	go r.run()
@@ -169,7 +170,7 @@ func (r *lanesResolver) push(insts []registry.Instance) {
 	// The error is the balancer's verdict on the state (for example
 	// ErrBadResolverState); there is nothing better to send, and gRPC
 	// itself asks again with backoff.
-	_ = r.cc.UpdateState(SetService(resolver.State{Endpoints: eps, ServiceConfig: r.sc}, r.svc))
+	_ = r.cc.UpdateState(SetEngine(SetService(resolver.State{Endpoints: eps, ServiceConfig: r.sc}, r.svc), r.eng))
 }
 
 // Retry policy of idempotent methods: one retry, after about 10ms.

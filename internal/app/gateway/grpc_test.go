@@ -15,6 +15,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+
+	"github.com/lanesdev/lanes/routing"
 )
 
 func TestH2C(t *testing.T) {
@@ -217,5 +219,30 @@ func TestGRPCUnavailableEjects(t *testing.T) {
 		if _, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{}); err != nil {
 			t.Fatalf("after the ejection: %v", err)
 		}
+	}
+}
+
+// TestGRPCRefusedMovesOn: a gRPC call whose instance refuses the connection
+// moves on to another instance within the same call, its body intact, and
+// the refusing instance is ejected.
+func TestGRPCRefusedMovesOn(t *testing.T) {
+	w := newWorld(t, "outlier: {errors: 1000, window: 1m, ejection: 10m}\n", Config{Routes: []Route{{Prefix: "/", Service: "health"}}})
+	good := newGRPCBackend(t, "good", "")
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := l.Addr().String()
+	l.Close()
+	w.register(t, "health", good.id, good.addr, "")
+	w.register(t, "health", "dead", dead, "")
+	hc := grpcClient(t, w.addr)
+	for i := range 10 {
+		if _, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{}); err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+	}
+	if d, _ := w.engine.Service("health").Resolve(routing.Request{}); len(d.Eligible) != 1 || d.Eligible[0] != good.id {
+		t.Fatalf("eligible %v, want %s alone", d.Eligible, good.id)
 	}
 }

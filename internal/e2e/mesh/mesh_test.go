@@ -35,12 +35,13 @@ import (
 //
 //	entry --HTTP--> A --gRPC unary--> B --goroutine, HTTP--> C --gRPC stream--> D
 //
-// Every service has a baseline instance; B and D have feature-x instances,
-// C an alice instance. Each hop answers with the hops below it, so the entry
-// sees which instance served each service.
+// Every service has a baseline instance; B, C and D have feature-x
+// instances (C's and D's in child processes, to be killed), C an alice
+// instance. Each hop answers with the hops below it, so the entry sees which
+// instance served each service.
 
 const (
-	childEnv = "LANES_MESHTEST_CHILD" // set in the child process that runs d-fx
+	childEnv = "LANES_MESHTEST_CHILD" // the instance a child process runs: d-fx or c-fx
 	etcdEnv  = "LANES_MESHTEST_ETCD"
 	ttl      = 2 * time.Second // lease TTL of every instance
 )
@@ -88,7 +89,8 @@ func newNode(t testing.TB, endpoints []string) *node {
 	n.http = laneshttp.NewClient(n.engine)
 	for _, svc := range []string{"b", "d"} {
 		cc, err := lanesgrpc.NewClient(n.engine, svc,
-			lanesgrpc.WithDialOptions(grpc.WithTransportCredentials(insecure.NewCredentials())))
+			lanesgrpc.WithDialOptions(grpc.WithTransportCredentials(insecure.NewCredentials())),
+			lanesgrpc.WithIdempotent("/grpc.testing.TestService/UnaryCall", "/grpc.testing.TestService/StreamingOutputCall"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -322,13 +324,14 @@ func TestMeshChain(t *testing.T) {
 			f.serveHTTP(ctx, c, func(ctx context.Context) ([]hop, error) { return streamD(ctx, n) })
 		}
 		f.serveGRPC(ctx, inst("d-base", "d", ""), &serviceD{inst: inst("d-base", "d", "")})
-		child := startChild(t, srv.Endpoints())
+		dChild := startChild(t, srv.Endpoints(), "d-fx")
+		cChild := startChild(t, srv.Endpoints(), "c-fx")
 
 		// Every lane takes exactly the path of the routing contract.
-		waitPath(t, n, "feature-x", "a-base b-fx c-base d-fx", 20*time.Second)
+		waitPath(t, n, "feature-x", "a-base b-fx c-fx d-fx", 20*time.Second)
 		for _, c := range []struct{ lane, want, seen string }{
 			{"", "a-base b-base c-base d-base", ""},
-			{"feature-x", "a-base b-fx c-base d-fx", "feature-x"},
+			{"feature-x", "a-base b-fx c-fx d-fx", "feature-x"},
 			{"alice", "a-base b-base c-alice d-base", "alice"},
 			{"bob", "a-base b-base c-base d-base", "bob"},
 		} {
@@ -348,16 +351,19 @@ func TestMeshChain(t *testing.T) {
 			}
 		}
 
-		// Kill D's feature-x instance: feature-x falls back to D's
-		// baseline within the lease TTL. Outlier detection usually
-		// notices first (the connection breaks); the lease then takes the
-		// instance out of the registry for good.
+		// Kill D's feature-x instance (gRPC) while feature-x calls flow
+		// every 100 ms: feature-x falls back to D's baseline, and no call
+		// fails. The refused connection ejects the instance at once; the
+		// lease then takes it out of the registry for good.
+		// Every call counts: the traffic is the only one.
+		tr := startTraffic(n, "feature-x")
+		tr.await(t, 3, "a-base b-fx c-fx d-fx")
 		killed := time.Now()
-		if err := child.Process.Signal(syscall.SIGKILL); err != nil {
+		if err := dChild.Process.Signal(syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
-		child.Wait()
-		took := waitPath(t, n, "feature-x", "a-base b-fx c-base d-base", 4*ttl)
+		dChild.Wait()
+		took := tr.stopAfter(t, "d-fx (gRPC)", 10, "a-base b-fx c-fx d-base").Sub(killed)
 		t.Logf("%s: feature-x fell back to d-base %v after the SIGKILL (lease TTL %v)", srv.Kind(), took.Round(time.Millisecond), ttl)
 		d := n.engine.Service("d")
 		for slices.ContainsFunc(d.Instances(), func(in registry.Instance) bool { return in.ID == "d-fx" }) {
@@ -369,6 +375,15 @@ func TestMeshChain(t *testing.T) {
 		if took > ttl+time.Second || gone > ttl+time.Second {
 			t.Fatalf("fallback took %v and expiry %v, longer than the lease TTL %v", took, gone, ttl)
 		}
+
+		// The same for C's feature-x instance (HTTP).
+		tr = startTraffic(n, "feature-x")
+		tr.await(t, 3, "a-base b-fx c-fx d-base")
+		if err := cChild.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		cChild.Wait()
+		tr.stopAfter(t, "c-fx (HTTP)", 10, "a-base b-fx c-base d-base")
 
 		// A new lane instance takes its lane's traffic within a second.
 		start := time.Now()
@@ -388,12 +403,92 @@ func TestMeshChain(t *testing.T) {
 	})
 }
 
-// startChild runs d-fx, D's feature-x instance, in a child process (this
-// test binary), and waits until it is registered.
-func startChild(t *testing.T, endpoints []string) *exec.Cmd {
+// traffic sends a request in one lane into the chain every 100 ms, and
+// records what each got.
+type traffic struct {
+	stop chan struct{}
+	done chan struct{}
+
+	mu     sync.Mutex
+	calls  int
+	errs   []string    // the failed calls
+	recent []string    // the paths of the calls, in order
+	at     []time.Time // when each call was sent
+}
+
+func startTraffic(n *node, l string) *traffic {
+	tr := &traffic{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(tr.done)
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-tr.stop:
+				return
+			case <-tick.C:
+			}
+			sent := time.Now()
+			hops, err := request(n, l)
+			tr.mu.Lock()
+			tr.calls++
+			tr.at = append(tr.at, sent)
+			if err != nil {
+				tr.errs = append(tr.errs, err.Error())
+				tr.recent = append(tr.recent, "error")
+			} else {
+				tr.recent = append(tr.recent, ids(hops))
+			}
+			tr.mu.Unlock()
+		}
+	}()
+	return tr
+}
+
+// await waits until the last k calls took path.
+func (tr *traffic) await(t *testing.T, k int, path string) bool {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		tr.mu.Lock()
+		ok := len(tr.recent) >= k && !slices.ContainsFunc(tr.recent[len(tr.recent)-k:], func(p string) bool { return p != path })
+		tr.mu.Unlock()
+		if ok {
+			return true
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("the last %d calls did not all take %q", k, path)
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// stopAfter waits until the last k calls took path, stops the traffic, and
+// fails the test if any call failed. It returns when the first of those k
+// calls was sent.
+func (tr *traffic) stopAfter(t *testing.T, what string, k int, path string) time.Time {
+	t.Helper()
+	tr.await(t, k, path)
+	close(tr.stop)
+	<-tr.done
+	var first time.Time
+	if len(tr.at) >= k {
+		first = tr.at[len(tr.at)-k]
+	}
+	defer t.Logf("SIGKILL of %s, a call every 100 ms: %d calls, %d failed", what, tr.calls, len(tr.errs))
+	if len(tr.errs) > 0 {
+		t.Errorf("SIGKILL of %s: %d of %d calls failed: %v", what, len(tr.errs), tr.calls, tr.errs)
+	}
+	return first
+}
+
+// startChild runs the feature-x instance id (d-fx or c-fx) in a child
+// process (this test binary), and waits until it is registered.
+func startChild(t *testing.T, endpoints []string, id string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"=d-fx", etcdEnv+"="+strings.Join(endpoints, ","))
+	cmd.Env = append(os.Environ(), childEnv+"="+id, etcdEnv+"="+strings.Join(endpoints, ","))
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -426,11 +521,20 @@ func startChild(t *testing.T, endpoints []string) *exec.Cmd {
 	return cmd
 }
 
-// runChild is the child process: it serves D in lane feature-x until it is
-// killed.
+// runChild is the child process: it serves D (d-fx, gRPC) or C (c-fx,
+// HTTP) in lane feature-x until it is killed.
 func runChild() {
 	n := newNode(fatalTB{}, strings.Split(os.Getenv(etcdEnv), ","))
-	d := inst("d-fx", "d", "feature-x")
+	id := os.Getenv(childEnv)
+	var in registry.Instance
+	switch id {
+	case "d-fx":
+		in = inst(id, "d", "feature-x")
+	case "c-fx":
+		in = inst(id, "c", "feature-x")
+	default:
+		panic("unknown child " + id)
+	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		panic(err)
@@ -438,7 +542,7 @@ func runChild() {
 	ctx := context.Background()
 	go func() {
 		// Announce readiness once the instance is in the registry.
-		w, err := n.reg.Watch(ctx, "d")
+		w, err := n.reg.Watch(ctx, in.Service)
 		if err != nil {
 			panic(err)
 		}
@@ -449,15 +553,23 @@ func runChild() {
 				panic(err)
 			}
 			st.Apply(b)
-			if slices.ContainsFunc(st.Instances("d"), func(in registry.Instance) bool { return in.ID == "d-fx" }) {
+			if slices.ContainsFunc(st.Instances(in.Service), func(x registry.Instance) bool { return x.ID == id }) {
 				fmt.Println("ready")
 				return
 			}
 		}
 	}()
-	if err := serveGRPC(ctx, n, d, &serviceD{inst: d}, lis); err != nil {
-		panic(err)
+	if in.Service == "d" {
+		err = serveGRPC(ctx, n, in, &serviceD{inst: in}, lis)
+	} else {
+		mux := http.NewServeMux()
+		mux.HandleFunc("/chain", func(w http.ResponseWriter, r *http.Request) {
+			hops, err := streamD(r.Context(), n)
+			writeHops(w, append([]hop{self(r.Context(), in)}, hops...), err)
+		})
+		err = laneshttp.Serve(ctx, &http.Server{Handler: mux}, lis, n.reg, in, laneshttp.WithEngine(n.engine), laneshttp.WithTTL(ttl))
 	}
+	panic(err)
 }
 
 // fatalTB lets newNode run outside a test, in the child process.
