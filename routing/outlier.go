@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/lanesdev/lanes/policy"
+	"github.com/lanesdev/lanes/registry"
 )
 
 // Health states of an instance under outlier detection.
@@ -17,6 +18,40 @@ const (
 )
 
 var stateNames = [...]string{"healthy", "ejected", "half-open", "probing"}
+
+// detector is the outlier detector of one service: the health of each of its
+// instances, kept across snapshots for as long as the instance stays
+// registered. Its map is guarded by the service's mutex (snapshot builds
+// read it); each health is safe for concurrent use.
+type detector struct {
+	healths map[string]*health
+}
+
+// of returns the health of instance id, creating it healthy.
+func (d *detector) of(id string) *health {
+	h := d.healths[id]
+	if h == nil {
+		h = &health{}
+		d.healths[id] = h
+	}
+	return h
+}
+
+// retain forgets the instances that are no longer registered.
+func (d *detector) retain(insts []registry.Instance) {
+	if len(d.healths) == 0 {
+		return
+	}
+	keep := make(map[string]bool, len(insts))
+	for i := range insts {
+		keep[insts[i].ID] = true
+	}
+	for id := range d.healths {
+		if !keep[id] {
+			delete(d.healths, id)
+		}
+	}
+}
 
 // health is the outlier-detection state of one instance. It outlives the
 // snapshots that point at it, for as long as the instance stays registered.

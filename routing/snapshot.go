@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"github.com/lanesdev/lanes/lane"
 	"github.com/lanesdev/lanes/policy"
 	"github.com/lanesdev/lanes/registry"
 )
@@ -25,7 +26,10 @@ type group struct {
 	lane     string
 	ready    []*member // eligible for ordinary picks
 	halfOpen []*member // each would take the next request as its probe
-	panic    bool      // baseline panic mode: ready holds ejected instances too
+	// waiting are the members ejected or probing when the snapshot was
+	// built: a pick that finds a time-driven transition due checks them.
+	waiting []*member
+	panic   bool // baseline panic mode: ready holds ejected instances too
 	// hosts holds a sub-group per host that has a ready or half-open
 	// member; nil unless the policy turns on locality.host.
 	hosts map[string]*group
@@ -71,6 +75,14 @@ type route struct {
 	lane   string // the serving lane
 	reason Reason
 	err    *Error
+	// split marks the route of a canary split: the request carries the
+	// canary lane only while this route serves it.
+	split bool
+	// next is where the request goes when every instance of group is a
+	// half-open one whose probe another request claimed: the rest of the
+	// chain, as the next snapshot will say. Set only when group has no
+	// ready instance.
+	next *route
 }
 
 // errFor returns the route's error for a request of lane l. Routes are
@@ -107,12 +119,56 @@ type snapshot struct {
 	outlier  policy.Outlier
 }
 
+// route finds the precomputed route of req, and the lane the request
+// carries downstream. An invalid lane is counted in invalid and routed as a
+// baseline request, canary splits included.
+func (s *snapshot) route(req Request, invalid *atomic.Uint64) (*route, string) {
+	l := req.Lane
+	if l == "" {
+		return s.split(req.Key, &s.baseline)
+	}
+	// The lanes of the routes are valid names: a lane found as it came
+	// needs no check (the transports checked it at the edge).
+	if r := s.routes[l]; r != nil {
+		return r, l
+	}
+	n, ok := lane.Normalize(l)
+	if !ok {
+		invalid.Add(1)
+		return s.split(req.Key, &s.invalid)
+	}
+	if r := s.routes[n]; r != nil {
+		return r, n
+	}
+	return &s.unknown, n
+}
+
+// split applies the canary splits to a baseline request with key (random
+// without one); base is the route of the requests that stay in the baseline.
+func (s *snapshot) split(key string, base *route) (*route, string) {
+	if len(s.canaries) == 0 {
+		return base, ""
+	}
+	var b uint64
+	if key != "" {
+		b = keyBucket(key)
+	} else {
+		b = rand.Uint64N(buckets)
+	}
+	for i := range s.canaries {
+		if c := &s.canaries[i]; b >= c.from && b < c.to {
+			return c.route, c.lane
+		}
+	}
+	return base, ""
+}
+
 // buckets is the resolution of canary splits: 0.01%.
 const buckets = 10000
 
 // build makes a snapshot of svc's instances under cp at time now. It advances
 // the health of every instance and so must run with the service's mutex held.
-func build(svc string, insts []registry.Instance, healths map[string]*health, cp *compiled, now int64) *snapshot {
+func build(svc string, insts []registry.Instance, det *detector, cp *compiled, now int64) *snapshot {
 	s := &snapshot{
 		service: svc,
 		byID:    make(map[string]*member, len(insts)),
@@ -137,11 +193,7 @@ func build(svc string, insts []registry.Instance, healths map[string]*health, cp
 				s.due = exp
 			}
 		}
-		h := healths[in.ID]
-		if h == nil {
-			h = &health{}
-			healths[in.ID] = h
-		}
+		h := det.of(in.ID)
 		st, due := h.advance(now, cp.outlier)
 		if due != 0 && (s.due == 0 || due < s.due) {
 			s.due = due
@@ -152,8 +204,9 @@ func build(svc string, insts []registry.Instance, healths map[string]*health, cp
 		s.byID[in.ID] = m
 		lanes[m.lane] = append(lanes[m.lane], m)
 	}
+	byHost := cp.policy.Locality.Host
 	for l, ms := range lanes {
-		s.groups[l] = newGroup(l, ms, l == "", cp.policy.Locality.Host)
+		s.groups[l] = newGroup(l, ms, l == "", byHost, false)
 	}
 
 	base := s.groups[""]
@@ -165,6 +218,11 @@ func build(svc string, insts []registry.Instance, healths map[string]*health, cp
 			reason = ReasonPanic
 		}
 		s.baseline = route{group: base, reason: reason}
+		if len(base.ready) == 0 {
+			// Only half-open instances: once their probes are claimed,
+			// the baseline is in panic mode.
+			s.baseline.next = &route{group: newGroup("", lanes[""], true, byHost, true), reason: ReasonPanic}
+		}
 	}
 	s.invalid = s.baseline
 	if s.invalid.err == nil {
@@ -196,7 +254,7 @@ func build(svc string, insts []registry.Instance, healths map[string]*health, cp
 		g := s.groups[c.Lane]
 		if !g.empty() && to > from {
 			s.canaries = append(s.canaries, canarySplit{from: from, to: to, lane: c.Lane,
-				route: &route{group: g, lane: c.Lane, reason: ReasonCanary}})
+				route: &route{group: g, lane: c.Lane, reason: ReasonCanary, split: true, next: &s.baseline}})
 		}
 		from = to
 	}
@@ -207,11 +265,20 @@ func build(svc string, insts []registry.Instance, healths map[string]*health, cp
 // the chain is strict.
 func (s *snapshot) chainRoute(l string, cp *compiled) route {
 	chain, strict := cp.chain(l)
-	for i, c := range chain {
-		if g := s.groups[c]; !g.empty() {
-			r := route{group: g, lane: c, reason: ReasonLane}
+	return s.chainFrom(l, chain, strict, 0)
+}
+
+// chainFrom is the route of lane l from position from of its chain on.
+func (s *snapshot) chainFrom(l string, chain []string, strict bool, from int) route {
+	for i := from; i < len(chain); i++ {
+		if g := s.groups[chain[i]]; !g.empty() {
+			r := route{group: g, lane: chain[i], reason: ReasonLane}
 			if i > 0 {
 				r.reason = ReasonFallback
+			}
+			if len(g.ready) == 0 {
+				next := s.chainFrom(l, chain, strict, i+1)
+				r.next = &next
 			}
 			return r
 		}
@@ -233,22 +300,29 @@ func (s *snapshot) fallbackToBaseline(l string) route {
 	return r
 }
 
-func newGroup(l string, ms []*member, baseline, byHost bool) *group {
+// newGroup makes the group of lane l's members ms. byHost builds the host
+// sub-groups (the policy's locality.host). claimed builds the group as it
+// will be once the probes of its half-open members are claimed (they then
+// count as probing).
+func newGroup(l string, ms []*member, baseline, byHost, claimed bool) *group {
 	slices.SortFunc(ms, func(a, b *member) int { return strings.Compare(a.inst.ID, b.inst.ID) })
 	g := &group{lane: l}
+	probing := func(m *member) bool { return m.state == stateProbing || claimed && m.state == stateHalfOpen }
 	for _, m := range ms {
-		switch m.state {
-		case stateHealthy:
+		switch {
+		case m.state == stateHealthy:
 			g.ready = append(g.ready, m)
-		case stateHalfOpen:
+		case m.state == stateHalfOpen && !claimed:
 			g.halfOpen = append(g.halfOpen, m)
+		default:
+			g.waiting = append(g.waiting, m)
 		}
 	}
 	if baseline && g.empty() && len(ms) > 0 {
 		// Panic mode: never let ejection empty the baseline. An instance
 		// whose probe is in flight stays out, unless nothing else is left.
 		for _, m := range ms {
-			if m.state != stateProbing {
+			if !probing(m) {
 				g.ready = append(g.ready, m)
 			}
 		}

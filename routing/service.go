@@ -1,0 +1,264 @@
+package routing
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+
+	"github.com/lanesdev/lanes/registry"
+)
+
+// Service is the routing state of one service: its registered instances, the
+// outlier state of each, and the snapshot that picks read.
+//
+// The snapshot is rebuilt, under mu, by whoever changes what it is built
+// from: the registry watcher (instances), SetPolicy (the policy), a caller
+// reporting an outcome that ejects or restores an instance. A pick never
+// rebuilds and never takes mu: when it claims a probe, or finds a
+// time-driven transition due (an ejection ending, a probe given up, a lane
+// expiring), it has an engine goroutine rebuild the snapshot (rebuildLater)
+// and answers from the snapshot it holds.
+type Service struct {
+	e    *Engine
+	name string
+	snap atomic.Pointer[snapshot]
+
+	mu      sync.Mutex // serialises rebuilds; guards insts, det and changed
+	insts   []registry.Instance
+	det     detector
+	pending atomic.Bool // a rebuild asked by a pick has not started yet
+
+	ready     chan struct{}
+	readyOnce sync.Once
+	changed   chan struct{} // closed and replaced by every setInstances
+}
+
+func newService(e *Engine, name string) *Service {
+	s := &Service{e: e, name: name, det: detector{healths: map[string]*health{}}, ready: make(chan struct{}), changed: make(chan struct{})}
+	s.rebuild()
+	return s
+}
+
+// Name returns the service name.
+func (s *Service) Name() string { return s.name }
+
+// Ready is closed once the service's instances have been listed from the
+// registry (at once for an engine without one).
+func (s *Service) Ready() <-chan struct{} { return s.ready }
+
+// WaitReady blocks until Ready, or ctx is done.
+func (s *Service) WaitReady(ctx context.Context) error {
+	select {
+	case <-s.ready:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (s *Service) markReady() { s.readyOnce.Do(func() { close(s.ready) }) }
+
+func (s *Service) now() int64 { return s.e.clock.Now().UnixNano() }
+
+// rebuild makes and publishes a new snapshot. s.mu must be held, or the
+// service must not be published yet.
+func (s *Service) rebuild() {
+	s.snap.Store(build(s.name, s.insts, &s.det, s.e.policy.Load(), s.now()))
+}
+
+// rebuildLater has an engine goroutine rebuild the snapshot, off the pick
+// path. At most one such rebuild waits at a time; one asked while another
+// runs runs after it, so that no change is missed.
+func (s *Service) rebuildLater() {
+	if !s.pending.CompareAndSwap(false, true) {
+		return
+	}
+	if !s.e.spawn(func() {
+		s.mu.Lock()
+		s.pending.Store(false)
+		s.rebuild()
+		s.mu.Unlock()
+	}) {
+		s.pending.Store(false) // the engine is closed
+	}
+}
+
+// current returns the snapshot, first rebuilding it when a time-driven
+// transition is due or a pick asked for a rebuild that has not run yet.
+func (s *Service) current() *snapshot {
+	sn := s.snap.Load()
+	if sn.due != 0 && s.now() >= sn.due || s.pending.Load() {
+		s.mu.Lock()
+		s.rebuild()
+		s.mu.Unlock()
+		sn = s.snap.Load()
+	}
+	return sn
+}
+
+func (s *Service) setInstances(insts []registry.Instance) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.insts = make([]registry.Instance, len(insts))
+	for i, in := range insts {
+		s.insts[i] = in.Clone()
+	}
+	s.det.retain(s.insts)
+	s.rebuild()
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// Changed returns a channel that is closed at the next change of the
+// service's registered instances. Read it before Instances, and wait on it
+// after, to miss no change.
+func (s *Service) Changed() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.changed
+}
+
+// Instances returns the registered instances of the service.
+func (s *Service) Instances() []registry.Instance {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]registry.Instance, len(s.insts))
+	for i, in := range s.insts {
+		out[i] = in.Clone()
+	}
+	return out
+}
+
+// Pick routes req to one instance. It fails with an *Error when no instance
+// may serve the request. It does not allocate, and does not wait: its answer
+// comes from the snapshot in force when it starts.
+func (s *Service) Pick(req Request) (Result, error) {
+	sn := s.snap.Load()
+	due := sn.due != 0 && s.now() >= sn.due
+	if due {
+		s.rebuildLater()
+	}
+	r, l := sn.route(req, &s.e.invalidLanes)
+	if r.err == nil && !due {
+		// The fast path: no probe is due in the group.
+		if g := r.group.narrow(req.Zone, req.Host); len(g.halfOpen) == 0 {
+			m := g.pickReady()
+			return Result{Instance: &m.inst, Lane: r.lane, RequestLane: l, Reason: r.reason, m: m, svc: s}, nil
+		}
+	}
+	r, g, probe, l, err := s.eligible(req, r, l, false, due)
+	switch {
+	case err != nil:
+		return Result{}, err
+	case probe != nil:
+		return Result{Instance: &probe.inst, Lane: r.lane, RequestLane: l, Reason: ReasonProbe, m: probe, svc: s}, nil
+	}
+	m := g.pickReady()
+	return Result{Instance: &m.inst, Lane: r.lane, RequestLane: l, Reason: r.reason, m: m, svc: s}, nil
+}
+
+// eligible finds the group of instances that may serve req from route r,
+// for a request that carries lane l: the route's group, narrowed to the
+// caller's host (when the policy says so) or zone. When that group has a
+// half-open instance, eligible claims it as this request's probe and returns
+// it instead. When every candidate is a half-open instance that other
+// requests claimed first, the snapshot being rebuilt will say so; eligible
+// gives its answer now, without waiting: the next locality level (host,
+// zone, the whole lane), then the rest of the chain (route.next).
+//
+// When a time-driven transition is due, a waiting member whose ejection has
+// ended counts as half-open, as it will in the next snapshot.
+//
+// A claim is published at once when publish is set (Resolve), and by an
+// engine goroutine otherwise (Pick).
+func (s *Service) eligible(req Request, r *route, l string, publish, due bool) (*route, *group, *member, string, error) {
+	for {
+		if r.err != nil {
+			return r, nil, nil, l, r.errFor(l)
+		}
+		var levels [3]*group
+		n := 0
+		if g := r.group; req.Host != "" && g.hosts != nil {
+			if h := g.hosts[req.Host]; h != nil {
+				levels[n] = h
+				n++
+			}
+		}
+		if g := r.group; req.Zone != "" && g.zones != nil {
+			if z := g.zones[req.Zone]; z != nil {
+				levels[n] = z
+				n++
+			}
+		}
+		levels[n] = r.group
+		n++
+		for _, g := range levels[:n] {
+			if m := s.claim(g.halfOpen, publish, false); m != nil {
+				return r, nil, m, l, nil
+			}
+			if due {
+				if m := s.claim(g.waiting, publish, true); m != nil {
+					return r, nil, m, l, nil
+				}
+			}
+			if len(g.ready) > 0 {
+				return r, g, nil, l, nil
+			}
+		}
+		if r.split {
+			l = "" // the canary takes no share: the request stays a baseline one
+		}
+		if r.next == nil {
+			return r, nil, nil, l, &Error{Code: CodeNoInstance, Service: s.name, Lane: l}
+		}
+		r = r.next
+	}
+}
+
+// claim tries to make one of the half-open members ms this request's probe.
+// advance first moves each member's time-driven transitions forward.
+func (s *Service) claim(ms []*member, publish, advance bool) *member {
+	if len(ms) == 0 {
+		return nil
+	}
+	now, cfg := s.now(), s.snap.Load().outlier
+	for _, m := range ms {
+		if advance {
+			if st, _ := m.health.advance(now, cfg); st != stateHalfOpen {
+				continue
+			}
+		}
+		if m.health.claimProbe(now, cfg) {
+			if publish {
+				s.mu.Lock()
+				s.rebuild()
+				s.mu.Unlock()
+			} else {
+				s.rebuildLater()
+			}
+			return m
+		}
+	}
+	return nil
+}
+
+// report feeds one outcome to outlier detection, and rebuilds the snapshot
+// in the reporting goroutine when it ejects or restores the instance.
+func (s *Service) report(h *health, ok bool) {
+	if ok && h.state.Load() == stateHealthy {
+		return // the common case: no clock, no lock
+	}
+	if h.report(ok, s.now(), s.snap.Load().outlier) {
+		s.mu.Lock()
+		s.rebuild()
+		s.mu.Unlock()
+	}
+}
+
+// ReportID feeds the outcome of a call to the instance with the given id to
+// outlier detection, as Result.Report does. Unknown ids are ignored.
+func (s *Service) ReportID(id string, ok bool) {
+	if m := s.snap.Load().byID[id]; m != nil {
+		s.report(m.health, ok)
+	}
+}
