@@ -37,7 +37,7 @@ steps:
   - request: {lane: carol}
     expect: [b1]
   - report: {instance: b1, ok: true}
-  - request: {lane: "Al_ice"}
+  - request: {lane: "Al_ice", key: user-1}
     expect: [a1]
     expect_request_lane: alice
   - request: {}
