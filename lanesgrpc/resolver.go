@@ -5,8 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	_ "google.golang.org/grpc/health" // the client-side health check of WithHealthCheck
@@ -23,9 +26,8 @@ const Scheme = "lanes"
 
 // NewBuilder returns a resolver.Builder for "lanes:///<service>" targets that
 // feeds gRPC the instances of the service as the routing engine e sees them.
-// Register it for one ClientConn with grpc.WithResolvers; it is not
-// registered globally, because it needs an engine. NewClient does this for
-// you.
+// Register it for one ClientConn with grpc.WithResolvers, as NewClient does;
+// or make e the engine of the globally registered lanes scheme with Register.
 //
 // Each endpoint has one address, the instance's Addr, and carries the
 // registry.Instance (see InstanceFromEndpoint). The state carries the
@@ -52,9 +54,9 @@ type builder struct {
 func (b *builder) Scheme() string { return Scheme }
 
 func (b *builder) Build(t resolver.Target, cc resolver.ClientConn, _ resolver.BuildOptions) (resolver.Resolver, error) {
-	name := t.Endpoint()
-	if err := registry.CheckService(name); err != nil {
-		return nil, fmt.Errorf("lanesgrpc: target %q: %w", t.String(), err)
+	name, err := serviceOf(t)
+	if err != nil {
+		return nil, err
 	}
 	idem, err := parseMethods(b.cfg.idempotent)
 	if err != nil {
@@ -66,6 +68,89 @@ func (b *builder) Build(t resolver.Target, cc resolver.ClientConn, _ resolver.Bu
 	}
 	svc := b.e.Service(name)
 	return startResolver(cc, b.e, svc, svc, sc, b.cfg), nil
+}
+
+// targetForm is the form of a lanes target, for error messages.
+const targetForm = `want lanes:///<service>, such as "lanes:///orders" (three slashes, no port)`
+
+// serviceOf returns the service a target names, or an error naming the form
+// expected: lanes:///<service>, with no authority, port or path.
+func serviceOf(t resolver.Target) (string, error) { return serviceIn(t, t.String()) }
+
+func serviceIn(t resolver.Target, shown string) (string, error) {
+	u := t.URL
+	name := t.Endpoint()
+	switch {
+	case u.Host != "" || u.User != nil:
+		return "", fmt.Errorf("lanesgrpc: target %q: %s; %q is read as an authority", shown, targetForm, u.Host)
+	case u.Opaque != "":
+		return "", fmt.Errorf("lanesgrpc: target %q: %s", shown, targetForm)
+	case u.RawQuery != "" || u.Fragment != "" || strings.ContainsAny(name, "/:"):
+		return "", fmt.Errorf("lanesgrpc: target %q: %s; the service name is the whole path, without a port", shown, targetForm)
+	}
+	if err := registry.CheckService(name); err != nil {
+		return "", fmt.Errorf("lanesgrpc: target %q: %s: %w", shown, targetForm, err)
+	}
+	return name, nil
+}
+
+// CheckTarget reports whether target is a lanes target in the form the
+// resolver reads, lanes:///<service>, with an error naming that form when
+// it is not. grpc.NewClient does not build the resolver until the first
+// call, so the resolver's own refusal surfaces only then; CheckTarget says
+// it up front.
+func CheckTarget(target string) error {
+	u, err := url.Parse(target)
+	if err != nil || u.Scheme != Scheme {
+		return fmt.Errorf("lanesgrpc: target %q: %s", target, targetForm)
+	}
+	_, err = serviceIn(resolver.Target{URL: *u}, target)
+	return err
+}
+
+// registered is the engine of the globally registered lanes scheme.
+var registered atomic.Pointer[builder]
+
+func init() { resolver.Register(globalBuilder{}) }
+
+// Register makes e the engine of lanes:/// targets dialled without a
+// resolver of their own, so that a plain
+//
+//	grpc.NewClient("lanes:///orders",
+//		grpc.WithTransportCredentials(insecure.NewCredentials()),
+//		grpc.WithChainUnaryInterceptor(lanesgrpc.UnaryClientInterceptor()),
+//		grpc.WithChainStreamInterceptor(lanesgrpc.StreamClientInterceptor()))
+//
+// routes every call with e: the scheme is registered with gRPC when this
+// package is imported, and its service config selects the lanes balancer.
+// The client interceptors carry the lane to the server. opts are those of
+// NewBuilder (WithZone, WithIdempotent, WithHealthCheck). Register may be
+// called again, for example in tests; connections built before keep the
+// engine they were built with. Clients made with NewClient, or with
+// grpc.WithResolvers(NewBuilder(...)), use their own engine.
+func Register(e *routing.Engine, opts ...Option) {
+	if e == nil {
+		registered.Store(nil)
+		return
+	}
+	registered.Store(&builder{e: e, cfg: newConfig(opts)})
+}
+
+// globalBuilder is the lanes scheme registered with gRPC: it builds with the
+// engine of Register.
+type globalBuilder struct{}
+
+func (globalBuilder) Scheme() string { return Scheme }
+
+func (globalBuilder) Build(t resolver.Target, cc resolver.ClientConn, o resolver.BuildOptions) (resolver.Resolver, error) {
+	if _, err := serviceOf(t); err != nil {
+		return nil, err
+	}
+	b := registered.Load()
+	if b == nil {
+		return nil, fmt.Errorf("lanesgrpc: target %q: no routing engine for lanes targets: call lanesgrpc.Register(engine) at start-up, or dial with lanesgrpc.NewClient(engine, service)", t.String())
+	}
+	return b.Build(t, cc, o)
 }
 
 // source is what the resolver reads: a *routing.Service.
