@@ -1,0 +1,296 @@
+package docs
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+// wait bounds every wait: generous, for a loaded 2-core machine.
+const wait = 60 * time.Second
+
+// syncBuffer is an io.Writer safe for exec's copier and the test.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// proc is a child process, killed at cleanup if it still runs.
+type proc struct {
+	name   string
+	cmd    *exec.Cmd
+	out    syncBuffer
+	exited chan struct{}
+	err    error
+}
+
+func start(t *testing.T, name string, env []string, bin string, args ...string) *proc {
+	t.Helper()
+	p := &proc{name: name, cmd: exec.Command(bin, args...), exited: make(chan struct{})}
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "LANES_") {
+			p.cmd.Env = append(p.cmd.Env, kv)
+		}
+	}
+	p.cmd.Env = append(p.cmd.Env, env...)
+	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.out
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { // ends with the process
+		p.err = p.cmd.Wait()
+		close(p.exited)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.exited:
+		default:
+			p.cmd.Process.Kill()
+			<-p.exited
+		}
+		if t.Failed() {
+			t.Logf("%s output:\n%s", p.name, p.out.String())
+		}
+	})
+	return p
+}
+
+// waitOutput waits until the output contains s.
+func (p *proc) waitOutput(t *testing.T, s string) string {
+	t.Helper()
+	deadline := time.Now().Add(wait)
+	for {
+		out := p.out.String()
+		if strings.Contains(out, s) {
+			return out
+		}
+		select {
+		case <-p.exited:
+			t.Fatalf("%s exited (%v) before printing %q:\n%s", p.name, p.err, s, out)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not print %q within %s:\n%s", p.name, s, wait, out)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// stop sends SIGTERM and waits for a clean exit.
+func (p *proc) stop(t *testing.T) {
+	t.Helper()
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+		if p.err != nil {
+			t.Errorf("%s exited with %v after SIGTERM", p.name, p.err)
+		}
+	case <-time.After(wait):
+		t.Errorf("%s did not stop within %s of SIGTERM", p.name, wait)
+	}
+}
+
+// program returns the first Go block of a Markdown file, which must be a
+// complete program.
+func program(t *testing.T, file string) block {
+	t.Helper()
+	for _, b := range readBlocks(t) {
+		if b.file == file {
+			if b.pkgName() != "main" {
+				t.Fatalf("%s: the first Go block is not a complete program (package main)", b.where())
+			}
+			return b
+		}
+	}
+	t.Fatalf("%s has no Go block", file)
+	return block{}
+}
+
+var exportLine = regexp.MustCompile(`(?m)^\s*export (LANES_REGISTRY=etcd://\S+.*)$`)
+var gatewayLine = regexp.MustCompile(`(?m)^gateway\s+http://(\S+)`)
+
+// TestProgramsRun runs the complete programs of README.md, docs/http.md and
+// docs/grpc.md as written against `lanes up`, with the environment that
+// `lanes up` prints, a baseline and an alice instance of each: a request in
+// lane alice reaches the alice instance, a baseline request never does.
+func TestProgramsRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds and runs programs")
+	}
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("no go command")
+	}
+	tmp := t.TempDir()
+	httpProg, grpcProg, readme := program(t, "docs/http.md"), program(t, "docs/grpc.md"), program(t, "README.md")
+	if readme.code != httpProg.code {
+		t.Errorf("%s and %s show different programs; the README's is the HTTP one", readme.where(), httpProg.where())
+	}
+
+	// Build lanes, the HTTP program (in the lanes module) and the gRPC one
+	// (in a module of its own: it needs grpc-go's examples).
+	lanes := filepath.Join(tmp, "lanes")
+	if out, err := goCmd(t, "build", "-o", lanes, "./cmd/lanes"); err != nil {
+		t.Fatalf("build lanes: %v\n%s", err, out)
+	}
+	hdir := filepath.Join(tmp, "hello")
+	os.MkdirAll(hdir, 0o755)
+	os.WriteFile(filepath.Join(hdir, "main.go"), []byte(httpProg.code), 0o644)
+	if out, err := goCmd(t, "build", "-o", filepath.Join(hdir, "bin"), filepath.Join(hdir, "main.go")); err != nil {
+		t.Fatalf("build %s: %v\n%s", httpProg.where(), err, out)
+	}
+	gdir := filepath.Join(tmp, "greeter")
+	os.MkdirAll(gdir, 0o755)
+	os.WriteFile(filepath.Join(gdir, "main.go"), []byte(grpcProg.code), 0o644)
+	out, err := buildOwnModule(t, gdir, grpcProg.code)
+	grpcOK := err == nil
+	switch {
+	case err == errOffline:
+		t.Logf("%s not run: it needs grpc-go's examples from the Go module proxy, which cannot be reached: %s", grpcProg.where(), out)
+	case err != nil:
+		t.Fatalf("build %s: %v\n%s", grpcProg.where(), err, out)
+	}
+
+	up := start(t, "lanes up", nil, lanes, "up",
+		"--data-dir", filepath.Join(tmp, "lanes-data"),
+		"--admin-addr", "127.0.0.1:0", "--gateway-addr", "127.0.0.1:0",
+		"--etcd-client-addr", "127.0.0.1:0", "--etcd-peer-addr", "127.0.0.1:0",
+		"--nats-addr", "off", "--log-level", "warn",
+		"--route", "/helloworld.Greeter=greeter", "--route", "/=hello")
+	upOut := up.waitOutput(t, "lanes is up.")
+	m := exportLine.FindStringSubmatch(upOut)
+	g := gatewayLine.FindStringSubmatch(upOut)
+	if m == nil || g == nil {
+		t.Fatalf("lanes up printed no export line or gateway:\n%s", upOut)
+	}
+	env := strings.Fields(m[1]) // exactly as printed
+	gateway := g[1]
+
+	for _, p := range []struct {
+		name, bin string
+		ok        bool
+	}{{"hello", filepath.Join(hdir, "bin"), true}, {"greeter", filepath.Join(gdir, "bin"), grpcOK}} {
+		if !p.ok {
+			continue
+		}
+		base := start(t, p.name+" (baseline)", env, p.bin)
+		alice := start(t, p.name+" (alice)", append(env, "LANES_LANE=alice"), p.bin)
+		base.waitOutput(t, "lanes: instance registered")
+		alice.waitOutput(t, "lanes: instance registered")
+		defer base.stop(t)
+		defer alice.stop(t)
+	}
+
+	hc := &http.Client{Timeout: 10 * time.Second}
+	get := func(l string) string {
+		req, _ := http.NewRequest("GET", "http://"+gateway+"/", nil)
+		if l != "" {
+			req.Header.Set("x-lane", l)
+		}
+		res, err := hc.Do(req)
+		if err != nil {
+			return err.Error()
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return string(b)
+	}
+	const aliceHTTP, baseHTTP = `hello from lane "alice", serving a request in lane "alice"`, `hello from lane "", serving a request in lane ""`
+	eventually(t, "HTTP: lane alice reaches the alice instance", func() string {
+		if got := get("alice"); !strings.Contains(got, aliceHTTP) {
+			return got
+		}
+		return ""
+	})
+	for i := 0; i < 20; i++ {
+		if got := get(""); !strings.Contains(got, baseHTTP) {
+			t.Fatalf("HTTP baseline request: %q", got)
+		}
+		if got := get("alice"); !strings.Contains(got, aliceHTTP) {
+			t.Fatalf("HTTP alice request: %q", got)
+		}
+	}
+	if !grpcOK {
+		return
+	}
+
+	cc, err := grpc.NewClient(gateway, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	// helloworld's HelloRequest and HelloReply have one string field, 1:
+	// wrapperspb.StringValue is the same on the wire.
+	say := func(l string) string {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if l != "" {
+			ctx = metadata.AppendToOutgoingContext(ctx, "x-lane", l)
+		}
+		var reply wrapperspb.StringValue
+		if err := cc.Invoke(ctx, "/helloworld.Greeter/SayHello", wrapperspb.String("docs"), &reply); err != nil {
+			return err.Error()
+		}
+		return reply.GetValue()
+	}
+	const aliceGRPC, baseGRPC = `hello docs from lane "alice", serving a request in lane "alice"`, `hello docs from lane "", serving a request in lane ""`
+	eventually(t, "gRPC: lane alice reaches the alice instance", func() string {
+		if got := say("alice"); got != aliceGRPC {
+			return got
+		}
+		return ""
+	})
+	for i := 0; i < 20; i++ {
+		if got := say(""); got != baseGRPC {
+			t.Fatalf("gRPC baseline call: %q", got)
+		}
+		if got := say("alice"); got != aliceGRPC {
+			t.Fatalf("gRPC alice call: %q", got)
+		}
+	}
+}
+
+// eventually polls f until it returns "" or wait passes.
+func eventually(t *testing.T, what string, f func() string) {
+	t.Helper()
+	deadline := time.Now().Add(wait)
+	for {
+		msg := f()
+		if msg == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s: %s", what, wait, msg)
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+}
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
