@@ -37,9 +37,27 @@ import (
 // DefaultPrefix is the key prefix used when Options.Prefix is empty.
 const DefaultPrefix = "/lanes/"
 
-// DefaultDialTimeout bounds the first connection of Open when
-// Config.DialTimeout is zero.
-const DefaultDialTimeout = 5 * time.Second
+// The defaults of Config.
+const (
+	// DefaultDialTimeout bounds the first connection of Open.
+	DefaultDialTimeout = 5 * time.Second
+	// DefaultKeepAliveTime is how long a connection to a member may stay
+	// silent before the client pings it. gRPC allows no less than 10s, and
+	// etcd refuses pings more frequent than its --grpc-keepalive-min-time
+	// (5s by default).
+	DefaultKeepAliveTime = 10 * time.Second
+	// DefaultKeepAliveTimeout is how long the client waits for the answer
+	// to a ping before it closes the connection.
+	DefaultKeepAliveTimeout = 3 * time.Second
+	// DefaultRequestTimeout bounds each attempt of a request.
+	DefaultRequestTimeout = 2 * time.Second
+	// DefaultMemberTimeout is how long a member may take to answer a
+	// check.
+	DefaultMemberTimeout = time.Second
+	// DefaultQuorumTimeout is how long the cluster may be without a
+	// leader before requests fail at once.
+	DefaultQuorumTimeout = 5 * time.Second
+)
 
 // opTimeout bounds the etcd calls that the Store makes on its own behalf
 // (re-registering a lost lease, revoking a lease on Close). The client waits
@@ -71,6 +89,32 @@ type Config struct {
 	// DialTimeout bounds connecting and the first request of Open
 	// (DefaultDialTimeout when zero).
 	DialTimeout time.Duration
+	// KeepAliveTime and KeepAliveTimeout are the gRPC keepalive of every
+	// connection (DefaultKeepAliveTime and DefaultKeepAliveTimeout when
+	// zero): a connection that stays silent for KeepAliveTime is pinged,
+	// and closed when the ping is not answered within KeepAliveTimeout.
+	KeepAliveTime    time.Duration
+	KeepAliveTimeout time.Duration
+	// RequestTimeout bounds each attempt of an etcd request whose context
+	// allows longer (DefaultRequestTimeout when zero). An attempt that runs
+	// out of time is tried again on another member while the context
+	// lasts.
+	RequestTimeout time.Duration
+	// MemberTimeout is how long each member may take to answer the Store's
+	// checks, made on connections of their own twice per MemberTimeout
+	// (DefaultMemberTimeout when zero; negative turns the checks off). A
+	// member that misses a check while another answers (one paused,
+	// overloaded or cut off from its cluster) is avoided: the client's
+	// connections to it are closed, which moves its watches, lease
+	// keep-alives and requests to the other members, and none is opened
+	// again until it answers. Store.Health reports the checks.
+	MemberTimeout time.Duration
+	// QuorumTimeout is how long the cluster may have no leader (or no
+	// member may answer) before every request fails at once with
+	// ErrNoQuorum instead of waiting (DefaultQuorumTimeout when zero). Keep
+	// it above the time an election takes (a few election timeouts). Only
+	// with the member checks.
+	QuorumTimeout time.Duration
 
 	Options
 }
@@ -84,6 +128,8 @@ type Store struct {
 	prefix string
 	log    *slog.Logger
 	policy *policyStore
+	// members checks the cluster's members (Open's clients only).
+	members *members
 
 	g *group.Group // the lease and watch goroutines; its context is the parent of every lease and watch
 }
@@ -98,23 +144,27 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if len(cfg.Endpoints) == 0 {
 		return nil, errors.New("etcdstore: no endpoints")
 	}
-	if cfg.DialTimeout <= 0 {
-		cfg.DialTimeout = DefaultDialTimeout
+	cfg = cfg.withDefaults()
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
 	}
+	m := newMembers(cfg, log.With("component", "etcdstore"))
 	c, err := clientv3.New(clientv3.Config{
 		Endpoints:   cfg.Endpoints,
 		DialTimeout: cfg.DialTimeout,
 		// Detect a dead connection (a member that vanished without closing
-		// it) within seconds rather than the TCP timeout.
-		DialKeepAliveTime:    10 * time.Second,
-		DialKeepAliveTimeout: 5 * time.Second,
-		DialOptions: []grpc.DialOption{grpc.WithConnectParams(grpc.ConnectParams{
+		// it) within seconds rather than the TCP timeout. No pings without
+		// streams: etcd closes the connection of a client that sends them.
+		DialKeepAliveTime:    cfg.KeepAliveTime,
+		DialKeepAliveTimeout: cfg.KeepAliveTimeout,
+		DialOptions: append(m.dialOptions(), grpc.WithConnectParams(grpc.ConnectParams{
 			// gRPC's default reconnect backoff grows to two minutes. After an
 			// etcd outage, leases must be renewed within their TTL of etcd's
 			// return, so retry at least every two seconds.
 			Backoff:           grpcbackoff.Config{BaseDelay: 200 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
 			MinConnectTimeout: cfg.DialTimeout,
-		})},
+		})),
 		TLS:      cfg.TLS,
 		Username: cfg.Username,
 		Password: cfg.Password,
@@ -131,6 +181,11 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	s.owned = true
+	if err := m.start(cfg, s.policy.key); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("etcdstore: %w", err)
+	}
+	s.members = m
 	cctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
 	defer cancel()
 	if _, err := c.Get(cctx, s.policy.key, clientv3.WithCountOnly()); err != nil {
@@ -138,6 +193,25 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("etcdstore: connect to %s: %w", strings.Join(cfg.Endpoints, ","), err)
 	}
 	return s, nil
+}
+
+// withDefaults fills in the zero durations.
+func (cfg Config) withDefaults() Config {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	if cfg.DialTimeout < 0 {
+		cfg.DialTimeout = 0
+	}
+	def(&cfg.DialTimeout, DefaultDialTimeout)
+	def(&cfg.KeepAliveTime, DefaultKeepAliveTime)
+	def(&cfg.KeepAliveTimeout, DefaultKeepAliveTimeout)
+	def(&cfg.RequestTimeout, DefaultRequestTimeout)
+	def(&cfg.MemberTimeout, DefaultMemberTimeout)
+	def(&cfg.QuorumTimeout, DefaultQuorumTimeout)
+	return cfg
 }
 
 // New returns a Store that uses an existing client. Close does not close
@@ -185,12 +259,26 @@ func (s *Store) Close() error {
 	if !s.g.Close() {
 		return nil
 	}
+	var err error
 	if s.owned {
-		if err := s.client.Close(); err != nil && !errors.Is(err, context.Canceled) {
-			return err
+		if cerr := s.client.Close(); cerr != nil && !errors.Is(cerr, context.Canceled) {
+			err = cerr
 		}
 	}
-	return nil
+	if s.members != nil {
+		s.members.close()
+	}
+	return err
+}
+
+// Health reports the state of the etcd cluster as the Store's checks of its
+// members see it (see Config.MemberTimeout). ok is false for a Store made
+// with New, or with the checks turned off: it knows nothing of the members.
+func (s *Store) Health() (h Health, ok bool) {
+	if s.members == nil || s.members.timeout <= 0 {
+		return Health{}, false
+	}
+	return s.members.health(), true
 }
 
 // PolicyKey is the key that holds the policy document.

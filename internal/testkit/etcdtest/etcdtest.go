@@ -77,9 +77,11 @@ func Each(t *testing.T, fn func(t *testing.T, srv Server)) {
 func Client(t testing.TB, endpoints []string) *clientv3.Client {
 	t.Helper()
 	c, err := clientv3.New(clientv3.Config{
-		Endpoints:   endpoints,
-		DialTimeout: 5 * time.Second,
-		Logger:      zap.NewNop(),
+		Endpoints:            endpoints,
+		DialTimeout:          5 * time.Second,
+		DialKeepAliveTime:    10 * time.Second,
+		DialKeepAliveTimeout: 3 * time.Second,
+		Logger:               zap.NewNop(),
 	})
 	if err != nil {
 		t.Fatalf("etcdtest: client: %v", err)
