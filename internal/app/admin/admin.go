@@ -396,14 +396,50 @@ func remoteIP(r *http.Request) netip.Addr {
 	return a.Unmap()
 }
 
+// healthBody is the answer of /healthz.
+type healthBody struct {
+	Status string `json:"status"` // ok, degraded, no_quorum, unavailable
+	Etcd   string `json:"etcd"`
+	// Members are the etcd members as the store's checks see them.
+	Members []healthMember `json:"members,omitempty"`
+}
+
+type healthMember struct {
+	Endpoint string `json:"endpoint"`
+	State    string `json:"state"` // up, no_leader, down, unknown
+	Error    string `json:"error,omitempty"`
+	Avoided  bool   `json:"avoided,omitempty"`
+}
+
+// health answers 200 while etcd has a quorum ("degraded" when a member does
+// not answer), 503 without one (the gateway routes from the last state it
+// saw; registrations are refused) or when etcd cannot be read.
 func (s *Server) health(w http.ResponseWriter, r *http.Request, _ *principal) error {
+	body := healthBody{Status: "ok", Etcd: "ok"}
+	h, checked := s.store.Health()
+	if checked {
+		for _, m := range h.Members {
+			body.Members = append(body.Members, healthMember{Endpoint: m.Endpoint, State: m.State, Error: m.Err, Avoided: m.Avoided})
+		}
+		switch h.State {
+		case etcdstore.HealthNoQuorum:
+			body.Status = "no_quorum"
+			body.Etcd = "no quorum since " + h.Since.UTC().Format(time.RFC3339) + ": the gateway routes from the last state it saw; registrations and changes are refused until a majority of etcd members is back"
+			writeJSON(w, http.StatusServiceUnavailable, body)
+			return nil
+		case etcdstore.HealthDegraded:
+			body.Status = "degraded"
+			body.Etcd = "degraded since " + h.Since.UTC().Format(time.RFC3339) + ": some etcd members do not answer (see members); the others serve"
+		}
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 	defer cancel()
 	if _, err := s.cli.Get(ctx, s.store.PolicyKey(), clientv3.WithCountOnly()); err != nil {
-		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "etcd": err.Error()})
+		body.Status, body.Etcd = "unavailable", err.Error()
+		writeJSON(w, http.StatusServiceUnavailable, body)
 		return nil
 	}
-	writeJSON(w, http.StatusOK, map[string]string{"status": "ok", "etcd": "ok"})
+	writeJSON(w, http.StatusOK, body)
 	return nil
 }
 

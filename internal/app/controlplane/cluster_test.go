@@ -1,0 +1,302 @@
+package controlplane
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/lanesdev/lanes/adminclient"
+	"github.com/lanesdev/lanes/etcdstore"
+	"github.com/lanesdev/lanes/internal/testkit/etcdtest"
+	"github.com/lanesdev/lanes/laneshttp"
+	"github.com/lanesdev/lanes/registry"
+	"github.com/lanesdev/lanes/routing"
+)
+
+// The lanes-up cluster tests run the control plane on a three-member etcd
+// cluster of Debian's etcd processes, with the workload of the issue that
+// found the paused-member fault: three instances of web heartbeating
+// through the admin API with a 6s TTL, a request through the gateway every
+// 50ms, and a service's laneshttp client (its own engine on its own etcd
+// client) calling web every 50ms. They count failed requests and samples in
+// which the gateway's engine did not see all three instances.
+
+const upTTL = 6 * time.Second
+
+type upWorkload struct {
+	t      *testing.T
+	c      *etcdtest.Cluster
+	srv    *Server
+	admin  *adminclient.Client
+	leases []registry.Lease
+
+	stop    chan struct{}
+	wg      sync.WaitGroup
+	sent    atomic.Int64
+	failed  atomic.Int64
+	missing atomic.Int64 // samples with fewer than three instances
+	mu      sync.Mutex
+	errs    []string
+}
+
+func startUp(t *testing.T, c *etcdtest.Cluster, mod func(*Config)) *upWorkload {
+	t.Helper()
+	cfg := Defaults()
+	cfg.DataDir = t.TempDir()
+	cfg.AdminAddr, cfg.GatewayAddr = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Nats.Addr = NatsOff
+	cfg.Etcd.Endpoints = c.Endpoints()
+	cfg.Routes = []string{"/=web"}
+	if mod != nil {
+		mod(&cfg)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv, err := Start(ctx, cfg, WithLogger(NewLogger(testWriter{t}, "warn")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	w := &upWorkload{t: t, c: c, srv: srv, stop: make(chan struct{})}
+	rt := srv.Runtime()
+	w.admin, err = adminclient.New(rt.AdminURL, rt.AdminToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg := adminclient.NewRegistry(w.admin)
+	t.Cleanup(func() { reg.Close() })
+	for i := range 3 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		hs := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok") })}
+		go hs.Serve(ln)
+		t.Cleanup(func() { hs.Close() })
+		l, err := reg.Register(ctx, registry.Instance{Service: "web", ID: fmt.Sprintf("web-%d", i), Addr: ln.Addr().String()}, upTTL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.leases = append(w.leases, l)
+	}
+	web := rt.Engine.Service("web")
+	deadline := time.Now().Add(10 * time.Second)
+	for n := 0; n != 3; {
+		d, err := web.Resolve(routing.Request{})
+		if err == nil {
+			n = len(d.Eligible)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the gateway's engine sees %d instances of web, want 3", n)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return w
+}
+
+// testWriter sends log lines to t.Log.
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }
+
+// run sends the traffic and samples the engine until finish.
+func (w *upWorkload) run(sdk *http.Client) {
+	rt := w.srv.Runtime()
+	gw := &http.Client{Timeout: 5 * time.Second}
+	callers := map[string]func() error{
+		"gateway": func() error { return get(gw, rt.GatewayURL+"/") },
+	}
+	if sdk != nil {
+		callers["laneshttp"] = func() error { return get(sdk, "http://web/") }
+	}
+	for name, call := range callers {
+		w.wg.Add(1)
+		go func() {
+			defer w.wg.Done()
+			tick := time.NewTicker(50 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				select {
+				case <-w.stop:
+					return
+				case <-tick.C:
+				}
+				w.sent.Add(1)
+				if err := call(); err != nil {
+					w.failed.Add(1)
+					w.mu.Lock()
+					w.errs = append(w.errs, fmt.Sprintf("%s %s: %v", time.Now().Format("15:04:05.000"), name, err))
+					w.mu.Unlock()
+				}
+			}
+		}()
+	}
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		web := rt.Engine.Service("web")
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-w.stop:
+				return
+			case <-tick.C:
+			}
+			if d, err := web.Resolve(routing.Request{}); err != nil || len(d.Eligible) != 3 {
+				w.missing.Add(1)
+			}
+		}
+	}()
+}
+
+func (w *upWorkload) finish() (sent, failed, missing int64, errs []string) {
+	close(w.stop)
+	w.wg.Wait()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.sent.Load(), w.failed.Load(), w.missing.Load(), w.errs
+}
+
+func get(c *http.Client, url string) error {
+	resp, err := c.Get(url)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("status %d", resp.StatusCode)
+	}
+	return nil
+}
+
+// health returns the status of /healthz.
+func (w *upWorkload) health() (int, string) {
+	hc := &http.Client{Timeout: 5 * time.Second}
+	defer hc.CloseIdleConnections()
+	resp, err := hc.Get(w.srv.Runtime().AdminURL + "/healthz")
+	if err != nil {
+		return 0, err.Error()
+	}
+	defer resp.Body.Close()
+	var body struct {
+		Status string `json:"status"`
+	}
+	json.NewDecoder(resp.Body).Decode(&body)
+	return resp.StatusCode, body.Status
+}
+
+// sdkClient returns a laneshttp client on an engine of its own, which
+// follows the registry through its own etcd client, as a service does.
+func sdkClient(t *testing.T, c *etcdtest.Cluster) *http.Client {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st, err := etcdstore.Open(ctx, etcdstore.Config{Endpoints: c.Endpoints(), TLS: c.ClientTLS()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := routing.New(routing.WithRegistry(st), routing.WithPolicyStore(st.Policy()))
+	t.Cleanup(func() { e.Close(); st.Close() })
+	hc := laneshttp.NewClient(e)
+	hc.Timeout = 5 * time.Second
+	return hc
+}
+
+// TestUpClusterFaults runs lanes up on a three-member etcd cluster and
+// fails its members under the workload: the leader killed with SIGKILL,
+// then the new leader paused (SIGSTOP) for longer than the TTL. No request
+// fails and the gateway never misses an instance.
+func TestUpClusterFaults(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.NewCluster(t, etcdtest.ClusterConfig{})
+	w := startUp(t, c, nil)
+	w.run(sdkClient(t, c))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+
+	leader, err := c.WaitLeader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := leader.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.WaitLeader(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Until(start.Add(upTTL + 2*time.Second)))
+	if err := leader.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sent, failed, missing, errs := w.counts()
+	t.Logf("etcd leader %s killed: %d requests, %d failed, %d engine samples missing an instance", leader.Name, sent, failed, missing)
+	if failed > 0 || missing > 0 {
+		t.Errorf("after the leader was killed: %d of %d requests failed, %d samples missed an instance: %v", failed, sent, missing, errs)
+	}
+
+	leader, err = c.WaitLeader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.reset()
+	start = time.Now()
+	if err := leader.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	degraded := false
+	for time.Since(start) < upTTL+4*time.Second {
+		if code, st := w.health(); code == http.StatusOK && st == "degraded" {
+			degraded = true
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err := leader.Resume(); err != nil {
+		t.Fatal(err)
+	}
+	paused := time.Since(start)
+	sent, failed, missing, errs = w.finish()
+	t.Logf("etcd leader %s paused for %.1fs: %d requests, %d failed, %d engine samples missing an instance", leader.Name, paused.Seconds(), sent, failed, missing)
+	if failed > 0 || missing > 0 {
+		t.Errorf("while the leader was paused: %d of %d requests failed, %d samples missed an instance: %v", failed, sent, missing, errs)
+	}
+	if !degraded {
+		t.Error("/healthz never said degraded while a member was paused")
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		code, st := w.health()
+		if code == http.StatusOK && st == "ok" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/healthz after the member resumed: %d %s", code, st)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// counts returns the counts so far without stopping the workload.
+func (w *upWorkload) counts() (sent, failed, missing int64, errs []string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.sent.Load(), w.failed.Load(), w.missing.Load(), append([]string(nil), w.errs...)
+}
+
+// reset zeroes the counts.
+func (w *upWorkload) reset() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.sent.Store(0)
+	w.failed.Store(0)
+	w.missing.Store(0)
+	w.errs = nil
+}
