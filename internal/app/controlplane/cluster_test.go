@@ -31,9 +31,12 @@ import (
 const upTTL = 6 * time.Second
 
 type upWorkload struct {
-	t      *testing.T
-	c      *etcdtest.Cluster
-	srv    *Server
+	t       *testing.T
+	c       *etcdtest.Cluster
+	srv     *Server
+	engine  *routing.Engine
+	adminAt string
+	gateway string
 	admin  *adminclient.Client
 	leases []registry.Lease
 
@@ -65,8 +68,11 @@ func startUp(t *testing.T, c *etcdtest.Cluster, mod func(*Config)) *upWorkload {
 	}
 	t.Cleanup(func() { srv.Close() })
 	w := &upWorkload{t: t, c: c, srv: srv, stop: make(chan struct{})}
-	rt := srv.Runtime()
-	w.admin, err = adminclient.New(rt.AdminURL, rt.AdminToken)
+	a, _ := Value(srv, AdminKey)
+	gw, _ := Value(srv, GatewayKey)
+	w.engine, _ = Value(srv, EngineKey)
+	w.adminAt, w.gateway = a.URL, gw.URL
+	w.admin, err = adminclient.New(a.URL, a.Token)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +92,7 @@ func startUp(t *testing.T, c *etcdtest.Cluster, mod func(*Config)) *upWorkload {
 		}
 		w.leases = append(w.leases, l)
 	}
-	web := rt.Engine.Service("web")
+	web := w.engine.Service("web")
 	deadline := time.Now().Add(10 * time.Second)
 	for n := 0; n != 3; {
 		d, err := web.Resolve(routing.Request{})
@@ -108,10 +114,9 @@ func (w testWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return le
 
 // run sends the traffic and samples the engine until finish.
 func (w *upWorkload) run(sdk *http.Client) {
-	rt := w.srv.Runtime()
 	gw := &http.Client{Timeout: 5 * time.Second}
 	callers := map[string]func() error{
-		"gateway": func() error { return get(gw, rt.GatewayURL+"/") },
+		"gateway": func() error { return get(gw, w.gateway+"/") },
 	}
 	if sdk != nil {
 		callers["laneshttp"] = func() error { return get(sdk, "http://web/") }
@@ -141,7 +146,7 @@ func (w *upWorkload) run(sdk *http.Client) {
 	w.wg.Add(1)
 	go func() {
 		defer w.wg.Done()
-		web := rt.Engine.Service("web")
+		web := w.engine.Service("web")
 		tick := time.NewTicker(50 * time.Millisecond)
 		defer tick.Stop()
 		for {
@@ -182,7 +187,7 @@ func get(c *http.Client, url string) error {
 func (w *upWorkload) health() (int, string) {
 	hc := &http.Client{Timeout: 5 * time.Second}
 	defer hc.CloseIdleConnections()
-	resp, err := hc.Get(w.srv.Runtime().AdminURL + "/healthz")
+	resp, err := hc.Get(w.adminAt + "/healthz")
 	if err != nil {
 		return 0, err.Error()
 	}
