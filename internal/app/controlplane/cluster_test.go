@@ -37,8 +37,8 @@ type upWorkload struct {
 	engine  *routing.Engine
 	adminAt string
 	gateway string
-	admin  *adminclient.Client
-	leases []registry.Lease
+	admin   *adminclient.Client
+	leases  []registry.Lease
 
 	stop    chan struct{}
 	wg      sync.WaitGroup
