@@ -3,6 +3,7 @@ package adminclient
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/policy"
+	"github.com/lanesdev/lanes/registry"
 )
 
 // WatchPolicy opens the stream of the policy in force (GET
@@ -105,28 +107,16 @@ func (p *policyStore) Watch(ctx context.Context) (policy.Watcher, error) {
 		return nil, err
 	}
 	r := p.r
-	if r.g.Closed() {
+	w := &policyWatcher{log: r.log, docs: make(chan policy.Document), done: make(chan struct{})}
+	err := openStream(ctx, r, r.c.WatchPolicy, func(ctx context.Context, cancel context.CancelFunc) func(*PolicyStream) {
+		w.ctx, w.cancel = ctx, cancel
+		return w.run
+	})
+	if errors.Is(err, registry.ErrClosed) {
 		return nil, policy.ErrClosed
-	}
-	wctx, cancel := context.WithCancel(r.g.Context()) // the stream outlives ctx
-	stop := context.AfterFunc(ctx, cancel)
-	s, err := r.c.WatchPolicy(wctx)
-	if !stop() {
-		if s != nil {
-			s.Close()
-		}
-		cancel()
-		return nil, ctx.Err()
 	}
 	if err != nil {
-		cancel()
 		return nil, err
-	}
-	w := &policyWatcher{log: r.log, ctx: wctx, cancel: cancel, docs: make(chan policy.Document), done: make(chan struct{})}
-	if !r.g.Go(func() { w.run(s) }) {
-		cancel()
-		s.Close()
-		return nil, policy.ErrClosed
 	}
 	return w, nil
 }

@@ -3,12 +3,13 @@ package adminclient
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"time"
 
 	"github.com/lanesdev/lanes/adminapi"
+	"github.com/lanesdev/lanes/internal/lib/backoff"
 	"github.com/lanesdev/lanes/internal/lib/group"
 	"github.com/lanesdev/lanes/registry"
 )
@@ -136,7 +137,7 @@ func (k *keeper) Keep(ctx context.Context) error {
 	delay := interval
 	failDelay := 100 * time.Millisecond
 	for {
-		if !sleep(ctx, delay) {
+		if !backoff.Sleep(ctx, delay) {
 			return ctx.Err()
 		}
 		inst := k.lease.Instance()
@@ -207,18 +208,6 @@ func (k *keeper) Release(ctx context.Context) error {
 	return err
 }
 
-// sleep waits for d or until ctx is done (false).
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
 // Watch implements registry.Registry with the admin API's watch stream. The
 // stream is opened in the call, so that an unreachable control plane or a
 // refused token is returned here. When the stream breaks, the watcher opens
@@ -228,31 +217,43 @@ func (r *Registry) Watch(ctx context.Context, service string) (registry.Watcher,
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if r.g.Closed() {
-		return nil, registry.ErrClosed
+	w := &watcher{r: r, service: service, batches: make(chan registry.Batch), done: make(chan struct{})}
+	if err := openStream(ctx, r, func(ctx context.Context) (*BatchStream, error) { return r.c.WatchInstances(ctx, service) }, w.bind); err != nil {
+		return nil, err
 	}
-	// The stream outlives ctx, which only bounds the opening.
-	wctx, cancel := context.WithCancel(r.g.Context())
+	return w, nil
+}
+
+// openStream opens a stream with open, under a context that outlives ctx
+// (ctx only bounds the opening) and ends with the Registry. It hands that
+// context and its cancel to bind, then runs what bind returns with the
+// stream in a goroutine of the Registry. It fails with registry.ErrClosed
+// once the Registry is closed.
+func openStream[S io.Closer](ctx context.Context, r *Registry, open func(context.Context) (S, error), bind func(context.Context, context.CancelFunc) func(S)) error {
+	if r.g.Closed() {
+		return registry.ErrClosed
+	}
+	sctx, cancel := context.WithCancel(r.g.Context())
 	stop := context.AfterFunc(ctx, cancel)
-	s, err := r.c.WatchInstances(wctx, service)
+	s, err := open(sctx)
 	if !stop() {
-		if s != nil {
+		if err == nil {
 			s.Close()
 		}
 		cancel()
-		return nil, ctx.Err()
+		return ctx.Err()
 	}
 	if err != nil {
 		cancel()
-		return nil, err
+		return err
 	}
-	w := &watcher{r: r, service: service, ctx: wctx, cancel: cancel, batches: make(chan registry.Batch), done: make(chan struct{})}
-	if !r.g.Go(func() { w.run(s) }) {
+	run := bind(sctx, cancel)
+	if !r.g.Go(func() { run(s) }) {
 		cancel()
 		s.Close()
-		return nil, registry.ErrClosed
+		return registry.ErrClosed
 	}
-	return w, nil
+	return nil
 }
 
 type watcher struct {
@@ -265,9 +266,14 @@ type watcher struct {
 	once    sync.Once
 }
 
+func (w *watcher) bind(ctx context.Context, cancel context.CancelFunc) func(*BatchStream) {
+	w.ctx, w.cancel = ctx, cancel
+	return w.run
+}
+
 func (w *watcher) run(s *BatchStream) {
 	defer close(w.done)
-	backoff := 100 * time.Millisecond
+	bo := backoff.New(100*time.Millisecond, 2*time.Second)
 	for {
 		err := w.pump(s)
 		s.Close()
@@ -276,10 +282,9 @@ func (w *watcher) run(s *BatchStream) {
 		}
 		w.r.log.Warn("watch stream ended; watching again", "service", w.service, "err", err)
 		for {
-			if !sleep(w.ctx, backoff/2+rand.N(backoff/2+1)) {
+			if !bo.Wait(w.ctx) {
 				return
 			}
-			backoff = min(2*backoff, 2*time.Second)
 			var err error
 			s, err = w.r.c.WatchInstances(w.ctx, w.service)
 			if err == nil {
@@ -290,7 +295,7 @@ func (w *watcher) run(s *BatchStream) {
 			}
 			w.r.log.Warn("could not watch again; retrying", "service", w.service, "err", err)
 		}
-		backoff = 100 * time.Millisecond
+		bo.Reset()
 	}
 }
 

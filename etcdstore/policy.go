@@ -2,13 +2,9 @@ package etcdstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"sync"
-	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/lanesdev/lanes/policy"
@@ -120,8 +116,8 @@ func (p *policyStore) Watch(ctx context.Context) (policy.Watcher, error) {
 }
 
 func (p *policyStore) newWatcher() *policyWatcher {
-	w := &policyWatcher{p: p, wake: make(chan struct{}), done: make(chan struct{})}
-	w.ctx, w.cancel = context.WithCancel(p.s.g.Context())
+	w := &policyWatcher{p: p, wake: make(chan struct{})}
+	w.start(p.s)
 	return w
 }
 
@@ -162,20 +158,16 @@ func (p *policyStore) lastValid(ctx context.Context, kv *mvccpb.KeyValue) (polic
 
 // policyWatcher is a policy.Watcher on etcd.
 type policyWatcher struct {
+	watchLife
 	p      *policyStore
-	ctx    context.Context
-	cancel context.CancelFunc
-	done   chan struct{} // closed when run returns
-	keyRev int64         // owned by run after Watch: ModRevision of the last version seen, 0 when absent
+	keyRev int64 // owned by run after Watch: ModRevision of the last version seen, 0 when absent
 
-	closeOnce sync.Once
-	mu        sync.Mutex
-	closed    bool
-	latest    policy.Document
-	have      bool          // latest is set
-	sent      bool          // Next has returned a document
-	sentRev   int64         // the revision of that document
-	wake      chan struct{} // closed and replaced by publish
+	// guarded by mu:
+	latest  policy.Document
+	have    bool          // latest is set
+	sent    bool          // Next has returned a document
+	sentRev int64         // the revision of that document
+	wake    chan struct{} // closed and replaced by publish
 }
 
 func (w *policyWatcher) publish(doc policy.Document) {
@@ -212,19 +204,6 @@ func (w *policyWatcher) Next(ctx context.Context) (policy.Document, error) {
 	}
 }
 
-// Close implements policy.Watcher: it cancels the watch and waits for its
-// goroutine.
-func (w *policyWatcher) Close() error {
-	w.closeOnce.Do(func() {
-		w.mu.Lock()
-		w.closed = true
-		w.mu.Unlock()
-		w.cancel()
-		<-w.done
-	})
-	return nil
-}
-
 // apply takes one version of the key (nil: the key is absent) at revision
 // rev.
 func (w *policyWatcher) apply(kv *mvccpb.KeyValue, rev int64) {
@@ -254,56 +233,26 @@ func (w *policyWatcher) apply(kv *mvccpb.KeyValue, rev int64) {
 func (w *policyWatcher) run(rev int64) {
 	defer close(w.done)
 	s := w.p.s
-	bo := newBackoff(100*time.Millisecond, 2*time.Second)
-	relist := false
-	for w.ctx.Err() == nil {
-		if relist {
-			resp, err := s.client.Get(w.ctx, w.p.key)
-			if err != nil {
-				if w.ctx.Err() != nil || s.client.Ctx().Err() != nil {
-					return
-				}
-				s.log.Warn("policy watch: get failed; retrying", "key", w.p.key, "err", err)
-				if !bo.wait(w.ctx) {
-					return
-				}
-				continue
-			}
-			var kv *mvccpb.KeyValue
-			if len(resp.Kvs) > 0 {
-				kv = resp.Kvs[0]
-			}
-			w.apply(kv, resp.Header.Revision)
-			rev, relist = resp.Header.Revision, false
+	reread := func(ctx context.Context) (int64, error) {
+		resp, err := s.client.Get(ctx, w.p.key)
+		if err != nil {
+			return 0, err
 		}
-		progressed, err := followKeys(w.ctx, s.client, w.p.key, false, &rev, func(wr clientv3.WatchResponse) bool {
-			for _, ev := range wr.Events {
-				if ev.Type == clientv3.EventTypeDelete {
-					w.apply(nil, ev.Kv.ModRevision)
-				} else {
-					w.apply(ev.Kv, ev.Kv.ModRevision)
-				}
-				rev = ev.Kv.ModRevision
-			}
-			return true
-		})
-		switch {
-		case w.ctx.Err() != nil:
-			return
-		case errors.Is(err, rpctypes.ErrCompacted):
-			s.log.Info("policy watch: revision compacted; reading the key again", "key", w.p.key, "revision", rev+1)
-			relist = true
-			continue
-		case s.client.Ctx().Err() != nil:
-			s.log.Error("policy watch: the etcd client was closed; ending the watch", "key", w.p.key)
-			return
+		var kv *mvccpb.KeyValue
+		if len(resp.Kvs) > 0 {
+			kv = resp.Kvs[0]
 		}
-		s.log.Warn("policy watch interrupted; resuming", "key", w.p.key, "revision", rev+1, "err", err)
-		if progressed {
-			bo.reset()
-		}
-		if !bo.wait(w.ctx) {
-			return
-		}
+		w.apply(kv, resp.Header.Revision)
+		return resp.Header.Revision, nil
 	}
+	s.follow(w.ctx, w.p.key, false, rev, false, reread, func(evs []*clientv3.Event) bool {
+		for _, ev := range evs {
+			if ev.Type == clientv3.EventTypeDelete {
+				w.apply(nil, ev.Kv.ModRevision)
+			} else {
+				w.apply(ev.Kv, ev.Kv.ModRevision)
+			}
+		}
+		return true
+	})
 }

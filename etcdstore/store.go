@@ -20,7 +20,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"strings"
 	"time"
 
@@ -283,27 +282,3 @@ func (s *Store) Health() (h Health, ok bool) {
 
 // PolicyKey is the key that holds the policy document.
 func (s *Store) PolicyKey() string { return s.prefix + "policy" }
-
-// backoff is a capped exponential delay with jitter, for retries.
-type backoff struct {
-	next, min, max time.Duration
-}
-
-func newBackoff(min, max time.Duration) *backoff { return &backoff{next: min, min: min, max: max} }
-
-// wait sleeps for the next delay, or until ctx is done (then it returns
-// false).
-func (b *backoff) wait(ctx context.Context) bool {
-	d := b.next/2 + rand.N(b.next/2+1)
-	b.next = min(2*b.next, b.max)
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
-}
-
-func (b *backoff) reset() { b.next = b.min }

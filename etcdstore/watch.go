@@ -16,6 +16,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/lanesdev/lanes/internal/lib/backoff"
 	"github.com/lanesdev/lanes/registry"
 )
 
@@ -61,8 +62,8 @@ func (s *Store) Watch(ctx context.Context, service string) (registry.Watcher, er
 // startWatcher starts a watcher of prefix whose first batch is first (if
 // not nil) and that watches from revision rev (exclusive).
 func (s *Store) startWatcher(prefix string, first *registry.Batch, rev int64) (*watcher, error) {
-	w := &watcher{s: s, prefix: prefix, out: make(chan registry.Batch, 1), done: make(chan struct{})}
-	w.ctx, w.cancel = context.WithCancel(s.g.Context())
+	w := &watcher{s: s, prefix: prefix, out: make(chan registry.Batch, 1)}
+	w.start(s)
 	if first != nil {
 		w.out <- *first
 	}
@@ -162,26 +163,54 @@ func (s *Store) event(ev *clientv3.Event) (e registry.Event, ok bool) {
 	return e, true
 }
 
-// watcher is a registry.Watcher on etcd.
-type watcher struct {
-	s      *Store
-	prefix string
+// watchLife is what every watcher of the Store has: a context that Close
+// and Store.Close cancel, the goroutine (run) that Close waits for, and
+// whether Close was called.
+type watchLife struct {
 	ctx    context.Context // cancelled by Close and by Store.Close
 	cancel context.CancelFunc
-	out    chan registry.Batch // run sends here; capacity 1 for the first list
-	done   chan struct{}       // closed when run returns
+	done   chan struct{} // closed when the watcher's goroutine returns
 
 	closeOnce sync.Once
-	mu        sync.Mutex
+	mu        sync.Mutex // guards closed, and what the watcher adds
 	closed    bool
+}
+
+func (l *watchLife) start(s *Store) {
+	l.ctx, l.cancel = context.WithCancel(s.g.Context())
+	l.done = make(chan struct{})
+}
+
+func (l *watchLife) isClosed() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.closed
+}
+
+// Close implements registry.Watcher and policy.Watcher: it cancels the
+// watch and waits for its goroutine.
+func (l *watchLife) Close() error {
+	l.closeOnce.Do(func() {
+		l.mu.Lock()
+		l.closed = true
+		l.mu.Unlock()
+		l.cancel()
+		<-l.done
+	})
+	return nil
+}
+
+// watcher is a registry.Watcher on etcd.
+type watcher struct {
+	watchLife
+	s      *Store
+	prefix string
+	out    chan registry.Batch // run sends here; capacity 1 for the first list
 }
 
 // Next implements registry.Watcher.
 func (w *watcher) Next(ctx context.Context) (registry.Batch, error) {
-	w.mu.Lock()
-	closed := w.closed
-	w.mu.Unlock()
-	if closed {
+	if w.isClosed() {
 		return registry.Batch{}, registry.ErrClosed
 	}
 	select {
@@ -192,19 +221,6 @@ func (w *watcher) Next(ctx context.Context) (registry.Batch, error) {
 	case <-ctx.Done():
 		return registry.Batch{}, ctx.Err()
 	}
-}
-
-// Close implements registry.Watcher: it cancels the watch and waits for its
-// goroutine.
-func (w *watcher) Close() error {
-	w.closeOnce.Do(func() {
-		w.mu.Lock()
-		w.closed = true
-		w.mu.Unlock()
-		w.cancel()
-		<-w.done
-	})
-	return nil
 }
 
 // send hands b to Next; it returns false when the watcher is closing.
@@ -221,66 +237,102 @@ func (w *watcher) send(b registry.Batch) bool {
 // closed. It is the watcher's goroutine.
 func (w *watcher) run(rev int64) {
 	defer close(w.done)
-	bo := newBackoff(100*time.Millisecond, 2*time.Second)
-	relist := false
-	for w.ctx.Err() == nil {
-		if relist {
-			b, err := w.s.list(w.ctx, w.prefix)
+	relist := func(ctx context.Context) (int64, error) {
+		b, err := w.s.list(ctx, w.prefix)
+		if err != nil {
+			return 0, err
+		}
+		if !w.send(b) {
+			return 0, ctx.Err()
+		}
+		return b.Revision, nil
+	}
+	w.s.follow(w.ctx, w.prefix, true, rev, false, relist, func(evs []*clientv3.Event) bool {
+		b := registry.Batch{Revision: evs[len(evs)-1].Kv.ModRevision}
+		for _, ev := range evs {
+			if e, ok := w.s.event(ev); ok {
+				b.Events = append(b.Events, e)
+			}
+		}
+		return len(b.Events) == 0 || w.send(b)
+	})
+}
+
+// follow is the loop of every watch of the Store. It follows key (a prefix
+// when prefix is set) from revision rev (exclusive), calling deliver with
+// the events of every watch response, in order. A watch that breaks resumes
+// from the last revision delivered, with backoff (100ms to 2s); when etcd
+// has compacted that revision away, or at once when list is set, relist
+// reads the keys again (and delivers them as it must) and returns the
+// revision of its read. follow returns when ctx is done, deliver returns
+// false, or the etcd client is closed.
+func (s *Store) follow(ctx context.Context, key string, prefix bool, rev int64, list bool, relist func(context.Context) (int64, error), deliver func([]*clientv3.Event) bool) {
+	bo := backoff.New(100*time.Millisecond, 2*time.Second)
+	for ctx.Err() == nil {
+		if list {
+			r, err := relist(ctx)
 			if err != nil {
-				if w.ctx.Err() != nil || w.s.client.Ctx().Err() != nil {
+				if ctx.Err() != nil || s.client.Ctx().Err() != nil {
 					return
 				}
-				w.s.log.Warn("watch: list failed; retrying", "prefix", w.prefix, "err", err)
-				if !bo.wait(w.ctx) {
+				s.log.Warn("watch: listing failed; retrying", "key", key, "err", err)
+				if !bo.Wait(ctx) {
 					return
 				}
 				continue
 			}
-			if !w.send(b) {
-				return
-			}
-			rev, relist = b.Revision, false
+			rev, list = r, false
 		}
-		progressed, err := w.follow(&rev)
+		progressed, err := followKeys(ctx, s.client, key, prefix, &rev, deliver)
 		switch {
-		case w.ctx.Err() != nil:
+		case ctx.Err() != nil:
 			return
 		case errors.Is(err, rpctypes.ErrCompacted):
-			w.s.log.Info("watch: revision compacted; listing again", "prefix", w.prefix, "revision", rev+1)
-			relist = true
+			s.log.Info("watch: revision compacted; listing again", "key", key, "revision", rev+1)
+			list = true
 			continue
-		case w.s.client.Ctx().Err() != nil:
-			w.s.log.Error("watch: the etcd client was closed; ending the watch", "prefix", w.prefix)
+		case s.client.Ctx().Err() != nil:
+			s.log.Error("watch: the etcd client was closed; ending the watch", "key", key)
 			return
 		}
-		w.s.log.Warn("watch interrupted; resuming", "prefix", w.prefix, "revision", rev+1, "err", err)
+		s.log.Warn("watch interrupted; resuming", "key", key, "revision", rev+1, "err", err)
 		if progressed {
-			bo.reset()
+			bo.Reset()
 		}
-		if !bo.wait(w.ctx) {
+		if !bo.Wait(ctx) {
 			return
 		}
 	}
 }
 
-// follow watches from *rev+1 and delivers every response with events as a
-// batch, advancing *rev, until the watch fails or w.ctx is done. progressed
-// reports whether any events arrived.
-func (w *watcher) follow(rev *int64) (progressed bool, err error) {
-	return followKeys(w.ctx, w.s.client, w.prefix, true, rev, func(wr clientv3.WatchResponse) bool {
-		b := registry.Batch{}
-		for _, ev := range wr.Events {
-			if e, ok := w.s.event(ev); ok {
-				b.Events = append(b.Events, e)
-			}
-			b.Revision = ev.Kv.ModRevision
+// Follow follows the keys under prefix, for callers that keep a table of
+// their own under the Store's prefix (such as the admin API's client-IP
+// claims): it calls list with the keys and the revision of a read, then
+// events with the events of every later change, in order, as the Store's
+// own watches do (resuming broken watches, listing again after a
+// compaction). It blocks until ctx is done or the Store is closed, and
+// returns ctx's error or registry.ErrClosed.
+func (s *Store) Follow(ctx context.Context, prefix string, list func(kvs []*mvccpb.KeyValue, rev int64), events func([]*clientv3.Event)) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(s.g.Context(), cancel)
+	defer stop()
+	relist := func(ctx context.Context) (int64, error) {
+		resp, err := s.client.Get(ctx, prefix, clientv3.WithPrefix())
+		if err != nil {
+			return 0, err
 		}
-		if len(b.Events) > 0 && !w.send(b) {
-			return false
-		}
-		*rev = b.Revision
+		list(resp.Kvs, resp.Header.Revision)
+		return resp.Header.Revision, nil
+	}
+	s.follow(ctx, prefix, true, 0, true, relist, func(evs []*clientv3.Event) bool {
+		events(evs)
 		return true
 	})
+	if s.g.Closed() {
+		return registry.ErrClosed
+	}
+	return ctx.Err()
 }
 
 // Watch liveness. A watch that has received nothing for progressAfter asks
@@ -300,7 +352,8 @@ var errUnresponsive = errors.New("no answer to a progress request")
 var watchSeq atomic.Int64
 
 // followKeys watches key (a prefix when prefix is set) after *rev and calls
-// deliver for every response with events, in order; deliver advances *rev.
+// deliver with the events of every response that has some, in order, then
+// advances *rev to the last of them.
 // It returns when the watch fails (with the error, rpctypes.ErrCompacted
 // when the revision is gone), when deliver returns false, or when ctx is
 // done.
@@ -312,7 +365,7 @@ var watchSeq atomic.Int64
 // watch also gives up its stream. Progress notifications are used only as a
 // sign of life, not to advance *rev: etcd 3.4 answers a progress request
 // with its current revision even while a watcher is still catching up.
-func followKeys(ctx context.Context, c *clientv3.Client, key string, prefix bool, rev *int64, deliver func(clientv3.WatchResponse) bool) (progressed bool, err error) {
+func followKeys(ctx context.Context, c *clientv3.Client, key string, prefix bool, rev *int64, deliver func([]*clientv3.Event) bool) (progressed bool, err error) {
 	wctx := metadata.AppendToOutgoingContext(clientv3.WithRequireLeader(ctx), "lanes-watch", strconv.FormatInt(watchSeq.Add(1), 10))
 	wctx, cancel := context.WithCancel(wctx)
 	defer cancel()
@@ -365,9 +418,10 @@ func followKeys(ctx context.Context, c *clientv3.Client, key string, prefix bool
 				continue
 			}
 			progressed = true
-			if !deliver(wr) {
+			if !deliver(wr.Events) {
 				return progressed, ctx.Err()
 			}
+			*rev = wr.Events[len(wr.Events)-1].Kv.ModRevision
 		}
 	}
 }

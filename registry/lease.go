@@ -5,10 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/lanesdev/lanes/internal/lib/backoff"
 )
 
 // ErrTakenOver is returned by Keeper.Restore when another registration holds
@@ -194,8 +195,7 @@ func (l *KeptLease) Run() {
 			l.finish(ErrClosed)
 		}
 	}()
-	bo := backoff{min: 100 * time.Millisecond, max: 2 * time.Second}
-	bo.reset()
+	bo := backoff.New(100*time.Millisecond, 2*time.Second)
 	for {
 		start := time.Now()
 		err := l.k.Keep(l.ctx)
@@ -210,8 +210,8 @@ func (l *KeptLease) Run() {
 		}
 		l.log.Warn("registration lost; registering again", "service", inst.Service, "id", inst.ID, "err", err)
 		if time.Since(start) > 5*time.Second {
-			bo.reset()
-		} else if !bo.wait(l.ctx) { // do not spin if renewals keep failing at once
+			bo.Reset()
+		} else if !bo.Wait(l.ctx) { // do not spin if renewals keep failing at once
 			return
 		}
 		for {
@@ -233,7 +233,7 @@ func (l *KeptLease) Run() {
 				return
 			}
 			l.log.Warn("could not register again; retrying", "service", inst.Service, "id", inst.ID, "err", err)
-			if !bo.wait(l.ctx) {
+			if !bo.Wait(l.ctx) {
 				return
 			}
 		}
@@ -246,23 +246,4 @@ func (l *KeptLease) restore() error {
 	}
 	defer l.release()
 	return l.k.Restore(l.ctx, l.Instance())
-}
-
-// backoff is a capped exponential delay with jitter.
-type backoff struct{ next, min, max time.Duration }
-
-func (b *backoff) reset() { b.next = b.min }
-
-// wait sleeps for the next delay, or until ctx is done (false).
-func (b *backoff) wait(ctx context.Context) bool {
-	d := b.next/2 + rand.N(b.next/2+1)
-	b.next = min(2*b.next, b.max)
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return true
-	case <-ctx.Done():
-		return false
-	}
 }

@@ -447,3 +447,59 @@ func (s *Server) info(w http.ResponseWriter, r *http.Request, _ *principal) erro
 	writeJSON(w, http.StatusOK, s.cfg.Info)
 	return nil
 }
+
+// keepAliveEvery is how often an idle watch stream sends a keep-alive line.
+var keepAliveEvery = 15 * time.Second
+
+// watcher is what a watch stream serves: a registry.Watcher or a
+// policy.Watcher.
+type watcher[T any] interface {
+	Next(ctx context.Context) (T, error)
+	Close() error
+}
+
+// serveStream serves a watch as newline-delimited JSON: encode(v) for every
+// value of the watcher that open starts, and keepAlive() after
+// keepAliveEvery of silence, so that proxies keep the connection open. It
+// ends when the client leaves, the watch ends, or the server closes; the
+// client then watches again.
+func serveStream[T any](s *Server, w http.ResponseWriter, r *http.Request, what string, open func(context.Context) (watcher[T], error), encode func(T) any, keepAlive func() any) error {
+	if !s.beginStream() {
+		return errorf(http.StatusServiceUnavailable, adminapi.CodeUnavailable, "", "", "the control plane is shutting down")
+	}
+	defer s.wg.Done()
+	ctx, cancel := context.WithCancel(r.Context())
+	defer cancel()
+	stop := context.AfterFunc(s.streams, cancel)
+	defer stop()
+	wt, err := open(ctx)
+	if err != nil {
+		return etcdError(what, err)
+	}
+	defer wt.Close()
+	w.Header().Set("Content-Type", "application/x-ndjson")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	enc := json.NewEncoder(w)
+	for {
+		nctx, ncancel := context.WithTimeout(ctx, keepAliveEvery)
+		v, err := wt.Next(nctx)
+		ncancel()
+		var out any
+		switch {
+		case err == nil:
+			out = encode(v)
+		case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
+			out = keepAlive()
+		default:
+			return nil
+		}
+		if err := enc.Encode(out); err != nil {
+			return nil
+		}
+		if err := rc.Flush(); err != nil {
+			return nil
+		}
+	}
+}

@@ -64,7 +64,7 @@ func newEnv(t *testing.T, srv etcdtest.Server) *env {
 	}
 	e := &env{store: st}
 	e.engine = routing.New(routing.WithRegistry(st), routing.WithPolicyStore(st.Policy()), routing.WithLogger(quiet))
-	e.claims = admin.WatchClaims(st.Client(), st.Prefix(), quiet)
+	e.claims = admin.WatchClaims(st, quiet)
 	api, err := admin.New(admin.Config{Store: st, Engine: e.engine, AdminToken: adminToken, Claims: e.claims, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)

@@ -5,14 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
 	"net/netip"
 	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -175,10 +173,10 @@ func (s *Server) deleteClaim(w http.ResponseWriter, r *http.Request, p *principa
 }
 
 // ClaimTable follows the claims in etcd, for the gateway: Lookup answers
-// from memory. It lists the claims, then watches from the list's revision,
-// and lists again whenever the watch breaks.
+// from memory. It follows <prefix>claims/ with etcdstore.Store.Follow, the
+// Store's own list-then-watch loop.
 type ClaimTable struct {
-	cli    *clientv3.Client
+	store  *etcdstore.Store
 	prefix string
 	log    *slog.Logger
 
@@ -189,13 +187,12 @@ type ClaimTable struct {
 	done   chan struct{}
 }
 
-// WatchClaims starts following the claims under prefix ("<prefix>claims/").
-// Close stops it.
-func WatchClaims(cli *clientv3.Client, prefix string, log *slog.Logger) *ClaimTable {
+// WatchClaims starts following the claims of store. Close stops it.
+func WatchClaims(store *etcdstore.Store, log *slog.Logger) *ClaimTable {
 	if log == nil {
 		log = slog.Default()
 	}
-	t := &ClaimTable{cli: cli, prefix: prefix + "claims/", log: log.With("component", "claims"), ready: make(chan struct{}), done: make(chan struct{})}
+	t := &ClaimTable{store: store, prefix: store.Prefix() + "claims/", log: log.With("component", "claims"), ready: make(chan struct{}), done: make(chan struct{})}
 	empty := map[netip.Addr]string{}
 	t.m.Store(&empty)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -225,67 +222,46 @@ func (t *ClaimTable) Close() error {
 
 func (t *ClaimTable) run(ctx context.Context) {
 	defer close(t.done)
-	backoff := 100 * time.Millisecond
-	for ctx.Err() == nil {
-		err := t.follow(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		t.log.Warn("claims watch ended; listing again", "err", err)
-		d := backoff/2 + rand.N(backoff/2+1)
-		backoff = min(2*backoff, 2*time.Second)
-		select {
-		case <-time.After(d):
-		case <-ctx.Done():
-			return
-		}
+	err := t.store.Follow(ctx, t.prefix, t.list, t.apply)
+	if ctx.Err() == nil {
+		t.log.Warn("claims watch ended", "err", err)
 	}
 }
 
-func (t *ClaimTable) follow(ctx context.Context) error {
-	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	resp, err := t.cli.Get(lctx, t.prefix, clientv3.WithPrefix())
-	cancel()
-	if err != nil {
-		return err
-	}
+// list replaces the table with the claims listed.
+func (t *ClaimTable) list(kvs []*mvccpb.KeyValue, _ int64) {
 	m := map[netip.Addr]string{}
-	for _, kv := range resp.Kvs {
+	for _, kv := range kvs {
 		if c, ok := parseClaim(kv); ok {
 			m[netip.MustParseAddr(c.IP).Unmap()] = c.Lane
 		}
 	}
 	t.m.Store(&m)
 	t.once.Do(func() { close(t.ready) })
-	wctx, wcancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer wcancel()
-	wch := t.cli.Watch(wctx, t.prefix, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1))
-	for wr := range wch {
-		if err := wr.Err(); err != nil {
-			return err
-		}
-		next := make(map[netip.Addr]string, len(*t.m.Load())+1)
-		for k, v := range *t.m.Load() {
-			next[k] = v
-		}
-		for _, ev := range wr.Events {
-			a, err := netip.ParseAddr(strings.TrimPrefix(string(ev.Kv.Key), t.prefix))
-			if err != nil {
-				continue
-			}
-			a = a.Unmap()
-			switch ev.Type {
-			case clientv3.EventTypeDelete:
-				delete(next, a)
-			case clientv3.EventTypePut:
-				if c, ok := parseClaim(ev.Kv); ok {
-					next[a] = c.Lane
-				} else {
-					delete(next, a)
-				}
-			}
-		}
-		t.m.Store(&next)
+}
+
+// apply folds changes into a copy of the table and publishes it.
+func (t *ClaimTable) apply(evs []*clientv3.Event) {
+	next := make(map[netip.Addr]string, len(*t.m.Load())+1)
+	for k, v := range *t.m.Load() {
+		next[k] = v
 	}
-	return errors.New("watch closed")
+	for _, ev := range evs {
+		a, err := netip.ParseAddr(strings.TrimPrefix(string(ev.Kv.Key), t.prefix))
+		if err != nil {
+			continue
+		}
+		a = a.Unmap()
+		switch ev.Type {
+		case clientv3.EventTypeDelete:
+			delete(next, a)
+		case clientv3.EventTypePut:
+			if c, ok := parseClaim(ev.Kv); ok {
+				next[a] = c.Lane
+			} else {
+				delete(next, a)
+			}
+		}
+	}
+	t.m.Store(&next)
 }

@@ -400,9 +400,6 @@ func services(insts []adminapi.Instance) []adminapi.Service {
 	return out
 }
 
-// keepAliveEvery is how often an idle watch stream sends an empty batch.
-var keepAliveEvery = 15 * time.Second
-
 func (s *Server) watchInstances(w http.ResponseWriter, r *http.Request, _ *principal) error {
 	svc := r.URL.Query().Get("service")
 	if svc != "" {
@@ -410,47 +407,16 @@ func (s *Server) watchInstances(w http.ResponseWriter, r *http.Request, _ *princ
 			return fieldError("", err)
 		}
 	}
-	if !s.beginStream() {
-		return errorf(http.StatusServiceUnavailable, adminapi.CodeUnavailable, "", "", "the control plane is shutting down")
-	}
-	defer s.wg.Done()
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
-	stop := context.AfterFunc(s.streams, cancel)
-	defer stop()
-	wt, err := s.store.Watch(ctx, svc)
-	if err != nil {
-		return etcdError("watch instances", err)
-	}
-	defer wt.Close()
-	w.Header().Set("Content-Type", "application/x-ndjson")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(http.StatusOK)
-	rc := http.NewResponseController(w)
-	enc := json.NewEncoder(w)
 	var rev int64
-	for {
-		nctx, ncancel := context.WithTimeout(ctx, keepAliveEvery)
-		b, err := wt.Next(nctx)
-		ncancel()
-		var out adminapi.Batch
-		switch {
-		case err == nil:
+	return serveStream(s, w, r, "watch instances",
+		func(ctx context.Context) (watcher[registry.Batch], error) { return s.store.Watch(ctx, svc) },
+		func(b registry.Batch) any {
 			rev = b.Revision
-			out = adminapi.Batch{Reset: b.Reset, Revision: b.Revision, Events: make([]adminapi.Event, 0, len(b.Events))}
+			out := adminapi.Batch{Reset: b.Reset, Revision: b.Revision, Events: make([]adminapi.Event, 0, len(b.Events))}
 			for _, ev := range b.Events {
 				out.Events = append(out.Events, adminapi.Event{Type: ev.Type.String(), Instance: ev.Instance, Revision: ev.Revision})
 			}
-		case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
-			out = adminapi.Batch{Revision: rev, Events: []adminapi.Event{}} // keep-alive
-		default:
-			return nil // the client left, the server is closing, or the watch ended: the client watches again
-		}
-		if err := enc.Encode(out); err != nil {
-			return nil
-		}
-		if err := rc.Flush(); err != nil {
-			return nil
-		}
-	}
+			return out
+		},
+		func() any { return adminapi.Batch{Revision: rev, Events: []adminapi.Event{}} })
 }

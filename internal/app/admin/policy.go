@@ -2,7 +2,6 @@ package admin
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
@@ -90,47 +89,17 @@ func (s *Server) validatePolicy(w http.ResponseWriter, r *http.Request, _ *princ
 // in force now and then ({"revision": N, "keepalive": true}), which
 // clients skip, so that proxies keep the connection open.
 func (s *Server) watchPolicy(w http.ResponseWriter, r *http.Request, _ *principal) error {
-	if !s.beginStream() {
-		return errorf(http.StatusServiceUnavailable, adminapi.CodeUnavailable, "", "", "the control plane is shutting down")
-	}
-	defer s.wg.Done()
-	ctx, cancel := context.WithCancel(r.Context())
-	defer cancel()
-	stop := context.AfterFunc(s.streams, cancel)
-	defer stop()
-	wt, err := s.store.Policy().Watch(ctx)
-	if err != nil {
-		return etcdError("watch policy", err)
-	}
-	defer wt.Close()
-	w.Header().Set("Content-Type", "application/x-ndjson")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(http.StatusOK)
-	rc := http.NewResponseController(w)
-	enc := json.NewEncoder(w)
 	var rev int64
-	for {
-		nctx, ncancel := context.WithTimeout(ctx, keepAliveEvery)
-		doc, err := wt.Next(nctx)
-		ncancel()
-		var out any
-		switch {
-		case err == nil:
+	return serveStream(s, w, r, "watch policy",
+		func(ctx context.Context) (watcher[policy.Document], error) { return s.store.Policy().Watch(ctx) },
+		func(doc policy.Document) any {
 			rev = doc.Revision
-			out = adminapi.PolicyDocument{Revision: doc.Revision, Raw: string(doc.Raw), Policy: doc.Policy}
-		case errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil:
-			out = struct {
+			return adminapi.PolicyDocument{Revision: doc.Revision, Raw: string(doc.Raw), Policy: doc.Policy}
+		},
+		func() any {
+			return struct {
 				Revision  int64 `json:"revision"`
 				KeepAlive bool  `json:"keepalive"`
 			}{rev, true}
-		default:
-			return nil // the client left, the server is closing, or the watch ended: the client watches again
-		}
-		if err := enc.Encode(out); err != nil {
-			return nil
-		}
-		if err := rc.Flush(); err != nil {
-			return nil
-		}
-	}
+		})
 }

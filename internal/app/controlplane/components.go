@@ -186,7 +186,7 @@ func (*claimsComponent) Provides() []Dep { return []Dep{ClaimsKey} }
 
 func (c *claimsComponent) Provision(ctx context.Context, rt *Runtime) error {
 	st := Need(rt, StoreKey)
-	c.t = admin.WatchClaims(st.Client(), st.Prefix(), rt.Log)
+	c.t = admin.WatchClaims(st, rt.Log)
 	Provide(rt, ClaimsKey, c.t)
 	select {
 	case <-c.t.Ready():
