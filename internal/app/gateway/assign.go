@@ -491,24 +491,22 @@ func lookalike(k, name string) bool {
 		return false
 	}
 	for i := 0; i < len(k); i++ {
-		a, b := k[i], name[i]
-		if a == '_' {
-			a = '-'
-		}
-		if b == '_' {
-			b = '-'
-		}
-		if 'A' <= a && a <= 'Z' {
-			a += 'a' - 'A'
-		}
-		if 'A' <= b && b <= 'Z' {
-			b += 'a' - 'A'
-		}
-		if a != b {
+		if foldHeaderByte(k[i]) != foldHeaderByte(name[i]) {
 			return false
 		}
 	}
 	return true
+}
+
+// foldHeaderByte maps c to lower case, and '_' to '-'.
+func foldHeaderByte(c byte) byte {
+	switch {
+	case c == '_':
+		return '-'
+	case 'A' <= c && c <= 'Z':
+		return c + 'a' - 'A'
+	}
+	return c
 }
 
 // badLane is an invalid lane read from a source, for the 400 answer.

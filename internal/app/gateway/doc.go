@@ -17,7 +17,23 @@
 // 404. A path prefix matches whole path segments: "/orders" and "/orders/"
 // both match "/orders" and "/orders/42", never "/ordersx". With StripPrefix
 // the prefix is removed before the request goes upstream ("/orders/42" ->
-// "/42", "/orders" -> "/").
+// "/42", "/orders" -> "/"). A gateway without routes answers every request
+// with 404.
+//
+// A prefix must be a plain, clean path (no percent-escapes, no dot or empty
+// segments), and a route with the same host and prefix as an earlier one
+// ("/a" then "/a/") is refused, since it could never match.
+//
+// # Configuration
+//
+// [New] checks its [Config] and refuses a bad one; [Config.Validate] makes
+// the same checks without an engine and without starting or registering
+// anything, so that a program (`lanes up`) can refuse a bad configuration
+// before it starts any part. Errors are [*ConfigError]: the field as a
+// configuration file spells it (routes[1].prefix, lane_cookie, disable[0]),
+// and what is wrong with the value; for a route that can never match, also
+// the earlier route that shadows it. `lanes up` sets every field from its
+// settings (docs/operations.md).
 //
 // # Lane hosts
 //
