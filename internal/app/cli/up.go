@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"text/tabwriter"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -42,16 +43,18 @@ line):
     password: ...
     prefix: /lanes/
 
-Flag                   Variable                  File key
 `
 
 func settingsTable() string {
 	var b strings.Builder
 	b.WriteString(settingsHelp)
+	tw := tabwriter.NewWriter(&b, 0, 0, 1, ' ', 0)
+	fmt.Fprintln(tw, "Flag\tVariable\tFile key")
 	for _, s := range controlplane.Settings {
-		fmt.Fprintf(&b, "--%-20s %-25s %s\n", s.Flag, s.Env, s.Key)
+		fmt.Fprintf(tw, "--%s\t%s\t%s\n", s.Flag, s.Env, s.Key)
 	}
-	fmt.Fprintf(&b, "--%-20s %-25s %s\n", "config", controlplane.EnvConfig, "")
+	fmt.Fprintf(tw, "--%s\t%s\t\n", "config", controlplane.EnvConfig)
+	tw.Flush()
 	return b.String()
 }
 
