@@ -80,6 +80,11 @@ func (it *members) next() (string, bool) {
 // differential test: whitespace other than spaces and tabs is not trimmed,
 // and more than 64 distinct keys across several values keep the lane.
 func laneMember(vals []string) (value string, found bool) {
+	return member(vals, BaggageKey)
+}
+
+// member is laneMember for the member with the given key.
+func member(vals []string, key string) (value string, found bool) {
 	total := -1
 	for _, v := range vals {
 		total += len(v) + 1
@@ -92,7 +97,7 @@ func laneMember(vals []string) (value string, found bool) {
 		if read > maxMembers {
 			break
 		}
-		n, lv, ok := listLane(v)
+		n, lv, ok := listMember(v, key)
 		read += n
 		if ok {
 			value, found = lv, true
@@ -101,11 +106,11 @@ func laneMember(vals []string) (value string, found bool) {
 	return value, found
 }
 
-// listLane reads one baggage list as OpenTelemetry Go's baggage.Parse does:
+// listMember reads one baggage list as OpenTelemetry Go's baggage.Parse does:
 // it returns the number of distinct keys of its well-formed members within
-// the 64-member limit, and the raw value of the last well-formed lane member
-// among them. It does not allocate.
-func listLane(v string) (n int, value string, found bool) {
+// the 64-member limit, and the raw value of the last well-formed member with
+// the key among them. It does not allocate.
+func listMember(v, key string) (n int, value string, found bool) {
 	var keys [maxMembers]string
 	for rest, more := v, true; more && n < maxMembers; {
 		var m string
@@ -118,7 +123,7 @@ func listLane(v string) (n int, value string, found bool) {
 			keys[n] = k
 			n++
 		}
-		if k == BaggageKey {
+		if k == key {
 			value, found = val, true
 		}
 	}
@@ -250,18 +255,24 @@ func hasLaneMember(vals []string) bool {
 // malformed: it errs towards yes, so that a member that any baggage parser
 // would read as the lane is removed. Its key is trimmed of all Unicode white
 // space, as OpenTelemetry Go trims it.
-func isLaneMember(m string) bool {
+func isLaneMember(m string) bool { return hasKey(m, BaggageKey) }
+
+// hasKey reports whether list-member m has the key, trimmed as
+// isLaneMember trims it.
+func hasKey(m, key string) bool {
 	kv, _, _ := strings.Cut(m, ";")
 	k, _, ok := strings.Cut(kv, "=")
-	return ok && strings.TrimSpace(k) == BaggageKey
+	return ok && strings.TrimSpace(k) == key
 }
 
 // rewriteBaggage returns a baggage header made of the member lane=name
-// (none if name is "") followed by the other members of vals, in order and
-// byte-for-byte, with every lane member dropped. Members beyond the W3C
-// limits of the input are ignored; the other members that would take the
-// result past the limits are dropped from the first that does not fit.
-func rewriteBaggage(vals []string, name string) string {
+// (none if name is "") and the member km (a request key's "lanes-key=...",
+// none if ""), followed by the other members of vals, in order and
+// byte-for-byte, with every lane member dropped, and every key member too
+// when km is given. Members beyond the W3C limits of the input are ignored;
+// the other members that would take the result past the limits are dropped
+// from the first that does not fit.
+func rewriteBaggage(vals []string, name, km string) string {
 	var b strings.Builder
 	n := 0
 	if name != "" {
@@ -271,9 +282,16 @@ func rewriteBaggage(vals []string, name string) string {
 		b.WriteString(name) // a lane name never needs percent-encoding
 		n = 1
 	}
+	if km != "" {
+		if n > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(km)
+		n++
+	}
 	it := members{vals: vals, bounded: true}
 	for m, ok := it.next(); ok; m, ok = it.next() {
-		if isLaneMember(m) {
+		if isLaneMember(m) || km != "" && hasKey(m, KeyMember) {
 			continue
 		}
 		sep := 0

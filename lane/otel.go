@@ -15,8 +15,10 @@ import (
 
 // SyncBaggage returns ctx, or a copy of it whose OpenTelemetry baggage
 // (go.opentelemetry.io/otel/baggage) has the member lane=name, or no lane
-// member for the baseline (name ""), keeping its other members. An invalid
-// name counts as the baseline, as in [Propagator.InjectLane].
+// member for the baseline (name ""), keeping its other members; for the
+// baseline it also has the request key of ctx ([KeyFromContext]), as
+// [Propagator.InjectCall] writes it. An invalid name counts as the
+// baseline, as in [Propagator.InjectLane].
 //
 // A context without OpenTelemetry baggage is returned as it is for a lane
 // too: OpenTelemetry's propagators write no baggage header for it, so the
@@ -30,7 +32,13 @@ func SyncBaggage(ctx context.Context, name string) context.Context {
 	if bag.Len() == 0 {
 		return ctx
 	}
-	return syncBaggage(ctx, bag, name)
+	ctx = syncBaggage(ctx, bag, name)
+	if name == "" {
+		if k := KeyFromContext(ctx); k != "" {
+			ctx = syncKey(ctx, baggage.FromContext(ctx), k)
+		}
+	}
+	return ctx
 }
 
 // syncBaggage returns ctx with the OpenTelemetry baggage bag (ctx's) made to

@@ -94,9 +94,19 @@ func (p Propagator) ExtractContext(ctx context.Context, c Carrier) context.Conte
 }
 
 // Inject writes the lane of ctx (see [FromContext]) to the outgoing headers
-// in c, as [Propagator.InjectLane] does.
+// in c, as [Propagator.InjectCall] does.
 func (p Propagator) Inject(ctx context.Context, c Carrier) {
-	p.InjectLane(FromContext(ctx), c)
+	p.inject(FromContext(ctx), keyMember(ctx), c)
+}
+
+// InjectCall writes the lane name of one outgoing call (the lane of its
+// context, or the lane that a canary split at this hop chose) to the
+// headers in c, as [Propagator.InjectLane] does; for a baseline call it also
+// writes the request key of ctx ([KeyFromContext]), if any, as the baggage
+// member [KeyMember], replacing any other, so that the next hops split the
+// request as this one did.
+func (p Propagator) InjectCall(ctx context.Context, name string, c Carrier) {
+	p.inject(name, keyMember(ctx), c)
 }
 
 // InjectLane writes the lane name to the outgoing headers in c.
@@ -117,8 +127,15 @@ func (p Propagator) Inject(ctx context.Context, c Carrier) {
 // is written as the baseline.
 //
 // OpenTelemetry's baggage propagator sets the baggage header whole: call
-// Inject after it, so that the lane member is kept.
+// Inject after it, so that the lane member is kept, or keep the
+// OpenTelemetry baggage of the context in step ([SyncBaggage]).
 func (p Propagator) InjectLane(name string, c Carrier) {
+	p.inject(name, "", c)
+}
+
+// inject is InjectLane, with km the baggage member of the request key to
+// write for a baseline call ("" for none).
+func (p Propagator) inject(name, km string, c Carrier) {
 	if name != "" && !Valid(name) {
 		if n, err := Parse(name); err == nil {
 			name = n
@@ -129,7 +146,11 @@ func (p Propagator) InjectLane(name string, c Carrier) {
 	bag := c.Values(BaggageHeader)
 	if name != "" {
 		c.Set(Header, name)
-		c.Set(BaggageHeader, rewriteBaggage(bag, name))
+		if len(bag) == 0 {
+			c.Set(BaggageHeader, encode(name).Baggage[0])
+		} else {
+			c.Set(BaggageHeader, rewriteBaggage(bag, name, ""))
+		}
 		return
 	}
 	c.Del(Header)
@@ -138,8 +159,13 @@ func (p Propagator) InjectLane(name string, c Carrier) {
 			c.Del(a)
 		}
 	}
-	if hasLaneMember(bag) {
-		if v := rewriteBaggage(bag, ""); v != "" {
+	switch {
+	case km != "" && len(bag) == 0:
+		c.Set(BaggageHeader, km)
+	case km != "":
+		c.Set(BaggageHeader, rewriteBaggage(bag, "", km))
+	case hasLaneMember(bag):
+		if v := rewriteBaggage(bag, "", ""); v != "" {
 			c.Set(BaggageHeader, v)
 		} else {
 			c.Del(BaggageHeader)

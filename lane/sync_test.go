@@ -3,6 +3,7 @@ package lane
 import (
 	"context"
 	"net/http"
+	"strings"
 	"testing"
 
 	"go.opentelemetry.io/otel/baggage"
@@ -113,5 +114,59 @@ func TestEncode(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(100, func() { Encode("alice") }); n != 0 {
 		t.Errorf("Encode of a cached lane: %v allocations", n)
+	}
+}
+
+func TestRequestKey(t *testing.T) {
+	if NormalizeKey("user-1") != "user-1" || NormalizeKey("") != "" {
+		t.Error("a key that travels as it is was changed")
+	}
+	for _, k := range []string{"user 1", "a,b", "100%", "é", strings.Repeat("k", MaxKeyLen+1)} {
+		n := NormalizeKey(k)
+		if len(n) != 16 || NormalizeKey(n) != n || NormalizeKey(k) != n {
+			t.Errorf("NormalizeKey(%q) = %q", k, n)
+		}
+	}
+	if k := NewKey(); len(k) != 16 || NormalizeKey(k) != k || k == NewKey() {
+		t.Errorf("NewKey() = %q", k)
+	}
+
+	p := Propagator{}
+	h := http.Header{"Baggage": {"team=x,lanes-key=k1"}}
+	if got := p.ExtractKey(HTTPHeader(h)); got != "k1" {
+		t.Errorf("ExtractKey = %q", got)
+	}
+	if got := p.ExtractKey(HTTPHeader(http.Header{"Baggage": {"lanes-key=a%20b"}})); got != "" {
+		t.Errorf("ExtractKey of an encoded key = %q, want none", got)
+	}
+	ctx := p.ExtractKeyContext(context.Background(), HTTPHeader(h))
+	if KeyFromContext(ctx) != "k1" {
+		t.Errorf("ExtractKeyContext kept %q", KeyFromContext(ctx))
+	}
+	if k := KeyFromContext(p.ExtractKeyContext(context.Background(), HTTPHeader(http.Header{}))); len(k) != 16 {
+		t.Errorf("ExtractKeyContext without a key: %q, want a new one", k)
+	}
+
+	out := http.Header{"Baggage": {"lanes-key=old,team=x,lane=bob"}, "X-Lane": {"bob"}}
+	p.InjectCall(ctx, "", HTTPHeader(out))
+	if got := out.Get("Baggage"); got != "lanes-key=k1,team=x" || out.Get("X-Lane") != "" {
+		t.Errorf("InjectCall baseline: baggage %q x-lane %q", got, out.Get("X-Lane"))
+	}
+	out = http.Header{}
+	p.InjectCall(ctx, "alice", HTTPHeader(out))
+	if got := out.Get("Baggage"); got != "lane=alice" {
+		t.Errorf("InjectCall lane: baggage %q, want the lane alone", got)
+	}
+
+	// The OpenTelemetry baggage carries the key when it has members.
+	octx := WithKey(otelBag(t, "team=x"), "k2")
+	if got := baggage.FromContext(octx).Member(KeyMember).Value(); got != "k2" {
+		t.Errorf("OpenTelemetry baggage key %q", got)
+	}
+	if got := baggage.FromContext(SyncBaggage(WithKey(context.Background(), "k3"), "")); got.Len() != 0 {
+		t.Errorf("SyncBaggage added baggage %q to a context without any", got)
+	}
+	if got := baggage.FromContext(SyncBaggage(WithKey(otelBag(t, "lane=a,team=x"), "k3"), "")); got.Member(KeyMember).Value() != "k3" || got.Member("lane").Key() != "" {
+		t.Errorf("SyncBaggage baseline: %q", got)
 	}
 }

@@ -188,11 +188,11 @@ func (c *timedCall) Value(key any) any {
 func (ci *clientInterceptor) outgoing(ctx context.Context, method string) context.Context {
 	l := lane.FromContext(ctx)
 	md, ok := metadata.FromOutgoingContext(ctx) // a copy
-	if l != "" || ok && ci.hasLaneKeys(md) {
+	if l != "" || ok && ci.hasLaneKeys(md) || lane.KeyFromContext(ctx) != "" {
 		if !ok {
 			md = metadata.MD{}
 		}
-		ci.prop.InjectLane(l, lane.Metadata(md)) // an invalid lane is written as the baseline
+		ci.prop.InjectCall(ctx, l, lane.Metadata(md)) // an invalid lane is written as the baseline; a baseline call carries the request key
 		ctx = metadata.NewOutgoingContext(ctx, md)
 	}
 	// otelgrpc's client stats handler, which runs after the interceptors,
@@ -284,12 +284,17 @@ func (si *serverInterceptor) stream(srv any, ss grpc.ServerStream, info *grpc.St
 
 // incoming returns the handler's context, or the guard's refusal.
 func (si *serverInterceptor) incoming(ctx context.Context, method string) (context.Context, error) {
-	var c lane.Carrier = incomingCarrier{ctx} // boxed once, for both reads
+	c := &incomingCarrier{ctx: ctx} // one carrier for every read
 	name, _, err := si.prop.Extract(c)
 	if err != nil {
 		si.invalidLane(ctx, method, err)
 	}
 	ctx = lane.WithLane(ctx, name) // and the OpenTelemetry baggage that otelgrpc's stats handler read
+	if name == "" {
+		// The entry of a baseline request gives it a request key, which its
+		// next hops carry on, so that every hop splits it alike.
+		ctx = si.prop.ExtractKeyContext(ctx, c)
+	}
 	if !lane.BaggageCarries(c, name) {
 		// An interceptor or handler after this one that reads the baggage
 		// again from the metadata must read the lane decided here.
@@ -329,22 +334,33 @@ func (si *serverInterceptor) invalidLane(ctx context.Context, method string, err
 // incomingCarrier is a read-only lane.Carrier over the incoming metadata of
 // a server call. It reads the keys the propagator asks for, one by one,
 // instead of copying the whole metadata: a request without a lane costs no
-// allocation.
-type incomingCarrier struct{ ctx context.Context }
+// allocation but the carrier's own. The baggage values, which several reads
+// look at, are copied once.
+type incomingCarrier struct {
+	ctx     context.Context
+	bag     []string
+	bagRead bool
+}
 
-func (c incomingCarrier) Get(key string) string {
+func (c *incomingCarrier) Get(key string) string {
 	if v := c.Values(key); len(v) > 0 {
 		return v[0]
 	}
 	return ""
 }
 
-func (c incomingCarrier) Values(key string) []string {
-	return metadata.ValueFromIncomingContext(c.ctx, key)
+func (c *incomingCarrier) Values(key string) []string {
+	if key != lane.BaggageHeader {
+		return metadata.ValueFromIncomingContext(c.ctx, key)
+	}
+	if !c.bagRead {
+		c.bag, c.bagRead = metadata.ValueFromIncomingContext(c.ctx, key), true
+	}
+	return c.bag
 }
 
-func (incomingCarrier) Set(string, string) {}
-func (incomingCarrier) Del(string)         {}
+func (*incomingCarrier) Set(string, string) {}
+func (*incomingCarrier) Del(string)         {}
 
 // serverStream gives a stream handler the context with the lane.
 type serverStream struct {

@@ -27,7 +27,9 @@ func TestInterceptorAllocations(t *testing.T) {
 		max    float64
 		why    string
 	}{
-		{"server_baseline", true, incoming(), "/a.B/C", 2, "the carrier interface, the context"},
+		{"server_baseline", true, incoming(), "/a.B/C", 5, "the carrier interface, the lane's context, the new request key, its value and its context"},
+		{"server_baseline_keyed", true, incoming("baggage", "lanes-key=0123456789abcdef"), "/a.B/C", 6,
+			"the carrier interface, the copy of baggage, the lane's context, the request key's member, its value and its context"},
 		{"server_lane", true, incoming("x-lane", "alice", "baggage", "lane=alice,team=x"), "/a.B/C", 6,
 			"the carrier interface, the copies of x-lane and baggage, the lane's context, the OpenTelemetry baggage's context and its state"},
 		{"client_baseline", false, bg, "/a.B/C", 0, ""},

@@ -94,7 +94,13 @@ func (m *Middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	r = r.WithContext(lane.WithLane(r.Context(), name))
+	ctx := lane.WithLane(r.Context(), name)
+	if name == "" {
+		// The entry of a baseline request gives it a request key, which its
+		// next hops carry on, so that every hop splits it alike.
+		ctx = m.prop.ExtractKeyContext(ctx, lane.HTTPHeader(r.Header))
+	}
+	r = r.WithContext(ctx)
 	if !lane.BaggageCarries(lane.HTTPHeader(r.Header), name) {
 		// An OpenTelemetry handler inside this one reads the baggage again
 		// from the headers: they must carry the lane decided here.

@@ -372,15 +372,16 @@ func (t *Transport) outbound(req *http.Request, pick routing.Result, body io.Rea
 		out.Host = req.URL.Host
 	}
 	out.Body = body
-	out.Header = t.headers(req.Header, pick.RequestLane)
+	out.Header = t.headers(req.Context(), req.Header, pick.RequestLane)
 	return out
 }
 
 // headers returns h with the lane l written, as a copy when that changes
 // anything: always for a lane, and for the baseline only when h has lane
-// headers to remove.
-func (t *Transport) headers(h http.Header, l string) http.Header {
-	if l == "" && !t.hasLaneHeaders(h) {
+// headers to remove or ctx has a request key to carry on.
+func (t *Transport) headers(ctx context.Context, h http.Header, l string) http.Header {
+	key := l == "" && lane.KeyFromContext(ctx) != ""
+	if l == "" && !key && !t.hasLaneHeaders(h) {
 		return h
 	}
 	// A copy as http.Header.Clone makes it: one backing array for all the
@@ -418,8 +419,10 @@ func (t *Transport) headers(h http.Header, l string) http.Header {
 				c[k], sv = sv[:1:1], sv[1:] // an empty baggage value is no member
 			}
 		}
+	} else if key && len(c["Baggage"]) == 0 {
+		c["Baggage"] = sv[:1:1]
 	}
-	t.Propagator.InjectLane(l, inPlace(c))
+	t.Propagator.InjectCall(ctx, l, inPlace(c))
 	return c
 }
 

@@ -6,19 +6,19 @@ import (
 	"github.com/lanesdev/lanes/lane"
 )
 
-type keyCtx struct{}
-
 // WithKey returns ctx carrying the request key that makes canary splits
 // sticky (for example a user or session id). Transports read it with
-// KeyFromContext when they build a Request.
+// KeyFromContext when they build a Request, and carry it on to the next hops
+// of a baseline request. It is lane.WithKey: the key is normalised with
+// lane.NormalizeKey.
 func WithKey(ctx context.Context, key string) context.Context {
-	return context.WithValue(ctx, keyCtx{}, key)
+	return lane.WithKey(ctx, key)
 }
 
-// KeyFromContext returns the request key in ctx, or "".
+// KeyFromContext returns the request key in ctx, or "". It is
+// lane.KeyFromContext.
 func KeyFromContext(ctx context.Context) string {
-	k, _ := ctx.Value(keyCtx{}).(string)
-	return k
+	return lane.KeyFromContext(ctx)
 }
 
 // RequestFromContext builds the Request of a call made with ctx: its lane

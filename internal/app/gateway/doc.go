@@ -67,8 +67,11 @@
 //  5. None of the above: the request is a baseline request, and the routing
 //     engine may split it to a canary lane by the policy's canary rules. The
 //     split is sticky by request key: the [Config.KeyHeader] header
-//     ("x-lanes-key"), or else the [Config.KeyCookie] cookie ("lanes-key");
-//     without a key it is random.
+//     ("x-lanes-key"), or else the [Config.KeyCookie] cookie ("lanes-key"),
+//     or else the baggage member "lanes-key"; a request without one gets a
+//     new random key. The key (normalised by lane.NormalizeKey) travels on
+//     with the baseline request as the baggage member "lanes-key", so that
+//     every hop splits it as the gateway did.
 //
 // Sources 1 to 3 (header, baggage, alias, cookie, host) are
 // client-controlled: what the client sends decides them. The policy's

@@ -3,6 +3,7 @@ package gateway
 import (
 	"log/slog"
 	"net/http"
+	"regexp"
 	"testing"
 
 	"github.com/lanesdev/lanes/lane"
@@ -51,5 +52,37 @@ func TestLaneHeadersMeanWhatTheyMeanInAService(t *testing.T) {
 		if inService != name {
 			t.Errorf("%v: the lane package reads lane %q; a service serves lane %q", h, name, inService)
 		}
+	}
+}
+
+// keyMember matches the request key member that the gateway gives a
+// baseline request's baggage.
+var keyMember = regexp.MustCompile(`lanes-key=[0-9a-f]{16},?`)
+
+// withoutKey removes the request key member from a baggage header.
+func withoutKey(s string) string { return keyMember.ReplaceAllString(s, "") }
+
+// TestGatewayGivesTheRequestKey: the gateway, the entry, sends a baseline
+// request on with its request key in baggage (the key header's, or a new
+// one), so that every hop splits it as the gateway did; a lane request needs
+// none.
+func TestGatewayGivesTheRequestKey(t *testing.T) {
+	w := newWorld(t, "", Config{})
+	twoLanes(t, w)
+	r := w.get(t, "/", map[string]string{"x-lanes-key": "user-1", "baggage": "team=x"})
+	if got := r.echo.hdr(t, "baggage"); got != "lanes-key=user-1,team=x" {
+		t.Errorf("with a key header: upstream baggage %q", got)
+	}
+	r = w.get(t, "/", map[string]string{"x-lanes-key": "user 1"})
+	if got := r.echo.hdr(t, "baggage"); got != "lanes-key="+lane.NormalizeKey("user 1") {
+		t.Errorf("with a key that needs encoding: upstream baggage %q", got)
+	}
+	r = w.get(t, "/", nil)
+	if got := r.echo.hdr(t, "baggage"); !keyMember.MatchString(got) || withoutKey(got) != "" {
+		t.Errorf("without a key: upstream baggage %q, want a new key", got)
+	}
+	r = w.get(t, "/", map[string]string{"x-lane": "alice", "x-lanes-key": "user-1"})
+	if got := r.echo.hdr(t, "baggage"); got != "lane=alice" {
+		t.Errorf("a lane request: upstream baggage %q", got)
 	}
 }

@@ -160,15 +160,22 @@ func (g *Gateway) ready(ctx context.Context, svc *routing.Service) bool {
 	return true
 }
 
-// key returns the request key of canary splits.
+// key returns the request key of canary splits: the key header, the key
+// cookie, or the request key member of baggage, normalised as it travels
+// (lane.NormalizeKey); a request without one gets a new key. The gateway is
+// the entry: the key travels on with the baseline request, so that every hop
+// splits it as the gateway did.
 func (g *Gateway) key(r *http.Request) string {
 	if v := r.Header[g.keyHeader]; len(v) > 0 && v[0] != "" {
-		return v[0]
+		return lane.NormalizeKey(v[0])
 	}
-	if v, ok := cookie(r.Header, g.keyCookie); ok {
-		return v
+	if v, ok := cookie(r.Header, g.keyCookie); ok && v != "" {
+		return lane.NormalizeKey(v)
 	}
-	return ""
+	if k := g.prop.ExtractKey(lane.HTTPHeader(r.Header)); k != "" {
+		return k
+	}
+	return lane.NewKey()
 }
 
 // rewrite builds the outbound request: the instance's URL, the path without
@@ -194,15 +201,15 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 }
 
 // writeLane writes the request lane l to the outbound headers h, removing
-// any lane the client sent.
-func (g *Gateway) writeLane(h http.Header, l string) {
+// any lane the client sent, and for a baseline request its request key.
+func (g *Gateway) writeLane(h http.Header, l, key string) {
 	if l != "" && len(h[hBaggage]) == 0 {
 		v := g.lanes.get(l) // the common case, without allocating
 		h[hLane] = v.lane
 		h[hBaggage] = v.baggage
 		return
 	}
-	g.prop.InjectLane(l, lane.HTTPHeader(h))
+	g.prop.InjectLaneKey(l, key, lane.HTTPHeader(h))
 }
 
 // laneHeaders sets the response headers x-lane and x-lane-served of a
@@ -351,7 +358,7 @@ func (u *upstream) RoundTrip(req *http.Request) (*http.Response, error) {
 	out := req
 	for {
 		out.URL.Host = pick.Instance.Addr
-		g.writeLane(out.Header, pick.RequestLane)
+		g.writeLane(out.Header, pick.RequestLane, st.req.Key)
 		res, err := rt.RoundTrip(out)
 		if err == nil && st.grpc && res.StatusCode < 500 {
 			if v := res.Header["Grpc-Status"]; len(v) > 0 { // trailers-only
