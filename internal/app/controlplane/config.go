@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/lanesdev/lanes/adminapi"
+	"github.com/lanesdev/lanes/internal/app/collector"
 	"github.com/lanesdev/lanes/internal/lib/logs"
 	"github.com/lanesdev/lanes/internal/lib/strictyaml"
 )
@@ -50,6 +51,8 @@ type Config struct {
 	Etcd EtcdConfig `yaml:"etcd"`
 	// Nats says where the message queue runs.
 	Nats NatsConfig `yaml:"nats"`
+	// Traces configures the trace collector.
+	Traces TracesConfig `yaml:"traces"`
 
 	// sources records where each setting came from, for error messages.
 	sources map[string]string
@@ -140,6 +143,14 @@ func Defaults() Config {
 			DialTimeout: 5 * time.Second,
 		},
 		Nats: NatsConfig{Addr: "127.0.0.1:4222"},
+		Traces: TracesConfig{
+			GRPCAddr: collector.DefaultGRPCAddr,
+			HTTPAddr: collector.DefaultHTTPAddr,
+			MaxSpans: collector.DefaultLimits.MaxSpans,
+			MaxMiB:   collector.DefaultLimits.MaxBytes >> 20,
+			MaxAge:   collector.DefaultLimits.MaxAge,
+			Sample:   1,
+		},
 	}
 }
 
@@ -262,6 +273,26 @@ var Settings = []Setting{
 		return nil
 	})},
 	{Flag: "nats-addr", Env: "LANES_NATS_ADDR", Key: "nats.addr", Usage: "address of the embedded NATS server with JetStream, data in <data-dir>/nats (host:port, default 127.0.0.1:4222; port 0 picks one; off runs none)", set: str(func(c *Config) *string { return &c.Nats.Addr })},
+	{Flag: "otlp-grpc-addr", Env: "LANES_OTLP_GRPC_ADDR", Key: "traces.otlp_grpc_addr", Usage: "address of the trace collector's OTLP/gRPC receiver, which services export to (LANES_TRACES); port 0 picks one; off runs none", set: str(func(c *Config) *string { return &c.Traces.GRPCAddr })},
+	{Flag: "otlp-http-addr", Env: "LANES_OTLP_HTTP_ADDR", Key: "traces.otlp_http_addr", Usage: "address of the trace collector's OTLP/HTTP receiver (POST /v1/traces); port 0 picks one; off runs none", set: str(func(c *Config) *string { return &c.Traces.HTTPAddr })},
+	{Flag: "trace-max-spans", Env: "LANES_TRACE_MAX_SPANS", Key: "traces.max_spans", Usage: "spans the trace store keeps at most; the oldest traces go first", set: integer(func(c *Config) *int { return &c.Traces.MaxSpans })},
+	{Flag: "trace-max-mib", Env: "LANES_TRACE_MAX_MIB", Key: "traces.max_mib", Usage: "memory the trace store uses at most, in MiB", set: one(func(c *Config, v string) error {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n <= 0 {
+			return fmt.Errorf("want a whole number of MiB, 1 or more")
+		}
+		c.Traces.MaxMiB = n
+		return nil
+	})},
+	{Flag: "trace-max-age", Env: "LANES_TRACE_MAX_AGE", Key: "traces.max_age", Usage: "how long the trace store keeps a trace after its last span", set: duration(func(c *Config) *time.Duration { return &c.Traces.MaxAge })},
+	{Flag: "trace-sample", Env: "LANES_TRACE_SAMPLE", Key: "traces.sample", Usage: "share of baseline requests the gateway traces, 0 to 1 (lane requests are always traced)", set: one(func(c *Config, v string) error {
+		r, err := strconv.ParseFloat(v, 64)
+		if err != nil || r < 0 || r > 1 {
+			return fmt.Errorf("want a number from 0 to 1")
+		}
+		c.Traces.Sample = r
+		return nil
+	})},
 	{Flag: "nats-url", Env: "LANES_NATS_URL", Key: "nats.url", Usage: "URL of an external NATS server with JetStream, such as nats://nats-1:4222 (comma-separated for several); none runs the embedded one", set: str(func(c *Config) *string { return &c.Nats.URL })},
 }
 

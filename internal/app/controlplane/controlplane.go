@@ -123,6 +123,7 @@ func builtins() []Component {
 		&etcdComponent{},
 		&natsComponent{},
 		&engineComponent{},
+		&collectorComponent{},
 		&claimsComponent{},
 		&gatewayComponent{},
 		&adminComponent{},

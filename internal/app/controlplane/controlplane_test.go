@@ -388,7 +388,7 @@ func TestDependencies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := strings.Join(names(ordered), " "), "datadir etcd nats engine claims gateway admin"; got != want {
+	if got, want := strings.Join(names(ordered), " "), "datadir etcd nats engine traces claims gateway admin"; got != want {
 		t.Errorf("built-in order %s, want %s", got, want)
 	}
 }
@@ -428,6 +428,7 @@ func TestStartClose(t *testing.T) {
 	cfg.DataDir = dir
 	cfg.AdminAddr, cfg.GatewayAddr, cfg.Etcd.ClientAddr, cfg.Etcd.PeerAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
 	cfg.Nats.Addr = "127.0.0.1:0"
+	cfg.Traces.GRPCAddr, cfg.Traces.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
 	var tokens []string
 	for range 2 {
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -444,7 +445,7 @@ func TestStartClose(t *testing.T) {
 		for _, a := range s.Addresses() {
 			names = append(names, a.Name)
 		}
-		if strings.Join(names, ",") != "etcd,nats,gateway,admin" {
+		if strings.Join(names, ",") != "etcd,nats,traces,gateway,admin" {
 			t.Errorf("addresses %v", s.Addresses())
 		}
 		hc := &http.Client{Timeout: 10 * time.Second}

@@ -11,11 +11,16 @@ import (
 
 // ServiceEnv returns the variables a service exports to join this control
 // plane through package lanesenv: LANES_REGISTRY with the etcd endpoints
-// in use (etcd://host:port,...), and LANES_ETCD_PREFIX when the prefix is
-// not the default.
+// in use (etcd://host:port,...), LANES_ETCD_PREFIX when the prefix is not
+// the default, and LANES_TRACES with the trace collector's OTLP/gRPC
+// address when it runs.
 func (s *Server) ServiceEnv() []string {
 	etcd, _ := Value(s, EtcdKey)
-	return serviceEnv(s.cfg, etcd)
+	env := serviceEnv(s.cfg, etcd)
+	if t, _ := Value(s, TracesKey); t.GRPCAddr != "" {
+		env = append(env, "LANES_TRACES="+t.GRPCAddr)
+	}
+	return env
 }
 
 func serviceEnv(cfg Config, etcd EtcdInfo) []string {
@@ -42,6 +47,10 @@ func PrintServiceEnv(w io.Writer, s *Server) {
 		fmt.Fprintln(w, "  (with LANES_ETCD_CA, _CERT, _KEY, _USERNAME and _PASSWORD as for lanes up)")
 	}
 	if a, _ := Value(s, AdminKey); a.URL != "" {
-		fmt.Fprintf(w, "or, with a registration token and no etcd access:\n  export LANES_REGISTRY=%s LANES_TOKEN=<lanes token create --lane LANE>\n\n", a.URL)
+		tr := ""
+		if t, _ := Value(s, TracesKey); t.GRPCAddr != "" {
+			tr = " LANES_TRACES=" + t.GRPCAddr
+		}
+		fmt.Fprintf(w, "or, with a registration token and no etcd access:\n  export LANES_REGISTRY=%s LANES_TOKEN=<lanes token create --lane LANE>%s\n\n", a.URL, tr)
 	}
 }

@@ -509,7 +509,7 @@ func TestUpRefusesBadSettings(t *testing.T) {
 	}
 	defer ln.Close()
 	code, _, errOut = run(t, "", "up", "--data-dir", dir, "--admin-addr", ln.Addr().String(), "--gateway-addr", "127.0.0.1:0",
-		"--etcd-client-addr", "127.0.0.1:0", "--etcd-peer-addr", "127.0.0.1:0", "--nats-addr", "127.0.0.1:0")
+		"--etcd-client-addr", "127.0.0.1:0", "--etcd-peer-addr", "127.0.0.1:0", "--nats-addr", "127.0.0.1:0", "--otlp-grpc-addr", "127.0.0.1:0", "--otlp-http-addr", "127.0.0.1:0")
 	if code != 1 || !strings.Contains(errOut, ln.Addr().String()) {
 		t.Errorf("admin port in use: exit %d, stderr %q", code, errOut)
 	}
@@ -529,7 +529,7 @@ func TestUpRefusesConflictingRoutes(t *testing.T) {
 	} {
 		dir := t.TempDir()
 		args := []string{"up", "--data-dir", dir, "--admin-addr", "127.0.0.1:0", "--gateway-addr", "127.0.0.1:0",
-			"--etcd-client-addr", "127.0.0.1:0", "--etcd-peer-addr", "127.0.0.1:0", "--nats-addr", "127.0.0.1:0"}
+			"--etcd-client-addr", "127.0.0.1:0", "--etcd-peer-addr", "127.0.0.1:0", "--nats-addr", "127.0.0.1:0", "--otlp-grpc-addr", "127.0.0.1:0", "--otlp-http-addr", "127.0.0.1:0"}
 		for _, r := range c.routes {
 			args = append(args, "--route", r)
 		}
@@ -549,7 +549,7 @@ func TestUpRefusesConflictingRoutes(t *testing.T) {
 func TestUpDataDirInUse(t *testing.T) {
 	u := startUp(t, "up", "--route", "/=web")
 	second := start(t, "up", "--data-dir", u.dataDir, "--admin-addr", "127.0.0.1:0", "--gateway-addr", "127.0.0.1:0",
-		"--etcd-client-addr", "127.0.0.1:0", "--etcd-peer-addr", "127.0.0.1:0", "--nats-addr", "127.0.0.1:0")
+		"--etcd-client-addr", "127.0.0.1:0", "--etcd-peer-addr", "127.0.0.1:0", "--nats-addr", "127.0.0.1:0", "--otlp-grpc-addr", "127.0.0.1:0", "--otlp-http-addr", "127.0.0.1:0")
 	select {
 	case <-second.exited:
 	case <-time.After(wait):

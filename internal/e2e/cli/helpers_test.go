@@ -203,6 +203,8 @@ func startUpEnv(t *testing.T, env []string, cmd string, extra ...string) *up {
 		"--etcd-client-addr", "127.0.0.1:0",
 		"--etcd-peer-addr", "127.0.0.1:0",
 		"--nats-addr", "127.0.0.1:0",
+		"--otlp-grpc-addr", "127.0.0.1:0",
+		"--otlp-http-addr", "127.0.0.1:0",
 		"--log-level", "warn",
 	}, extra...)
 	u := &up{proc: startEnv(t, env, args...), dataDir: dir}

@@ -1,0 +1,181 @@
+package controlplane
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/lanesdev/lanes/internal/app/collector"
+	"github.com/lanesdev/lanes/lanestrace"
+	"github.com/lanesdev/lanes/routing"
+)
+
+// TracesConfig configures the trace collector of lanes up: its OTLP receivers, the bounds of its
+// store, and the gateway's own sampling.
+type TracesConfig struct {
+	// GRPCAddr and HTTPAddr are the OTLP receivers' addresses; "off" runs none.
+	GRPCAddr string `yaml:"otlp_grpc_addr"`
+	HTTPAddr string `yaml:"otlp_http_addr"`
+	// MaxSpans, MaxMiB and MaxAge bound the store; the oldest traces go first.
+	MaxSpans int           `yaml:"max_spans"`
+	MaxMiB   int64         `yaml:"max_mib"`
+	MaxAge   time.Duration `yaml:"max_age"`
+	// Sample is the share of baseline requests that the gateway traces (lane requests are
+	// always traced); the decision is made at the gateway and honoured downstream.
+	Sample float64 `yaml:"sample"`
+}
+
+// TracesOff is the value of an OTLP address that runs no receiver.
+const TracesOff = "off"
+
+// Traces is what the collector component provides: the collector, and the tracer provider of
+// the control plane's own spans (the gateway's), which exports to the collector.
+type Traces struct {
+	Collector *collector.Collector
+	Provider  trace.TracerProvider
+	// GRPCAddr is the OTLP/gRPC address services export to ("" when off): the value of
+	// LANES_TRACES.
+	GRPCAddr string
+}
+
+// TracesKey is the collector and the control plane's tracer provider.
+var TracesKey = Key[Traces]{"traces"}
+
+func (c *Config) validateTraces() error {
+	t := c.Traces
+	for _, a := range []struct{ key, v string }{{"traces.otlp_grpc_addr", t.GRPCAddr}, {"traces.otlp_http_addr", t.HTTPAddr}} {
+		if a.v == TracesOff {
+			continue
+		}
+		if err := checkListen(a.v); err != nil {
+			return c.fail(a.key, a.v, "%v", err)
+		}
+	}
+	if t.MaxSpans <= 0 {
+		return c.fail("traces.max_spans", fmt.Sprint(t.MaxSpans), "want a whole number, 1 or more")
+	}
+	if t.MaxMiB <= 0 {
+		return c.fail("traces.max_mib", fmt.Sprint(t.MaxMiB), "want a whole number of MiB, 1 or more")
+	}
+	if t.MaxAge <= 0 {
+		return c.fail("traces.max_age", t.MaxAge.String(), "want a positive duration such as 1h")
+	}
+	if t.Sample < 0 || t.Sample > 1 {
+		return c.fail("traces.sample", fmt.Sprint(t.Sample), "want a number from 0 to 1")
+	}
+	return nil
+}
+
+// collectorComponent runs the trace collector and the control plane's tracer provider.
+type collectorComponent struct {
+	col   *collector.Collector
+	sdk   *sdktrace.TracerProvider
+	rt    *Runtime
+	fatal fatalWatch
+}
+
+func (*collectorComponent) Name() string    { return "traces" }
+func (*collectorComponent) Needs() []Dep    { return []Dep{EngineKey} }
+func (*collectorComponent) Provides() []Dep { return []Dep{TracesKey} }
+
+func (*collectorComponent) Validate(cfg *Config) error { return cfg.validateTraces() }
+
+func (c *collectorComponent) Provision(ctx context.Context, rt *Runtime) error {
+	c.rt = rt
+	t := rt.Config.Traces
+	addr := func(a string) string {
+		if a == TracesOff {
+			return ""
+		}
+		return a
+	}
+	col, err := collector.New(collector.Config{
+		GRPCAddr:   addr(t.GRPCAddr),
+		HTTPAddr:   addr(t.HTTPAddr),
+		Limits:     collector.Limits{MaxSpans: t.MaxSpans, MaxBytes: t.MaxMiB << 20, MaxAge: t.MaxAge},
+		Fleet:      engineFleet{Need(rt, EngineKey)},
+		Registerer: rt.Metrics,
+		Logger:     rt.Log,
+	})
+	if err != nil {
+		return err
+	}
+	if err := col.Start(ctx); err != nil {
+		return err
+	}
+	c.col = col
+	out := Traces{Collector: col, Provider: noop.NewTracerProvider()}
+	if a := col.GRPCAddr(); a != nil {
+		out.GRPCAddr = a.String()
+		note := "trace collector, OTLP/gRPC"
+		if h := col.HTTPAddr(); h != nil {
+			note += "; OTLP/HTTP on " + h.String()
+		}
+		rt.Announce(Address{Name: "traces", URL: out.GRPCAddr, Note: note})
+		exp, err := otlptracegrpc.New(ctx, otlptracegrpc.WithEndpoint(out.GRPCAddr), otlptracegrpc.WithInsecure(), otlptracegrpc.WithTimeout(5*time.Second))
+		if err != nil {
+			return fmt.Errorf("traces: the control plane's exporter: %w", err)
+		}
+		res := resource.NewSchemaless(semconv.ServiceName("lanes-gateway"))
+		c.sdk = sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp, sdktrace.WithBatchTimeout(500*time.Millisecond)),
+			sdktrace.WithResource(res), sdktrace.WithSampler(lanestrace.Sampler(t.Sample)))
+		out.Provider = c.sdk
+	}
+	Provide(rt, TracesKey, out)
+	c.fatal.start(rt, "traces", col.Errors())
+	return nil
+}
+
+func (c *collectorComponent) Stop(ctx context.Context) error {
+	var err error
+	if c.sdk != nil {
+		err = c.sdk.Shutdown(ctx) // flushes the gateway's last spans into the collector
+	}
+	c.fatal.stop()
+	if c.col != nil {
+		if cerr := c.col.Close(ctx); err == nil {
+			err = cerr
+		}
+	}
+	return err
+}
+
+// engineFleet answers the integrity checks from the routing engine: the instances it sees and
+// the policy it follows.
+type engineFleet struct{ e *routing.Engine }
+
+func (f engineFleet) LiveInLane(service, lane string) bool {
+	p := f.e.Policy()
+	if p.Expired(lane, time.Now()) {
+		return false
+	}
+	for _, in := range f.e.Service(service).Instances() {
+		if !in.Drain && f.e.LaneOf(in) == lane {
+			return true
+		}
+	}
+	return false
+}
+
+func (f engineFleet) Reaches(lane, served string) bool {
+	if served == lane {
+		return true
+	}
+	ls := f.e.Policy().Lanes[lane]
+	for _, l := range ls.Fallback {
+		if l == served {
+			return true
+		}
+	}
+	return served == "" && !ls.Strict
+}
+
+// Entry reports the gateway, whose spans start the traces of the requests it admits.
+func (engineFleet) Entry(service string) bool { return service == "lanes-gateway" }
