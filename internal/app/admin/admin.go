@@ -38,6 +38,7 @@ import (
 
 	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/etcdstore"
+	"github.com/lanesdev/lanes/internal/app/collector"
 	"github.com/lanesdev/lanes/routing"
 )
 
@@ -63,6 +64,9 @@ type Config struct {
 	// default's). Labels and InstanceBytes bound the admin token's
 	// registrations too.
 	Limits adminapi.Limits
+	// Traces, when set, is the trace collector behind GET /v1/traces and
+	// GET /v1/findings.
+	Traces *collector.Collector
 	// Gatherer, when set, is served at /metrics together with the API's own
 	// metrics (for example prometheus.DefaultGatherer, which holds the
 	// embedded etcd's).
@@ -208,6 +212,9 @@ func (s *Server) routes() {
 	h("DELETE /v1/instances/{service}/{id}", anyone, s.deregister)
 	h("GET /v1/watch/instances", anyone, s.watchInstances)
 	h("GET /v1/lanes", anyone, s.listLanes)
+	h("GET /v1/traces", anyone, s.listTraces)
+	h("GET /v1/traces/{id}", anyone, s.getTrace)
+	h("GET /v1/findings", anyone, s.listFindings)
 	h("GET /v1/lanes/{lane}", anyone, s.getLane)
 	h("PUT /v1/lanes/{lane}", adminOn, s.putLane)
 	h("GET /v1/policy", anyone, s.getPolicy)

@@ -80,6 +80,6 @@ environment) when the lane has no instance of a service.`,
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(newSimulate(), newUp(stderr), newDemo(stderr), newLs(), newPolicy(), newRoute(), newDev(), newToken(), newLane(), newVet())
+	root.AddCommand(newSimulate(), newUp(stderr), newDemo(stderr), newLs(), newPolicy(), newRoute(), newDev(), newToken(), newLane(), newVet(), newTrace())
 	return root
 }

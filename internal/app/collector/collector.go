@@ -18,6 +18,8 @@ import (
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
+
+	"github.com/lanesdev/lanes/adminapi"
 )
 
 // Config configures a Collector.
@@ -206,6 +208,48 @@ func (c *Collector) Ingest(req *coltracepb.ExportTraceServiceRequest) (rejected 
 	spans := fromOTLP(req.GetResourceSpans())
 	c.checker.check(c.store.add(spans))
 	return total - int64(len(spans))
+}
+
+// Traces returns the newest stored traces that match f, newest first, each with its number of
+// findings, and the store's statistics.
+func (c *Collector) Traces(f Filter) adminapi.TraceList {
+	list := adminapi.TraceList{Traces: c.store.Recent(f), Stats: c.Stats()}
+	counts := map[string]int{}
+	for _, fd := range c.checker.list(time.Time{}, "") {
+		counts[fd.TraceID]++
+		if fd.ParentTraceID != "" && fd.ParentTraceID != fd.TraceID {
+			counts[fd.ParentTraceID]++
+		}
+	}
+	for i := range list.Traces {
+		list.Traces[i].Findings = counts[list.Traces[i].TraceID]
+	}
+	if list.Traces == nil {
+		list.Traces = []adminapi.TraceSummary{}
+	}
+	return list
+}
+
+// Trace returns trace id as hops, with its findings; false when the store does not have it.
+func (c *Collector) Trace(id string) (adminapi.Trace, bool) {
+	spans := c.store.Trace(id)
+	if spans == nil {
+		return adminapi.Trace{}, false
+	}
+	findings := c.checker.list(time.Time{}, id)
+	if findings == nil {
+		findings = []Finding{}
+	}
+	return adminapi.Trace{TraceID: id, Hops: Hops(spans, findings), Findings: findings}, true
+}
+
+// Stats describe the store.
+func (c *Collector) Stats() adminapi.TraceStats {
+	st := c.store.Stats()
+	out := adminapi.TraceStats{Traces: st.Traces, Spans: st.Spans, Bytes: st.Bytes,
+		MaxSpans: st.Limits.MaxSpans, MaxBytes: st.Limits.MaxBytes, MaxAge: adminapi.Duration(st.Limits.MaxAge)}
+	out.Dropped.Traces, out.Dropped.Spans = st.Dropped.Traces, st.Dropped.Spans
+	return out
 }
 
 // Store returns the span store.

@@ -40,13 +40,8 @@ func TestReceive(t *testing.T) {
 	if len(spans) != 3 {
 		t.Fatalf("stored %d spans of trace %s, want 3", len(spans), id)
 	}
-	roots := BuildTree(spans, nil)
-	if len(roots) != 1 {
-		t.Fatalf("%d roots, want 1", len(roots))
-	}
-	flat := Flatten(roots)
 	var got []string
-	for _, h := range flat {
+	for _, h := range Hops(spans, nil) {
 		got = append(got, fmt.Sprintf("%d %s %s %s req=%q served=%q reason=%s inst=%s err=%v", h.Depth, h.Service, h.Kind, h.Name, h.Requested, h.Served, h.Reason, h.Instance, h.Error))
 	}
 	want := []string{

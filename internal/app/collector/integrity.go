@@ -7,41 +7,20 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/lanestrace"
 )
 
-// FindingKind names a lane integrity problem.
-type FindingKind string
-
+// The kinds of findings.
 const (
-	// Breach: a baseline request served by a lane instance, or a request served by a lane that
-	// its chain does not reach.
-	Breach FindingKind = "breach"
-	// NeedlessFallback: a hop fell back although its lane had a live, eligible instance of the
-	// service (by the registry when the span arrived).
-	NeedlessFallback FindingKind = "needless_fallback"
-	// LaneLost: a span whose lane differs from its parent's without a routing reason.
-	LaneLost FindingKind = "lane_lost"
-	// TraceBroken: a service that is not an entry point started a new trace with a client call
-	// while it was serving a lane request: the work was started with context.Background() or
-	// context.TODO().
-	TraceBroken FindingKind = "trace_broken"
+	Breach           = adminapi.FindingBreach
+	NeedlessFallback = adminapi.FindingNeedlessFallback
+	LaneLost         = adminapi.FindingLaneLost
+	TraceBroken      = adminapi.FindingTraceBroken
 )
 
-// Finding is one lane integrity problem, found on the spans as they arrived.
-type Finding struct {
-	Kind    FindingKind `json:"kind"`
-	Service string      `json:"service"`
-	TraceID string      `json:"trace_id"`
-	SpanID  string      `json:"span_id"`
-	Span    string      `json:"span"` // the span's name
-	// Parent is, for trace_broken, the span the work most likely belonged to (the service's lane
-	// request in progress when the new trace started), and its trace.
-	ParentTraceID string    `json:"parent_trace_id,omitempty"`
-	ParentSpanID  string    `json:"parent_span_id,omitempty"`
-	Message       string    `json:"message"`
-	At            time.Time `json:"at"`
-}
+// Finding is one lane integrity problem.
+type Finding = adminapi.Finding
 
 // Fleet answers the integrity checks' questions about the registry and the policy, at the time
 // they are asked.
@@ -242,8 +221,8 @@ func bounded(list []*Span) []*Span {
 	return list
 }
 
-func (c *checker) add(kind FindingKind, sp *Span, msg string, parent *Span) {
-	key := string(kind) + "/" + sp.TraceID + "/" + sp.SpanID
+func (c *checker) add(kind string, sp *Span, msg string, parent *Span) {
+	key := kind + "/" + sp.TraceID + "/" + sp.SpanID
 	f := Finding{Kind: kind, Service: sp.Service, TraceID: sp.TraceID, SpanID: sp.SpanID, Span: sp.Name, Message: msg, At: c.now()}
 	if parent != nil {
 		f.ParentTraceID, f.ParentSpanID = parent.TraceID, parent.SpanID
@@ -257,13 +236,13 @@ func (c *checker) add(kind FindingKind, sp *Span, msg string, parent *Span) {
 	c.findings = append(c.findings, f)
 	if len(c.findings) > c.max {
 		for _, old := range c.findings[:len(c.findings)-c.max] {
-			delete(c.seen, string(old.Kind)+"/"+old.TraceID+"/"+old.SpanID)
+			delete(c.seen, old.Kind+"/"+old.TraceID+"/"+old.SpanID)
 		}
 		c.findings = append(c.findings[:0], c.findings[len(c.findings)-c.max:]...)
 	}
 	c.mu.Unlock()
 	if c.counter != nil {
-		c.counter.WithLabelValues(string(kind), sp.Service).Inc()
+		c.counter.WithLabelValues(kind, sp.Service).Inc()
 	}
 }
 

@@ -41,16 +41,16 @@ func newWorld(t *testing.T, f *fleet) *world {
 
 func (w *world) findings() []Finding { return w.c.Findings(time.Time{}, "") }
 
-func (w *world) expect(kinds ...FindingKind) []Finding {
+func (w *world) expect(kinds ...string) []Finding {
 	w.t.Helper()
 	got := w.findings()
 	var names []string
 	for _, f := range got {
-		names = append(names, string(f.Kind))
+		names = append(names, f.Kind)
 	}
 	var want []string
 	for _, k := range kinds {
-		want = append(want, string(k))
+		want = append(want, k)
 	}
 	if strings.Join(names, ",") != strings.Join(want, ",") {
 		w.t.Fatalf("findings %v, want %v:\n%+v", names, want, got)

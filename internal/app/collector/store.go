@@ -5,6 +5,8 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/lanesdev/lanes/adminapi"
 )
 
 // Limits bound the store. A trace is kept or dropped whole: when a limit is passed, the oldest
@@ -167,17 +169,7 @@ func (s *Store) Trace(id string) []Span {
 }
 
 // TraceSummary describes one stored trace.
-type TraceSummary struct {
-	TraceID  string        `json:"trace_id"`
-	Root     string        `json:"root"`    // the root span's name, or the earliest span's
-	Service  string        `json:"service"` // its service
-	Lanes    []string      `json:"lanes"`   // lanes requested anywhere in the trace ("" for the baseline)
-	Services []string      `json:"services"`
-	Spans    int           `json:"spans"`
-	Errors   int           `json:"errors"`
-	Start    time.Time     `json:"start"`
-	Duration time.Duration `json:"duration"`
-}
+type TraceSummary = adminapi.TraceSummary
 
 // Filter selects traces. Zero fields select everything.
 type Filter struct {
@@ -241,7 +233,7 @@ func summarize(t *traceEntry) TraceSummary {
 	}
 	if root != nil {
 		sum.Root, sum.Service, sum.Start = root.Name, root.Service, root.Start
-		sum.Duration = end.Sub(root.Start)
+		sum.Duration = adminapi.Duration(end.Sub(root.Start))
 	}
 	sort.Strings(sum.Lanes)
 	sort.Strings(sum.Services)

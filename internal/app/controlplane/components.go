@@ -216,7 +216,7 @@ type adminComponent struct {
 
 func (*adminComponent) Name() string { return "admin" }
 func (*adminComponent) Needs() []Dep {
-	return []Dep{DataDirKey, StoreKey, EtcdKey, EngineKey, ClaimsKey, GatewayKey}
+	return []Dep{DataDirKey, StoreKey, EtcdKey, EngineKey, ClaimsKey, GatewayKey, TracesKey}
 }
 func (*adminComponent) Provides() []Dep { return []Dep{AdminKey} }
 
@@ -262,7 +262,7 @@ func (c *adminComponent) Provision(ctx context.Context, rt *Runtime) error {
 	url := httpURL(ln.Addr())
 	info.Admin.URL = url
 	api, err := admin.New(admin.Config{Store: st, Engine: Need(rt, EngineKey), AdminToken: token, Info: info,
-		Claims: Need(rt, ClaimsKey), Logger: rt.Log, Gatherer: gatherers(rt)})
+		Claims: Need(rt, ClaimsKey), Traces: Need(rt, TracesKey).Collector, Logger: rt.Log, Gatherer: gatherers(rt)})
 	if err != nil {
 		return err
 	}

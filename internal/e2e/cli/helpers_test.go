@@ -180,10 +180,11 @@ type up struct {
 	etcd    string
 	admin   string
 	gateway string
+	traces  string // the trace collector's OTLP/gRPC address
 	token   string // the admin token
 }
 
-var addrLine = regexp.MustCompile(`(?m)^(etcd|admin|gateway)\s+(http://\S+)`)
+var addrLine = regexp.MustCompile(`(?m)^(etcd|admin|gateway|traces)\s+((?:http://)?\S+)`)
 
 // startUp starts `lanes <cmd>` on free loopback ports with a fresh data
 // directory, and waits until it is up.
@@ -217,6 +218,8 @@ func startUpEnv(t *testing.T, env []string, cmd string, extra ...string) *up {
 			u.admin = m[2]
 		case "gateway":
 			u.gateway = m[2]
+		case "traces":
+			u.traces = m[2]
 		}
 	}
 	if u.etcd == "" || u.admin == "" || u.gateway == "" {

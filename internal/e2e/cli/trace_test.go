@@ -1,0 +1,105 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/lanesdev/lanes/adminapi"
+	"github.com/lanesdev/lanes/lanestrace"
+)
+
+// tracerFor is an OpenTelemetry SDK tracer provider of service that exports synchronously to the
+// collector of u, as a service started with LANES_TRACES would.
+func tracerFor(t *testing.T, u *up, service string) trace.Tracer {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	exp, err := otlptracegrpc.New(ctx, otlptracegrpc.WithEndpoint(u.traces), otlptracegrpc.WithInsecure())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp), sdktrace.WithResource(resource.NewSchemaless(semconv.ServiceName(service))))
+	t.Cleanup(func() { tp.Shutdown(context.Background()) })
+	return tp.Tracer("e2e")
+}
+
+// TestTrace sends the spans of a request whose lane a service dropped to the collector of lanes
+// up, and reads them back with lanes trace.
+func TestTrace(t *testing.T) {
+	u := startUp(t, "up")
+	if u.traces == "" {
+		t.Fatalf("lanes up printed no traces address:\n%s", u.stdout.String())
+	}
+	if !strings.Contains(u.stdout.String(), "LANES_TRACES="+u.traces) {
+		t.Errorf("lanes up does not print the LANES_TRACES export line:\n%s", u.stdout.String())
+	}
+	web, orders := tracerFor(t, u, "web"), tracerFor(t, u, "orders")
+	ctx, s1 := web.Start(context.Background(), "GET /checkout", trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(lanestrace.Requested.String("alice"), lanestrace.InstanceLane.String("")))
+	ctx, c1 := web.Start(ctx, "orders.Place", trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithAttributes(lanestrace.Requested.String(""), lanestrace.Served.String(""), lanestrace.Service.String("orders"),
+			lanestrace.FallbackReason.String(lanestrace.ReasonNone), lanestrace.InstanceID.String("orders-1"), lanestrace.Eligible.Int(1)))
+	_, s2 := orders.Start(ctx, "orders.Place", trace.WithSpanKind(trace.SpanKindServer),
+		trace.WithAttributes(lanestrace.Requested.String(""), lanestrace.InstanceLane.String("")))
+	s2.End()
+	c1.End()
+	s1.End()
+	id := s1.SpanContext().TraceID().String()
+	admin := []string{"--admin", u.admin, "--token", u.token}
+
+	code, out, errOut := run(t, "", append([]string{"trace", id}, admin...)...)
+	if code != 0 {
+		t.Fatalf("lanes trace: exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{
+		"trace " + id + ": 3 hops",
+		"web  GET /checkout  lane alice, served by (baseline)",
+		"└─ web → orders  orders.Place  lane (baseline) → (baseline)  instance orders-1",
+		`! lane_lost: orders.Place carries lane "" but its parent GET /checkout (web) carries "alice"`,
+		"└─ orders  orders.Place  lane (baseline), served by (baseline)",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("lanes trace output lacks %q:\n%s", want, out)
+		}
+	}
+
+	code, out, errOut = run(t, "", append([]string{"trace", id, "-o", "json"}, admin...)...)
+	var tr adminapi.Trace
+	if code != 0 || json.Unmarshal([]byte(out), &tr) != nil {
+		t.Fatalf("lanes trace -o json: exit %d, %s\n%s", code, errOut, out)
+	}
+	if len(tr.Hops) != 3 || tr.Hops[1].Depth != 1 || tr.Hops[1].Instance != "orders-1" || len(tr.Hops[1].Findings) != 1 || tr.Hops[1].Findings[0].Kind != "lane_lost" {
+		t.Errorf("hops: %+v", tr.Hops)
+	}
+
+	code, out, _ = run(t, "", append([]string{"trace", "--last", "5", "--lane", "alice"}, admin...)...)
+	if code != 0 || !strings.Contains(out, id) || !strings.Contains(out, "GET /checkout") {
+		t.Errorf("lanes trace --last: exit %d:\n%s", code, out)
+	}
+	code, out, _ = run(t, "", append([]string{"trace", "--lane", "bob"}, admin...)...)
+	if code != 0 || strings.Contains(out, id) {
+		t.Errorf("lanes trace --lane bob lists the alice trace: exit %d:\n%s", code, out)
+	}
+	code, out, _ = run(t, "", append([]string{"trace", "findings"}, admin...)...)
+	if code != 0 || !strings.Contains(out, "lane_lost") || !strings.Contains(out, id) {
+		t.Errorf("lanes trace findings: exit %d:\n%s", code, out)
+	}
+
+	code, _, errOut = run(t, "", append([]string{"trace", strings.Repeat("ab", 16)}, admin...)...)
+	if code != 1 || !strings.Contains(errOut, "no trace abababababababababababababababab") {
+		t.Errorf("unknown trace: exit %d, %s", code, errOut)
+	}
+	code, _, errOut = run(t, "", append([]string{"trace", "xyz"}, admin...)...)
+	if code != 2 || !strings.Contains(errOut, `trace id "xyz": want 32 hex digits`) {
+		t.Errorf("bad trace id: exit %d, %s", code, errOut)
+	}
+}
