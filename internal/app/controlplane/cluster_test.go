@@ -7,11 +7,13 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/adminclient"
 	"github.com/lanesdev/lanes/etcdstore"
 	"github.com/lanesdev/lanes/internal/testkit/etcdtest"
@@ -304,4 +306,122 @@ func (w *upWorkload) reset() {
 	w.failed.Store(0)
 	w.missing.Store(0)
 	w.errs = nil
+}
+
+// TestUpClusterQuorumLost kills two of the three members under the
+// workload: the gateway keeps routing from the last state it saw, /healthz
+// answers 503 no_quorum, a registration is refused at once with an error
+// that says why; when the members are back, everything recovers by itself
+// and no registration is lost.
+func TestUpClusterQuorumLost(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.NewCluster(t, etcdtest.ClusterConfig{})
+	w := startUp(t, c, nil)
+	w.run(nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	down := c.Members[:2]
+	for _, m := range down {
+		if err := m.Kill(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start := time.Now()
+	for {
+		if code, st := w.health(); code == http.StatusServiceUnavailable && st == "no_quorum" {
+			break
+		}
+		if time.Since(start) > etcdstore.DefaultQuorumTimeout+15*time.Second {
+			t.Fatal("/healthz never said no_quorum")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("/healthz said no_quorum %.1fs after two members were killed", time.Since(start).Seconds())
+	rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
+	before := time.Now()
+	_, err := w.admin.Register(rctx, adminapi.RegisterRequest{Instance: registry.Instance{Service: "api", ID: "late", Addr: "127.0.0.1:1"}, TTL: adminapi.Duration(upTTL)})
+	rcancel()
+	if !adminapi.IsCode(err, adminapi.CodeUnavailable) || !strings.Contains(err.Error(), "no quorum") {
+		t.Fatalf("register without a quorum: %v; want 503 naming the lost quorum", err)
+	}
+	if d := time.Since(before); d > 2*time.Second {
+		t.Errorf("the refusal took %s; want it at once", d)
+	}
+	t.Logf("refused in %s: %v", time.Since(before).Round(time.Millisecond), err)
+	time.Sleep(time.Until(start.Add(upTTL + 2*time.Second)))
+	sent, failed, missing, errs := w.counts()
+	t.Logf("quorum lost for %.1fs: %d requests, %d failed, %d engine samples missing an instance", time.Since(start).Seconds(), sent, failed, missing)
+	if failed > 0 || missing > 0 {
+		t.Errorf("without a quorum: %d of %d requests failed, %d samples missed an instance: %v", failed, sent, missing, errs)
+	}
+	if err := c.StartAll(); err != nil {
+		t.Fatal(err)
+	}
+	back := time.Now()
+	for {
+		if code, st := w.health(); code == http.StatusOK && st == "ok" {
+			break
+		}
+		if time.Since(back) > 20*time.Second {
+			t.Fatal("/healthz did not recover")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if _, err := w.admin.Register(ctx, adminapi.RegisterRequest{Instance: registry.Instance{Service: "api", ID: "late", Addr: "127.0.0.1:1"}, TTL: adminapi.Duration(upTTL)}); err != nil {
+		t.Fatalf("register after the quorum is back: %v", err)
+	}
+	t.Logf("/healthz ok %.1fs after the members were started again", time.Since(back).Seconds())
+	// The three registrations outlive the outage: a TTL later they are
+	// all still there, and none went missing meanwhile.
+	time.Sleep(upTTL)
+	sent, failed, missing, errs = w.finish()
+	if failed > 0 || missing > 0 {
+		t.Errorf("over the outage and the recovery: %d of %d requests failed, %d samples missed an instance: %v", failed, sent, missing, errs)
+	}
+}
+
+// TestUpClusterTLSAuth runs lanes up on a cluster that takes clients over
+// TLS with client certificates and has auth on, as docs/operations.md
+// describes: it starts with every endpoint listed, serves, and reports
+// every member up.
+func TestUpClusterTLSAuth(t *testing.T) {
+	t.Parallel()
+	c := etcdtest.NewCluster(t, etcdtest.ClusterConfig{TLS: true})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := c.EnableAuth(ctx, "lanes", "lanes-secret", "/lanes/"); err != nil {
+		t.Fatal(err)
+	}
+	w := startUp(t, c, func(cfg *Config) {
+		cfg.Etcd.CA, cfg.Etcd.Cert, cfg.Etcd.Key = c.TLS.CA, c.TLS.ClientCert, c.TLS.ClientKey
+		cfg.Etcd.Username, cfg.Etcd.Password = "lanes", "lanes-secret"
+	})
+	var body struct {
+		Status  string `json:"status"`
+		Members []struct {
+			Endpoint, State string
+		} `json:"members"`
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp, err := http.Get(w.adminAt + "/healthz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		json.NewDecoder(resp.Body).Decode(&body)
+		resp.Body.Close()
+		up := 0
+		for _, m := range body.Members {
+			if m.State == etcdstore.MemberUp {
+				up++
+			}
+		}
+		if body.Status == "ok" && up == 3 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/healthz on a TLS cluster with auth: %+v", body)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
