@@ -8,7 +8,6 @@ import (
 	"net"
 	"slices"
 	"sort"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -60,39 +59,30 @@ type ConsumerConfig struct {
 // baseline and the lanes that no consumer of the group serves. See the
 // package documentation and docs/mq.md.
 type Consumer struct {
-	js        jetstream.JetStream
-	stream    jetstream.Stream
-	topic     string
-	group     string
-	service   string
-	regName   string
-	dlq       string
-	apiPrefix string
-	o         consumerOptions
-	h         Handler
-	log       *slog.Logger
-	engine    *routing.Engine
-	svc       *routing.Service
-	inst      registry.Instance
-	lease     registry.Lease
+	js      jetstream.JetStream
+	stream  jetstream.Stream
+	topic   string
+	group   string
+	service string
+	regName string
+	dlq     string
+	o       consumerOptions
+	h       Handler
+	log     *slog.Logger
+	engine  *routing.Engine
+	svc     *routing.Service
+	inst    registry.Instance
+	lease   registry.Lease
 
-	ctx     context.Context // the coordinator's: cancelled by Close
-	cancel  context.CancelFunc
-	hctx    context.Context // the handlers': cancelled when draining times out
-	hcancel context.CancelFunc
-	kctx    context.Context // the keeper's: cancelled once every fetcher is done
-	kcancel context.CancelFunc
-	wg      sync.WaitGroup // coordinator and keeper
-	fwg     sync.WaitGroup // fetchers
+	ctx    context.Context // the coordinator's: cancelled by Close
+	cancel context.CancelFunc
+	done   chan struct{} // closed when the coordinator and every fetcher have exited
 
 	known map[string]bool // lane tokens seen; coordinator only
 
-	mu       sync.Mutex
-	fetchers map[string]*fetcher
-	durables map[string]jetstream.Consumer
-
-	done      chan struct{}
-	errMu     sync.Mutex
+	mu        sync.Mutex
+	fetchers  map[string]*fetcher
+	durables  map[string]jetstream.Consumer
 	err       error
 	closeOnce sync.Once
 
@@ -169,7 +159,6 @@ func NewConsumer(ctx context.Context, js jetstream.JetStream, cfg ConsumerConfig
 		engine: cfg.Engine, known: map[string]bool{}, fetchers: map[string]*fetcher{}, durables: map[string]jetstream.Consumer{},
 		done: make(chan struct{}),
 	}
-	c.apiPrefix = apiPrefix(js.Options())
 	c.inst, err = c.place(cfg.Instance)
 	if err != nil {
 		return nil, err
@@ -185,13 +174,9 @@ func NewConsumer(ctx context.Context, js jetstream.JetStream, cfg ConsumerConfig
 		return nil, err
 	}
 	c.ctx, c.cancel = context.WithCancel(context.Background())
-	c.hctx, c.hcancel = context.WithCancel(context.Background())
-	c.kctx, c.kcancel = context.WithCancel(context.Background())
 	c.log = c.log.With("id", c.inst.ID, "lane", c.inst.Lane)
 	c.log.Info("lanes: consumer registered", "registry_service", regName)
-	c.wg.Add(2)
-	go c.run()
-	go c.keep()
+	go c.run() // owned by c: Close waits for done
 	return c, nil
 }
 
@@ -247,20 +232,6 @@ func (c *Consumer) waitVisible(ctx context.Context) error {
 	}
 }
 
-// apiPrefix is the JetStream API prefix of js, as the jetstream package
-// computes it.
-func apiPrefix(o jetstream.JetStreamOptions) string {
-	switch {
-	case o.Domain != "":
-		return "$JS." + o.Domain + ".API."
-	case o.APIPrefix != "" && !strings.HasSuffix(o.APIPrefix, "."):
-		return o.APIPrefix + "."
-	case o.APIPrefix != "":
-		return o.APIPrefix
-	}
-	return jetstream.DefaultAPIPrefix
-}
-
 // Instance returns the instance the consumer registered.
 func (c *Consumer) Instance() registry.Instance { return c.inst.Clone() }
 
@@ -294,14 +265,14 @@ func (c *Consumer) Done() <-chan struct{} { return c.done }
 // Err returns nil while the consumer runs, ErrClosed after Close, or why it
 // stopped by itself (an error wrapping ErrRegistrationLost).
 func (c *Consumer) Err() error {
-	c.errMu.Lock()
-	defer c.errMu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	return c.err
 }
 
 func (c *Consumer) setErr(err error) {
-	c.errMu.Lock()
-	defer c.errMu.Unlock()
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.err == nil {
 		c.err = err
 	}
@@ -320,7 +291,6 @@ func (c *Consumer) Close() error {
 			c.log.Warn("lanes: deregistering the consumer", "err", err)
 		}
 		<-c.done
-		c.wg.Wait()
 	})
 	if err := c.Err(); !errors.Is(err, ErrClosed) {
 		return err
@@ -332,7 +302,6 @@ func (c *Consumer) Close() error {
 // again whenever the instances, the policy or the stream's lanes change, and
 // stops everything when the consumer stops.
 func (c *Consumer) run() {
-	defer c.wg.Done()
 	defer c.shutdown()
 	disc := time.NewTimer(0)
 	defer disc.Stop()
@@ -371,19 +340,21 @@ func (c *Consumer) run() {
 	}
 }
 
-// shutdown stops every fetcher, waits for them to drain within the drain
-// timeout, flushes the acks and marks the consumer done.
+// shutdown stops every fetcher, waits for them to drain (each within the
+// drain timeout), flushes the acks and marks the consumer done.
 func (c *Consumer) shutdown() {
 	c.mu.Lock()
+	fs := make([]*fetcher, 0, len(c.fetchers))
 	for _, f := range c.fetchers {
-		f.stop()
+		fs = append(fs, f)
 	}
 	c.mu.Unlock()
-	t := time.AfterFunc(c.o.drain, c.hcancel)
-	c.fwg.Wait()
-	t.Stop()
-	c.hcancel()
-	c.kcancel()
+	for _, f := range fs {
+		f.stop()
+	}
+	for _, f := range fs {
+		<-f.done
+	}
 	if nc := c.js.Conn(); nc != nil && nc.IsConnected() {
 		nc.FlushTimeout(5 * time.Second)
 	}
@@ -580,33 +551,6 @@ func (c *Consumer) consumerConfig(tok string) jetstream.ConsumerConfig {
 	return cfg
 }
 
-// keep extends the ack deadline of messages held longer than a third of
-// their AckWait (slow handlers, or a batch waiting behind one), so that
-// JetStream does not deliver them to another consumer meanwhile.
-func (c *Consumer) keep() {
-	defer c.wg.Done()
-	tick := c.o.ackWait / 6
-	t := time.NewTicker(tick)
-	defer t.Stop()
-	var fs []*fetcher
-	for {
-		select {
-		case <-c.kctx.Done():
-			return
-		case now := <-t.C:
-			c.mu.Lock()
-			fs = fs[:0]
-			for _, f := range c.fetchers {
-				fs = append(fs, f)
-			}
-			c.mu.Unlock()
-			for _, f := range fs {
-				f.extend(now)
-			}
-		}
-	}
-}
-
 // delay is the delay before the next delivery of a message that failed on
 // delivery n.
 func (c *Consumer) delay(n uint64) time.Duration {
@@ -621,4 +565,4 @@ func (c *Consumer) delay(n uint64) time.Duration {
 }
 
 // laneCtx returns the handlers' context in lane l.
-func (c *Consumer) laneCtx(l string) context.Context { return lane.WithLane(c.hctx, l) }
+func (c *Consumer) laneCtx(l string) context.Context { return lane.WithLane(context.Background(), l) }

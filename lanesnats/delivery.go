@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 )
 
 // A Handler handles the messages a Consumer delivers. ctx carries the lane of
@@ -53,5 +54,5 @@ type Delivery struct {
 	// Msg is the message as received; Msg.Metadata() has its JetStream
 	// metadata. Do not acknowledge it: the Consumer does, from the
 	// handler's result.
-	Msg *nats.Msg
+	Msg jetstream.Msg
 }

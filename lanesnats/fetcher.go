@@ -5,94 +5,60 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
-	"strconv"
-	"strings"
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Headers of a dead letter, besides the original message's own.
-const (
-	HeaderDLQGroup      = "Lanes-Dlq-Group"      // the consumer group that gave up
-	HeaderDLQService    = "Lanes-Dlq-Service"    // its service
-	HeaderDLQStream     = "Lanes-Dlq-Stream"     // the original stream
-	HeaderDLQSeq        = "Lanes-Dlq-Seq"        // the original stream sequence
-	HeaderDLQSubject    = "Lanes-Dlq-Subject"    // the original NATS subject
-	HeaderDLQDeliveries = "Lanes-Dlq-Deliveries" // deliveries of the original
-	HeaderDLQError      = "Lanes-Dlq-Error"      // the last handler error
-)
-
-// A fetcher fetches the messages of one lane token from its durable
-// consumer and hands them to the handler, one at a time and in order.
-//
-// Its reader goroutine runs pull sessions: a synchronous subscription to an
-// inbox, and pull requests that keep at most two batches in flight or
-// waiting. Its worker goroutine takes the messages from the subscription (in
-// the order JetStream sent them) and handles them. Stopping drains the
-// subscription: the server sends nothing more, and the worker still takes
-// and handles everything it sent before; no message is abandoned in flight.
-//
-// The keeper extends the ack deadline of the message in the handler and,
-// when the handler is slow, moves the messages waiting behind it out of the
-// subscription (into rescued) to extend theirs too.
-type fetcher struct {
-	c          *Consumer
-	tok        string
-	lane       string
-	name       string // the durable's name
-	ackWait    time.Duration
-	ctx        context.Context // the handlers' context, in the lane
-	cancel     context.CancelFunc
-	prev       <-chan struct{} // the previous fetcher of the token, to wait for
-	done       chan struct{}   // closed when the worker has exited
-	kick       chan struct{}   // wakes the reader: room in the window, a status, a stop
-	workerKick chan struct{}   // wakes the worker: a new session, or the reader's end
-
-	pullMu sync.Mutex // held to take messages out of the subscription: worker or keeper
-
-	mu          sync.Mutex
-	sess        *session
-	rescued     []held // taken out of the subscription by the keeper, in order
-	cur         held   // the message in the handler, when curSet
-	curSet      bool
-	outstanding int       // requested and not yet taken, or expired
-	lastSeen    time.Time // the last message or status taken
-	status      error     // a status that ends the session
-	wanted      bool
-	readerDone  bool
-	workerDone  bool
-	drainTimer  *time.Timer
-}
-
-// A session is one subscription of a fetcher.
-type session struct {
-	sub      *nats.Subscription
-	finished chan struct{} // closed by the worker once the subscription is closed and empty
-	once     sync.Once
-}
-
-func (s *session) finish() { s.once.Do(func() { close(s.finished) }) }
-
-type held struct {
-	m       *nats.Msg
-	touched time.Time // taken, or last extended
-}
-
-// Pull requests: how long one waits at the server, and how often the
-// server says it is still waiting.
+// Pull settings of a lane's subscription: how long a pull request waits at
+// the server, and how often the server says it is still waiting.
 const (
 	pullExpires   = 30 * time.Second
 	pullHeartbeat = 5 * time.Second
 )
 
-var (
-	errConsumerGone = errors.New("the durable consumer is gone")
-	errNoHeartbeat  = errors.New("no heartbeat from the server for the pending pull request")
-	errNoSession    = errors.New("no session")
-)
+// A fetcher handles the messages of one lane token: it iterates over its
+// durable consumer with jetstream's Messages, which keeps two batches in
+// flight or buffered (pull requests, heartbeats, statuses and reconnects are
+// the library's), and hands the messages to the handler one at a time, in
+// order.
+//
+// Its loop goroutine owns the iterator and every message taken out of it;
+// the handler runs on a second goroutine so that the loop can keep slow
+// messages alive meanwhile (see keep). Stopping drains the iterator: the
+// server sends nothing more, and what it sent before is still taken out and
+// handled.
+type fetcher struct {
+	c       *Consumer
+	tok     string
+	lane    string
+	cons    jetstream.Consumer
+	ackWait time.Duration
+	ctx     context.Context // the handlers' context, in the lane
+	cancel  context.CancelFunc
+	prev    <-chan struct{} // the previous fetcher of the token, to wait for
+	done    chan struct{}   // closed when the loop has exited
+
+	mu       sync.Mutex
+	wanted   bool
+	fetching bool                      // wanted, or draining its iterator
+	iter     jetstream.MessagesContext // nil between iterators
+	timer    *time.Timer               // the drain timeout, while stopping
+	exited   bool
+
+	// The loop's own.
+	work    chan *Delivery // to the handler goroutine
+	result  chan error     // from it
+	rescued []heldMsg      // taken out of the iterator behind a slow handler
+}
+
+// heldMsg is a message the loop holds, with when its ack deadline was last
+// pushed back.
+type heldMsg struct {
+	m       jetstream.Msg
+	touched time.Time
+}
 
 // newFetcher starts a fetcher of tok. c.mu must be held.
 func (c *Consumer) newFetcher(tok string, cons jetstream.Consumer, prev <-chan struct{}) *fetcher {
@@ -102,64 +68,53 @@ func (c *Consumer) newFetcher(tok string, cons jetstream.Consumer, prev <-chan s
 		ackWait = info.Config.AckWait // the durable's own, set by whoever created it
 	}
 	ctx, cancel := context.WithCancel(c.laneCtx(l))
-	f := &fetcher{c: c, tok: tok, lane: l, name: ConsumerName(c.group, tok), ackWait: ackWait, ctx: ctx, cancel: cancel,
-		prev: prev, done: make(chan struct{}), kick: make(chan struct{}, 1), workerKick: make(chan struct{}, 1), wanted: true}
-	c.fwg.Add(2)
-	go f.read()
-	go f.work()
+	f := &fetcher{c: c, tok: tok, lane: l, cons: cons, ackWait: ackWait, ctx: ctx, cancel: cancel,
+		prev: prev, done: make(chan struct{}), wanted: true, fetching: true,
+		work: make(chan *Delivery), result: make(chan error)}
+	go f.loop() // owned by c: shutdown waits for done
 	return f
-}
-
-func signal(ch chan struct{}) {
-	select {
-	case ch <- struct{}{}:
-	default:
-	}
 }
 
 // stop makes the fetcher stop fetching and exit once it has handled what it
 // holds (within the drain timeout). It reports whether it was wanted.
 func (f *fetcher) stop() bool {
 	f.mu.Lock()
-	was := f.wanted
+	was, it := f.wanted, f.iter
 	f.wanted = false
-	if f.drainTimer == nil && !f.workerDone {
-		f.drainTimer = time.AfterFunc(f.c.o.drain, f.cancel)
+	if f.timer == nil && !f.exited {
+		f.timer = time.AfterFunc(f.c.o.drain, f.cancel)
 	}
 	f.mu.Unlock()
-	signal(f.kick)
+	if it != nil {
+		it.Drain()
+	}
 	return was
 }
 
-// revive makes a stopping fetcher fetch again, if it has not stopped yet.
+// revive makes a stopping fetcher fetch again, if it has not exited yet nor
+// timed out draining.
 func (f *fetcher) revive() bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.readerDone || f.ctx.Err() != nil {
+	if f.exited || f.ctx.Err() != nil {
 		return false
 	}
-	if f.drainTimer != nil {
-		if !f.drainTimer.Stop() {
+	if f.timer != nil {
+		if !f.timer.Stop() {
 			return false // the drain timed out just now
 		}
-		f.drainTimer = nil
+		f.timer = nil
 	}
-	f.wanted = true
+	f.wanted, f.fetching = true, true
 	return true
 }
 
-func (f *fetcher) isWanted() bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.wanted
-}
-
-// isFetching reports whether the reader still runs: wanted, or draining
-// its subscription.
+// isFetching reports whether the fetcher still pulls: wanted, or draining
+// its iterator.
 func (f *fetcher) isFetching() bool {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return !f.readerDone
+	return f.fetching
 }
 
 // finished reports whether the fetcher has exited.
@@ -172,385 +127,246 @@ func (f *fetcher) finished() bool {
 	}
 }
 
-// read runs pull sessions while the fetcher is wanted, starting a new one
-// after an error.
-func (f *fetcher) read() {
-	defer f.c.fwg.Done()
-	c := f.c
+// loop opens iterators while the fetcher is wanted, handles what they
+// deliver, and exits once it is stopped and holds nothing.
+func (f *fetcher) loop() {
+	defer close(f.done)
+	defer f.cancel()
+	defer close(f.work)
+	go f.run() // the handler goroutine: exits when work is closed
+	if f.prev != nil {
+		<-f.prev // order within the lane: the previous fetcher finishes first
+	}
+	tick := time.NewTicker(f.ackWait / 6)
+	defer tick.Stop()
 	const minBackoff, maxBackoff = 50 * time.Millisecond, 2 * time.Second
 	backoff := minBackoff
-	for f.isWanted() {
-		err := f.session()
-		if err == nil || !f.isWanted() {
-			continue
-		}
-		if errors.Is(err, errConsumerGone) {
-			c.log.Error("lanes: the durable consumer of a lane is gone; creating it again (its messages still in the stream are delivered again)",
-				"token", f.tok, "consumer", f.name)
-			c.forget(f.tok)
-			c.durable(f.tok)
-		} else {
-			c.log.Warn("lanes: pulling messages failed; retrying", "token", f.tok, "err", err)
-		}
-		select {
-		case <-time.After(backoff):
-		case <-f.kick:
-		}
-		backoff = min(2*backoff, maxBackoff)
-	}
-	f.mu.Lock()
-	f.readerDone = true
-	f.mu.Unlock()
-	signal(f.workerKick)
-}
-
-// session subscribes to an inbox and sends pull requests to it, keeping two
-// batches in flight or waiting, until the fetcher is stopped or the session
-// fails; then it drains the subscription and waits for the worker to have
-// taken everything out of it.
-func (f *fetcher) session() error {
-	c := f.c
-	nc := c.js.Conn()
-	inbox := nc.NewInbox()
-	sub, err := nc.SubscribeSync(inbox)
-	if err != nil {
-		return err
-	}
-	s := &session{sub: sub, finished: make(chan struct{})}
-	// After a reconnect, the server may have forgotten the pull requests
-	// (a restarted server): ask again.
-	status := nc.StatusChanged(nats.CONNECTED)
-	defer nc.RemoveStatusListener(status)
-	window := 2 * c.o.batch
-	f.mu.Lock()
-	f.sess, f.outstanding, f.status, f.lastSeen = s, 0, nil, time.Now()
-	f.mu.Unlock()
-	signal(f.workerKick)
-	tick := time.NewTicker(pullHeartbeat)
-	defer tick.Stop()
 	for {
-		f.mu.Lock()
-		wanted, serr := f.wanted, f.status
-		room := window - f.held() - f.outstanding
-		quiet := f.outstanding > 0 && time.Since(f.lastSeen) > 3*pullHeartbeat
-		f.mu.Unlock()
-		if !wanted {
-			break
-		}
-		if serr != nil {
-			err = serr
-			break
-		}
-		if quiet {
-			if n, _, _ := sub.Pending(); n == 0 {
-				err = errNoHeartbeat
-				break
-			}
-		}
-		if room >= c.o.batch {
-			req := fmt.Appendf(nil, `{"batch":%d,"expires":%d,"idle_heartbeat":%d}`, room, pullExpires.Nanoseconds(), pullHeartbeat.Nanoseconds())
-			if err = nc.PublishRequest(c.nextSubject(f.name), inbox, req); err != nil {
-				break
-			}
+		f.handleRescued(tick)
+		it, ok := f.open()
+		if !ok {
 			f.mu.Lock()
-			f.outstanding += room
-			f.lastSeen = time.Now()
-			f.mu.Unlock()
-			continue
-		}
-		select {
-		case <-f.kick:
-		case <-tick.C:
-		case <-status:
-			f.mu.Lock()
-			f.outstanding = 0
-			f.mu.Unlock()
-		}
-	}
-	// The server sends nothing after the unsubscribe; what it sent before
-	// stays in the subscription until the worker has taken it.
-	if sub.Drain() != nil {
-		sub.Unsubscribe()
-	}
-	select {
-	case <-s.finished:
-	case <-time.After(c.o.drain + 5*time.Second):
-		sub.Unsubscribe() // the worker is stuck; what is left comes back after AckWait
-		<-s.finished
-	}
-	return err
-}
-
-// held counts the messages taken and not finished. f.mu must be held.
-func (f *fetcher) held() int {
-	n := len(f.rescued)
-	if f.curSet {
-		n++
-	}
-	return n
-}
-
-// take returns the next message to handle: a rescued one, else the next
-// one of the session's subscription (waiting for it). It returns
-// errNoSession when there is no session, and the subscription's error once
-// it is closed and empty. f.pullMu must be held.
-func (f *fetcher) take() (*nats.Msg, *session, error) {
-	f.mu.Lock()
-	if len(f.rescued) > 0 {
-		h := f.rescued[0]
-		f.rescued[0] = held{}
-		f.rescued = f.rescued[1:]
-		f.cur, f.curSet = h, true
-		f.mu.Unlock()
-		return h.m, nil, nil
-	}
-	s := f.sess
-	f.mu.Unlock()
-	if s == nil {
-		return nil, nil, errNoSession
-	}
-	m, err := s.sub.NextMsg(time.Minute)
-	if err != nil {
-		return nil, s, err
-	}
-	now := time.Now()
-	f.mu.Lock()
-	f.lastSeen = now
-	if !isStatus(m) {
-		if f.outstanding > 0 {
-			f.outstanding--
-		}
-		f.cur, f.curSet = held{m: m, touched: now}, true
-	}
-	f.mu.Unlock()
-	return m, s, nil
-}
-
-func isStatus(m *nats.Msg) bool {
-	return len(m.Data) == 0 && len(m.Header) > 0 && m.Header.Get("Status") != ""
-}
-
-// work handles the messages in order, until the reader is done and nothing
-// is left.
-func (f *fetcher) work() {
-	defer f.c.fwg.Done()
-	if f.prev != nil {
-		<-f.prev
-	}
-	for {
-		f.pullMu.Lock()
-		m, s, err := f.take()
-		f.pullMu.Unlock()
-		switch {
-		case errors.Is(err, errNoSession):
-			f.mu.Lock()
-			end := f.readerDone && f.sess == nil && len(f.rescued) == 0
-			if end {
-				f.workerDone = true
-				if f.drainTimer != nil {
-					f.drainTimer.Stop()
-				}
+			f.exited = true
+			if f.timer != nil {
+				f.timer.Stop()
 			}
 			f.mu.Unlock()
-			if end {
-				f.cancel()
-				close(f.done)
-				return
-			}
-			<-f.workerKick
-			continue
-		case errors.Is(err, nats.ErrTimeout):
-			continue
-		case err != nil:
-			// The session's subscription is closed and empty.
-			f.mu.Lock()
-			if f.sess == s {
-				f.sess = nil
-			}
-			f.mu.Unlock()
-			s.finish()
-			continue
-		}
-		if isStatus(m) {
-			f.onStatus(m)
-			signal(f.kick)
-			continue
-		}
-		if f.ctx.Err() != nil {
-			// Draining timed out: give the message back, unhandled.
-			m.Nak()
-		} else {
-			f.handle(m)
-		}
-		f.mu.Lock()
-		f.cur, f.curSet = held{}, false
-		// Wake the reader only when a pull request is due.
-		due := 2*f.c.o.batch-f.held()-f.outstanding >= f.c.o.batch
-		f.mu.Unlock()
-		if due {
-			signal(f.kick)
-		}
-	}
-}
-
-// onStatus accounts for a status message of a pull request.
-func (f *fetcher) onStatus(m *nats.Msg) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	code, desc := m.Header.Get("Status"), m.Header.Get("Description")
-	switch code {
-	case "100": // idle heartbeat
-		return
-	case "404", "408", "409":
-		if code == "409" && strings.Contains(strings.ToLower(desc), "consumer deleted") {
-			f.status = errConsumerGone
 			return
 		}
-		// The request ended; the header says how many it had left.
-		if n, err := strconv.Atoi(m.Header.Get("Nats-Pending-Messages")); err == nil {
-			f.outstanding = max(0, f.outstanding-n)
-		} else {
-			f.outstanding = 0
+		if it == nil {
+			f.sleep(&backoff, maxBackoff)
+			continue
 		}
-	case "503": // no responders: the durable does not exist
-		f.status = errConsumerGone
-	default:
-		f.status = fmt.Errorf("pull request refused: %s %s", code, desc)
+		if err := f.consume(it, tick); err != nil {
+			f.onError(err)
+			f.sleep(&backoff, maxBackoff)
+			continue
+		}
+		backoff = minBackoff
 	}
 }
 
-// nextSubject is the subject of pull requests to the durable name.
-func (c *Consumer) nextSubject(name string) string {
-	return c.apiPrefix + "CONSUMER.MSG.NEXT." + c.stream.CachedInfo().Config.Name + "." + name
-}
-
-// extend sends InProgress for the messages held past a third of their
-// AckWait: the one in the handler and the rescued ones. When the handler
-// has been busy that long, it first rescues the messages waiting in the
-// subscription behind it.
-func (f *fetcher) extend(now time.Time) {
+// open returns a new iterator over the durable, or ok false when the
+// fetcher is no longer wanted. A nil iterator with ok means it failed and
+// must be tried again.
+func (f *fetcher) open() (_ jetstream.MessagesContext, ok bool) {
 	f.mu.Lock()
-	slow := f.curSet && now.Sub(f.cur.touched) > f.ackWait/3
-	s := f.sess
+	wanted := f.wanted
+	f.fetching = wanted
 	f.mu.Unlock()
-	if slow && s != nil && f.pullMu.TryLock() {
-		for {
-			m, err := s.sub.NextMsg(time.Nanosecond)
-			if err != nil {
-				break
-			}
-			if isStatus(m) {
-				f.onStatus(m)
-				continue
-			}
-			f.mu.Lock()
-			if f.outstanding > 0 {
-				f.outstanding--
-			}
-			f.rescued = append(f.rescued, held{m: m, touched: time.Time{}})
-			f.mu.Unlock()
-		}
-		f.pullMu.Unlock()
+	if !wanted {
+		return nil, false
+	}
+	it, err := f.cons.Messages(
+		jetstream.PullMaxMessages(2*f.c.o.batch),
+		jetstream.PullThresholdMessages(f.c.o.batch),
+		jetstream.PullExpiry(pullExpires),
+		jetstream.PullHeartbeat(pullHeartbeat),
+		jetstream.WithMessagesErrOnMissingHeartbeat(true),
+	)
+	if err != nil {
+		f.c.log.Warn("lanes: cannot pull the messages of a lane; retrying", "token", f.tok, "err", err)
+		return nil, true
 	}
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.curSet && now.Sub(f.cur.touched) > f.ackWait/3 {
-		f.cur.m.InProgress()
-		f.cur.touched = now
+	f.iter = it
+	wanted = f.wanted
+	f.mu.Unlock()
+	if !wanted {
+		it.Drain() // stopped while opening
 	}
-	for i := range f.rescued {
-		h := &f.rescued[i]
-		if now.Sub(h.touched) > f.ackWait/3 {
-			h.m.InProgress()
-			h.touched = now
+	return it, true
+}
+
+// consume handles the messages of it until it is closed (drained), and
+// returns the error that ended it otherwise.
+func (f *fetcher) consume(it jetstream.MessagesContext, tick *time.Ticker) error {
+	defer func() {
+		f.mu.Lock()
+		f.iter = nil
+		f.mu.Unlock()
+	}()
+	for {
+		m, err := it.Next()
+		switch {
+		case errors.Is(err, jetstream.ErrMsgIteratorClosed):
+			return nil // drained: by a stop, or behind a slow handler
+		case errors.Is(err, jetstream.ErrNoHeartbeat):
+			// The library pulls again; check that the durable is still
+			// there, as a deleted one does not always say so.
+			if f.durableGone() {
+				it.Stop()
+				return jetstream.ErrConsumerDeleted
+			}
+			continue
+		case err != nil:
+			it.Stop()
+			return err
 		}
+		f.handleHeld(heldMsg{m: m, touched: time.Now()}, it, tick)
+		f.handleRescued(tick)
 	}
 }
 
-// handle delivers one message to the handler and settles it: ack on
-// success, a delayed redelivery on failure, the dead-letter topic after the
-// last allowed delivery.
-func (f *fetcher) handle(m *nats.Msg) {
+// durableGone reports whether the lane's durable consumer no longer exists.
+func (f *fetcher) durableGone() bool {
+	ctx, cancel := context.WithTimeout(f.ctx, 5*time.Second)
+	defer cancel()
+	_, err := f.cons.Info(ctx)
+	return errors.Is(err, jetstream.ErrConsumerNotFound)
+}
+
+// onError logs why an iterator ended; a deleted durable is created again.
+func (f *fetcher) onError(err error) {
 	c := f.c
-	seq, delivered, ok := ackInfo(m.Reply)
-	if !ok {
-		c.log.Error("lanes: a message without JetStream metadata; giving it back", "token", f.tok, "reply", m.Reply)
-		m.Nak()
+	if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) {
+		c.log.Error("lanes: the durable consumer of a lane is gone; creating it again (its messages still in the stream are delivered again)",
+			"token", f.tok, "consumer", ConsumerName(c.group, f.tok))
+		c.forget(f.tok)
+		if cons, err := c.durable(f.tok); err == nil {
+			f.cons = cons
+		}
 		return
 	}
-	_, rest, ok := splitSubject(c.topic, m.Subject)
-	if !ok {
-		rest = m.Subject
+	c.log.Warn("lanes: pulling messages failed; retrying", "token", f.tok, "err", err)
+}
+
+// sleep waits for the backoff, or less when the fetcher is stopped.
+func (f *fetcher) sleep(backoff *time.Duration, limit time.Duration) {
+	t := time.NewTimer(*backoff)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-f.ctx.Done():
 	}
-	h := m.Header
-	d := &Delivery{Lane: f.lane, Subject: rest, Data: m.Data, Header: h, Seq: seq, NumDelivered: delivered, Msg: m}
+	*backoff = min(2**backoff, limit)
+}
+
+// handleRescued handles the messages rescued from behind a slow handler,
+// in order.
+func (f *fetcher) handleRescued(tick *time.Ticker) {
+	for len(f.rescued) > 0 {
+		h := f.rescued[0]
+		f.rescued[0] = heldMsg{}
+		f.rescued = f.rescued[1:]
+		f.handleHeld(h, nil, tick)
+	}
+}
+
+// handleHeld handles one message on the handler goroutine and waits for it,
+// keeping the messages it holds alive meanwhile. it is the iterator the
+// message came from (nil for a rescued one).
+func (f *fetcher) handleHeld(h heldMsg, it jetstream.MessagesContext, tick *time.Ticker) {
+	if f.ctx.Err() != nil {
+		h.m.Nak() // draining timed out: give it back, unhandled
+		return
+	}
+	d, ok := f.delivery(h.m)
+	if !ok {
+		return
+	}
+	if d.NumDelivered > uint64(f.c.o.maxDeliver) {
+		// Every earlier delivery ended without an ack or a failure: its
+		// holder died (perhaps because of this message).
+		f.deadLetter(d, fmt.Errorf("delivered %d times without being acknowledged", d.NumDelivered-1))
+		return
+	}
+	f.work <- d
+	for {
+		var now time.Time
+		select {
+		case err := <-f.result:
+			f.settle(d, err)
+			return
+		case now = <-tickC(tick):
+		}
+		f.keep(now, &h, it)
+	}
+}
+
+func tickC(t *time.Ticker) <-chan time.Time {
+	if t == nil {
+		return nil
+	}
+	return t.C
+}
+
+// keep pushes back the ack deadline of the messages held longer than a
+// third of their AckWait: the one in the handler and those rescued behind
+// it. The first time the handler is that slow, it drains the iterator and
+// takes what it buffered out (rescues it), since buffered messages cannot be
+// kept alive; the loop opens a new iterator once they are handled.
+func (f *fetcher) keep(now time.Time, cur *heldMsg, it jetstream.MessagesContext) {
+	if now.Sub(cur.touched) <= f.ackWait/3 {
+		return
+	}
+	cur.m.InProgress()
+	cur.touched = now
+	if it != nil {
+		it.Drain()
+		for {
+			m, err := it.Next(jetstream.NextMaxWait(time.Second))
+			if err != nil {
+				break // closed, or the rest comes at the next tick
+			}
+			f.rescued = append(f.rescued, heldMsg{m: m})
+		}
+	}
+	for i := range f.rescued {
+		if r := &f.rescued[i]; now.Sub(r.touched) > f.ackWait/3 {
+			r.m.InProgress()
+			r.touched = now
+		}
+	}
+}
+
+// delivery is what the handler sees of m.
+func (f *fetcher) delivery(m jetstream.Msg) (*Delivery, bool) {
+	c := f.c
+	meta, err := m.Metadata()
+	if err != nil {
+		c.log.Error("lanes: a message without JetStream metadata; giving it back", "token", f.tok, "reply", m.Reply(), "err", err)
+		m.Nak()
+		return nil, false
+	}
+	_, rest, ok := splitSubject(c.topic, m.Subject())
+	if !ok {
+		rest = m.Subject()
+	}
+	h := m.Headers()
+	d := &Delivery{Lane: f.lane, Subject: rest, Data: m.Data(), Header: h, Seq: meta.Sequence.Stream, NumDelivered: meta.NumDelivered, Msg: m}
 	if v := h[MsgIDHeader]; len(v) > 0 {
 		d.MsgID = v[0]
 	}
-	if delivered > uint64(c.o.maxDeliver) {
-		// Every earlier delivery ended without an ack or a failure: its
-		// holder died (perhaps because of this message).
-		f.deadLetter(m, d, fmt.Errorf("delivered %d times without being acknowledged", delivered-1))
-		return
-	}
-	if err := f.call(d); err != nil {
-		c.failed.Add(1)
-		if IsPermanent(err) || delivered >= uint64(c.o.maxDeliver) {
-			f.deadLetter(m, d, err)
-			return
-		}
-		c.log.Debug("lanes: handler failed; the message will be delivered again", "token", f.tok, "seq", d.Seq, "deliveries", d.NumDelivered, "err", err)
-		if err := m.NakWithDelay(c.delay(delivered)); err != nil {
-			c.log.Warn("lanes: nak failed; the message comes back after AckWait", "seq", d.Seq, "err", err)
-		}
-		return
-	}
-	var err error
-	if c.o.syncAck {
-		err = m.AckSync()
-	} else {
-		err = m.Ack()
-	}
-	if err != nil {
-		c.log.Warn("lanes: ack failed; the message comes back after AckWait", "seq", d.Seq, "err", err)
-		return
-	}
-	c.handled.Add(1)
+	return d, true
 }
 
-// ackInfo reads the stream sequence and the delivery count of a message
-// from its ack subject, without allocating:
-// $JS.ACK.<stream>.<consumer>.<delivered>.<stream seq>.<consumer seq>.<time>.<pending>,
-// or, from newer servers, with a domain and an account hash after ACK and a
-// random token at the end.
-func ackInfo(reply string) (seq, delivered uint64, ok bool) {
-	if !strings.HasPrefix(reply, "$JS.ACK.") {
-		return 0, 0, false
+// run is the handler goroutine: it calls the handler for each delivery the
+// loop sends, and sends back the result.
+func (f *fetcher) run() {
+	for d := range f.work {
+		f.result <- f.call(d)
 	}
-	var tokens [12]string
-	n, start := 0, 0
-	for i := 0; i <= len(reply); i++ {
-		if i == len(reply) || reply[i] == '.' {
-			if n == len(tokens) {
-				return 0, 0, false
-			}
-			tokens[n] = reply[start:i]
-			n++
-			start = i + 1
-		}
-	}
-	var d, sq string
-	switch {
-	case n == 9:
-		d, sq = tokens[4], tokens[5]
-	case n >= 11:
-		d, sq = tokens[6], tokens[7]
-	default:
-		return 0, 0, false
-	}
-	delivered, err1 := strconv.ParseUint(d, 10, 64)
-	seq, err2 := strconv.ParseUint(sq, 10, 64)
-	return seq, delivered, err1 == nil && err2 == nil
 }
 
 // call runs the handler, turning a panic into an error.
@@ -564,41 +380,31 @@ func (f *fetcher) call(d *Delivery) (err error) {
 	return f.c.h.HandleMessage(f.ctx, d)
 }
 
-// deadLetter publishes the message to the dead-letter topic in its lane,
-// with its headers and the reason, then terminates it. When the publish
-// fails the message is delivered again later instead: it is never dropped.
-func (f *fetcher) deadLetter(m *nats.Msg, d *Delivery, cause error) {
-	c := f.c
-	hdr := make(nats.Header, len(d.Header)+8)
-	for k, v := range d.Header {
-		hdr[k] = v
-	}
-	seq := strconv.FormatUint(d.Seq, 10)
-	hdr[HeaderDLQGroup] = []string{c.group}
-	hdr[HeaderDLQService] = []string{c.service}
-	hdr[HeaderDLQStream] = []string{c.stream.CachedInfo().Config.Name}
-	hdr[HeaderDLQSeq] = []string{seq}
-	hdr[HeaderDLQSubject] = []string{m.Subject}
-	hdr[HeaderDLQDeliveries] = []string{strconv.FormatUint(d.NumDelivered, 10)}
-	msg := cause.Error()
-	if len(msg) > 1024 {
-		msg = msg[:1024]
-	}
-	hdr[HeaderDLQError] = []string{msg}
-	// Publishing twice (a crash before Term) stores one dead letter.
-	hdr[MsgIDHeader] = []string{"dlq:" + c.stream.CachedInfo().Config.Name + ":" + seq + ":" + c.group}
-	out := &nats.Msg{Subject: c.dlq + "." + f.tok + "." + d.Subject, Header: hdr, Data: d.Data}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	_, err := c.js.PublishMsg(ctx, out)
-	cancel()
+// settle acknowledges a handled message; a failed one is delivered again
+// after a delay, or goes to the dead-letter topic after the last allowed
+// delivery.
+func (f *fetcher) settle(d *Delivery, err error) {
+	c, m := f.c, d.Msg
 	if err != nil {
-		c.log.Error("lanes: cannot publish a dead letter; the message will be delivered again", "dlq", out.Subject, "seq", d.Seq, "err", err)
-		m.NakWithDelay(c.delay(uint64(len(c.o.retryDelays))))
+		c.failed.Add(1)
+		if IsPermanent(err) || d.NumDelivered >= uint64(c.o.maxDeliver) {
+			f.deadLetter(d, err)
+			return
+		}
+		c.log.Debug("lanes: handler failed; the message will be delivered again", "token", f.tok, "seq", d.Seq, "deliveries", d.NumDelivered, "err", err)
+		if err := m.NakWithDelay(c.delay(d.NumDelivered)); err != nil {
+			c.log.Warn("lanes: nak failed; the message comes back after AckWait", "seq", d.Seq, "err", err)
+		}
 		return
 	}
-	if err := m.Term(); err != nil {
-		c.log.Warn("lanes: term failed after dead-lettering", "seq", d.Seq, "err", err)
+	if c.o.syncAck {
+		err = m.DoubleAck(context.Background())
+	} else {
+		err = m.Ack()
 	}
-	c.deadLettered.Add(1)
-	c.log.Warn("lanes: message dead-lettered", "token", f.tok, "seq", d.Seq, "dlq", out.Subject, "deliveries", d.NumDelivered, "err", cause)
+	if err != nil {
+		c.log.Warn("lanes: ack failed; the message comes back after AckWait", "seq", d.Seq, "err", err)
+		return
+	}
+	c.handled.Add(1)
 }
