@@ -26,6 +26,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	natstest.RunChild()
 	if os.Getenv(childEnv) != "" {
 		os.Exit(childMain())
 	}

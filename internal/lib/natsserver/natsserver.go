@@ -8,8 +8,9 @@
 // Config.Dir, so that a later Start on the same directory finds the same
 // streams, consumers and messages.
 //
-// For a fleet, run a NATS cluster and point lanes at it (see docs/mq.md);
-// this package is not a clustering tool.
+// For a fleet, run a NATS cluster and point lanes at it (see docs/mq.md).
+// Config.Cluster makes a server a cluster member; the test kit
+// (internal/testkit/natstest) uses it where no nats-server binary exists.
 package natsserver
 
 import (
@@ -18,6 +19,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -52,6 +54,22 @@ type Config struct {
 	// MaxMemory bounds JetStream's memory storage in bytes (0: the
 	// server's default).
 	MaxMemory int64
+	// Cluster, when its Name is set, makes the server a member of a NATS
+	// cluster with clustered JetStream. Every member needs a distinct Name
+	// (above) and the same Cluster.Name.
+	Cluster Cluster
+}
+
+// Cluster configures the cluster membership of a server.
+type Cluster struct {
+	// Name is the cluster's name, the same on every member.
+	Name string
+	// Addr is the host:port the server listens on for routes from the
+	// other members (port 0 picks one).
+	Addr string
+	// Routes are the route URLs of the other members, such as
+	// nats-route://127.0.0.1:6222.
+	Routes []string
 }
 
 // Server is a running embedded NATS server.
@@ -90,6 +108,20 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 		JetStreamMaxMemory: cfg.MaxMemory,
 		NoSigs:             true,
 		// No cluster, gateway, leafnode, websocket or monitoring listener.
+	}
+	if cfg.Cluster.Name != "" {
+		h, p, err := splitAddr(cfg.Cluster.Addr)
+		if err != nil {
+			return nil, fmt.Errorf("natsserver: cluster address: %w", err)
+		}
+		opts.Cluster = server.ClusterOpts{Name: cfg.Cluster.Name, Host: h, Port: p}
+		for _, r := range cfg.Cluster.Routes {
+			u, err := url.Parse(r)
+			if err != nil {
+				return nil, fmt.Errorf("natsserver: route %q: %w", r, err)
+			}
+			opts.Routes = append(opts.Routes, u)
+		}
 	}
 	if cfg.SyncAlways {
 		opts.SyncInterval = 2 * time.Minute // the server's default; SyncAlways overrides it per write

@@ -9,7 +9,6 @@ package etcdtest
 
 import (
 	"context"
-	"net"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -21,6 +20,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/lanesdev/lanes/internal/lib/etcdserver"
+	"github.com/lanesdev/lanes/internal/testkit/proctest"
 )
 
 // StartTimeout bounds how long a helper waits for etcd to serve clients.
@@ -185,11 +185,4 @@ func (e *EmbeddedServer) Restart() error {
 }
 
 // freePort returns a loopback host:port that was free a moment ago.
-func freePort() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
+func freePort() (string, error) { return proctest.FreeAddr() }

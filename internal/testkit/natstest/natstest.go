@@ -55,12 +55,15 @@ func Each(t *testing.T, fn func(t *testing.T, srv Server)) {
 	t.Run("process", func(t *testing.T) { fn(t, Process(t)) })
 }
 
-// Connect returns a connection to url that is closed at cleanup, and its
-// JetStream context. The connection reconnects for ever, so that it
-// survives a restart of the server.
+// Connect returns a connection to url (one URL, or a cluster's
+// comma-separated list) that is closed at cleanup, and its JetStream
+// context. The connection reconnects for ever, so that it survives a restart
+// of the server, and pings every second, so that it leaves a paused server
+// within seconds.
 func Connect(t testing.TB, url string, opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	opts = append([]nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(50 * time.Millisecond)}, opts...)
+	opts = append([]nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(50 * time.Millisecond),
+		nats.PingInterval(time.Second), nats.MaxPingsOutstanding(2)}, opts...)
 	nc, err := nats.Connect(url, opts...)
 	if err != nil {
 		t.Fatalf("natstest: connect %s: %v", url, err)

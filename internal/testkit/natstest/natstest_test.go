@@ -2,6 +2,7 @@ package natstest
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -9,7 +10,10 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	RunChild()
+	goleak.VerifyTestMain(m)
+}
 
 // TestRestartKeepsMessages: each kind of server keeps a stream's messages
 // over a clean restart, and the process over a SIGKILL too, on the same URL.
@@ -49,4 +53,108 @@ func TestRestartKeepsMessages(t *testing.T) {
 			t.Errorf("%s: %d messages, want 2", srv.Kind(), n)
 		}
 	})
+}
+
+// TestEmbeddedProcessKill: the embedded server in a child process keeps an
+// acknowledged message over a SIGKILL.
+func TestEmbeddedProcessKill(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srv := EmbeddedProcess(t)
+	_, js := Connect(t, srv.URL())
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "T", Subjects: []string{"t.>"}, Storage: jetstream.FileStorage}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := js.Publish(ctx, "t.a", []byte("one")); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Start(); err != nil {
+		t.Fatal(err)
+	}
+	st, err := js.Stream(ctx, "T")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := st.CachedInfo().State.Msgs; n != 1 {
+		t.Errorf("%d messages after SIGKILL, want 1", n)
+	}
+}
+
+// TestCluster: on each kind of member, a three-server cluster keeps an R3
+// stream available and complete while its leader is killed with SIGKILL,
+// another member is paused with SIGSTOP, and both come back.
+func TestCluster(t *testing.T) {
+	for _, kind := range []string{KindProcess, KindEmbedded} {
+		t.Run(kind, func(t *testing.T) {
+			if kind == KindProcess && Binary() == "" {
+				t.Skip(SkipMessage)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+			defer cancel()
+			c := NewCluster(t, ClusterConfig{Kind: kind})
+			_, js := Connect(t, c.URL())
+			if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "T", Subjects: []string{"t.>"}, Storage: jetstream.FileStorage, Replicas: 3}); err != nil {
+				t.Fatal(err)
+			}
+			published := 0
+			publish := func(n int) {
+				t.Helper()
+				for range n {
+					id := fmt.Sprint(published)
+					for {
+						actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+						_, err := js.Publish(actx, "t.a", []byte(id), jetstream.WithMsgID(id))
+						cancel()
+						if err == nil {
+							break
+						}
+						if ctx.Err() != nil {
+							t.Fatalf("publish %s: %v", id, err)
+						}
+						time.Sleep(50 * time.Millisecond) // an election: try again
+					}
+					published++
+				}
+			}
+			publish(10)
+			leader, err := c.StreamLeader(ctx, js, "T")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := leader.Kill(); err != nil {
+				t.Fatal(err)
+			}
+			publish(10)
+			if err := leader.Start(); err != nil {
+				t.Fatal(err)
+			}
+			var other *Member
+			for _, m := range c.Members {
+				if m != leader {
+					other = m
+					break
+				}
+			}
+			if err := other.Pause(); err != nil {
+				t.Fatal(err)
+			}
+			publish(10)
+			if err := other.Resume(); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.WaitJetStream(ctx); err != nil {
+				t.Fatal(err)
+			}
+			st, err := js.Stream(ctx, "T")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := st.CachedInfo().State.Msgs; n != uint64(published) {
+				t.Errorf("%d messages, want %d", n, published)
+			}
+		})
+	}
 }

@@ -11,6 +11,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"sync"
@@ -218,4 +219,17 @@ func (p *Proc) LogTail(n int) string {
 func (p *Proc) LogContains(s string) bool {
 	b, _ := os.ReadFile(p.spec.LogPath)
 	return bytes.Contains(b, []byte(s))
+}
+
+// FreeAddr returns a loopback host:port that was free a moment ago, for a
+// server that must be told its port before it starts (a cluster member
+// whose peers need its address). Another process may take it meanwhile: a
+// caller retries on other ports when the server cannot bind.
+func FreeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
 }
