@@ -146,7 +146,7 @@ func NewConsumer(ctx context.Context, js jetstream.JetStream, cfg ConsumerConfig
 	if s := cfg.Instance.Service; s != "" && s != regName {
 		return nil, fmt.Errorf("%w: ConsumerConfig.Instance.Service %q: leave it empty (the consumer registers as %q)", ErrInvalidOption, s, regName)
 	}
-	stream, err := js.Stream(ctx, o.stream)
+	stream, err := lookupStream(ctx, js, o.stream)
 	if err != nil {
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
 			return nil, fmt.Errorf("%w: %q (topic %q): create it first, for example with lanesnats.StreamConfig", ErrStreamNotFound, o.stream, cfg.Topic)
@@ -178,6 +178,25 @@ func NewConsumer(ctx context.Context, js jetstream.JetStream, cfg ConsumerConfig
 	c.log.Info("lanes: consumer registered", "registry_service", regName)
 	go c.run() // owned by c: Close waits for done
 	return c, nil
+}
+
+// apiTimeout bounds one JetStream API request. A request that reaches a
+// server as it dies, or a stream whose leader is being elected again, gets
+// no answer: asking again after a bound, instead of waiting out the
+// caller's context, is what carries a call over a server's crash.
+const apiTimeout = 5 * time.Second
+
+// lookupStream returns the stream name, asking again after a request that
+// timed out, until ctx is done.
+func lookupStream(ctx context.Context, js jetstream.JetStream, name string) (jetstream.Stream, error) {
+	for {
+		actx, cancel := context.WithTimeout(ctx, apiTimeout)
+		s, err := js.Stream(actx, name)
+		cancel()
+		if err == nil || ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
+			return s, err
+		}
+	}
 }
 
 // place fills the instance from the options and the environment
@@ -469,7 +488,7 @@ func (c *Consumer) owns(tok string, me *registry.Instance) bool {
 
 // discover adds the lane tokens of the stream's subjects to the known ones.
 func (c *Consumer) discover() {
-	ctx, cancel := context.WithTimeout(c.ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(c.ctx, apiTimeout)
 	defer cancel()
 	info, err := c.stream.Info(ctx, jetstream.WithSubjectFilter(c.topic+".*.>"))
 	if err != nil {
@@ -496,7 +515,7 @@ func (c *Consumer) durable(tok string) (jetstream.Consumer, error) {
 	if d != nil {
 		return d, nil
 	}
-	ctx, cancel := context.WithTimeout(c.ctx, 10*time.Second)
+	ctx, cancel := context.WithTimeout(c.ctx, apiTimeout)
 	defer cancel()
 	name := ConsumerName(c.group, tok)
 	d, err := c.stream.Consumer(ctx, name)

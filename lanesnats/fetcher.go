@@ -11,12 +11,17 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Pull settings of a lane's subscription: how long a pull request waits at
-// the server, and how often the server says it is still waiting.
-const (
-	pullExpires   = 30 * time.Second
-	pullHeartbeat = 5 * time.Second
-)
+// pullExpires is how long a pull request waits at the server.
+const pullExpires = 30 * time.Second
+
+// pullHeartbeat is how often the server says that a pull request is still
+// waiting: AckWait/4 within 500ms (jetstream's least) and 5s. A pull request lost with a server (a crash,
+// a new leader of the durable, which does not know the old one's requests)
+// is noticed after two missing heartbeats and made again; the bound keeps
+// that within the hand-off window.
+func pullHeartbeat(ackWait time.Duration) time.Duration {
+	return min(5*time.Second, max(500*time.Millisecond, ackWait/4))
+}
 
 // A fetcher handles the messages of one lane token: it iterates over its
 // durable consumer with jetstream's Messages, which keeps two batches in
@@ -181,7 +186,7 @@ func (f *fetcher) open() (_ jetstream.MessagesContext, ok bool) {
 		jetstream.PullMaxMessages(2*f.c.o.batch),
 		jetstream.PullThresholdMessages(f.c.o.batch),
 		jetstream.PullExpiry(pullExpires),
-		jetstream.PullHeartbeat(pullHeartbeat),
+		jetstream.PullHeartbeat(pullHeartbeat(f.ackWait)),
 		jetstream.WithMessagesErrOnMissingHeartbeat(true),
 	)
 	if err != nil {
@@ -230,7 +235,7 @@ func (f *fetcher) consume(it jetstream.MessagesContext, tick *time.Ticker) error
 
 // durableGone reports whether the lane's durable consumer no longer exists.
 func (f *fetcher) durableGone() bool {
-	ctx, cancel := context.WithTimeout(f.ctx, 5*time.Second)
+	ctx, cancel := context.WithTimeout(f.ctx, apiTimeout)
 	defer cancel()
 	_, err := f.cons.Info(ctx)
 	return errors.Is(err, jetstream.ErrConsumerNotFound)

@@ -318,13 +318,25 @@ func waitAccountInfo(ctx context.Context, url string) error {
 	}
 }
 
-// StreamLeader returns the member that leads stream, as js sees it.
+// StreamLeader returns the member that leads stream, as js sees it. It asks
+// again while the stream has no leader (an election), until ctx is done.
 func (c *Cluster) StreamLeader(ctx context.Context, js jetstream.JetStream, stream string) (*Member, error) {
-	s, err := js.Stream(ctx, stream)
-	if err != nil {
-		return nil, err
+	var info *jetstream.StreamInfo
+	for {
+		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		s, err := js.Stream(actx, stream)
+		cancel()
+		if err == nil {
+			if info = s.CachedInfo(); info.Cluster != nil && info.Cluster.Leader != "" {
+				break
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("stream %s: no leader: %w (last: %v)", stream, ctx.Err(), err)
+		case <-time.After(50 * time.Millisecond):
+		}
 	}
-	info := s.CachedInfo()
 	if info.Cluster == nil || info.Cluster.Leader == "" {
 		return nil, fmt.Errorf("stream %s has no leader", stream)
 	}
