@@ -3,6 +3,7 @@ package routing
 import (
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/lanesdev/lanes/lane"
@@ -198,5 +199,42 @@ func BenchmarkReport(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		r.Report(true)
+	}
+}
+
+// floorGroup and floorSnapshot are the least a pick can be: an atomic
+// snapshot load, one map lookup, one atomic step and one slice index.
+type floorGroup struct {
+	next  atomic.Uint64
+	ready []*registry.Instance
+}
+
+type floorSnapshot struct{ groups map[string]*floorGroup }
+
+// BenchmarkPickFloor is the floor that BenchmarkPick is measured against,
+// on the same fleets: every BenchmarkPick case must stay within 2x of it.
+func BenchmarkPickFloor(b *testing.B) {
+	for _, n := range []int{10, 10000} {
+		b.Run(fmt.Sprintf("instances=%d", n), func(b *testing.B) {
+			insts := fleetInstances(b, n, 100)
+			fs := &floorSnapshot{groups: map[string]*floorGroup{}}
+			for i := range insts {
+				g := fs.groups[insts[i].Lane]
+				if g == nil {
+					g = &floorGroup{}
+					fs.groups[insts[i].Lane] = g
+				}
+				g.ready = append(g.ready, &insts[i])
+			}
+			var p atomic.Pointer[floorSnapshot]
+			p.Store(fs)
+			var sink *registry.Instance
+			b.ReportAllocs()
+			for b.Loop() {
+				g := p.Load().groups["lane-0"]
+				sink = g.ready[g.next.Add(1)%uint64(len(g.ready))]
+			}
+			_ = sink
+		})
 	}
 }

@@ -35,6 +35,6 @@ func (s *Service) Resolve(req Request) (Decision, error) {
 		return d, nil
 	}
 	d.Lane, d.Reason = r.lane, r.reason
-	d.Eligible = append([]string(nil), g.ids...)
+	d.Eligible = g.ids()
 	return d, nil
 }

@@ -134,17 +134,36 @@ func (s *Service) Instances() []registry.Instance {
 // comes from the snapshot in force when it starts.
 func (s *Service) Pick(req Request) (Result, error) {
 	sn := s.snap.Load()
-	due := sn.due != 0 && s.now() >= sn.due
-	if due {
-		s.rebuildLater()
+	// The route: a lane found as it came needs no check, as the lanes of
+	// the routes are valid names (the transports checked it at the edge).
+	var r *route
+	l := req.Lane
+	if l == "" {
+		r = &sn.baseline
+		if sn.canaries != nil {
+			r, l = sn.split(req.Key, r)
+		}
+	} else if r = sn.routes[l]; r == nil {
+		r, l = sn.route(req, &s.e.invalidLanes)
 	}
-	r, l := sn.route(req, &s.e.invalidLanes)
-	if r.err == nil && !due {
-		// The fast path: no probe is due in the group.
-		if g := r.group.narrow(req.Zone, req.Host); len(g.halfOpen) == 0 {
+	// The fast path: no error, no transition due, no probe in the group.
+	if g := r.group; g != nil && sn.due == 0 {
+		if req.Host != "" && g.hosts != nil || req.Zone != "" && g.zones != nil {
+			g = g.narrow(req.Zone, req.Host)
+		}
+		if len(g.halfOpen) == 0 {
 			m := g.pickReady()
 			return Result{Instance: &m.inst, Lane: r.lane, RequestLane: l, Reason: r.reason, m: m, svc: s}, nil
 		}
+	}
+	return s.pickSlow(sn, req, r, l)
+}
+
+// pickSlow is the rest of Pick: an error, a transition due, a probe.
+func (s *Service) pickSlow(sn *snapshot, req Request, r *route, l string) (Result, error) {
+	due := sn.due != 0 && s.now() >= sn.due
+	if due {
+		s.rebuildLater()
 	}
 	r, g, probe, l, err := s.eligible(req, r, l, false, due)
 	switch {
@@ -179,13 +198,13 @@ func (s *Service) eligible(req Request, r *route, l string, publish, due bool) (
 		var levels [3]*group
 		n := 0
 		if g := r.group; req.Host != "" && g.hosts != nil {
-			if h := g.hosts[req.Host]; h != nil {
+			if h := g.hosts.get(req.Host); h != nil {
 				levels[n] = h
 				n++
 			}
 		}
 		if g := r.group; req.Zone != "" && g.zones != nil {
-			if z := g.zones[req.Zone]; z != nil {
+			if z := g.zones.get(req.Zone); z != nil {
 				levels[n] = z
 				n++
 			}

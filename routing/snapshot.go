@@ -1,6 +1,7 @@
 package routing
 
 import (
+	"math/bits"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -32,11 +33,14 @@ type group struct {
 	panic   bool // baseline panic mode: ready holds ejected instances too
 	// hosts holds a sub-group per host that has a ready or half-open
 	// member; nil unless the policy turns on locality.host.
-	hosts map[string]*group
-	zones map[string]*group
-	ids   []string // ids of ready, for Decision.Eligible
-	alias *alias   // nil when the ready weights are uniform
-	next  atomic.Uint64
+	hosts *subgroups
+	zones *subgroups
+	alias *alias // nil when the ready weights are uniform
+	mod   uint64 // 2^64 / len(ready), rounded up: the fastmod of pickReady
+
+	_    [64]byte // next, written by every pick, on a cache line of its own
+	next atomic.Uint64
+	_    [56]byte
 }
 
 // narrow returns the sub-group of the caller's host when the group has one,
@@ -44,12 +48,12 @@ type group struct {
 // itself (locality: same host, then same zone).
 func (g *group) narrow(zone, host string) *group {
 	if host != "" && g.hosts != nil {
-		if h := g.hosts[host]; h != nil {
+		if h := g.hosts.get(host); h != nil {
 			return h
 		}
 	}
 	if zone != "" && g.zones != nil {
-		if z := g.zones[zone]; z != nil {
+		if z := g.zones.get(zone); z != nil {
 			return z
 		}
 	}
@@ -61,10 +65,12 @@ func (g *group) empty() bool { return g == nil || len(g.ready) == 0 && len(g.hal
 // pickReady chooses among g.ready by weight: a counter step, then either a
 // round-robin index or an alias-table lookup. It is O(1) in the group size.
 func (g *group) pickReady() *member {
-	n := uint64(len(g.ready))
 	i := g.next.Add(1)
 	if g.alias == nil {
-		return g.ready[i%n]
+		// i mod len(ready), by Lemire's fastmod on the counter's low 32
+		// bits: two multiplications instead of a division.
+		hi, _ := bits.Mul64(g.mod*uint64(uint32(i)), uint64(len(g.ready)))
+		return g.ready[hi]
 	}
 	return g.ready[g.alias.pick(i)]
 }
@@ -339,7 +345,7 @@ func newGroup(l string, ms []*member, baseline, byHost, claimed bool) *group {
 		// Every host gets its sub-group, even when all members share one:
 		// the host's sub-group has no zone preference, as the host rule
 		// comes before the zone rule.
-		if hosts := g.split(hostOf); len(hosts) > 0 {
+		if hosts := g.split(hostOf); len(hosts.byKey) > 0 {
 			g.hosts = hosts
 		}
 	}
@@ -352,15 +358,15 @@ func hostOf(m *member) string { return m.inst.Host }
 // split makes the sub-groups of g by the key of each member (its zone or its
 // host), in one pass over the members. A key whose members are all ejected
 // or probing gets no sub-group: such instances do not count as being there.
-func (g *group) split(key func(*member) string) map[string]*group {
-	subs := map[string]*group{}
+func (g *group) split(key func(*member) string) *subgroups {
+	subs := &subgroups{byKey: map[string]*subgroup{}}
 	sub := func(k string) *group {
-		s := subs[k]
+		s := subs.byKey[k]
 		if s == nil {
-			s = &group{lane: g.lane, panic: g.panic}
-			subs[k] = s
+			s = &subgroup{key: k, g: &group{lane: g.lane, panic: g.panic}}
+			subs.byKey[k] = s
 		}
-		return s
+		return s.g
 	}
 	for _, m := range g.ready {
 		if k := key(m); k != "" {
@@ -374,10 +380,36 @@ func (g *group) split(key func(*member) string) map[string]*group {
 			s.halfOpen = append(s.halfOpen, m)
 		}
 	}
-	for _, s := range subs {
-		s.finish()
+	for _, s := range subs.byKey {
+		s.g.finish()
 	}
 	return subs
+}
+
+// subgroups are the sub-groups of a group by host or by zone. A process
+// calls from one host and one zone, so the sub-group found last is kept, to
+// be found again by comparing the key instead of hashing it.
+type subgroups struct {
+	byKey map[string]*subgroup
+	last  atomic.Pointer[subgroup]
+}
+
+type subgroup struct {
+	key string
+	g   *group
+}
+
+// get returns the sub-group of key, or nil.
+func (s *subgroups) get(key string) *group {
+	if e := s.last.Load(); e != nil && e.key == key {
+		return e.g
+	}
+	e := s.byKey[key]
+	if e == nil {
+		return nil
+	}
+	s.last.Store(e)
+	return e.g
 }
 
 // spread reports whether the members of ms differ by key: two keys, or one
@@ -401,16 +433,20 @@ func spread(ms []*member, key func(*member) string) bool {
 	return false
 }
 
-// finish computes the ids, the alias table and a random starting point, so
-// that callers do not all begin with the same instance.
+// finish computes the alias table, the fastmod constant and a random
+// starting point, so that callers do not all begin with the same instance.
+// The start is below 2^31, so that the counter's low 32 bits wrap only after
+// two billion picks.
 func (g *group) finish() {
-	g.ids = make([]string, len(g.ready))
 	uniform := true
-	for i, m := range g.ready {
-		g.ids[i] = m.inst.ID
+	for _, m := range g.ready {
 		if m.weight != g.ready[0].weight {
 			uniform = false
+			break
 		}
+	}
+	if n := uint64(len(g.ready)); n > 0 {
+		g.mod = ^uint64(0)/n + 1
 	}
 	if !uniform {
 		ws := make([]int, len(g.ready))
@@ -419,5 +455,14 @@ func (g *group) finish() {
 		}
 		g.alias = newAlias(ws)
 	}
-	g.next.Store(rand.Uint64())
+	g.next.Store(rand.Uint64N(1 << 31))
+}
+
+// ids returns the ids of the ready members, for Decision.Eligible.
+func (g *group) ids() []string {
+	ids := make([]string, len(g.ready))
+	for i, m := range g.ready {
+		ids[i] = m.inst.ID
+	}
+	return ids
 }
