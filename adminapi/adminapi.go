@@ -379,9 +379,11 @@ type HeartbeatRequest struct {
 // Claim puts the requests of one client IP in a lane at the gateway, for as
 // long as the registration it is attached to lives (GET/POST /v1/claims).
 type Claim struct {
-	IP           string    `json:"ip"`
-	Lane         string    `json:"lane"`
-	Registration string    `json:"registration"`
+	IP   string `json:"ip"`
+	Lane string `json:"lane"`
+	// Registration is shown to the token that made the registration and
+	// to the admin only.
+	Registration string    `json:"registration,omitempty"`
 	Created      time.Time `json:"created"`
 }
 

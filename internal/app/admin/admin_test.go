@@ -117,6 +117,7 @@ func TestAdmin(t *testing.T) {
 	t.Run("limits", func(t *testing.T) { testLimits(t, newEnv(t, srv)) })
 	t.Run("bearer-case", func(t *testing.T) { testBearerCase(t, newEnv(t, srv)) })
 	t.Run("policy-size", func(t *testing.T) { testPolicySize(t, newEnv(t, srv)) })
+	t.Run("claim-ids", func(t *testing.T) { testClaimIDs(t, newEnv(t, srv)) })
 }
 
 // Explain shows the host step of the policy's locality.host: instances on

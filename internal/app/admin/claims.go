@@ -54,10 +54,22 @@ func parseClaim(kv *mvccpb.KeyValue) (adminapi.Claim, bool) {
 	return c, true
 }
 
-func (s *Server) listClaims(w http.ResponseWriter, r *http.Request, _ *principal) error {
+func (s *Server) listClaims(w http.ResponseWriter, r *http.Request, p *principal) error {
 	out, err := s.claims(r.Context())
 	if err != nil {
 		return err
+	}
+	if !p.admin {
+		// A registration id is shown to the token that made it only.
+		owned, err := s.regs.Owned(r.Context(), p.token.ID)
+		if err != nil {
+			return etcdError("list registrations", err)
+		}
+		for i := range out {
+			if id, ok := etcdstore.ParseLease(out[i].Registration); !ok || !owned[id] {
+				out[i].Registration = ""
+			}
+		}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"claims": out})
 	return nil

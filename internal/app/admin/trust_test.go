@@ -238,3 +238,29 @@ func testPolicySize(t *testing.T, e *env) {
 		t.Errorf("apply %d bytes: %v", len(ok), err)
 	}
 }
+
+// A claim's registration id is shown only to the token that made the
+// registration and to the admin.
+func testClaimIDs(t *testing.T, e *env) {
+	alice, _ := e.token(t, adminapi.TokenRequest{Lane: "alice"})
+	other, _ := e.token(t, adminapi.TokenRequest{Lane: "alice", Name: "other"})
+	reg, err := alice.Register(ctx(t), adminapi.RegisterRequest{Instance: registry.Instance{Service: "web", ID: "a", Addr: "127.0.0.1:1", Lane: "alice"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := alice.Claim(ctx(t), adminapi.ClaimRequest{Lane: "alice", Registration: reg.Registration}); err != nil {
+		t.Fatal(err)
+	}
+	// Another token of the lane cannot hang a claim on it either.
+	_, err = other.Claim(ctx(t), adminapi.ClaimRequest{Lane: "alice", Registration: reg.Registration})
+	wantCode(t, "claim on another's registration", err, http.StatusForbidden, adminapi.CodeForbidden)
+	for name, c := range map[string]*adminclient.Client{"alice": alice, "other": other, "admin": e.client(t, adminToken)} {
+		claims, err := c.Claims(ctx(t))
+		if err != nil || len(claims) != 1 {
+			t.Fatalf("%s: claims %+v %v", name, claims, err)
+		}
+		if want := name != "other"; (claims[0].Registration != "") != want {
+			t.Errorf("%s sees registration %q of the claim", name, claims[0].Registration)
+		}
+	}
+}
