@@ -172,10 +172,12 @@ func (r *Registrations) Create(ctx context.Context, inst registry.Instance, ttl 
 						return Registration{}, fmt.Errorf("instance id %s is %w (%s); it cannot be taken over from %s", what, ErrOtherLane, laneName(old.Lane), laneName(inst.Lane))
 					}
 				}
-				if held != 0 && o.Owner != "" && (o.SameOwner || o.MaxPerOwner > 0) {
-					own, err := r.Owns(ctx, o.Owner, held)
-					if err != nil {
-						return Registration{}, err
+				if o.Owner != "" && (o.SameOwner || o.MaxPerOwner > 0) {
+					own := false
+					if held != 0 {
+						if own, err = r.Owns(ctx, o.Owner, held); err != nil {
+							return Registration{}, err
+						}
 					}
 					if !own && o.SameOwner {
 						return Registration{}, fmt.Errorf("instance %s is %w", what, ErrOtherOwner)
