@@ -3,8 +3,9 @@
 // developer, per pull request), so only the first MaxLanes lanes seen get a label of their own,
 // and the first MaxServices services; the rest are counted under "other".
 //
-//	m := lanesmetrics.New(prometheus.DefaultRegisterer)
-//	transport := laneshttp.NewTransport(engine, laneshttp.WithMetrics(m))
+//	m, err := lanesmetrics.New(prometheus.DefaultRegisterer)
+//	...
+//	m.Observe("orders", "alice", "", "no_instance_in_lane")
 package lanesmetrics
 
 import (

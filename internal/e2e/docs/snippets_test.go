@@ -135,7 +135,8 @@ var packages = map[string]string{
 	"etcdstore": "github.com/lanesdev/lanes/etcdstore", "laneshttp": "github.com/lanesdev/lanes/laneshttp",
 	"lanesgrpc": "github.com/lanesdev/lanes/lanesgrpc", "lanesnats": "github.com/lanesdev/lanes/lanesnats",
 	"adminclient": "github.com/lanesdev/lanes/adminclient", "adminapi": "github.com/lanesdev/lanes/adminapi",
-	"lanesenv": "github.com/lanesdev/lanes/lanesenv",
+	"lanesenv": "github.com/lanesdev/lanes/lanesenv", "lanestrace": "github.com/lanesdev/lanes/lanestrace",
+	"lanesmetrics": "github.com/lanesdev/lanes/lanesmetrics",
 
 	"grpc": "google.golang.org/grpc", "insecure": "google.golang.org/grpc/credentials/insecure",
 	"metadata": "google.golang.org/grpc/metadata", "codes": "google.golang.org/grpc/codes",
