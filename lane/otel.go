@@ -2,6 +2,7 @@ package lane
 
 import (
 	"context"
+	"net/http"
 	"sync"
 	"sync/atomic"
 
@@ -80,6 +81,14 @@ type Encoded struct {
 	Header []string
 	// Baggage is the value of [BaggageHeader]: []string{"lane=" + name}.
 	Baggage []string
+	// HTTP is the headers of an HTTP request that carries only the lane:
+	// X-Lane and Baggage, canonical. A transport may send it as the
+	// headers of a request that had none, as RoundTrippers do not modify
+	// the headers they are given.
+	HTTP http.Header
+	// Metadata is the same for gRPC metadata, with lower-case keys
+	// (convert it to metadata.MD).
+	Metadata map[string][]string
 
 	member baggage.Member
 	bag    baggage.Baggage
@@ -141,6 +150,8 @@ func encodeSlow(name string) *Encoded {
 		bag:     bag,
 		boxed:   name,
 	}
+	e.HTTP = http.Header{"X-Lane": e.Header, "Baggage": e.Baggage}
+	e.Metadata = map[string][]string{Header: e.Header, BaggageHeader: e.Baggage}
 	encodedMu.Lock()
 	defer encodedMu.Unlock()
 	var old map[string]*Encoded

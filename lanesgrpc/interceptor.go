@@ -187,7 +187,14 @@ func (c *timedCall) Value(key any) any {
 // outgoing returns the context of the call with the lane in its metadata.
 func (ci *clientInterceptor) outgoing(ctx context.Context, method string) context.Context {
 	l := lane.FromContext(ctx)
-	md, ok := metadata.FromOutgoingContext(ctx) // a copy
+	md, ok := metadata.FromOutgoingContext(ctx) // a copy; no allocation when there is none
+	if !ok && l != "" {
+		if e := lane.Encode(l); e != nil {
+			// The common case: the metadata of the lane alone, built once
+			// per lane (gRPC does not modify the metadata of a context).
+			return ci.finish(metadata.NewOutgoingContext(ctx, metadata.MD(e.Metadata)), l, method)
+		}
+	}
 	if l != "" || ok && ci.hasLaneKeys(md) || lane.KeyFromContext(ctx) != "" {
 		if !ok {
 			md = metadata.MD{}
@@ -195,6 +202,11 @@ func (ci *clientInterceptor) outgoing(ctx context.Context, method string) contex
 		ci.prop.InjectCall(ctx, l, lane.Metadata(md)) // an invalid lane is written as the baseline; a baseline call carries the request key
 		ctx = metadata.NewOutgoingContext(ctx, md)
 	}
+	return ci.finish(ctx, l, method)
+}
+
+// finish returns the call's context once its metadata carries lane l.
+func (ci *clientInterceptor) finish(ctx context.Context, l, method string) context.Context {
 	// otelgrpc's client stats handler, which runs after the interceptors,
 	// writes the baggage of the context whole: it must carry the same lane.
 	ctx = lane.SyncBaggage(ctx, l)

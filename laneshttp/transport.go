@@ -384,6 +384,11 @@ func (t *Transport) headers(ctx context.Context, h http.Header, l string) http.H
 	if l == "" && !key && !t.hasLaneHeaders(h) {
 		return h
 	}
+	if len(h) == 0 && l != "" {
+		if e := lane.Encode(l); e != nil {
+			return e.HTTP // built once per lane; RoundTrippers do not modify headers
+		}
+	}
 	// A copy as http.Header.Clone makes it: one backing array for all the
 	// values, each slice capped so that appending to it copies; plus two
 	// slots for the lane headers, so that the propagator writes them in
