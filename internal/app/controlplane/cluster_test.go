@@ -13,10 +13,16 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
 	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/adminclient"
 	"github.com/lanesdev/lanes/etcdstore"
 	"github.com/lanesdev/lanes/internal/testkit/etcdtest"
+	"github.com/lanesdev/lanes/lanesgrpc"
 	"github.com/lanesdev/lanes/laneshttp"
 	"github.com/lanesdev/lanes/registry"
 	"github.com/lanesdev/lanes/routing"
@@ -94,19 +100,43 @@ func startUp(t *testing.T, c *etcdtest.Cluster, mod func(*Config)) *upWorkload {
 		}
 		w.leases = append(w.leases, l)
 	}
-	web := w.engine.Service("web")
-	deadline := time.Now().Add(10 * time.Second)
-	for n := 0; n != 3; {
-		d, err := web.Resolve(routing.Request{})
-		if err == nil {
-			n = len(d.Eligible)
+	for i := range 3 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the gateway's engine sees %d instances of web, want 3", n)
+		gs := grpc.NewServer()
+		healthpb.RegisterHealthServer(gs, health.NewServer())
+		go gs.Serve(ln)
+		t.Cleanup(gs.Stop)
+		l, err := reg.Register(ctx, registry.Instance{Service: "hello", ID: fmt.Sprintf("hello-%d", i), Addr: ln.Addr().String()}, upTTL)
+		if err != nil {
+			t.Fatal(err)
 		}
-		time.Sleep(20 * time.Millisecond)
+		w.leases = append(w.leases, l)
 	}
+	waitSees(t, w.engine, "web", 3)
+	waitSees(t, w.engine, "hello", 3)
 	return w
+}
+
+// waitSees waits until e sees n instances of service.
+func waitSees(t *testing.T, e *routing.Engine, service string, n int) time.Duration {
+	t.Helper()
+	start := time.Now()
+	svc := e.Service(service)
+	for got := -1; got != n; {
+		d, err := svc.Resolve(routing.Request{})
+		got = 0
+		if err == nil {
+			got = len(d.Eligible)
+		}
+		if time.Since(start) > 20*time.Second {
+			t.Fatalf("the engine sees %d instances of %s, want %d", got, service, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return time.Since(start)
 }
 
 // testWriter sends log lines to t.Log.
@@ -115,13 +145,20 @@ type testWriter struct{ t *testing.T }
 func (w testWriter) Write(p []byte) (int, error) { w.t.Log(string(p)); return len(p), nil }
 
 // run sends the traffic and samples the engine until finish.
-func (w *upWorkload) run(sdk *http.Client) {
+func (w *upWorkload) run(sdk *sdkService) {
 	gw := &http.Client{Timeout: 5 * time.Second}
 	callers := map[string]func() error{
 		"gateway": func() error { return get(gw, w.gateway+"/") },
 	}
 	if sdk != nil {
-		callers["laneshttp"] = func() error { return get(sdk, "http://web/") }
+		callers["laneshttp"] = func() error { return get(sdk.http, "http://web/") }
+		hc := healthpb.NewHealthClient(sdk.grpc)
+		callers["lanesgrpc"] = func() error {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			_, err := hc.Check(ctx, &healthpb.HealthCheckRequest{})
+			return err
+		}
 	}
 	for name, call := range callers {
 		w.wg.Add(1)
@@ -148,7 +185,7 @@ func (w *upWorkload) run(sdk *http.Client) {
 	w.wg.Add(1)
 	go func() {
 		defer w.wg.Done()
-		web := w.engine.Service("web")
+		web, hello := w.engine.Service("web"), w.engine.Service("hello")
 		tick := time.NewTicker(50 * time.Millisecond)
 		defer tick.Stop()
 		for {
@@ -158,6 +195,9 @@ func (w *upWorkload) run(sdk *http.Client) {
 			case <-tick.C:
 			}
 			if d, err := web.Resolve(routing.Request{}); err != nil || len(d.Eligible) != 3 {
+				w.missing.Add(1)
+			}
+			if d, err := hello.Resolve(routing.Request{}); err != nil || len(d.Eligible) != 3 {
 				w.missing.Add(1)
 			}
 		}
@@ -201,9 +241,16 @@ func (w *upWorkload) health() (int, string) {
 	return resp.StatusCode, body.Status
 }
 
-// sdkClient returns a laneshttp client on an engine of its own, which
-// follows the registry through its own etcd client, as a service does.
-func sdkClient(t *testing.T, c *etcdtest.Cluster) *http.Client {
+// sdkService is what a service's process has: an engine of its own, which
+// follows the registry through its own etcd client, and clients of both
+// transports on it.
+type sdkService struct {
+	engine *routing.Engine
+	http   *http.Client
+	grpc   *grpc.ClientConn
+}
+
+func newSDKService(t *testing.T, c *etcdtest.Cluster) *sdkService {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	st, err := etcdstore.Open(ctx, etcdstore.Config{Endpoints: c.Endpoints(), TLS: c.ClientTLS()})
@@ -214,7 +261,13 @@ func sdkClient(t *testing.T, c *etcdtest.Cluster) *http.Client {
 	t.Cleanup(func() { e.Close(); st.Close() })
 	hc := laneshttp.NewClient(e)
 	hc.Timeout = 5 * time.Second
-	return hc
+	conn, err := lanesgrpc.NewClient(e, "hello", lanesgrpc.WithIdempotent("/grpc.health.v1.Health/*"),
+		lanesgrpc.WithDialOptions(grpc.WithTransportCredentials(insecure.NewCredentials())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return &sdkService{engine: e, http: hc, grpc: conn}
 }
 
 // TestUpClusterFaults runs lanes up on a three-member etcd cluster and
@@ -225,7 +278,10 @@ func TestUpClusterFaults(t *testing.T) {
 	t.Parallel()
 	c := etcdtest.NewCluster(t, etcdtest.ClusterConfig{})
 	w := startUp(t, c, nil)
-	w.run(sdkClient(t, c))
+	sdk := newSDKService(t, c)
+	waitSees(t, sdk.engine, "web", 3)
+	waitSees(t, sdk.engine, "hello", 3)
+	w.run(sdk)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 
@@ -237,6 +293,25 @@ func TestUpClusterFaults(t *testing.T) {
 	if err := leader.Kill(); err != nil {
 		t.Fatal(err)
 	}
+	// A registration made during the election, through the admin API:
+	// both engines (the gateway's and the service's) see it.
+	reg := adminclient.NewRegistry(w.admin)
+	defer reg.Close()
+	regFailed := 0
+	for {
+		rctx, rcancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := reg.Register(rctx, registry.Instance{Service: "api", ID: "during", Addr: "127.0.0.1:1"}, upTTL)
+		rcancel()
+		if err == nil {
+			break
+		}
+		regFailed++
+		t.Logf("register during the election: %v", err)
+		time.Sleep(100 * time.Millisecond)
+	}
+	waitSees(t, w.engine, "api", 1)
+	waitSees(t, sdk.engine, "api", 1)
+	seen := time.Since(start)
 	if _, err := c.WaitLeader(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -245,7 +320,7 @@ func TestUpClusterFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	sent, failed, missing, errs := w.counts()
-	t.Logf("etcd leader %s killed: %d requests, %d failed, %d engine samples missing an instance", leader.Name, sent, failed, missing)
+	t.Logf("etcd leader %s killed: %d requests, %d failed, %d engine samples missing an instance; a registration made during the election: %d failed calls, seen by both engines %.2fs after the kill", leader.Name, sent, failed, missing, regFailed, seen.Seconds())
 	if failed > 0 || missing > 0 {
 		t.Errorf("after the leader was killed: %d of %d requests failed, %d samples missed an instance: %v", failed, sent, missing, errs)
 	}
