@@ -49,6 +49,5 @@ const (
 	ReasonStrict           = "strict"              // a strict lane with no instance: the request failed rather than fall back
 	ReasonExpired          = "expired"             // the lane's lifetime ended: it routes as the baseline
 	ReasonCanary           = "canary"              // a baseline request split off to a canary lane
-	ReasonFallback         = "fallback"            // served by a lane of the requested lane's fallback chain
 	ReasonInvalidLane      = "invalid_lane"        // the lane carried was not a valid name: routed as a baseline request
 )

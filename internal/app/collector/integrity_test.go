@@ -80,7 +80,7 @@ func (w *world) chain(lane, ordersLane, reason string) (traceID string) {
 func TestIntegrityClean(t *testing.T) {
 	w := newWorld(t, defaultFleet())
 	w.chain("alice", "alice", lanestrace.ReasonNone)
-	w.chain("alice", "team-a", lanestrace.ReasonFallback)
+	w.chain("alice", "team-a", lanestrace.ReasonNoInstanceInLane)
 	w.chain("alice", "", lanestrace.ReasonNoInstanceInLane)
 	w.chain("", "", lanestrace.ReasonNone)
 	w.expect()
@@ -106,7 +106,7 @@ func TestIntegrityBreach(t *testing.T) {
 	})
 	t.Run("a lane its chain does not reach", func(t *testing.T) {
 		w := newWorld(t, defaultFleet())
-		w.chain("alice", "bob", lanestrace.ReasonFallback)
+		w.chain("alice", "bob", lanestrace.ReasonNoInstanceInLane)
 		fs := w.expect(Breach, Breach)
 		if !strings.Contains(fs[0].Message, `lane "alice" to orders was sent to lane "bob", which its chain does not reach`) {
 			t.Errorf("%+v", fs[0])

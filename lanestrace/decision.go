@@ -1,0 +1,108 @@
+package lanestrace
+
+import (
+	"errors"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/lanesdev/lanes/routing"
+)
+
+// Decision is the routing decision of one hop, as the client side records it on its span.
+type Decision struct {
+	Service   string // the service called
+	Requested string // the lane the request carried ("" for the baseline)
+	Served    string // the lane of the instance chosen
+	Reason    string // a Reason* value
+	Instance  string // the instance chosen
+	Addr      string
+	Eligible  int // instances of the serving lane that may take the request
+	Retries   int // moves to another instance within the call
+}
+
+// DecisionOf describes the pick res of a call to service for a request in lane requested,
+// after retries moves, and err, the pick's error when no instance was chosen. It reads the
+// engine's view of the service to tell an ejected lane from an empty one, so call it only for a
+// span that records (Span.IsRecording).
+func DecisionOf(e *routing.Engine, service, requested string, res routing.Result, err error, retries int) Decision {
+	d := Decision{Service: service, Requested: requested, Served: res.Lane, Retries: retries, Reason: ReasonNone}
+	if res.Instance != nil {
+		d.Instance, d.Addr = res.Instance.ID, res.Instance.Addr
+	}
+	if err != nil {
+		var re *routing.Error
+		if errors.As(err, &re) && re.Code == routing.CodeLaneUnavailable {
+			d.Reason = ReasonStrict
+		} else {
+			d.Reason = ReasonNoInstanceInLane
+		}
+		return d
+	}
+	var registered, eligible int
+	if e != nil {
+		for _, in := range e.Service(service).Instances() {
+			l := e.LaneOf(in)
+			if l == requested && !in.Drain {
+				registered++
+			}
+			if l == res.Lane && !in.Drain {
+				eligible++
+			}
+		}
+	}
+	d.Eligible = eligible
+	switch res.Reason {
+	case routing.ReasonCanary:
+		d.Reason = ReasonCanary
+	case routing.ReasonInvalidLane:
+		d.Reason = ReasonInvalidLane
+	case routing.ReasonFallback, routing.ReasonLaneEmpty:
+		switch {
+		case e != nil && e.Policy().Expired(requested, time.Now()):
+			d.Reason = ReasonExpired
+		case registered > 0:
+			d.Reason = ReasonEjected // registered, yet not eligible: ejected by outlier detection
+		default:
+			d.Reason = ReasonNoInstanceInLane
+		}
+	}
+	return d
+}
+
+// Attributes returns d as span attributes.
+func (d Decision) Attributes() []attribute.KeyValue {
+	return []attribute.KeyValue{
+		Service.String(d.Service),
+		Requested.String(d.Requested),
+		Served.String(d.Served),
+		FallbackReason.String(d.Reason),
+		InstanceID.String(d.Instance),
+		InstanceAddr.String(d.Addr),
+		Eligible.Int(d.Eligible),
+		Retries.Int(d.Retries),
+	}
+}
+
+// Record sets d on span, and marks the span failed when no instance was chosen.
+func (d Decision) Record(span trace.Span) {
+	span.SetAttributes(d.Attributes()...)
+	if d.Instance == "" {
+		span.SetStatus(codes.Error, "no instance of "+d.Service+" for lane "+laneOrBaseline(d.Requested)+": "+d.Reason)
+	}
+}
+
+// RecordServer sets the server side of a hop on span: the lane the request carried, the lane of
+// the instance serving it, and whether the lane guard admitted it.
+func RecordServer(span trace.Span, requested, instanceLane string, admitted bool) {
+	span.SetAttributes(Requested.String(requested), InstanceLane.String(instanceLane), GuardAdmitted.Bool(admitted))
+}
+
+func laneOrBaseline(l string) string {
+	if l == "" {
+		return "the baseline"
+	}
+	return l
+}

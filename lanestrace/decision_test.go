@@ -1,0 +1,71 @@
+package lanestrace_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/lanesdev/lanes/lanestrace"
+	"github.com/lanesdev/lanes/policy"
+	"github.com/lanesdev/lanes/registry"
+	"github.com/lanesdev/lanes/routing"
+)
+
+func TestDecisionOf(t *testing.T) {
+	past := time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)
+	p, err := policy.Parse("policy.yaml", []byte(`
+lanes:
+  gone: {expires: "`+past+`"}
+  locked: {strict: true}
+  team-b: {fallback: [team-a]}
+canary:
+  - {service: payments, lane: canary, percent: 100}
+outlier: {errors: 1}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := routing.New()
+	defer e.Close()
+	e.SetPolicy(p)
+	e.SetInstances("orders", []registry.Instance{
+		{Service: "orders", ID: "o1", Addr: "127.0.0.1:1"},
+		{Service: "orders", ID: "o2", Addr: "127.0.0.1:2"},
+		{Service: "orders", ID: "o-alice", Addr: "127.0.0.1:3", Lane: "alice"},
+		{Service: "orders", ID: "o-team-a", Addr: "127.0.0.1:4", Lane: "team-a"},
+		{Service: "orders", ID: "o-gone", Addr: "127.0.0.1:5", Lane: "gone"},
+	})
+	e.SetInstances("payments", []registry.Instance{
+		{Service: "payments", ID: "p1", Addr: "127.0.0.1:6"},
+		{Service: "payments", ID: "p-canary", Addr: "127.0.0.1:7", Lane: "canary"},
+	})
+	decide := func(service, lane string) lanestrace.Decision {
+		res, err := e.Pick(service, routing.Request{Lane: lane, Key: "k"})
+		return lanestrace.DecisionOf(e, service, lane, res, err, 0)
+	}
+	for _, tc := range []struct {
+		service, lane, reason, served string
+		eligible                      int
+	}{
+		{"orders", "alice", lanestrace.ReasonNone, "alice", 1},
+		{"orders", "", lanestrace.ReasonNone, "", 2},
+		{"orders", "bob", lanestrace.ReasonNoInstanceInLane, "", 2},
+		{"orders", "team-b", lanestrace.ReasonNoInstanceInLane, "team-a", 1},
+		{"orders", "gone", lanestrace.ReasonExpired, "", 2},
+		{"orders", "locked", lanestrace.ReasonStrict, "", 0},
+		{"payments", "", lanestrace.ReasonCanary, "canary", 1},
+	} {
+		d := decide(tc.service, tc.lane)
+		if d.Reason != tc.reason || d.Served != tc.served || d.Eligible != tc.eligible || d.Service != tc.service || d.Requested != tc.lane {
+			t.Errorf("%s in lane %q: %+v, want reason %s, served %q, eligible %d", tc.service, tc.lane, d, tc.reason, tc.served, tc.eligible)
+		}
+	}
+	// alice's only instance fails once: ejected, so alice falls back although it is registered.
+	res, err := e.Pick("orders", routing.Request{Lane: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Report(false)
+	if d := decide("orders", "alice"); d.Reason != lanestrace.ReasonEjected || d.Served != "" {
+		t.Errorf("alice ejected: %+v", d)
+	}
+}
