@@ -63,6 +63,7 @@ func startUp(t *testing.T, c *etcdtest.Cluster, mod func(*Config)) *upWorkload {
 	cfg.DataDir = t.TempDir()
 	cfg.AdminAddr, cfg.GatewayAddr = "127.0.0.1:0", "127.0.0.1:0"
 	cfg.Nats.Addr = NatsOff
+	cfg.Traces.GRPCAddr, cfg.Traces.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
 	cfg.Etcd.Endpoints = c.Endpoints()
 	cfg.Routes = []string{"/=web"}
 	if mod != nil {

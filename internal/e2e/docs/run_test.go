@@ -182,7 +182,7 @@ func TestProgramsRun(t *testing.T) {
 		"--data-dir", filepath.Join(tmp, "lanes-data"),
 		"--admin-addr", "127.0.0.1:0", "--gateway-addr", "127.0.0.1:0",
 		"--etcd-client-addr", "127.0.0.1:0", "--etcd-peer-addr", "127.0.0.1:0",
-		"--nats-addr", "off", "--log-level", "warn",
+		"--nats-addr", "off", "--otlp-grpc-addr", "127.0.0.1:0", "--otlp-http-addr", "127.0.0.1:0", "--log-level", "warn",
 		"--route", "/helloworld.Greeter=greeter", "--route", "/=hello")
 	upOut := up.waitOutput(t, "lanes is up.")
 	m := exportLine.FindStringSubmatch(upOut)
