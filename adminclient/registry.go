@@ -92,7 +92,7 @@ func (r *Registry) Register(ctx context.Context, inst registry.Instance, ttl tim
 	k := &keeper{r: r, ttl: ttl, reg: reg.Registration}
 	l := registry.NewKeptLease(r.g.Context(), reg.Instance, k, r.log)
 	k.lease = l
-	if !r.g.Go(l.Run) {
+	if !l.Start(r.g.Go) {
 		r.deregister(reg.Instance, reg.Registration)
 		return nil, registry.ErrClosed
 	}

@@ -35,7 +35,7 @@ func (s *Store) Register(ctx context.Context, inst registry.Instance, ttl time.D
 		k.secs, _ = ttlSeconds(ttl)
 	}
 	l := registry.NewKeptLease(s.g.Context(), reg.Instance, k, s.log)
-	if !s.g.Go(l.Run) {
+	if !l.Start(s.g.Go) {
 		s.revoke(reg.Lease)
 		return nil, registry.ErrClosed
 	}

@@ -51,9 +51,9 @@ const ReleaseTimeout = 5 * time.Second
 // serialises Update and Restore, ends once (Done, Err), and on Close stops
 // renewing, then releases the registration.
 //
-// Run is the renewing loop; the backend runs it in a goroutine that the
-// backend owns (a backend whose registrations cannot be lost, such as
-// Memory, does not run it).
+// Start runs the renewing loop in a goroutine that the backend owns (a
+// backend whose registrations cannot be lost, such as Memory, does not
+// start it).
 type KeptLease struct {
 	k      Keeper
 	log    *slog.Logger
@@ -63,7 +63,7 @@ type KeptLease struct {
 	sem    chan struct{} // held while writing: Update and Restore
 
 	running  atomic.Bool
-	loopDone chan struct{} // closed when Run returns
+	loopDone chan struct{} // closed when the loop returns
 
 	mu        sync.Mutex
 	inst      Instance
@@ -183,12 +183,24 @@ func (l *KeptLease) Close() error {
 	return l.closeErr
 }
 
-// Run renews the registration with Keeper.Keep until Close, making it again
-// with Keeper.Restore whenever it is lost (with backoff from 100ms to 2s),
-// and ends the lease when the Keeper says it can never be kept. Call it
-// once, in a goroutine that the backend owns, before handing out the lease.
-func (l *KeptLease) Run() {
+// Start starts the renewing loop with spawn, which runs a function in a
+// goroutine of the backend (group.Group.Go, for instance) or returns false
+// when the backend is closed. Call it once, before handing out the lease;
+// it returns what spawn returned.
+//
+// The loop renews the registration with Keeper.Keep until Close, makes it
+// again with Keeper.Restore whenever it is lost (with backoff from 100ms to
+// 2s), and ends the lease when the Keeper says it can never be kept.
+func (l *KeptLease) Start(spawn func(func()) bool) bool {
 	l.running.Store(true)
+	if !spawn(l.run) {
+		l.running.Store(false)
+		return false
+	}
+	return true
+}
+
+func (l *KeptLease) run() {
 	defer close(l.loopDone)
 	defer func() {
 		if l.parent.Err() != nil {

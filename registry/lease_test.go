@@ -75,7 +75,10 @@ func start(t *testing.T, parent context.Context, k *keeper) (*registry.KeptLease
 	inst := registry.Instance{Service: "orders", ID: "a", Addr: "10.0.0.1:1"}
 	l := registry.NewKeptLease(parent, inst, k, quiet)
 	ran := make(chan struct{})
-	go func() { defer close(ran); l.Run() }()
+	l.Start(func(f func()) bool {
+		go func() { defer close(ran); f() }()
+		return true
+	})
 	return l, ran
 }
 
