@@ -20,7 +20,11 @@ import (
 //
 // What the token allows decides what Register accepts: a lane token
 // registers instances of its lane only, a baseline token baseline instances
-// only, and the admin token anything. Any token may watch.
+// only, and the admin token anything, within the token's limits. A
+// registration belongs to the token that made it: another token cannot
+// renew, update, end or replace it (an id held by another token's
+// registration is refused with CodeConflict). Any token may watch. The
+// leases are registry.KeptLease, as every backend's.
 //
 // A heartbeat that finds the registration gone (the process was suspended
 // for longer than the TTL, or the control plane lost it) registers the
