@@ -93,7 +93,9 @@ func (p *Publisher) PublishMsg(ctx context.Context, msg *nats.Msg, opts ...jetst
 	if err != nil {
 		return nil, err
 	}
-	return p.js.PublishMsg(ctx, out, opts...)
+	// A JetStream that injects the context's OpenTelemetry baggage into the
+	// message (a tracing wrapper) must write the lane stamped here.
+	return p.js.PublishMsg(lane.SyncBaggage(ctx, lane.FromContext(ctx)), out, opts...)
 }
 
 // PublishMsgAsync is PublishMsg without waiting: the returned future
