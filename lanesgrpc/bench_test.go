@@ -4,7 +4,6 @@ import (
 	"context"
 	"net"
 	"testing"
-	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -12,6 +11,7 @@ import (
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
 
+	"github.com/lanesdev/lanes/internal/testkit/benchcpu"
 	"github.com/lanesdev/lanes/lane"
 	"github.com/lanesdev/lanes/lanesgrpc"
 	"github.com/lanesdev/lanes/registry"
@@ -36,7 +36,8 @@ func (emptyServer) EmptyCall(context.Context, *testpb.Empty) (*testpb.Empty, err
 // The lanes sub-benchmarks also report x_round_robin: their time per call
 // divided by round_robin's, measured in alternating chunks of calls within
 // the same run (round_robin's chunks untimed), so that the ratio holds on a
-// loaded machine.
+// loaded machine; and x_round_robin_cpu, the same ratio of the process's CPU
+// time, which a loaded machine disturbs least.
 func BenchmarkUnary(b *testing.B) {
 	srv := grpc.NewServer(lanesgrpc.ServerOptions()...)
 	testpb.RegisterTestServiceServer(srv, emptyServer{})
@@ -83,7 +84,9 @@ func BenchmarkUnary(b *testing.B) {
 
 // benchCalls makes b.N timed calls with client, after one that connects.
 // With a reference client, it also makes as many untimed calls with it, in
-// alternating chunks, and reports the ratio of the two times per call.
+// alternating chunks, and reports the ratios of the two times per call: wall
+// time (x_round_robin) and the process's CPU time (x_round_robin_cpu, which
+// a loaded machine disturbs less: client and server run in this process).
 func benchCalls(b *testing.B, client testpb.TestServiceClient, ctx context.Context, ref testpb.TestServiceClient) {
 	in := &testpb.Empty{}
 	call := func(c testpb.TestServiceClient, ctx context.Context) {
@@ -92,31 +95,20 @@ func benchCalls(b *testing.B, client testpb.TestServiceClient, ctx context.Conte
 		}
 	}
 	call(client, ctx)
-	if ref != nil {
-		call(ref, context.Background())
-	}
-	const chunk = 256
-	var refTime time.Duration
 	b.ReportAllocs()
-	b.ResetTimer()
-	for done := 0; done < b.N; {
-		n := min(chunk, b.N-done)
-		for range n {
+	if ref == nil {
+		b.ResetTimer()
+		for range b.N {
 			call(client, ctx)
 		}
-		done += n
-		if ref != nil {
-			b.StopTimer()
-			start := time.Now()
-			for range n {
-				call(ref, context.Background())
-			}
-			refTime += time.Since(start)
-			b.StartTimer()
-		}
+		return
 	}
+	call(ref, context.Background())
+	b.ResetTimer()
+	wall, cpu := benchcpu.Compare(b, 256, func() { call(client, ctx) }, func() { call(ref, context.Background()) })
 	b.StopTimer()
-	if ref != nil && refTime > 0 {
-		b.ReportMetric(float64(b.Elapsed())/float64(refTime), "x_round_robin")
+	b.ReportMetric(wall, "x_round_robin")
+	if cpu > 0 {
+		b.ReportMetric(cpu, "x_round_robin_cpu")
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lanesdev/lanes/internal/testkit/benchcpu"
 	"github.com/lanesdev/lanes/lane"
 	"github.com/lanesdev/lanes/laneshttp"
 	"github.com/lanesdev/lanes/registry"
@@ -62,6 +63,10 @@ func do(tb testing.TB, c *http.Client, req *http.Request) {
 //   - lanes: a baseline request through lanes;
 //   - lanes-lane: a request in lane alice, which falls back to the baseline
 //     instance, so that the lane headers are written and parsed;
+//   - cpu-vs-plain/lanes and cpu-vs-plain/lanes-lane: the lanes requests
+//     and plain ones in alternating chunks; they report x-plain (wall time
+//     over plain's) and x-plain-cpu (the process's CPU time over plain's,
+//     which a loaded machine disturbs least);
 //   - interleaved: one of each per iteration, each timed on its own; it
 //     reports the ratios x-plain-baseline and x-plain-lane (lanes time over
 //     plain time), which stay meaningful on a busy machine since the three
@@ -95,6 +100,22 @@ func BenchmarkRoundTrip(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
 				do(b, c.c, c.req)
+			}
+		})
+	}
+	// The same comparisons by CPU time, which a loaded machine disturbs less
+	// than wall time: client and server run in this process.
+	for _, name := range []string{"lanes", "lanes-lane"} {
+		b.Run("cpu-vs-plain/"+name, func(b *testing.B) {
+			plain, lanes, laneReq := clients(b)
+			c := map[string]client{"lanes": lanes, "lanes-lane": laneReq}[name]
+			b.ReportAllocs()
+			b.ResetTimer()
+			wall, cpu := benchcpu.Compare(b, 64, func() { do(b, c.c, c.req) }, func() { do(b, plain.c, plain.req) })
+			b.StopTimer()
+			b.ReportMetric(wall, "x-plain")
+			if cpu > 0 {
+				b.ReportMetric(cpu, "x-plain-cpu")
 			}
 		})
 	}
