@@ -25,6 +25,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	natstest.RunChild()
 	goleak.VerifyTestMain(m, etcdtest.LeakOptions()...)
 }
 
@@ -556,6 +557,32 @@ func TestNatsConfig(t *testing.T) {
 		if err != nil && strings.Contains(err.Error(), "secret") {
 			t.Errorf("password in %v", err)
 		}
+	}
+}
+
+// TestNatsComponentCluster: --nats-url lists every server of a NATS
+// cluster; lanes up starts while one of them is down, and prints them all.
+func TestNatsComponentCluster(t *testing.T) {
+	c := natstest.NewCluster(t, natstest.ClusterConfig{})
+	if err := c.Members[0].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	cfg := Defaults()
+	cfg.DataDir = t.TempDir()
+	cfg.Nats = NatsConfig{URL: c.URL()}
+	if err := cfg.validateNats(); err != nil {
+		t.Fatal(err)
+	}
+	lc, err := newLifecycle([]Component{&dataDirComponent{}, &natsComponent{}}, cfg, NewLogger(io.Discard, "error"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := lc.up(context.Background()); err != nil {
+		t.Fatalf("with %s down: %v", c.Members[0].Name(), err)
+	}
+	defer lc.down(context.Background())
+	if addrs := lc.sh.addresses; len(addrs) != 1 || addrs[0].URL != c.URL() {
+		t.Errorf("addresses %+v, want %s", addrs, c.URL())
 	}
 }
 
