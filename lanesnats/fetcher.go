@@ -137,8 +137,15 @@ func (f *fetcher) finished() bool {
 func (f *fetcher) loop() {
 	defer close(f.done)
 	defer f.cancel()
-	defer close(f.work)
-	go f.run() // the handler goroutine: exits when work is closed
+	ran := make(chan struct{})
+	go func() { // the handler goroutine: exits when work is closed
+		defer close(ran)
+		f.run()
+	}()
+	defer func() {
+		close(f.work)
+		<-ran
+	}()
 	if f.prev != nil {
 		<-f.prev // order within the lane: the previous fetcher finishes first
 	}
