@@ -21,6 +21,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"go/ast"
 	"go/parser"
 	"go/scanner"
 	"go/token"
@@ -227,7 +228,48 @@ func wrap(i int, b block) string {
 	if _, err := parser.ParseFile(token.NewFileSet(), "", "package p\n"+b.code, 0); err == nil {
 		fmt.Fprintf(&sb, "%s\nfunc _() {\n%s}\n", b.code, strings.Join(decls, ""))
 	} else {
-		fmt.Fprintf(&sb, "func _() error {\n%s\t{\n%s\n\t}\n\treturn nil\n}\n", strings.Join(decls, ""), b.code)
+		fmt.Fprintf(&sb, "func _() error {\n%s\t{\n%s\n%s\t}\n\treturn nil\n}\n", strings.Join(decls, ""), b.code, useDeclared(b.code))
+	}
+	return sb.String()
+}
+
+// useDeclared returns statements that use every variable the statements of a
+// fragment declare at their top level: a fragment shows code out of its
+// program, where what it declares is used further on.
+func useDeclared(code string) string {
+	f, err := parser.ParseFile(token.NewFileSet(), "", "package p\nfunc _() {\n"+code+"\n}", 0)
+	if err != nil || len(f.Decls) != 1 {
+		return ""
+	}
+	var names []string
+	add := func(id *ast.Ident) {
+		if id.Name != "_" {
+			names = append(names, id.Name)
+		}
+	}
+	for _, st := range f.Decls[0].(*ast.FuncDecl).Body.List {
+		switch st := st.(type) {
+		case *ast.AssignStmt:
+			if st.Tok == token.DEFINE {
+				for _, l := range st.Lhs {
+					if id, ok := l.(*ast.Ident); ok {
+						add(id)
+					}
+				}
+			}
+		case *ast.DeclStmt:
+			if gd, ok := st.Decl.(*ast.GenDecl); ok && gd.Tok == token.VAR {
+				for _, sp := range gd.Specs {
+					for _, id := range sp.(*ast.ValueSpec).Names {
+						add(id)
+					}
+				}
+			}
+		}
+	}
+	var sb strings.Builder
+	for _, n := range names {
+		fmt.Fprintf(&sb, "\t_ = %s\n", n)
 	}
 	return sb.String()
 }
