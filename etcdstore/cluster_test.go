@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"sync"
 	"testing"
 	"time"
@@ -244,23 +245,30 @@ func TestClusterMemberPaused(t *testing.T) {
 	t.Parallel()
 	c := etcdtest.NewCluster(t, etcdtest.ClusterConfig{})
 	f := newFleet(t, c, 3, 3)
-	ctx := testCtx(t)
-	leader, err := c.WaitLeader(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for round, m := range []*etcdtest.Member{leader, c.Followers(leader)[0]} {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for round, role := range []string{"leader", "follower"} {
+		m, err := c.WaitLeader(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if role == "follower" {
+			m = c.Followers(m)[0]
+		}
 		start := time.Now()
 		if err := m.Pause(); err != nil {
 			t.Fatal(err)
 		}
 		id := fmt.Sprintf("i%d", round)
 		f.end(id)
-		// While the member is still paused: no stale instance.
-		took := f.seen(start, clusterTTL, func(ids map[string]bool) bool { return !ids[id] })
+		t.Logf("deregistered %s %.2fs after the pause", id, time.Since(start).Seconds())
+		// While the member is still paused: no stale instance. (Ending a
+		// registration is bounded by registry.ReleaseTimeout, 5s.)
+		pause := clusterTTL + 4*time.Second
+		took := f.seen(start, pause-time.Second, func(ids map[string]bool) bool { return !ids[id] })
 		// Stay paused for longer than the TTL after the last keep-alive
 		// the member could have taken.
-		time.Sleep(time.Until(start.Add(clusterTTL + 2*time.Second)))
+		time.Sleep(time.Until(start.Add(pause)))
 		if err := m.Resume(); err != nil {
 			t.Fatal(err)
 		}
@@ -268,7 +276,7 @@ func TestClusterMemberPaused(t *testing.T) {
 		if lost := f.lost(); len(lost) > 0 {
 			t.Fatalf("registrations lost while %s was paused: %v (health %+v)", m.Name, lost, h)
 		}
-		t.Logf("etcd member %s paused for %.1fs: registrations lost 0; every watcher saw the deregistration after %.2fs", m.Name, time.Since(start).Seconds(), took.Seconds())
+		t.Logf("etcd %s %s paused for %.1fs: registrations lost 0; every watcher saw the deregistration after %.2fs", role, m.Name, time.Since(start).Seconds(), took.Seconds())
 	}
 }
 
@@ -338,5 +346,54 @@ func TestClusterQuorumLost(t *testing.T) {
 	f.seen(time.Now(), 15*time.Second, func(ids map[string]bool) bool { return ids["late"] && len(ids) == 4 })
 	if lost := f.lost(); len(lost) > 0 {
 		t.Fatalf("registrations lost over the quorum loss: %v", lost)
+	}
+}
+
+// TestHealthDeadEndpoint opens a Store on a live member and an address where
+// nothing listens: Health says degraded and avoids the dead one, and the
+// Store works on the live one.
+func TestHealthDeadEndpoint(t *testing.T) {
+	t.Parallel()
+	srv := etcdtest.Embedded(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := "http://" + ln.Addr().String()
+	ln.Close()
+	s, err := etcdstore.Open(testCtx(t), etcdstore.Config{
+		Endpoints: append(srv.Endpoints(), dead),
+		Options:   etcdstore.Options{Prefix: uniquePrefix(), Logger: testLogger},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		h, ok := s.Health()
+		if !ok {
+			t.Fatal("no health from a Store of Open")
+		}
+		if h.State == etcdstore.HealthDegraded && h.Members[0].State == etcdstore.MemberUp && h.Members[1].State == etcdstore.MemberDown && h.Members[1].Avoided {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("health with a dead endpoint: %+v", h)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	l, err := s.Register(testCtx(t), inst("svc", "a", 1), 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	off, err := etcdstore.Open(testCtx(t), etcdstore.Config{Endpoints: srv.Endpoints(), MemberTimeout: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer off.Close()
+	if _, ok := off.Health(); ok {
+		t.Error("health with the checks off")
 	}
 }

@@ -165,6 +165,9 @@ func (m *members) start(cfg Config, key string) error {
 			DialKeepAliveTimeout: cfg.KeepAliveTimeout,
 			TLS:                  cfg.TLS,
 			Logger:               zap.NewNop(),
+			// A member back from an outage is checked (and used) again
+			// within 2s, not after gRPC's backoff of up to two minutes.
+			DialOptions: []grpc.DialOption{reconnectParams(cfg.DialTimeout)},
 			// One attempt per check: the etcd client would retry a read on
 			// the same (only) member.
 			MaxUnaryRetries: 1,

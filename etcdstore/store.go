@@ -157,16 +157,10 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		// streams: etcd closes the connection of a client that sends them.
 		DialKeepAliveTime:    cfg.KeepAliveTime,
 		DialKeepAliveTimeout: cfg.KeepAliveTimeout,
-		DialOptions: append(m.dialOptions(), grpc.WithConnectParams(grpc.ConnectParams{
-			// gRPC's default reconnect backoff grows to two minutes. After an
-			// etcd outage, leases must be renewed within their TTL of etcd's
-			// return, so retry at least every two seconds.
-			Backoff:           grpcbackoff.Config{BaseDelay: 200 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
-			MinConnectTimeout: cfg.DialTimeout,
-		})),
-		TLS:      cfg.TLS,
-		Username: cfg.Username,
-		Password: cfg.Password,
+		DialOptions:          append(m.dialOptions(), reconnectParams(cfg.DialTimeout)),
+		TLS:                  cfg.TLS,
+		Username:             cfg.Username,
+		Password:             cfg.Password,
 		// The client's own logging is silenced: every failure it would
 		// report reaches the Store, which logs it with slog or returns it.
 		Logger: zap.NewNop(),
@@ -192,6 +186,17 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("etcdstore: connect to %s: %w", strings.Join(cfg.Endpoints, ","), err)
 	}
 	return s, nil
+}
+
+// reconnectParams is the reconnect backoff of the Store's connections.
+// gRPC's default grows to two minutes. After an etcd outage, leases must be
+// renewed within their TTL of etcd's return, so retry at least every two
+// seconds.
+func reconnectParams(dialTimeout time.Duration) grpc.DialOption {
+	return grpc.WithConnectParams(grpc.ConnectParams{
+		Backoff:           grpcbackoff.Config{BaseDelay: 200 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 2 * time.Second},
+		MinConnectTimeout: dialTimeout,
+	})
 }
 
 // withDefaults fills in the zero durations.
