@@ -10,7 +10,7 @@ import (
 
 	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/internal/lib/backoff"
-	"github.com/lanesdev/lanes/internal/lib/group"
+	"github.com/lanesdev/lanes/internal/lib/gogroup"
 	"github.com/lanesdev/lanes/registry"
 )
 
@@ -35,7 +35,7 @@ import (
 type Registry struct {
 	c   *Client
 	log *slog.Logger
-	g   *group.Group // heartbeats and watches
+	g   *gogroup.Group // heartbeats and watches
 }
 
 var _ registry.Registry = (*Registry)(nil)
@@ -50,7 +50,7 @@ func WithLogger(l *slog.Logger) RegistryOption { return func(r *Registry) { r.lo
 // NewRegistry returns a Registry that registers and watches through c.
 // Closing the Registry does not close c.
 func NewRegistry(c *Client, opts ...RegistryOption) *Registry {
-	r := &Registry{c: c, log: slog.Default(), g: group.New()}
+	r := &Registry{c: c, log: slog.Default(), g: gogroup.New()}
 	for _, o := range opts {
 		o(r)
 	}

@@ -28,7 +28,7 @@ import (
 	"google.golang.org/grpc"
 	grpcbackoff "google.golang.org/grpc/backoff"
 
-	"github.com/lanesdev/lanes/internal/lib/group"
+	"github.com/lanesdev/lanes/internal/lib/gogroup"
 	"github.com/lanesdev/lanes/policy"
 	"github.com/lanesdev/lanes/registry"
 )
@@ -130,7 +130,7 @@ type Store struct {
 	// members checks the cluster's members (Open's clients only).
 	members *members
 
-	g *group.Group // the lease and watch goroutines; its context is the parent of every lease and watch
+	g *gogroup.Group // the lease and watch goroutines; its context is the parent of every lease and watch
 }
 
 var _ registry.Registry = (*Store)(nil)
@@ -239,7 +239,7 @@ func New(client *clientv3.Client, opts Options) (*Store, error) {
 		client: client,
 		prefix: prefix,
 		log:    log.With("component", "etcdstore"),
-		g:      group.New(),
+		g:      gogroup.New(),
 	}
 	s.policy = &policyStore{s: s, key: s.PolicyKey()}
 	return s, nil

@@ -184,7 +184,7 @@ func (l *KeptLease) Close() error {
 }
 
 // Start starts the renewing loop with spawn, which runs a function in a
-// goroutine of the backend (group.Group.Go, for instance) or returns false
+// goroutine of the backend (gogroup.Group.Go, for instance) or returns false
 // when the backend is closed. Call it once, before handing out the lease;
 // it returns what spawn returned.
 //

@@ -22,11 +22,11 @@
 package routing
 
 import (
-	"context"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 
+	"github.com/lanesdev/lanes/internal/lib/gogroup"
 	"github.com/lanesdev/lanes/policy"
 	"github.com/lanesdev/lanes/registry"
 )
@@ -105,11 +105,7 @@ type Engine struct {
 
 	mu sync.Mutex
 
-	ctx     context.Context
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
-	spawnMu sync.Mutex // orders go against Close
-	closed  bool       // under spawnMu
+	g *gogroup.Group // the watches' goroutines; Close cancels and waits
 
 	invalidLanes  atomic.Uint64
 	policyReady   chan struct{}
@@ -124,43 +120,23 @@ func New(opts ...Option) *Engine {
 	for _, o := range opts {
 		o(e)
 	}
-	e.ctx, e.cancel = context.WithCancel(context.Background())
+	e.g = gogroup.New()
 	e.policy.Store(compile(nil))
 	m := map[string]*Service{}
 	e.services.Store(&m)
 	if e.store != nil {
 		f := followPolicy(e.store, e.log, e)
-		e.spawn(func() { f.run(e.ctx) })
+		e.g.Go(func() { f.run(e.g.Context()) })
 	} else {
 		e.policyOnce.Do(func() { close(e.policyReady) })
 	}
 	return e
 }
 
-// spawn runs f in a goroutine that Close waits for. It reports false, and
-// does not run f, once the engine is closed.
-func (e *Engine) spawn(f func()) bool {
-	e.spawnMu.Lock()
-	defer e.spawnMu.Unlock()
-	if e.closed {
-		return false
-	}
-	e.wg.Add(1)
-	go func() {
-		defer e.wg.Done()
-		f()
-	}()
-	return true
-}
-
 // Close stops every watch the engine started and waits for them, and for
 // any rebuild in progress, to end.
 func (e *Engine) Close() error {
-	e.spawnMu.Lock()
-	e.closed = true
-	e.spawnMu.Unlock()
-	e.cancel()
-	e.wg.Wait()
+	e.g.Close()
 	return nil
 }
 
@@ -239,7 +215,7 @@ func (e *Engine) service(name string, watch bool) *Service {
 	e.services.Store(&m)
 	if watch && e.reg != nil {
 		f := watchInstances(e.reg, e.log, s)
-		e.spawn(func() { f.run(e.ctx) })
+		e.g.Go(func() { f.run(e.g.Context()) })
 	} else {
 		s.markReady()
 	}

@@ -73,7 +73,7 @@ func (s *Service) rebuildLater() {
 	if !s.pending.CompareAndSwap(false, true) {
 		return
 	}
-	if !s.e.spawn(func() {
+	if !s.e.g.Go(func() {
 		s.mu.Lock()
 		s.pending.Store(false)
 		s.rebuild()

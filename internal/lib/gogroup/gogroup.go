@@ -1,6 +1,6 @@
-// Package group runs the goroutines of an owner (a registry backend, a
+// Package gogroup runs the goroutines of an owner (a registry backend, a
 // store) so that the owner's Close can cancel them and wait for them.
-package group
+package gogroup
 
 import (
 	"context"
