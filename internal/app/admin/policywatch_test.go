@@ -20,7 +20,9 @@ import (
 // policy through the admin API (GET /v1/watch/policy): fallback chains,
 // strict lanes, and every change, across keep-alives.
 func TestPolicyWatch(t *testing.T) {
-	defer admin.SetKeepAliveEvery(50 * time.Millisecond)()
+	// Restored after the server has closed (cleanups run last first), not
+	// while its streams still read it.
+	t.Cleanup(admin.SetKeepAliveEvery(50 * time.Millisecond))
 	srv := etcdtest.Embedded(t)
 	e := newEnv(t, srv)
 	adm := e.client(t, adminToken)
