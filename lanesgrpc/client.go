@@ -18,11 +18,11 @@ import (
 // NewClient chooses no transport credentials: pass them with
 // WithDialOptions. Like grpc.NewClient it does not connect; the first call
 // does. Close the connection when done.
-func NewClient(e *routing.Engine, service string, opts ...Option) (*grpc.ClientConn, error) {
+func NewClient(e *routing.Engine, service string, opts ...ClientOption) (*grpc.ClientConn, error) {
 	if err := registry.CheckService(service); err != nil {
 		return nil, fmt.Errorf("lanesgrpc: %w", err)
 	}
-	cfg := newConfig(opts)
+	cfg := clientConfig(opts)
 	if _, err := parseMethods(cfg.idempotent); err != nil {
 		return nil, err
 	}

@@ -6,16 +6,19 @@
 // A provider:
 //
 //	engine := routing.New(routing.WithRegistry(reg), routing.WithPolicyStore(store))
-//	guard := lanesgrpc.NewGuard(engine)
-//	srv := grpc.NewServer(lanesgrpc.ServerOptions(lanesgrpc.WithGuard(guard))...)
+//	srv := lanesgrpc.NewServer(lanesgrpc.WithGuard(lanesgrpc.NewGuard(engine)))
 //	pb.RegisterOrdersServer(srv, &orders{})
 //	lis, _ := net.Listen("tcp", "10.0.0.7:7001")
-//	err := lanesgrpc.Serve(ctx, srv, lis, reg, registry.Instance{Service: "orders"}, lanesgrpc.WithGuard(guard))
+//	err := lanesgrpc.Serve(ctx, srv, lis, reg, registry.Instance{Service: "orders"})
 //
 // The instance registers in the lane of LANES_LANE (or WithLane), and
 // deregisters before the server stops. The server interceptors put the lane
 // of each request in its context, and the guard refuses the requests that
 // may not reach this instance.
+//
+// Options are typed by role, as grpc-go's DialOption and ServerOption:
+// ClientOption for the caller's side, ServerOption for the provider's, and
+// Option for the few that mean the same on both.
 //
 // A caller:
 //

@@ -92,9 +92,9 @@ func (m *mesh) setPolicy(doc string) {
 }
 
 // client returns a lanes client of service.
-func (m *mesh) client(service string, opts ...lanesgrpc.Option) testpb.TestServiceClient {
+func (m *mesh) client(service string, opts ...lanesgrpc.ClientOption) testpb.TestServiceClient {
 	m.t.Helper()
-	opts = append([]lanesgrpc.Option{lanesgrpc.WithDialOptions(grpc.WithTransportCredentials(insecure.NewCredentials()))}, opts...)
+	opts = append([]lanesgrpc.ClientOption{lanesgrpc.WithDialOptions(grpc.WithTransportCredentials(insecure.NewCredentials()))}, opts...)
 	cc, err := lanesgrpc.NewClient(m.engine, service, opts...)
 	if err != nil {
 		m.t.Fatal(err)
@@ -128,7 +128,8 @@ type backendOpt func(*backendConfig)
 
 type backendConfig struct {
 	next     testpb.TestServiceClient
-	serveOps []lanesgrpc.Option
+	serveOps []lanesgrpc.ServerOption
+	srvOps   []lanesgrpc.ServerOption
 	noGuard  bool
 }
 
@@ -136,8 +137,13 @@ func withNext(c testpb.TestServiceClient) backendOpt {
 	return func(b *backendConfig) { b.next = c }
 }
 
-func withServeOptions(opts ...lanesgrpc.Option) backendOpt {
+func withServeOptions(opts ...lanesgrpc.ServerOption) backendOpt {
 	return func(b *backendConfig) { b.serveOps = append(b.serveOps, opts...) }
+}
+
+// withServerOptions adds options to the server (NewServer).
+func withServerOptions(opts ...lanesgrpc.ServerOption) backendOpt {
+	return func(b *backendConfig) { b.srvOps = append(b.srvOps, opts...) }
 }
 
 func withoutGuard() backendOpt { return func(b *backendConfig) { b.noGuard = true } }
@@ -152,12 +158,12 @@ func (m *mesh) start(service, id, l string, opts ...backendOpt) *backend {
 		o(&bc)
 	}
 	b := &backend{id: id, service: service, lane: l, next: bc.next, done: make(chan error, 1), health: health.NewServer()}
-	sopts := []lanesgrpc.Option{lanesgrpc.WithLogger(quiet), lanesgrpc.WithInvalidLaneHandler(func(context.Context, string, *lane.NameError) { b.invalid.Add(1) })}
+	sopts := []lanesgrpc.ServerOption{lanesgrpc.WithLogger(quiet), lanesgrpc.WithInvalidLaneHandler(func(context.Context, string, *lane.NameError) { b.invalid.Add(1) })}
 	if !bc.noGuard {
 		b.guard = lanesgrpc.NewGuard(m.engine)
 		sopts = append(sopts, lanesgrpc.WithGuard(b.guard))
 	}
-	b.srv = grpc.NewServer(lanesgrpc.ServerOptions(sopts...)...)
+	b.srv = lanesgrpc.NewServer(append(sopts, bc.srvOps...)...) // Serve finds the guard
 	testpb.RegisterTestServiceServer(b.srv, &testServer{b: b})
 	healthpb.RegisterHealthServer(b.srv, b.health)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
@@ -167,12 +173,11 @@ func (m *mesh) start(service, id, l string, opts ...backendOpt) *backend {
 	b.addr = lis.Addr().String()
 	ctx, cancel := context.WithCancel(context.Background())
 	b.cancel = cancel
-	serveOpts := append([]lanesgrpc.Option{
+	serveOpts := append([]lanesgrpc.ServerOption{
 		lanesgrpc.WithLane(l),
 		lanesgrpc.WithEnv(func(string) string { return "" }),
 		lanesgrpc.WithShutdownTimeout(patience),
 		lanesgrpc.WithLogger(quiet),
-		lanesgrpc.WithGuard(b.guard),
 	}, bc.serveOps...)
 	go func() {
 		b.done <- lanesgrpc.Serve(ctx, b.srv, lis, m.reg, registry.Instance{ID: id, Service: service}, serveOpts...)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -36,13 +37,13 @@ import (
 //
 // It bounds each attempt by the response-header timeout
 // (WithResponseHeaderTimeout).
-func UnaryClientInterceptor(opts ...Option) grpc.UnaryClientInterceptor {
-	return newClientInterceptor(newConfig(opts)).unary
+func UnaryClientInterceptor(opts ...ClientOption) grpc.UnaryClientInterceptor {
+	return newClientInterceptor(clientConfig(opts)).unary
 }
 
 // StreamClientInterceptor is UnaryClientInterceptor for streaming calls.
-func StreamClientInterceptor(opts ...Option) grpc.StreamClientInterceptor {
-	ci := newClientInterceptor(newConfig(opts))
+func StreamClientInterceptor(opts ...ClientOption) grpc.StreamClientInterceptor {
+	ci := newClientInterceptor(clientConfig(opts))
 	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, callOpts ...grpc.CallOption) (grpc.ClientStream, error) {
 		return streamer(ci.outgoing(ctx, method), desc, cc, method, callOpts...)
 	}
@@ -245,37 +246,66 @@ func (ci *clientInterceptor) hasLaneKeys(md metadata.MD) bool {
 //
 // With WithGuard, it then refuses the requests that the guard does not
 // admit.
-func UnaryServerInterceptor(opts ...Option) grpc.UnaryServerInterceptor {
-	return newServerInterceptor(newConfig(opts)).unary
+func UnaryServerInterceptor(opts ...ServerOption) grpc.UnaryServerInterceptor {
+	return newServerInterceptor(serverConfig(opts)).unary
 }
 
 // StreamServerInterceptor is UnaryServerInterceptor for streaming calls.
-func StreamServerInterceptor(opts ...Option) grpc.StreamServerInterceptor {
-	return newServerInterceptor(newConfig(opts)).stream
+func StreamServerInterceptor(opts ...ServerOption) grpc.StreamServerInterceptor {
+	return newServerInterceptor(serverConfig(opts)).stream
 }
 
 // ServerOptions returns the server interceptors as options for
-// grpc.NewServer, chained after any interceptor given before them:
+// grpc.NewServer, chained after any interceptor given before them, for a
+// server that NewServer does not make; give its guard to Serve too:
 //
 //	guard := lanesgrpc.NewGuard(engine)
 //	srv := grpc.NewServer(lanesgrpc.ServerOptions(lanesgrpc.WithGuard(guard))...)
-func ServerOptions(opts ...Option) []grpc.ServerOption {
-	si := newServerInterceptor(newConfig(opts))
+//	err := lanesgrpc.Serve(ctx, srv, lis, reg, inst, lanesgrpc.WithGuard(guard))
+func ServerOptions(opts ...ServerOption) []grpc.ServerOption {
+	si := newServerInterceptor(serverConfig(opts))
 	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(si.unary), grpc.ChainStreamInterceptor(si.stream)}
 }
 
+// NewServer returns a gRPC server with the lanes server interceptors
+// (ServerOptions(opts...)), after the options of WithServerOptions. Serve
+// finds the server's WithGuard guard and tells it the instance, so that the
+// guard is given once:
+//
+//	srv := lanesgrpc.NewServer(lanesgrpc.WithGuard(lanesgrpc.NewGuard(engine)))
+//	pb.RegisterOrdersServer(srv, &orders{})
+//	err := lanesgrpc.Serve(ctx, srv, lis, reg, registry.Instance{Service: "orders"})
+//
+// A server that is never given to Serve keeps its guard reachable until the
+// process ends.
+func NewServer(opts ...ServerOption) *grpc.Server {
+	c := serverConfig(opts)
+	si := newServerInterceptor(c)
+	sopts := append(slices.Clip(c.srvOpts), grpc.ChainUnaryInterceptor(si.unary), grpc.ChainStreamInterceptor(si.stream))
+	srv := grpc.NewServer(sopts...)
+	if c.guard != nil {
+		guards.Store(srv, c.guard)
+	}
+	return srv
+}
+
+// guards holds the guards of the servers that NewServer made, until Serve
+// takes them.
+var guards sync.Map // *grpc.Server -> *Guard
+
 type serverInterceptor struct {
-	prop      lane.Propagator
-	guard     *Guard
-	log       *slog.Logger
-	onInvalid func(context.Context, string, *lane.NameError)
+	prop          lane.Propagator
+	guard         *Guard
+	exemptMethods []string // besides DefaultExempt
+	log           *slog.Logger
+	onInvalid     func(context.Context, string, *lane.NameError)
 
 	invalid atomic.Uint64 // invalid lanes since the last log line
 	lastLog atomic.Int64  // unix ns of the last log line
 }
 
 func newServerInterceptor(c *config) *serverInterceptor {
-	return &serverInterceptor{prop: c.prop, guard: c.guard, log: c.log, onInvalid: c.onInvalid}
+	return &serverInterceptor{prop: c.prop, guard: c.guard, exemptMethods: c.exempt, log: c.log, onInvalid: c.onInvalid}
 }
 
 func (si *serverInterceptor) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
@@ -318,7 +348,7 @@ func (si *serverInterceptor) incoming(ctx context.Context, method string) (conte
 		ctx = metadata.NewIncomingContext(ctx, md)
 	}
 	if si.guard != nil {
-		if err := si.guard.Check(ctx, method); err != nil {
+		if err := si.check(ctx, method); err != nil {
 			return nil, err
 		}
 	}

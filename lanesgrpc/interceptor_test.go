@@ -12,8 +12,8 @@ import (
 // TestInterceptorAllocations bounds what the interceptors allocate per call,
 // besides gRPC itself.
 func TestInterceptorAllocations(t *testing.T) {
-	si := newServerInterceptor(newConfig(nil))
-	ci := newClientInterceptor(newConfig([]Option{WithIdempotent("/a.B/Idem")}))
+	si := newServerInterceptor(serverConfig(nil))
+	ci := newClientInterceptor(clientConfig([]ClientOption{WithIdempotent("/a.B/Idem")}))
 	incoming := func(kv ...string) context.Context {
 		kv = append([]string{":authority", "orders", "content-type", "application/grpc", "user-agent", "grpc-go/1.85.0"}, kv...)
 		return metadata.NewIncomingContext(context.Background(), metadata.Pairs(kv...))

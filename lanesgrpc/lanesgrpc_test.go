@@ -24,7 +24,6 @@ import (
 
 	"github.com/lanesdev/lanes/lane"
 	"github.com/lanesdev/lanes/lanesgrpc"
-	"github.com/lanesdev/lanes/registry"
 	"github.com/lanesdev/lanes/routing"
 )
 
@@ -420,12 +419,17 @@ func TestGuard(t *testing.T) {
 		}
 	})
 	t.Run("configured_exemption", func(t *testing.T) {
-		g := lanesgrpc.NewGuard(m.engine, lanesgrpc.WithExemptMethods("/grpc.testing.TestService/EmptyCall"))
-		g.SetInstance(registry.Instance{ID: "x", Service: "orders", Addr: "127.0.0.1:1", Lane: "alice"})
-		if err := g.Check(callCtx(t, ""), "/grpc.testing.TestService/EmptyCall"); err != nil {
+		// Exempt methods add to the defaults: the health service stays
+		// exempt.
+		x := m.start("orders", "alice-2", "alice", withServerOptions(lanesgrpc.WithExemptMethods("/grpc.testing.TestService/EmptyCall")))
+		c := testpb.NewTestServiceClient(direct(t, x.addr))
+		if _, err := c.EmptyCall(callCtx(t, ""), &testpb.Empty{}); err != nil {
 			t.Fatal(err)
 		}
-		expectCode(t, g.Check(callCtx(t, ""), "/grpc.testing.TestService/UnaryCall"), codes.FailedPrecondition, `"alice"`)
+		if _, err := healthpb.NewHealthClient(direct(t, x.addr)).Check(callCtx(t, ""), &healthpb.HealthCheckRequest{}); err != nil {
+			t.Fatalf("health check: %v", err)
+		}
+		expectCode(t, call(c, ""), codes.FailedPrecondition, `"alice"`)
 	})
 	t.Run("streaming", func(t *testing.T) {
 		stream, err := toAlice.StreamingOutputCall(callCtx(t, ""), &testpb.StreamingOutputCallRequest{})

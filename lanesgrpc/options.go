@@ -10,36 +10,26 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/lanesdev/lanes/internal/lib/roles"
 	"github.com/lanesdev/lanes/internal/lib/routedcall"
+	"github.com/lanesdev/lanes/internal/lib/serving"
 	"github.com/lanesdev/lanes/lane"
 	"github.com/lanesdev/lanes/registry"
 )
 
-// An Option configures the parts of this package. One option type serves the
-// client side (NewClient, NewBuilder, the client interceptors), the server
-// side (the server interceptors) and Serve; each part reads the options that
-// concern it and ignores the others, as the documentation of each option
-// says.
-type Option func(*config)
+// A ClientOption configures the client side: NewClient, NewBuilder,
+// Register and the client interceptors.
+type ClientOption interface{ ApplyClient(*config) }
 
-type config struct {
-	zone       string
-	zoneSet    bool
-	prop       lane.Propagator
-	log        *slog.Logger
-	idempotent []string
-	health     *string
-	dialOpts   []grpc.DialOption
-	guard      *Guard
-	exempt     []string
-	onInvalid  func(ctx context.Context, fullMethod string, err *lane.NameError)
-	lane       string
-	ttl        time.Duration
-	drain      time.Duration
-	shutdown   time.Duration
-	getenv     func(string) string
-	refresh    time.Duration
-	timeout    time.Duration // response-header timeout setting
+// A ServerOption configures the server side: NewServer, ServerOptions, the
+// server interceptors and Serve.
+type ServerOption interface{ ApplyServer(*config) }
+
+// An Option configures both sides, and means the same on each: WithZone,
+// WithPropagator, WithLogger and WithEnv.
+type Option interface {
+	ClientOption
+	ServerOption
 }
 
 // Defaults.
@@ -55,15 +45,19 @@ const (
 	defaultRefresh = time.Second
 )
 
-func newConfig(opts []Option) *config {
-	c := &config{log: slog.Default(), shutdown: DefaultShutdownTimeout, refresh: defaultRefresh, getenv: os.Getenv}
-	for _, o := range opts {
-		if o != nil {
-			o(c)
-		}
-	}
-	return c
+func defaults() *config {
+	return &config{log: slog.Default(), shutdown: DefaultShutdownTimeout, refresh: defaultRefresh, getenv: os.Getenv}
 }
+
+// serving returns the settings of Serve's serving.Run.
+func (c *config) serving(name string, stop func() error, closed error) serving.Options {
+	return serving.Options{Name: name, Stop: stop, Closed: closed, Lane: c.lane, Zone: c.zone, ZoneSet: c.zoneSet,
+		Getenv: c.getenv, TTL: c.ttl, Drain: c.drain, Logger: c.log, Guard: c.guard}
+}
+
+func clientConfig(opts []ClientOption) *config { return roles.ClientConfig(defaults(), opts) }
+
+func serverConfig(opts []ServerOption) *config { return roles.ServerConfig(defaults(), opts) }
 
 // caller is the caller's place, as the balancer takes it: its zone
 // (WithZone, else LANES_ZONE) and its host (registry.LocalHost: LANES_HOST,
@@ -80,21 +74,25 @@ func (c *config) caller() LBConfig {
 // the caller's zone, for the engine's zone preference (default: LANES_ZONE).
 // For Serve it is the instance's zone when the instance does not set one
 // (before LANES_ZONE).
-func WithZone(zone string) Option { return func(c *config) { c.zone, c.zoneSet = zone, true } }
+func WithZone(zone string) Option {
+	return option(func(c *config) { c.zone, c.zoneSet = zone, true })
+}
 
 // WithPropagator sets the propagator that reads and writes the lane in
 // metadata, for alias headers (client and server interceptors). The default
 // is the zero lane.Propagator: x-lane and the baggage member "lane".
-func WithPropagator(p lane.Propagator) Option { return func(c *config) { c.prop = p } }
+func WithPropagator(p lane.Propagator) Option {
+	return option(func(c *config) { c.prop = p })
+}
 
 // WithLogger sets the logger of the server interceptors, the resolver and
 // Serve (default: slog.Default()).
 func WithLogger(l *slog.Logger) Option {
-	return func(c *config) {
+	return option(func(c *config) {
 		if l != nil {
 			c.log = l
 		}
-	}
+	})
 }
 
 // WithIdempotent lists the methods that are safe to send twice: a call to one
@@ -108,8 +106,8 @@ func WithLogger(l *slog.Logger) Option {
 // It is read by NewClient and NewBuilder (which put the retry policy in the
 // service config) and by the client interceptors (which tell the picker to
 // avoid the instance that failed).
-func WithIdempotent(methods ...string) Option {
-	return func(c *config) { c.idempotent = append(c.idempotent, methods...) }
+func WithIdempotent(methods ...string) ClientOption {
+	return clientOption(func(c *config) { c.idempotent = append(c.idempotent, methods...) })
 }
 
 // WithResponseHeaderTimeout bounds how long an instance may take to answer
@@ -120,7 +118,9 @@ func WithIdempotent(methods ...string) Option {
 // is ejected; a call to a WithIdempotent method is then sent once more, to
 // another instance, and otherwise fails with Unavailable. Streaming calls,
 // which may rightly wait long for their first message, are not cut.
-func WithResponseHeaderTimeout(d time.Duration) Option { return func(c *config) { c.timeout = d } }
+func WithResponseHeaderTimeout(d time.Duration) ClientOption {
+	return clientOption(func(c *config) { c.timeout = d })
+}
 
 // WithHealthCheck turns on gRPC client-side health checking (read by
 // NewClient and NewBuilder, which put it in the service config): each
@@ -128,60 +128,84 @@ func WithResponseHeaderTimeout(d time.Duration) Option { return func(c *config) 
 // server as a whole), and an instance that is not SERVING counts as
 // unreachable, so that the engine ejects it and routes around it. The
 // servers must run the health service.
-func WithHealthCheck(service string) Option { return func(c *config) { c.health = &service } }
+func WithHealthCheck(service string) ClientOption {
+	return clientOption(func(c *config) { c.health = &service })
+}
+
+// WithServerOptions adds options to the grpc.NewServer call of NewServer,
+// for example the transport credentials; interceptors given here run before
+// the lanes interceptors.
+func WithServerOptions(opts ...grpc.ServerOption) ServerOption {
+	return serverOption(func(c *config) { c.srvOpts = append(c.srvOpts, opts...) })
+}
 
 // WithDialOptions adds options to the grpc.NewClient call of NewClient, for
 // example the transport credentials, which NewClient does not choose.
-func WithDialOptions(opts ...grpc.DialOption) Option {
-	return func(c *config) { c.dialOpts = append(c.dialOpts, opts...) }
+func WithDialOptions(opts ...grpc.DialOption) ClientOption {
+	return clientOption(func(c *config) { c.dialOpts = append(c.dialOpts, opts...) })
 }
 
-// WithGuard installs g in the server interceptors, which then refuse
-// requests that g does not admit. Give the same guard to Serve, which tells
-// it the instance it guards.
-func WithGuard(g *Guard) Option { return func(c *config) { c.guard = g } }
+// WithGuard installs the guard g (NewServer, ServerOptions, the server
+// interceptors): they refuse, with FailedPrecondition, the requests that g
+// does not admit; the exempt methods are always served. Serve tells g the
+// instance it registers: the guard of a server made by NewServer is found
+// by Serve itself; with ServerOptions, give the same guard to Serve too.
+// Without a guard every request is served.
+func WithGuard(g *Guard) ServerOption {
+	return serverOption(func(c *config) { c.guard = g })
+}
 
 // WithInvalidLaneHandler sets a function that the server interceptors call
 // for each request that carries an invalid lane (the request is then served
 // as a baseline request), for example to count them. The interceptors also
 // log such requests, at most once per ten seconds.
-func WithInvalidLaneHandler(f func(ctx context.Context, fullMethod string, err *lane.NameError)) Option {
-	return func(c *config) { c.onInvalid = f }
+func WithInvalidLaneHandler(f func(ctx context.Context, fullMethod string, err *lane.NameError)) ServerOption {
+	return serverOption(func(c *config) { c.onInvalid = f })
 }
 
 // WithLane sets the lane the instance registers in, for Serve, when the
 // instance does not set one (before LANES_LANE).
-func WithLane(name string) Option { return func(c *config) { c.lane = name } }
+func WithLane(name string) ServerOption {
+	return serverOption(func(c *config) { c.lane = name })
+}
 
 // WithTTL sets the lease of Serve's registration (default
 // registry.DefaultTTL).
-func WithTTL(d time.Duration) Option { return func(c *config) { c.ttl = d } }
+func WithTTL(d time.Duration) ServerOption {
+	return serverOption(func(c *config) { c.ttl = d })
+}
 
 // WithDrainDelay makes Serve wait, between deregistering the instance and
 // stopping the server, for callers to learn that the instance is gone; it
 // serves normally meanwhile. Default 0: the lanes picker skips a connection
 // that the server's GOAWAY closed, so callers lose no call without it; a
 // delay still spares them the reconnection attempts.
-func WithDrainDelay(d time.Duration) Option { return func(c *config) { c.drain = d } }
+func WithDrainDelay(d time.Duration) ServerOption {
+	return serverOption(func(c *config) { c.drain = d })
+}
 
 // WithShutdownTimeout bounds Serve's graceful stop (default
 // DefaultShutdownTimeout); the server is then stopped hard. Zero or
 // negative waits for every call in flight.
-func WithShutdownTimeout(d time.Duration) Option { return func(c *config) { c.shutdown = d } }
+func WithShutdownTimeout(d time.Duration) ServerOption {
+	return serverOption(func(c *config) { c.shutdown = d })
+}
 
 // WithEnv sets the function that reads the LANES_* variables (default
 // os.Getenv): the caller's zone for NewClient and NewBuilder, the instance
 // for Serve.
 func WithEnv(getenv func(string) string) Option {
-	return func(c *config) {
+	return option(func(c *config) {
 		if getenv != nil {
 			c.getenv = getenv
 		}
-	}
+	})
 }
 
 // withRefresh sets the resolver's backstop refresh interval (tests).
-func withRefresh(d time.Duration) Option { return func(c *config) { c.refresh = d } }
+func withRefresh(d time.Duration) ClientOption {
+	return clientOption(func(c *config) { c.refresh = d })
+}
 
 // methodSet is a set of full method names and whole services.
 type methodSet struct {
@@ -241,3 +265,32 @@ func (s methodSet) contains(fullMethod string) bool {
 }
 
 func (s methodSet) empty() bool { return len(s.methods) == 0 && len(s.services) == 0 }
+
+// config is what the options set.
+type config struct {
+	zone       string
+	zoneSet    bool
+	prop       lane.Propagator
+	log        *slog.Logger
+	idempotent []string
+	health     *string
+	dialOpts   []grpc.DialOption
+	srvOpts    []grpc.ServerOption
+	guard      *Guard
+	exempt     []string
+	onInvalid  func(ctx context.Context, fullMethod string, err *lane.NameError)
+	lane       string
+	ttl        time.Duration
+	drain      time.Duration
+	shutdown   time.Duration
+	getenv     func(string) string
+	refresh    time.Duration
+	timeout    time.Duration // response-header timeout setting
+}
+
+// The option types of each role.
+type (
+	clientOption = roles.Client[config]
+	serverOption = roles.Server[config]
+	option       = roles.Both[config]
+)

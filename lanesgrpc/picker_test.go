@@ -329,7 +329,7 @@ func TestResolverFollowsNotifications(t *testing.T) {
 	svc := e.Service("orders")
 	src := newFakeSource()
 	cc := &fakeResolverCC{states: make(chan resolver.State, 10)}
-	r := startResolver(cc, nil, svc, src, &serviceconfig.ParseResult{}, newConfig([]Option{withRefresh(time.Hour)}))
+	r := startResolver(cc, nil, svc, src, &serviceconfig.ParseResult{}, clientConfig([]ClientOption{withRefresh(time.Hour)}))
 	defer r.Close()
 
 	next := func() resolver.State {

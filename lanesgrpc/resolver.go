@@ -42,8 +42,8 @@ const Scheme = "lanes"
 // (ResolveNow: the lanes picker asks when the engine picks an instance that
 // has no connection yet, and gRPC asks when a connection fails), and at
 // least once a second otherwise.
-func NewBuilder(e *routing.Engine, opts ...Option) resolver.Builder {
-	return &builder{e: e, cfg: newConfig(opts)}
+func NewBuilder(e *routing.Engine, opts ...ClientOption) resolver.Builder {
+	return &builder{e: e, cfg: clientConfig(opts)}
 }
 
 type builder struct {
@@ -128,12 +128,12 @@ func init() { resolver.Register(globalBuilder{}) }
 // called again, for example in tests; connections built before keep the
 // engine they were built with. Clients made with NewClient, or with
 // grpc.WithResolvers(NewBuilder(...)), use their own engine.
-func Register(e *routing.Engine, opts ...Option) {
+func Register(e *routing.Engine, opts ...ClientOption) {
 	if e == nil {
 		registered.Store(nil)
 		return
 	}
-	registered.Store(&builder{e: e, cfg: newConfig(opts)})
+	registered.Store(&builder{e: e, cfg: clientConfig(opts)})
 }
 
 // globalBuilder is the lanes scheme registered with gRPC: it builds with the

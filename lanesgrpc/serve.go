@@ -2,7 +2,6 @@ package lanesgrpc
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"time"
 
@@ -19,7 +18,8 @@ import (
 //     WithEnv; LANES_LANE, LANES_ZONE, LANES_ADDR, ...). The address
 //     defaults to the listener's (an unspecified IP such as 0.0.0.0 is
 //     replaced by this host's first non-loopback address). inst.Service is
-//     required. A WithGuard guard is told the instance.
+//     required. The guard of a server made by NewServer, or a WithGuard
+//     guard, is told the instance.
 //  2. It starts serving on lis, then registers the instance in reg (with
 //     WithTTL's lease).
 //  3. When ctx is done it deregisters the instance first, so that callers
@@ -31,39 +31,15 @@ import (
 // that fails or is lost, or of srv.Serve. Like grpc.Server.Serve, it closes
 // lis.
 //
-// The server interceptors cannot be added here: give them to grpc.NewServer
-// (ServerOptions), with the same guard as Serve's WithGuard.
-func Serve(ctx context.Context, srv *grpc.Server, lis net.Listener, reg registry.Registry, inst registry.Instance, opts ...Option) error {
-	c := newConfig(opts)
-	inst, err := place(inst, c, lis.Addr())
-	if err != nil {
-		lis.Close()
-		return err
+// The server interceptors cannot be added here: make the server with
+// NewServer, or give ServerOptions to grpc.NewServer and the same guard to
+// Serve with WithGuard.
+func Serve(ctx context.Context, srv *grpc.Server, lis net.Listener, reg registry.Registry, inst registry.Instance, opts ...ServerOption) error {
+	c := serverConfig(opts)
+	if g, ok := guards.LoadAndDelete(srv); ok && c.guard == nil {
+		c.guard = g.(*Guard) // made by NewServer
 	}
-	if c.guard != nil {
-		c.guard.SetInstance(inst)
-	}
-
-	return serving.Run(ctx, reg, inst, serving.Server{
-		Name:   "lanesgrpc",
-		Serve:  func() error { return srv.Serve(lis) },
-		Stop:   func() error { stop(srv, c.shutdown); return nil },
-		Closed: grpc.ErrServerStopped,
-	}, serving.Options{TTL: c.ttl, Drain: c.drain, Logger: c.log, Guard: c.guard != nil})
-}
-
-// place fills the instance from the options, the environment and the
-// listener, and normalises it.
-func place(inst registry.Instance, c *config, addr net.Addr) (registry.Instance, error) {
-	zone := ""
-	if c.zoneSet {
-		zone = c.zone
-	}
-	inst, err := registry.Place(inst, c.lane, zone, c.getenv, addr)
-	if err != nil {
-		return inst, fmt.Errorf("lanesgrpc: instance: %w", err)
-	}
-	return inst, nil
+	return serving.Run(ctx, reg, inst, lis, srv, c.serving("lanesgrpc", func() error { stop(srv, c.shutdown); return nil }, grpc.ErrServerStopped))
 }
 
 // stop stops srv gracefully, and hard after timeout (if positive).

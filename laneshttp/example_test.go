@@ -39,7 +39,7 @@ func Example() {
 		wg.Go(func() {
 			err := laneshttp.Serve(ctx, &http.Server{Handler: hello}, lis, reg,
 				registry.Instance{Service: "orders", Lane: name},
-				laneshttp.WithEngine(engine), // for the guard
+				laneshttp.WithGuard(laneshttp.NewGuard(engine)),
 				laneshttp.WithLogger(slog.New(slog.DiscardHandler)))
 			if err != nil {
 				fmt.Println(err)

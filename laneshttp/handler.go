@@ -11,7 +11,6 @@ import (
 
 	"github.com/lanesdev/lanes/lane"
 	"github.com/lanesdev/lanes/registry"
-	"github.com/lanesdev/lanes/routing"
 )
 
 // Middleware is the server side of lanes: it reads the lane of each incoming
@@ -21,8 +20,7 @@ type Middleware struct {
 	next   http.Handler
 	prop   lane.Propagator
 	log    *slog.Logger
-	engine *routing.Engine   // nil: no guard
-	inst   registry.Instance // the guarded instance
+	guard  *Guard // nil: none
 	exempt []string
 
 	invalid atomic.Uint64
@@ -53,21 +51,17 @@ type Middleware struct {
 // include its lane (a baseline request, or one of another lane) with 421
 // Misdirected Request, the header X-Lanes-Error: misdirected, and a message
 // naming the lane it serves; requests to the exempt paths
-// (DefaultExemptPaths, WithExemptPaths) are always served. WithoutGuard turns
-// the guard off. A baseline instance admits every request.
+// (DefaultExemptPaths and those of WithExemptPaths) are always served. A
+// baseline instance admits every request. Tell the guard its instance with
+// Guard.SetInstance (Serve does).
 //
-// Options: WithPropagator, WithLogger, WithGuard, WithoutGuard,
-// WithExemptPaths.
-func Handler(next http.Handler, opts ...Option) *Middleware {
-	return newMiddleware(next, newConfig(opts))
+// Options: WithPropagator, WithLogger, WithGuard, WithExemptPaths.
+func Handler(next http.Handler, opts ...ServerOption) *Middleware {
+	return newMiddleware(next, serverConfig(opts))
 }
 
 func newMiddleware(next http.Handler, c *config) *Middleware {
-	m := &Middleware{next: next, prop: c.prop, log: c.log, exempt: c.exempt}
-	if c.guardIn != nil && c.engine != nil && !c.noGuard {
-		m.engine, m.inst = c.engine, *c.guardIn
-	}
-	return m
+	return &Middleware{next: next, prop: c.prop, log: c.log, exempt: c.exempt, guard: c.guard}
 }
 
 // InvalidLanes returns how many requests carried an invalid lane and were
@@ -77,8 +71,8 @@ func (m *Middleware) InvalidLanes() uint64 { return m.invalid.Load() }
 // Refused returns how many requests the guard refused with 421.
 func (m *Middleware) Refused() uint64 { return m.refused.Load() }
 
-// Guarded reports whether the guard is on.
-func (m *Middleware) Guarded() bool { return m.engine != nil }
+// Guarded reports whether the middleware has a guard.
+func (m *Middleware) Guarded() bool { return m.guard != nil }
 
 // ServeHTTP implements http.Handler.
 func (m *Middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -87,10 +81,10 @@ func (m *Middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		m.invalid.Add(1)
 		m.logInvalid(r, err)
 	}
-	if m.engine != nil && !m.isExempt(r.URL.Path) {
-		if serving := m.engine.LaneOf(m.inst); !m.engine.Admits(serving, name) {
+	if m.guard != nil {
+		if serving, inst, ok := m.guard.Admit(name, func() bool { return m.isExempt(r.URL.Path) }); !ok {
 			m.refused.Add(1)
-			m.refuse(w, serving, name)
+			m.refuse(w, inst, serving, name)
 			return
 		}
 	}
@@ -120,7 +114,7 @@ func (m *Middleware) isExempt(path string) bool {
 	return false
 }
 
-func (m *Middleware) refuse(w http.ResponseWriter, serving, requestLane string) {
+func (m *Middleware) refuse(w http.ResponseWriter, inst *registry.Instance, serving, requestLane string) {
 	h := w.Header()
 	h.Set(ErrorHeader, CodeMisdirected)
 	h.Set("Content-Type", "text/plain; charset=utf-8")
@@ -131,7 +125,7 @@ func (m *Middleware) refuse(w http.ResponseWriter, serving, requestLane string) 
 		what = fmt.Sprintf("a request in lane %q", requestLane)
 	}
 	fmt.Fprintf(w, "%s: this instance of %q serves lane %q, and %s does not reach it\n",
-		CodeMisdirected, m.inst.Service, serving, what)
+		CodeMisdirected, inst.Service, serving, what)
 }
 
 func (m *Middleware) logInvalid(r *http.Request, err error) {

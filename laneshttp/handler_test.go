@@ -98,7 +98,7 @@ func guardEngine(t *testing.T, pol string) *routing.Engine {
 func TestGuard(t *testing.T) {
 	e := guardEngine(t, "lanes:\n  bob: {fallback: [alice]}\n")
 	inst := registry.Instance{ID: "a1", Service: "orders", Addr: "127.0.0.1:1", Lane: "alice"}
-	h := laneshttp.Handler(laneEcho, laneshttp.WithGuard(e, inst), laneshttp.WithLogger(quiet))
+	h := laneshttp.Handler(laneEcho, laneshttp.WithGuard(guardFor(e, inst)), laneshttp.WithLogger(quiet))
 	if !h.Guarded() {
 		t.Fatal("not guarded")
 	}
@@ -135,17 +135,22 @@ func TestGuard(t *testing.T) {
 	}
 
 	// A baseline instance admits everything.
-	base := laneshttp.Handler(laneEcho, laneshttp.WithGuard(e, registry.Instance{ID: "b1", Service: "orders", Addr: "127.0.0.1:2"}))
+	base := laneshttp.Handler(laneEcho, laneshttp.WithGuard(guardFor(e, registry.Instance{ID: "b1", Service: "orders", Addr: "127.0.0.1:2"})))
 	for _, l := range []string{"", "alice", "carol"} {
 		if w := serveOnce(base, "/", "X-Lane", l); w.Code != 200 {
 			t.Errorf("baseline instance refused lane %q", l)
 		}
 	}
 
-	// Custom exempt paths replace the defaults.
-	custom := laneshttp.Handler(laneEcho, laneshttp.WithGuard(e, inst), laneshttp.WithExemptPaths("/ping"), laneshttp.WithLogger(quiet))
-	if serveOnce(custom, "/ping").Code != 200 || serveOnce(custom, "/healthz").Code != 421 {
-		t.Error("custom exempt paths")
+	// Exempt paths add to the defaults.
+	custom := laneshttp.Handler(laneEcho, laneshttp.WithGuard(guardFor(e, inst)), laneshttp.WithExemptPaths("/ping"), laneshttp.WithLogger(quiet))
+	for _, p := range []string{"/ping", "/healthz", "/_healthz", "/readyz", "/livez", "/metrics"} {
+		if code := serveOnce(custom, p).Code; code != 200 {
+			t.Errorf("exempt path %s: %d", p, code)
+		}
+	}
+	if code := serveOnce(custom, "/pong").Code; code != 421 {
+		t.Errorf("/pong: %d, want the guard's 421", code)
 	}
 }
 
@@ -154,7 +159,7 @@ func TestGuard(t *testing.T) {
 func TestGuardFollowsTagRules(t *testing.T) {
 	f := newFleet(t, "")
 	inst := registry.Instance{ID: "g1", Service: "orders", Addr: "127.0.0.1:9090"}
-	h := laneshttp.Handler(laneEcho, laneshttp.WithGuard(f.e, inst), laneshttp.WithLogger(quiet))
+	h := laneshttp.Handler(laneEcho, laneshttp.WithGuard(guardFor(f.e, inst)), laneshttp.WithLogger(quiet))
 	if serveOnce(h, "/").Code != 200 {
 		t.Fatal("a baseline instance refused a baseline request")
 	}
@@ -171,16 +176,22 @@ func TestGuardFollowsTagRules(t *testing.T) {
 	}
 }
 
-// TestGuardOff: WithoutGuard serves everything.
+// TestGuardOff: without a guard, or with a guard turned off, everything is
+// served.
 func TestGuardOff(t *testing.T) {
 	e := guardEngine(t, "")
 	inst := registry.Instance{ID: "a1", Service: "orders", Addr: "127.0.0.1:1", Lane: "alice"}
-	h := laneshttp.Handler(laneEcho, laneshttp.WithGuard(e, inst), laneshttp.WithoutGuard())
+	h := laneshttp.Handler(laneEcho)
 	if h.Guarded() {
 		t.Fatal("guarded")
 	}
 	if w := serveOnce(h, "/"); w.Code != 200 || w.Body.String() != "(baseline)" {
 		t.Fatalf("%d %q", w.Code, w.Body)
+	}
+	g := guardFor(e, inst)
+	g.SetEnabled(false)
+	if w := serveOnce(laneshttp.Handler(laneEcho, laneshttp.WithGuard(g)), "/"); w.Code != 200 {
+		t.Fatalf("a guard turned off: %d %q", w.Code, w.Body)
 	}
 }
 
@@ -189,7 +200,7 @@ func TestGuardOff(t *testing.T) {
 func TestGuardOverHTTP(t *testing.T) {
 	f := newFleet(t, "")
 	alice := f.start("alice orders lane=alice", func(in registry.Instance, h http.Handler) http.Handler {
-		return laneshttp.Handler(h, laneshttp.WithGuard(f.e, in), laneshttp.WithLogger(quiet))
+		return laneshttp.Handler(h, laneshttp.WithGuard(guardFor(f.e, in)), laneshttp.WithLogger(quiet))
 	})
 	c := plainClient(t)
 	code, body, hdr, err := call(bg(t), c, http.MethodGet, alice.srv.URL+"/orders", nil)

@@ -157,10 +157,10 @@ func (f *fleet) await(service string, n int) {
 
 // client returns an http.Client on a lanes Transport over a base transport of
 // its own, whose idle connections are closed at the end of the test.
-func (f *fleet) client(opts ...laneshttp.Option) *http.Client {
+func (f *fleet) client(opts ...laneshttp.ClientOption) *http.Client {
 	base := &http.Transport{}
 	f.t.Cleanup(base.CloseIdleConnections)
-	opts = append([]laneshttp.Option{laneshttp.WithBase(base), laneshttp.WithEnv(noEnv)}, opts...)
+	opts = append([]laneshttp.ClientOption{laneshttp.WithBase(base), laneshttp.WithEnv(noEnv)}, opts...)
 	return laneshttp.NewClient(f.e, opts...)
 }
 
@@ -227,4 +227,11 @@ func httptestServer(t *testing.T, h http.Handler) *httptest.Server {
 	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return srv
+}
+
+// guardFor returns a guard of e that guards inst.
+func guardFor(e *routing.Engine, inst registry.Instance) *laneshttp.Guard {
+	g := laneshttp.NewGuard(e)
+	g.SetInstance(inst)
+	return g
 }

@@ -4,10 +4,13 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"slices"
 	"time"
 
+	"github.com/lanesdev/lanes/internal/lib/guard"
+	"github.com/lanesdev/lanes/internal/lib/roles"
+	"github.com/lanesdev/lanes/internal/lib/serving"
 	"github.com/lanesdev/lanes/lane"
-	"github.com/lanesdev/lanes/registry"
 	"github.com/lanesdev/lanes/routing"
 )
 
@@ -18,14 +21,172 @@ const DefaultShutdownTimeout = 30 * time.Second
 // DefaultExemptPaths are the paths that the guard never refuses: health and
 // metrics endpoints, which are called by the platform, not by lanes callers.
 // A path is exempt when it equals one of them or starts with one of them
-// followed by "/".
-var DefaultExemptPaths = []string{"/healthz", "/readyz", "/livez", "/metrics"}
+// followed by "/". WithExemptPaths adds to them.
+var DefaultExemptPaths = []string{"/healthz", "/_healthz", "/readyz", "/livez", "/metrics"}
 
-// An Option configures NewTransport and NewClient (client options), or
-// Handler and Serve (server options). Each option says which it applies to;
-// the others ignore it.
-type Option func(*config)
+// A ClientOption configures the client side: NewTransport and NewClient.
+type ClientOption interface{ ApplyClient(*config) }
 
+// A ServerOption configures the server side: Handler and Serve.
+type ServerOption interface{ ApplyServer(*config) }
+
+// An Option configures both sides, and means the same on each:
+// WithPropagator, WithZone and WithEnv.
+type Option interface {
+	ClientOption
+	ServerOption
+}
+
+func defaults() *config {
+	return &config{getenv: os.Getenv, exempt: DefaultExemptPaths, shutdown: DefaultShutdownTimeout, log: slog.Default()}
+}
+
+// serving returns the settings of Serve's serving.Run.
+func (c *config) serving(name string, stop func() error, closed error) serving.Options {
+	return serving.Options{Name: name, Stop: stop, Closed: closed, Lane: c.lane, Zone: c.zone, ZoneSet: c.zoneSet,
+		Getenv: c.getenv, TTL: c.ttl, Drain: c.drain, Logger: c.log, Guard: c.guard}
+}
+
+func clientConfig(opts []ClientOption) *config { return roles.ClientConfig(defaults(), opts) }
+
+func serverConfig(opts []ServerOption) *config { return roles.ServerConfig(defaults(), opts) }
+
+// WithPropagator sets the propagator that reads the lane (Handler, Serve)
+// and writes it (NewTransport, NewClient). The default is the zero
+// lane.Propagator: x-lane and baggage, no aliases.
+func WithPropagator(p lane.Propagator) Option { return option(func(c *config) { c.prop = p }) }
+
+// WithZone sets the zone. For NewTransport and NewClient it is the caller's
+// zone, for same-zone preference (default: LANES_ZONE). For Serve it is the
+// instance's zone when the instance does not set one (before LANES_ZONE).
+func WithZone(zone string) Option {
+	return option(func(c *config) { c.zone, c.zoneSet = zone, true })
+}
+
+// WithEnv sets the function that reads LANES_* variables (default
+// os.Getenv), for NewTransport's zone and Serve's instance.
+func WithEnv(getenv func(string) string) Option {
+	return option(func(c *config) {
+		if getenv != nil {
+			c.getenv = getenv
+		}
+	})
+}
+
+// WithBase sets the transport that sends the routed requests and the
+// requests to other hosts (NewTransport, NewClient). Default: a clone of
+// http.DefaultTransport with the response-header timeout set.
+func WithBase(rt http.RoundTripper) ClientOption {
+	return clientOption(func(c *config) { c.transport.Base = rt })
+}
+
+// WithServices sets the function that tells which URL hosts are lanes
+// services (NewTransport, NewClient); see Transport.Services.
+func WithServices(match func(host string) bool) ClientOption {
+	return clientOption(func(c *config) { c.transport.Services = match })
+}
+
+// WithRefuseOthers makes requests to hosts that are not lanes services fail
+// instead of going to the base transport (NewTransport, NewClient).
+func WithRefuseOthers() ClientOption {
+	return clientOption(func(c *config) { c.transport.RefuseOthers = true })
+}
+
+// WithRetries sets how many times a failed attempt may be retried on another
+// instance (NewTransport, NewClient): 0 means the default, 1; a negative
+// value turns retries off.
+func WithRetries(n int) ClientOption {
+	return clientOption(func(c *config) { c.transport.Retries = n })
+}
+
+// WithIdempotent sets the function that tells which requests may be sent
+// twice, and so retried after a failure (NewTransport, NewClient); default
+// IsIdempotent.
+func WithIdempotent(f func(*http.Request) bool) ClientOption {
+	return clientOption(func(c *config) { c.transport.Idempotent = f })
+}
+
+// WithRetryStatus makes idempotent requests whose response status f accepts
+// retried like connection errors (NewTransport, NewClient). Default: none.
+func WithRetryStatus(f func(code int) bool) ClientOption {
+	return clientOption(func(c *config) { c.transport.RetryStatus = f })
+}
+
+// WithClassify sets the function that turns an attempt into an Outcome for
+// outlier detection (NewTransport, NewClient); default DefaultClassify.
+func WithClassify(f func(req *http.Request, res *http.Response, err error) Outcome) ClientOption {
+	return clientOption(func(c *config) { c.transport.Classify = f })
+}
+
+// WithReadyTimeout sets Transport.ReadyTimeout (NewTransport, NewClient).
+func WithReadyTimeout(d time.Duration) ClientOption {
+	return clientOption(func(c *config) { c.transport.ReadyTimeout = d })
+}
+
+// WithResponseHeaderTimeout sets Transport.ResponseHeaderTimeout
+// (NewTransport, NewClient): how long an instance may take to send the
+// response headers (default DefaultResponseHeaderTimeout; negative: none).
+func WithResponseHeaderTimeout(d time.Duration) ClientOption {
+	return clientOption(func(c *config) { c.transport.ResponseHeaderTimeout = d })
+}
+
+// WithLogger sets the logger of Handler and Serve (default slog.Default()).
+func WithLogger(l *slog.Logger) ServerOption {
+	return serverOption(func(c *config) {
+		if l != nil {
+			c.log = l
+		}
+	})
+}
+
+// A Guard is the provider-side check of an instance registered in a lane:
+// it refuses the requests whose lane chain does not contain the instance's
+// lane (routing.Engine.Admits). It is the same guard as lanesgrpc's. Make
+// one with NewGuard and give it to Serve or Handler with WithGuard.
+type Guard = guard.Guard
+
+// NewGuard returns a guard that follows the policy of e, which must not be
+// nil: the instance's effective lane (after dynamic tag rules) and the
+// fallback chains. Serve tells it the instance it guards; with Handler
+// alone, tell it with Guard.SetInstance.
+func NewGuard(e *routing.Engine) *Guard { return guard.New(e) }
+
+// WithGuard installs the guard g (Handler, Serve): a lane instance refuses,
+// with 421 Misdirected Request, the requests whose lane chain does not
+// include its lane; the exempt paths are always served. Serve tells g the
+// instance it registers. Without a guard every request is served.
+func WithGuard(g *Guard) ServerOption { return serverOption(func(c *config) { c.guard = g }) }
+
+// WithExemptPaths adds paths that the guard never refuses to
+// DefaultExemptPaths (Handler, Serve). A path is exempt when it equals one
+// of them, or starts with one of them followed by "/".
+func WithExemptPaths(paths ...string) ServerOption {
+	return serverOption(func(c *config) { c.exempt = append(slices.Clip(c.exempt), paths...) })
+}
+
+// WithLane sets the instance's lane for Serve, when the instance does not set
+// one (before LANES_LANE).
+func WithLane(name string) ServerOption { return serverOption(func(c *config) { c.lane = name }) }
+
+// WithTTL sets the lease TTL of Serve's registration (default
+// registry.DefaultTTL).
+func WithTTL(d time.Duration) ServerOption { return serverOption(func(c *config) { c.ttl = d }) }
+
+// WithDrainDelay makes Serve wait, between deregistering the instance and
+// shutting the server down, for callers to learn that the instance is gone;
+// it serves normally meanwhile. Default 0. A second or two suits a registry
+// on etcd.
+func WithDrainDelay(d time.Duration) ServerOption {
+	return serverOption(func(c *config) { c.drain = d })
+}
+
+// WithShutdownTimeout bounds Serve's graceful shutdown (default
+// DefaultShutdownTimeout); the server is then closed.
+func WithShutdownTimeout(d time.Duration) ServerOption {
+	return serverOption(func(c *config) { c.shutdown = d })
+}
+
+// config is what the options set.
 type config struct {
 	// client
 	transport Transport // Engine and Propagator are filled in by NewTransport
@@ -38,9 +199,7 @@ type config struct {
 
 	// server
 	log      *slog.Logger
-	engine   *routing.Engine
-	guardIn  *registry.Instance
-	noGuard  bool
+	guard    *Guard
 	exempt   []string
 	lane     string
 	ttl      time.Duration
@@ -48,137 +207,9 @@ type config struct {
 	shutdown time.Duration
 }
 
-func newConfig(opts []Option) *config {
-	c := &config{getenv: os.Getenv, exempt: DefaultExemptPaths, shutdown: DefaultShutdownTimeout}
-	for _, o := range opts {
-		if o != nil {
-			o(c)
-		}
-	}
-	if c.log == nil {
-		c.log = slog.Default()
-	}
-	return c
-}
-
-// WithPropagator sets the propagator that reads the lane (Handler, Serve)
-// and writes it (NewTransport, NewClient). The default is the zero
-// lane.Propagator: x-lane and baggage, no aliases.
-func WithPropagator(p lane.Propagator) Option { return func(c *config) { c.prop = p } }
-
-// WithZone sets the zone. For NewTransport and NewClient it is the caller's
-// zone, for same-zone preference (default: LANES_ZONE). For Serve it is the
-// instance's zone when the instance does not set one (before LANES_ZONE).
-func WithZone(zone string) Option {
-	return func(c *config) { c.zone, c.zoneSet = zone, true }
-}
-
-// WithEnv sets the function that reads LANES_* variables (default
-// os.Getenv), for NewTransport's zone and Serve's instance.
-func WithEnv(getenv func(string) string) Option {
-	return func(c *config) {
-		if getenv != nil {
-			c.getenv = getenv
-		}
-	}
-}
-
-// WithBase sets the transport that sends the routed requests and the
-// requests to other hosts (NewTransport, NewClient). Default:
-// http.DefaultTransport.
-func WithBase(rt http.RoundTripper) Option { return func(c *config) { c.transport.Base = rt } }
-
-// WithServices sets the function that tells which URL hosts are lanes
-// services (NewTransport, NewClient); see Transport.Services.
-func WithServices(match func(host string) bool) Option {
-	return func(c *config) { c.transport.Services = match }
-}
-
-// WithRefuseOthers makes requests to hosts that are not lanes services fail
-// instead of going to the base transport (NewTransport, NewClient).
-func WithRefuseOthers() Option { return func(c *config) { c.transport.RefuseOthers = true } }
-
-// WithRetries sets how many times a failed attempt may be retried on another
-// instance (NewTransport, NewClient): 0 means the default, 1; a negative
-// value turns retries off.
-func WithRetries(n int) Option { return func(c *config) { c.transport.Retries = n } }
-
-// WithIdempotent sets the function that tells which requests may be retried
-// after a connection error (NewTransport, NewClient); default IsIdempotent.
-func WithIdempotent(f func(*http.Request) bool) Option {
-	return func(c *config) { c.transport.Idempotent = f }
-}
-
-// WithRetryStatus makes idempotent requests whose response status f accepts
-// retried like connection errors (NewTransport, NewClient). Default: none.
-func WithRetryStatus(f func(code int) bool) Option {
-	return func(c *config) { c.transport.RetryStatus = f }
-}
-
-// WithClassify sets the function that turns an attempt into an Outcome for
-// outlier detection (NewTransport, NewClient); default DefaultClassify.
-func WithClassify(f func(req *http.Request, res *http.Response, err error) Outcome) Option {
-	return func(c *config) { c.transport.Classify = f }
-}
-
-// WithReadyTimeout sets Transport.ReadyTimeout (NewTransport, NewClient).
-func WithReadyTimeout(d time.Duration) Option {
-	return func(c *config) { c.transport.ReadyTimeout = d }
-}
-
-// WithResponseHeaderTimeout sets Transport.ResponseHeaderTimeout
-// (NewTransport, NewClient): how long an instance may take to send the
-// response headers (default DefaultResponseHeaderTimeout; negative: none).
-func WithResponseHeaderTimeout(d time.Duration) Option {
-	return func(c *config) { c.transport.ResponseHeaderTimeout = d }
-}
-
-// WithLogger sets the logger of Handler and Serve (default slog.Default()).
-func WithLogger(l *slog.Logger) Option { return func(c *config) { c.log = l } }
-
-// WithGuard turns on the provider-side guard of Handler for the instance
-// inst, as registered: a lane instance refuses, with 421 Misdirected Request,
-// the requests whose lane chain does not include its lane (see
-// routing.Engine.Admits). The engine supplies the policy: the instance's
-// effective lane (after dynamic tag rules) and the fallback chains. Serve
-// sets it up itself from WithEngine.
-func WithGuard(e *routing.Engine, inst registry.Instance) Option {
-	return func(c *config) {
-		c.engine = e
-		in := inst.Clone()
-		c.guardIn = &in
-	}
-}
-
-// WithEngine gives Serve the engine whose policy the guard follows. Without
-// it, Serve cannot guard (it logs so) since fallback chains and dynamic tag
-// rules live in the policy.
-func WithEngine(e *routing.Engine) Option { return func(c *config) { c.engine = e } }
-
-// WithoutGuard turns the guard off (Handler, Serve).
-func WithoutGuard() Option { return func(c *config) { c.noGuard = true } }
-
-// WithExemptPaths replaces DefaultExemptPaths: the paths that the guard
-// never refuses (Handler, Serve). A path is exempt when it equals one of
-// them, or starts with one of them followed by "/".
-func WithExemptPaths(paths ...string) Option {
-	return func(c *config) { c.exempt = append([]string(nil), paths...) }
-}
-
-// WithLane sets the instance's lane for Serve, when the instance does not set
-// one (before LANES_LANE).
-func WithLane(name string) Option { return func(c *config) { c.lane = name } }
-
-// WithTTL sets the lease TTL of Serve's registration (default
-// registry.DefaultTTL).
-func WithTTL(d time.Duration) Option { return func(c *config) { c.ttl = d } }
-
-// WithDrainDelay makes Serve wait, between deregistering the instance and
-// shutting the server down, for callers to learn that the instance is gone;
-// it serves normally meanwhile. Default 0. A second or two suits a registry
-// on etcd.
-func WithDrainDelay(d time.Duration) Option { return func(c *config) { c.drain = d } }
-
-// WithShutdownTimeout bounds Serve's graceful shutdown (default
-// DefaultShutdownTimeout); the server is then closed.
-func WithShutdownTimeout(d time.Duration) Option { return func(c *config) { c.shutdown = d } }
+// The option types of each role.
+type (
+	clientOption = roles.Client[config]
+	serverOption = roles.Server[config]
+	option       = roles.Both[config]
+)

@@ -26,7 +26,7 @@ func TestOpenTelemetryInterop(t *testing.T) {
 	prop := otelhttp.WithPropagators(propagation.Baggage{})
 	f := newFleet(t, "")
 	guarded := func(in registry.Instance, h http.Handler) http.Handler {
-		return laneshttp.Handler(h, laneshttp.WithGuard(f.e, in), laneshttp.WithLogger(quiet))
+		return laneshttp.Handler(h, laneshttp.WithGuard(guardFor(f.e, in)), laneshttp.WithLogger(quiet))
 	}
 	// orders reports what it sees: its lane (lanes) and team (OpenTelemetry).
 	report := func(in registry.Instance, _ http.Handler) http.Handler {

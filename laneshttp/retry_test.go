@@ -218,7 +218,7 @@ func TestMisdirectedIsRetried(t *testing.T) {
 	// has not heard yet).
 	moved := f.start("moved orders", func(in registry.Instance, h http.Handler) http.Handler {
 		in.Lane = "alice"
-		return laneshttp.Handler(h, laneshttp.WithGuard(f.e, in), laneshttp.WithLogger(quiet))
+		return laneshttp.Handler(h, laneshttp.WithGuard(guardFor(f.e, in)), laneshttp.WithLogger(quiet))
 	})
 	f.start("base orders")
 	f.await("orders", 2)

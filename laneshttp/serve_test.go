@@ -77,7 +77,7 @@ func TestServe(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- laneshttp.Serve(ctx, srv, lis, reg, registry.Instance{Service: "orders"},
-			laneshttp.WithEngine(f.e), laneshttp.WithLane("Alice"), laneshttp.WithZone("az1"),
+			laneshttp.WithGuard(laneshttp.NewGuard(f.e)), laneshttp.WithLane("Alice"), laneshttp.WithZone("az1"),
 			laneshttp.WithEnv(noEnv), laneshttp.WithLogger(quiet))
 	}()
 	f.await("orders", 1)

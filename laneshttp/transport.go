@@ -130,8 +130,8 @@ type Transport struct {
 // WithZone, the zone is read from LANES_ZONE. The host is this process's
 // host, as its instances register it (registry.LocalHost, read through
 // WithEnv).
-func NewTransport(e *routing.Engine, opts ...Option) *Transport {
-	c := newConfig(opts)
+func NewTransport(e *routing.Engine, opts ...ClientOption) *Transport {
+	c := clientConfig(opts)
 	t := c.transport
 	t.Engine = e
 	t.Propagator = c.prop
@@ -146,7 +146,7 @@ func NewTransport(e *routing.Engine, opts ...Option) *Transport {
 
 // NewClient returns an [http.Client] whose transport is NewTransport(e,
 // opts...).
-func NewClient(e *routing.Engine, opts ...Option) *http.Client {
+func NewClient(e *routing.Engine, opts ...ClientOption) *http.Client {
 	return &http.Client{Transport: NewTransport(e, opts...)}
 }
 

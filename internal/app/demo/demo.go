@@ -109,7 +109,7 @@ func Start(ctx context.Context, cfg Config) (*Topology, error) {
 			defer t.wg.Done()
 			err := laneshttp.Serve(rctx, srv, ln, cfg.Registry,
 				registry.Instance{Service: in.Service, ID: in.ID, Lane: in.Lane, Version: "demo"},
-				laneshttp.WithEngine(cfg.Engine), laneshttp.WithEnv(noEnv), laneshttp.WithLogger(log),
+				laneshttp.WithGuard(laneshttp.NewGuard(cfg.Engine)), laneshttp.WithEnv(noEnv), laneshttp.WithLogger(log),
 				laneshttp.WithTTL(5*time.Second), laneshttp.WithShutdownTimeout(5*time.Second))
 			if err != nil && rctx.Err() == nil {
 				log.Error("demo instance stopped", "service", in.Service, "id", in.ID, "err", err)

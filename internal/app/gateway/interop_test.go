@@ -32,6 +32,8 @@ func TestLaneTravelsWithLaneshttp(t *testing.T) {
 		t.Fatal(err)
 	}
 	webInst := registry.Instance{ID: "web-1", Service: "web", Addr: l.Addr().String()}
+	webGuard := laneshttp.NewGuard(w.engine)
+	webGuard.SetInstance(webInst)
 	web := laneshttp.Handler(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		req, _ := http.NewRequestWithContext(r.Context(), http.MethodGet, "http://orders/", nil)
 		res, err := client.Do(req)
@@ -44,7 +46,7 @@ func TestLaneTravelsWithLaneshttp(t *testing.T) {
 		defer res.Body.Close()
 		rw.Header().Set("Content-Type", "application/json")
 		io.Copy(rw, res.Body)
-	}), laneshttp.WithGuard(w.engine, webInst))
+	}), laneshttp.WithGuard(webGuard))
 	srv := &http.Server{Handler: web, ReadHeaderTimeout: 10 * time.Second}
 	done := make(chan struct{})
 	go func() {

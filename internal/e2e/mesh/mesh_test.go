@@ -149,7 +149,7 @@ func (f *fleet) serveHTTP(ctx context.Context, inst registry.Instance, next func
 	go func() {
 		defer f.wg.Done()
 		err := laneshttp.Serve(ctx, &http.Server{Handler: mux}, lis, f.n.reg, inst,
-			laneshttp.WithEngine(f.n.engine), laneshttp.WithTTL(ttl))
+			laneshttp.WithGuard(laneshttp.NewGuard(f.n.engine)), laneshttp.WithTTL(ttl))
 		if err != nil {
 			f.t.Errorf("serving %s: %v", inst.ID, err)
 		}
@@ -158,10 +158,9 @@ func (f *fleet) serveHTTP(ctx context.Context, inst registry.Instance, next func
 
 // serveGRPC runs a gRPC instance of the test service.
 func serveGRPC(ctx context.Context, n *node, inst registry.Instance, impl testgrpc.TestServiceServer, lis net.Listener) error {
-	guard := lanesgrpc.NewGuard(n.engine)
-	srv := grpc.NewServer(lanesgrpc.ServerOptions(lanesgrpc.WithGuard(guard))...)
+	srv := lanesgrpc.NewServer(lanesgrpc.WithGuard(lanesgrpc.NewGuard(n.engine)))
 	testgrpc.RegisterTestServiceServer(srv, impl)
-	return lanesgrpc.Serve(ctx, srv, lis, n.reg, inst, lanesgrpc.WithGuard(guard), lanesgrpc.WithTTL(ttl))
+	return lanesgrpc.Serve(ctx, srv, lis, n.reg, inst, lanesgrpc.WithTTL(ttl))
 }
 
 func (f *fleet) serveGRPC(ctx context.Context, inst registry.Instance, impl testgrpc.TestServiceServer) {
@@ -567,7 +566,7 @@ func runChild() {
 			hops, err := streamD(r.Context(), n)
 			writeHops(w, append([]hop{self(r.Context(), in)}, hops...), err)
 		})
-		err = laneshttp.Serve(ctx, &http.Server{Handler: mux}, lis, n.reg, in, laneshttp.WithEngine(n.engine), laneshttp.WithTTL(ttl))
+		err = laneshttp.Serve(ctx, &http.Server{Handler: mux}, lis, n.reg, in, laneshttp.WithGuard(laneshttp.NewGuard(n.engine)), laneshttp.WithTTL(ttl))
 	}
 	panic(err)
 }

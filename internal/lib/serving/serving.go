@@ -9,49 +9,82 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"time"
 
+	"github.com/lanesdev/lanes/internal/lib/guard"
 	"github.com/lanesdev/lanes/registry"
 )
 
-// Server is what Run needs of a transport's server.
-type Server struct {
+// Server is what Run needs of a transport's server: *http.Server and
+// *grpc.Server both are.
+type Server interface {
+	// Serve serves on the listener until the server stops; it must return
+	// once Options.Stop ran.
+	Serve(net.Listener) error
+}
+
+// Options are the placement and registration settings of Run.
+type Options struct {
 	// Name prefixes errors, for example "laneshttp".
 	Name string
-	// Serve serves until the server stops; it must return once Stop ran.
-	Serve func() error
 	// Stop stops the server gracefully, within a bound of its own, and
 	// returns what went wrong.
 	Stop func() error
 	// Closed is the error Serve returns after Stop, which is no failure
 	// (http.ErrServerClosed, grpc.ErrServerStopped).
 	Closed error
-}
 
-// Options are the registration settings of Run.
-type Options struct {
+	// Lane and Zone place the instance when it does not set them, before
+	// the LANES_* variables (read with Getenv); Zone only when ZoneSet.
+	Lane    string
+	Zone    string
+	ZoneSet bool
+	Getenv  func(string) string
+
 	TTL    time.Duration // the lease of the registration
 	Drain  time.Duration // how long to serve on after deregistering
 	Logger *slog.Logger
-	Guard  bool // logged: whether the provider-side guard is on
+	// Guard, when set, is the provider-side guard of the server: Run
+	// tells it the instance before serving. A lane instance without one
+	// is logged.
+	Guard *guard.Guard
 }
 
-// Run serves s and registers inst in reg, until ctx is done. Then it
+// Run places inst (registry.Place: the instance's own fields, then o, then
+// the LANES_* variables, then the listener's address), tells the guard,
+// serves s and registers inst in reg, until ctx is done. Then it
 // deregisters inst, serves on for o.Drain, stops s and returns nil or what
 // stopping found. It returns early, after stopping s, with the error of a
-// registration that fails or is lost, or of s.Serve.
-func Run(ctx context.Context, reg registry.Registry, inst registry.Instance, s Server, o Options) error {
+// registration that fails or is lost, or of s.Serve; and at once, closing
+// the listener, when inst is invalid.
+func Run(ctx context.Context, reg registry.Registry, inst registry.Instance, lis net.Listener, srv Server, o Options) error {
+	zone := ""
+	if o.ZoneSet {
+		zone = o.Zone
+	}
+	inst, err := registry.Place(inst, o.Lane, zone, o.Getenv, lis.Addr())
+	if err != nil {
+		lis.Close()
+		return fmt.Errorf("%s: instance: %w", o.Name, err)
+	}
+	if o.Guard != nil {
+		o.Guard.SetInstance(inst)
+	} else if inst.Lane != "" {
+		o.Logger.Warn("lanes: no guard given (WithGuard): a lane instance serves whatever reaches it", "service", inst.Service, "lane", inst.Lane)
+	}
+
 	served := make(chan error, 1)
-	go func() { served <- s.Serve() }() // owned by Run: every return waits for it
+	go func() { served <- srv.Serve(lis) }() // owned by Run: every return waits for it
 
 	lease, err := reg.Register(ctx, inst, o.TTL)
 	if err != nil {
-		s.Stop()
+		o.Stop()
 		<-served
-		return fmt.Errorf("%s: register %s/%s: %w", s.Name, inst.Service, inst.ID, err)
+		return fmt.Errorf("%s: register %s/%s: %w", o.Name, inst.Service, inst.ID, err)
 	}
 	log := o.Logger.With("service", inst.Service, "id", inst.ID)
-	log.Info("lanes: instance registered", "addr", inst.Addr, "lane", inst.Lane, "zone", inst.Zone, "guard", o.Guard)
+	log.Info("lanes: instance registered", "addr", inst.Addr, "lane", inst.Lane, "zone", inst.Zone, "guard", o.Guard != nil)
 
 	select {
 	case <-ctx.Done():
@@ -63,22 +96,22 @@ func Run(ctx context.Context, reg registry.Registry, inst registry.Instance, s S
 		if o.Drain > 0 {
 			time.Sleep(o.Drain)
 		}
-		err := s.Stop()
-		if e := <-served; e != nil && !errors.Is(e, s.Closed) && err == nil {
+		err := o.Stop()
+		if e := <-served; e != nil && !errors.Is(e, o.Closed) && err == nil {
 			err = e
 		}
 		return err
 	case err := <-served:
 		lease.Close()
 		if err == nil {
-			err = fmt.Errorf("%s: the server was stopped", s.Name)
+			err = fmt.Errorf("%s: the server was stopped", o.Name)
 		}
 		return err
 	case <-lease.Done():
 		log.Error("lanes: registration lost; stopping", "err", lease.Err())
 		lease.Close() // releases what the backend still holds
-		s.Stop()
+		o.Stop()
 		<-served
-		return fmt.Errorf("%s: registration of %s/%s lost: %w", s.Name, inst.Service, inst.ID, lease.Err())
+		return fmt.Errorf("%s: registration of %s/%s lost: %w", o.Name, inst.Service, inst.ID, lease.Err())
 	}
 }
