@@ -125,6 +125,10 @@ func TestFromEnv(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer lanestrace.SetTracerProvider(nil)
+	if lanestrace.Tracer(nil) == nil {
+		t.Fatal("FromEnv did not set the transports' tracer provider")
+	}
 	_, span := tr.Provider.Tracer("t").Start(lane.WithLane(ctx, "alice"), "orders.Get", trace.WithSpanKind(trace.SpanKindServer))
 	span.End()
 	if err := tr.Shutdown(ctx); err != nil { // flushes

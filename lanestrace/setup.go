@@ -55,8 +55,8 @@ func (t *Tracing) Shutdown(ctx context.Context) error {
 // LANES_TRACE_SAMPLE. OTEL_SERVICE_NAME, where set, names the service instead of service. With
 // none of the endpoints set, or LANES_TRACES=off, tracing is off and Provider is a no-op.
 //
-// It installs the provider and the W3C trace-context propagator as OpenTelemetry's globals,
-// which the transports of lanes use.
+// It installs the provider and the W3C trace-context propagator as OpenTelemetry's globals, and
+// as the provider of the transports of lanes created afterwards (SetTracerProvider).
 func FromEnv(ctx context.Context, service string, getenv func(string) string) (*Tracing, error) {
 	if getenv == nil {
 		getenv = os.Getenv
@@ -101,6 +101,7 @@ func FromEnv(ctx context.Context, service string, getenv func(string) string) (*
 	tp := sdktrace.NewTracerProvider(opts...)
 	otel.SetTracerProvider(tp)
 	otel.SetTextMapPropagator(propagation.TraceContext{})
+	SetTracerProvider(tp)
 	return &Tracing{Provider: tp, sdk: tp}, nil
 }
 
