@@ -67,6 +67,9 @@ func do(tb testing.TB, c *http.Client, req *http.Request) {
 //     and plain ones in alternating chunks; they report x-plain (wall time
 //     over plain's) and x-plain-cpu (the process's CPU time over plain's,
 //     which a loaded machine disturbs least);
+//   - cpu-vs-plain-with-lane-headers/lanes-lane: the same for a lane
+//     request against a plain request that carries the same x-lane and
+//     baggage headers, set by hand: what lanes itself costs;
 //   - interleaved: one of each per iteration, each timed on its own; it
 //     reports the ratios x-plain-baseline and x-plain-lane (lanes time over
 //     plain time), which stay meaningful on a busy machine since the three
@@ -119,6 +122,22 @@ func BenchmarkRoundTrip(b *testing.B) {
 			}
 		})
 	}
+	// What lanes itself costs: a lane request against a plain one that
+	// carries the same lane headers, written by hand (the server's share of
+	// reading two more headers is then on both sides).
+	b.Run("cpu-vs-plain-with-lane-headers/lanes-lane", func(b *testing.B) {
+		plain, _, laneReq := clients(b)
+		plain.req.Header.Set("X-Lane", "alice")
+		plain.req.Header.Set("Baggage", "lane=alice")
+		b.ReportAllocs()
+		b.ResetTimer()
+		wall, cpu := benchcpu.Compare(b, 64, func() { do(b, laneReq.c, laneReq.req) }, func() { do(b, plain.c, plain.req) })
+		b.StopTimer()
+		b.ReportMetric(wall, "x-plain")
+		if cpu > 0 {
+			b.ReportMetric(cpu, "x-plain-cpu")
+		}
+	})
 	b.Run("interleaved", func(b *testing.B) {
 		plain, lanes, laneReq := clients(b)
 		var spent [3]time.Duration
