@@ -227,3 +227,32 @@ func FuzzHeaderKey(f *testing.F) {
 		}
 	})
 }
+
+// FuzzRequestKey: any request key is normalised once and for all, travels in
+// baggage next to any other members, and is read back as it was sent.
+func FuzzRequestKey(f *testing.F) {
+	for _, s := range [][2]string{
+		{"user-1", ""}, {"user 1", "team=x"}, {"", "lanes-key=old,lane=bob"}, {"100%", "a=1,,b=2"},
+		{strings.Repeat("k", MaxKeyLen+1), "lanes-key=a%20b"}, {"é", " lanes-key = x ;p"},
+	} {
+		f.Add(s[0], s[1])
+	}
+	f.Fuzz(func(t *testing.T, key, bag string) {
+		n := NormalizeKey(key)
+		if NormalizeKey(n) != n || (key == "") != (n == "") || len(n) > MaxKeyLen {
+			t.Fatalf("NormalizeKey(%q) = %q", key, n)
+		}
+		h := http.Header{}
+		if bag != "" {
+			h.Set(BaggageHeader, bag)
+		}
+		Propagator{}.InjectLaneKey("", key, HTTPHeader(h))
+		got := Propagator{}.ExtractKey(HTTPHeader(h))
+		if n != "" && got != n {
+			t.Fatalf("key %q over baggage %q: sent %q, read %q (baggage %q)", key, bag, n, got, h.Get(BaggageHeader))
+		}
+		if name, _, _ := (Propagator{}).Extract(HTTPHeader(h)); name != "" {
+			t.Fatalf("a baseline call with key %q carries lane %q (baggage %q)", key, name, h.Get(BaggageHeader))
+		}
+	})
+}
