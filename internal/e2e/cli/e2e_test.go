@@ -565,6 +565,34 @@ func TestUpDataDirInUse(t *testing.T) {
 	}
 }
 
+// TestUpGatewaySettings checks that gateway settings given to lanes up reach
+// its gateway (a stripped prefix, a lane source turned off), and that the
+// policy's lane_choice governs the cookie and the lane host as it does the
+// header.
+func TestUpGatewaySettings(t *testing.T) {
+	u := startUp(t, "up", "--route", "/api=web", "--route", "/=web", "--gateway-strip-prefix", "/api", "--gateway-disable", "baggage")
+	base, alice := newBackend(t, "web-base"), newBackend(t, "web-alice")
+	u.register(t, u.token, registry.Instance{Service: "web", ID: "web-base", Addr: base.addr})
+	u.register(t, u.newToken(t, adminapi.TokenRequest{Lane: "alice"}), registry.Instance{Service: "web", ID: "web-alice", Addr: alice.addr, Lane: "alice"})
+	c := clientFrom(t, "127.0.0.1")
+	if a := expectBackend(t, c, u.gateway+"/api/orders", "web-alice", header("cookie", "lane=alice")); a.Path != "/orders" {
+		t.Errorf("--gateway-strip-prefix /api: the backend got path %q, want /orders", a.Path)
+	}
+	if a := get(t, c, u.gateway+"/", header("baggage", "lane=alice")); a.Backend != "web-base" {
+		t.Errorf("--gateway-disable baggage: baggage selected %q (%d %s)", a.Backend, a.Status, a.Body)
+	}
+	host := func(r *http.Request) { r.Host = "alice.lanes.localhost" }
+	expectBackend(t, c, u.gateway+"/", "web-alice", host)
+
+	apply(t, u, "gateway: {lane_choice: none}\n")
+	expectBackend(t, c, u.gateway+"/", "web-base", header("cookie", "lane=alice"))
+	for what, edit := range map[string]func(*http.Request){"header": header("x-lane", "alice"), "cookie": header("cookie", "lane=alice"), "host": host} {
+		if a := get(t, c, u.gateway+"/", edit); a.Backend != "web-base" || a.Lane != "" {
+			t.Errorf("lane_choice none: the %s selected %q (x-lane %q upstream)", what, a.Backend, a.Lane)
+		}
+	}
+}
+
 // TestUpExternalEtcdAuth runs `lanes up` on an etcd server process with
 // authentication on, configured by a config file and LANES_* variables, as
 // a user whose role may only read and write the lanes prefix: everything

@@ -299,6 +299,7 @@ type backend struct {
 type answer struct {
 	Backend string `json:"backend"`
 	Lane    string `json:"lane"` // the x-lane header it received
+	Path    string `json:"path"` // the path it received
 	Status  int    `json:"-"`
 	Served  string `json:"-"` // the gateway's X-Lane-Served
 	Body    string `json:"-"`
@@ -312,7 +313,7 @@ func newBackend(t *testing.T, name string) *backend {
 	}
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(answer{Backend: name, Lane: r.Header.Get("X-Lane")})
+		json.NewEncoder(w).Encode(answer{Backend: name, Lane: r.Header.Get("X-Lane"), Path: r.URL.Path})
 	})}
 	done := make(chan struct{})
 	go func() {
