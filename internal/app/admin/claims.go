@@ -175,6 +175,16 @@ func (s *Server) deleteClaim(w http.ResponseWriter, r *http.Request, p *principa
 	if c, ok := parseClaim(cur.Kvs[0]); ok && !p.allows(c.Lane) {
 		return forbidden("ip", a.String(), "%s cannot remove a claim of lane %q", p, c.Lane)
 	}
+	if !p.admin {
+		// The claim is the registration's it hangs on: its token's.
+		own, err := s.regs.Owns(ctx, p.token.ID, clientv3.LeaseID(cur.Kvs[0].Lease))
+		if err != nil {
+			return etcdError("read registration", err)
+		}
+		if !own {
+			return forbidden("ip", a.String(), "%s cannot remove the claim of %s: it hangs on a registration that another token made", p, a)
+		}
+	}
 	if _, err := s.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.ModRevision(key), "=", cur.Kvs[0].ModRevision)).
 		Then(clientv3.OpDelete(key)).Commit(); err != nil {

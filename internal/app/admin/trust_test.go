@@ -263,4 +263,10 @@ func testClaimIDs(t *testing.T, e *env) {
 			t.Errorf("%s sees registration %q of the claim", name, claims[0].Registration)
 		}
 	}
+	// Only the token whose registration holds the claim removes it.
+	err = other.Unclaim(ctx(t), "127.0.0.1")
+	wantCode(t, "removing another token's claim", err, http.StatusForbidden, adminapi.CodeForbidden)
+	if err := alice.Unclaim(ctx(t), "127.0.0.1"); err != nil {
+		t.Errorf("removing its own claim: %v", err)
+	}
 }
