@@ -105,3 +105,27 @@ type Trace struct {
 type FindingList struct {
 	Findings []Finding `json:"findings"`
 }
+
+// Edge is one edge of the service graph drawn from collected traces: calls from one service to
+// another in one requested lane, over the window of the graph.
+type Edge struct {
+	From      string `json:"from"`
+	To        string `json:"to"`
+	Lane      string `json:"lane"` // the lane requested ("" for the baseline)
+	Calls     int    `json:"calls"`
+	Errors    int    `json:"errors"`
+	Fallbacks int    `json:"fallbacks"` // calls served by another lane than the one requested
+	// Served counts the calls by the lane that served them ("" for the baseline): the calls of a
+	// lane's edge that ran on its own instances, and those that ran on the baseline.
+	Served map[string]int `json:"served"`
+	// Rate and ErrorRate are per second over the window.
+	Rate      float64 `json:"rate"`
+	ErrorRate float64 `json:"error_rate"`
+}
+
+// Graph answers GET /v1/graph: who called whom over the last Window, edge by edge and lane by lane.
+type Graph struct {
+	Window   Duration `json:"window"`
+	Services []string `json:"services"`
+	Edges    []Edge   `json:"edges"`
+}

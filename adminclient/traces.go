@@ -55,3 +55,15 @@ func (c *Client) Findings(ctx context.Context, since time.Duration, traceID stri
 	err := c.do(ctx, http.MethodGet, "/v1/findings", q, nil, &out)
 	return out.Findings, err
 }
+
+// Graph returns the service graph of the traces collected over the last window (0: the server's
+// default, 5m).
+func (c *Client) Graph(ctx context.Context, window time.Duration) (adminapi.Graph, error) {
+	q := url.Values{}
+	if window > 0 {
+		q.Set("window", window.String())
+	}
+	var out adminapi.Graph
+	err := c.do(ctx, http.MethodGet, "/v1/graph", q, nil, &out)
+	return out, err
+}

@@ -215,6 +215,7 @@ func (s *Server) routes() {
 	h("GET /v1/traces", anyone, s.listTraces)
 	h("GET /v1/traces/{id}", anyone, s.getTrace)
 	h("GET /v1/findings", anyone, s.listFindings)
+	h("GET /v1/graph", anyone, s.getGraph)
 	h("GET /v1/lanes/{lane}", anyone, s.getLane)
 	h("PUT /v1/lanes/{lane}", adminOn, s.putLane)
 	h("GET /v1/policy", anyone, s.getPolicy)

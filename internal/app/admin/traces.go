@@ -102,3 +102,25 @@ func (s *Server) listFindings(w http.ResponseWriter, r *http.Request, _ *princip
 	writeJSON(w, http.StatusOK, list)
 	return nil
 }
+
+// maxGraphWindow bounds the window parameter of GET /v1/graph.
+const maxGraphWindow = 24 * time.Hour
+
+// getGraph answers GET /v1/graph?window=5m: the service graph of the collected traces, edge by
+// edge and lane by lane.
+func (s *Server) getGraph(w http.ResponseWriter, r *http.Request, _ *principal) error {
+	col, err := s.traces()
+	if err != nil {
+		return err
+	}
+	window := 5 * time.Minute
+	if v := r.URL.Query().Get("window"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 || d > maxGraphWindow {
+			return badRequest("window", v, "want a duration from 1s to %s, such as 5m", maxGraphWindow)
+		}
+		window = d
+	}
+	writeJSON(w, http.StatusOK, col.Graph(window))
+	return nil
+}

@@ -206,3 +206,38 @@ func TestMetrics(t *testing.T) {
 	}
 	_ = attribute.Key("")
 }
+
+func TestGraph(t *testing.T) {
+	c := start(t, Config{})
+	web, orders := provider(t, c, "web", false), provider(t, c, "orders", false)
+	for i, tc := range []struct{ lane, served, reason string }{
+		{"alice", "alice", lanestrace.ReasonNone},
+		{"alice", "", lanestrace.ReasonNoInstanceInLane},
+		{"", "", lanestrace.ReasonNone},
+		{"", "", lanestrace.ReasonNone},
+	} {
+		ctx, s := hop(context.Background(), web, "GET /", trace.SpanKindServer, lanestrace.Requested.String(tc.lane))
+		_, cl := hop(ctx, web, "orders.Get", trace.SpanKindClient, lanestrace.Requested.String(tc.lane), lanestrace.Served.String(tc.served),
+			lanestrace.FallbackReason.String(tc.reason), lanestrace.Service.String("orders"), lanestrace.InstanceID.String(fmt.Sprint("o", i)))
+		if i == 3 {
+			cl.SetStatus(codes.Error, "boom")
+		}
+		cl.End()
+		s.End()
+	}
+	_ = orders
+	g := c.Graph(time.Minute)
+	if len(g.Edges) != 2 || strings.Join(g.Services, ",") != "orders,web" {
+		t.Fatalf("graph %+v", g)
+	}
+	base, alice := g.Edges[0], g.Edges[1]
+	if base.Lane != "" || base.Calls != 2 || base.Errors != 1 || base.Fallbacks != 0 || base.Served[""] != 2 {
+		t.Errorf("baseline edge %+v", base)
+	}
+	if alice.Lane != "alice" || alice.Calls != 2 || alice.Fallbacks != 1 || alice.Served["alice"] != 1 || alice.Served[""] != 1 {
+		t.Errorf("alice edge %+v", alice)
+	}
+	if alice.Rate != 2.0/60 {
+		t.Errorf("rate %v", alice.Rate)
+	}
+}
