@@ -2,6 +2,7 @@ package routing_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -79,4 +80,71 @@ func TestEngineFollowsRegistryAndPolicy(t *testing.T) {
 		_, err := orders.Pick(routing.Request{})
 		return err != nil
 	})
+}
+
+// Changes that arrive while the engine waits out the calm after a rebuild
+// are published together, and the last one is always published.
+func TestEngineCoalescesChurn(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	reg := registry.NewMemory()
+	defer reg.Close()
+	const n, changes = 2000, 100
+	leases := make([]registry.Lease, n)
+	for i := range n {
+		l, err := reg.Register(ctx, registry.Instance{ID: fmt.Sprintf("i%04d", i), Service: "orders", Addr: fmt.Sprintf("10.0.%d.%d:8080", i>>8, i&255)}, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		leases[i] = l
+	}
+	e := routing.New(routing.WithRegistry(reg))
+	defer e.Close()
+	orders := e.Service("orders")
+	waitFor(t, "the listing", func() bool { return len(orders.Instances()) == n })
+
+	published := make(chan int)
+	stop := make(chan struct{})
+	go func() {
+		count := 0
+		for {
+			ch := orders.Changed()
+			select {
+			case <-ch:
+				count++
+			case <-stop:
+				published <- count
+				return
+			}
+		}
+	}()
+	for c := range changes {
+		in := leases[c].Instance()
+		in.Weight = 7
+		if err := leases[c].Update(ctx, in); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "the last change", func() bool {
+		for _, in := range orders.Instances() {
+			if in.ID == fmt.Sprintf("i%04d", changes-1) {
+				return in.Weight == 7
+			}
+		}
+		return false
+	})
+	close(stop)
+	if got := <-published; got >= changes {
+		t.Errorf("%d changes published %d times: not coalesced", changes, got)
+	}
+	weights := 0
+	for _, in := range orders.Instances() {
+		if in.Weight == 7 {
+			weights++
+		}
+	}
+	if weights != changes {
+		t.Errorf("%d instances changed, want %d", weights, changes)
+	}
 }

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/lanesdev/lanes/policy"
-	"github.com/lanesdev/lanes/registry"
 )
 
 // Health states of an instance under outlier detection.
@@ -25,7 +24,13 @@ var stateNames = [...]string{"healthy", "ejected", "half-open", "probing"}
 // read it); each health is safe for concurrent use.
 type detector struct {
 	healths map[string]*health
+	gen     uint64 // the build in progress; a health it did not see is forgotten
+	seen    int    // healths seen by the build in progress
 }
+
+// begin starts a snapshot build, which calls of or keep for each registered
+// instance, then end.
+func (d *detector) begin() { d.gen++; d.seen = 0 }
 
 // of returns the health of instance id, creating it healthy.
 func (d *detector) of(id string) *health {
@@ -34,20 +39,29 @@ func (d *detector) of(id string) *health {
 		h = &health{}
 		d.healths[id] = h
 	}
+	if h.gen != d.gen {
+		h.gen = d.gen
+		d.seen++
+	}
 	return h
 }
 
-// retain forgets the instances that are no longer registered.
-func (d *detector) retain(insts []registry.Instance) {
-	if len(d.healths) == 0 {
+// keep keeps the health of a registered instance that the snapshot leaves
+// out (a drained one), if it has one.
+func (d *detector) keep(id string) {
+	if h := d.healths[id]; h != nil && h.gen != d.gen {
+		h.gen = d.gen
+		d.seen++
+	}
+}
+
+// end forgets the instances that are no longer registered.
+func (d *detector) end() {
+	if len(d.healths) == d.seen {
 		return
 	}
-	keep := make(map[string]bool, len(insts))
-	for i := range insts {
-		keep[insts[i].ID] = true
-	}
-	for id := range d.healths {
-		if !keep[id] {
+	for id, h := range d.healths {
+		if h.gen != d.gen {
 			delete(d.healths, id)
 		}
 	}
@@ -60,6 +74,7 @@ func (d *detector) retain(insts []registry.Instance) {
 // under mu, except the half-open -> probing claim, which is a CAS.
 type health struct {
 	state atomic.Uint32
+	gen   uint64 // the last build that saw the instance; under the service's mutex
 
 	mu       sync.Mutex
 	failures []int64 // failure times (ns), oldest first, at most cfg.Errors of them
@@ -121,6 +136,9 @@ func (h *health) eject(now int64, cfg policy.Outlier) {
 // A probe that was never reported within one ejection period counts as a
 // failed probe, so a caller that died mid-probe cannot strand the instance.
 func (h *health) advance(now int64, cfg policy.Outlier) (state uint32, due int64) {
+	if st := h.state.Load(); st == stateHealthy || st == stateHalfOpen {
+		return st, 0 // no time-driven transition from these: no lock
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	st := h.state.Load()

@@ -2,6 +2,8 @@ package routing
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -96,17 +98,44 @@ func (s *Service) current() *snapshot {
 	return sn
 }
 
+// setInstances replaces the instances with a copy of insts.
 func (s *Service) setInstances(insts []registry.Instance) {
+	own := make([]registry.Instance, len(insts))
+	for i, in := range insts {
+		own[i] = in.Clone()
+	}
+	s.replace(own)
+}
+
+// replace makes insts, which the caller no longer uses, the instances, in id
+// order (once: the groups of every snapshot keep this order).
+func (s *Service) replace(insts []registry.Instance) {
+	insts = byID(insts)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.insts = make([]registry.Instance, len(insts))
-	for i, in := range insts {
-		s.insts[i] = in.Clone()
-	}
-	s.det.retain(s.insts)
+	s.insts = insts
 	s.rebuild()
 	close(s.changed)
 	s.changed = make(chan struct{})
+}
+
+// byID returns insts in id order. It sorts positions rather than the
+// instances, which are large to move.
+func byID(insts []registry.Instance) []registry.Instance {
+	cmp := func(a, b registry.Instance) int { return strings.Compare(a.ID, b.ID) }
+	if slices.IsSortedFunc(insts, cmp) {
+		return insts
+	}
+	idx := make([]int32, len(insts))
+	for i := range idx {
+		idx[i] = int32(i)
+	}
+	slices.SortFunc(idx, func(a, b int32) int { return strings.Compare(insts[a].ID, insts[b].ID) })
+	out := make([]registry.Instance, len(insts))
+	for i, j := range idx {
+		out[i] = insts[j]
+	}
+	return out
 }
 
 // Changed returns a channel that is closed at the next change of the
@@ -153,7 +182,7 @@ func (s *Service) Pick(req Request) (Result, error) {
 		}
 		if len(g.halfOpen) == 0 {
 			m := g.pickReady()
-			return Result{Instance: &m.inst, Lane: r.lane, RequestLane: l, Reason: r.reason, m: m, svc: s}, nil
+			return Result{Instance: m.inst, Lane: r.lane, RequestLane: l, Reason: r.reason, m: m, svc: s}, nil
 		}
 	}
 	return s.pickSlow(sn, req, r, l)
@@ -170,10 +199,10 @@ func (s *Service) pickSlow(sn *snapshot, req Request, r *route, l string) (Resul
 	case err != nil:
 		return Result{}, err
 	case probe != nil:
-		return Result{Instance: &probe.inst, Lane: r.lane, RequestLane: l, Reason: ReasonProbe, m: probe, svc: s}, nil
+		return Result{Instance: probe.inst, Lane: r.lane, RequestLane: l, Reason: ReasonProbe, m: probe, svc: s}, nil
 	}
 	m := g.pickReady()
-	return Result{Instance: &m.inst, Lane: r.lane, RequestLane: l, Reason: r.reason, m: m, svc: s}, nil
+	return Result{Instance: m.inst, Lane: r.lane, RequestLane: l, Reason: r.reason, m: m, svc: s}, nil
 }
 
 // eligible finds the group of instances that may serve req from route r,

@@ -3,8 +3,6 @@ package routing
 import (
 	"math/bits"
 	"math/rand/v2"
-	"slices"
-	"strings"
 	"sync/atomic"
 
 	"github.com/lanesdev/lanes/lane"
@@ -14,8 +12,8 @@ import (
 
 // member is one eligible-or-not instance inside a snapshot.
 type member struct {
-	inst   registry.Instance // as registered
-	lane   string            // effective lane, after dynamic tag rules
+	inst   *registry.Instance // as registered: in the service's instances, never modified
+	lane   string             // effective lane, after dynamic tag rules
 	weight int
 	health *health
 	state  uint32 // the health state when the snapshot was built
@@ -113,7 +111,6 @@ type canarySplit struct {
 // published through Service.snap.
 type snapshot struct {
 	service  string
-	members  []*member // every registered instance with a positive weight
 	byID     map[string]*member
 	groups   map[string]*group // by effective lane; "" is the baseline
 	routes   map[string]*route // lane requests, by request lane
@@ -172,8 +169,9 @@ func (s *snapshot) split(key string, base *route) (*route, string) {
 // buckets is the resolution of canary splits: 0.01%.
 const buckets = 10000
 
-// build makes a snapshot of svc's instances under cp at time now. It advances
-// the health of every instance and so must run with the service's mutex held.
+// build makes a snapshot of svc's instances under cp at time now. insts are
+// in id order. It advances the health of every instance and so must run with
+// the service's mutex held.
 func build(svc string, insts []registry.Instance, det *detector, cp *compiled, now int64) *snapshot {
 	s := &snapshot{
 		service: svc,
@@ -184,10 +182,13 @@ func build(svc string, insts []registry.Instance, det *detector, cp *compiled, n
 	}
 	lanes := map[string][]*member{}
 	pool := make([]member, 0, len(insts)) // one allocation for every member
+	det.begin()
+	defer det.end()
 	for i := range insts {
 		in := &insts[i]
 		w := in.EffectiveWeight()
 		if w == 0 {
+			det.keep(in.ID)
 			continue
 		}
 		lane := cp.laneOf(in)
@@ -204,9 +205,8 @@ func build(svc string, insts []registry.Instance, det *detector, cp *compiled, n
 		if due != 0 && (s.due == 0 || due < s.due) {
 			s.due = due
 		}
-		pool = append(pool, member{inst: *in, lane: lane, weight: w, health: h, state: st})
+		pool = append(pool, member{inst: in, lane: lane, weight: w, health: h, state: st})
 		m := &pool[len(pool)-1]
-		s.members = append(s.members, m)
 		s.byID[in.ID] = m
 		lanes[m.lane] = append(lanes[m.lane], m)
 	}
@@ -311,7 +311,6 @@ func (s *snapshot) fallbackToBaseline(l string) route {
 // will be once the probes of its half-open members are claimed (they then
 // count as probing).
 func newGroup(l string, ms []*member, baseline, byHost, claimed bool) *group {
-	slices.SortFunc(ms, func(a, b *member) int { return strings.Compare(a.inst.ID, b.inst.ID) })
 	g := &group{lane: l}
 	probing := func(m *member) bool { return m.state == stateProbing || claimed && m.state == stateHalfOpen }
 	for _, m := range ms {
@@ -356,32 +355,63 @@ func zoneOf(m *member) string { return m.inst.Zone }
 func hostOf(m *member) string { return m.inst.Host }
 
 // split makes the sub-groups of g by the key of each member (its zone or its
-// host), in one pass over the members. A key whose members are all ejected
-// or probing gets no sub-group: such instances do not count as being there.
+// host), in two passes over the members and a few allocations whatever the
+// number of keys. A key whose members are all ejected or probing gets no
+// sub-group: such instances do not count as being there.
 func (g *group) split(key func(*member) string) *subgroups {
-	subs := &subgroups{byKey: map[string]*subgroup{}}
-	sub := func(k string) *group {
-		s := subs.byKey[k]
-		if s == nil {
-			s = &subgroup{key: k, g: &group{lane: g.lane, panic: g.panic}}
-			subs.byKey[k] = s
+	type count struct{ ready, halfOpen int }
+	index := map[string]int{}
+	var keys []string
+	var counts []count
+	slot := func(k string) int {
+		i, ok := index[k]
+		if !ok {
+			i = len(keys)
+			index[k] = i
+			keys = append(keys, k)
+			counts = append(counts, count{})
 		}
-		return s.g
+		return i
 	}
+	nr, nh := 0, 0
 	for _, m := range g.ready {
 		if k := key(m); k != "" {
-			s := sub(k)
-			s.ready = append(s.ready, m)
+			counts[slot(k)].ready++
+			nr++
 		}
 	}
 	for _, m := range g.halfOpen {
 		if k := key(m); k != "" {
-			s := sub(k)
-			s.halfOpen = append(s.halfOpen, m)
+			counts[slot(k)].halfOpen++
+			nh++
 		}
 	}
-	for _, s := range subs.byKey {
-		s.g.finish()
+	groups := make([]group, len(keys))
+	entries := make([]subgroup, len(keys))
+	ready, halfOpen := make([]*member, 0, nr), make([]*member, 0, nh)
+	subs := &subgroups{byKey: make(map[string]*subgroup, len(keys))}
+	for i, k := range keys {
+		sg := &groups[i]
+		sg.lane, sg.panic = g.lane, g.panic
+		sg.ready, ready = ready[len(ready):len(ready):len(ready)+counts[i].ready], ready[:len(ready)+counts[i].ready]
+		sg.halfOpen, halfOpen = halfOpen[len(halfOpen):len(halfOpen):len(halfOpen)+counts[i].halfOpen], halfOpen[:len(halfOpen)+counts[i].halfOpen]
+		entries[i] = subgroup{key: k, g: sg}
+		subs.byKey[k] = &entries[i]
+	}
+	for _, m := range g.ready {
+		if k := key(m); k != "" {
+			sg := &groups[index[k]]
+			sg.ready = append(sg.ready, m)
+		}
+	}
+	for _, m := range g.halfOpen {
+		if k := key(m); k != "" {
+			sg := &groups[index[k]]
+			sg.halfOpen = append(sg.halfOpen, m)
+		}
+	}
+	for i := range groups {
+		groups[i].finish()
 	}
 	return subs
 }
