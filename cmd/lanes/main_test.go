@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"errors"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -52,4 +53,36 @@ func runBin(t *testing.T, bin string, args ...string) (int, string, string) {
 	}
 	t.Fatal(err)
 	return 0, "", ""
+}
+
+// TestVersionRevision: a binary built with VCS information says its
+// module version and revision in `lanes version` and `lanes --version`.
+func TestVersionRevision(t *testing.T) {
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command to build the binary with")
+	}
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("no git: the build cannot stamp a revision")
+	}
+	rev, err := exec.Command("git", "rev-parse", "HEAD").Output()
+	if err != nil {
+		t.Skipf("not in a git checkout: %v", err)
+	}
+	bin := filepath.Join(t.TempDir(), "lanes")
+	build := exec.Command(gobin, "build", "-buildvcs=true", "-o", bin, ".")
+	build.Env = append(os.Environ(), "GOFLAGS=") // a -buildvcs=false there wins over the flag
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	if out, _ := exec.Command(gobin, "version", "-m", bin).Output(); !strings.Contains(string(out), "vcs.revision") {
+		t.Skip("the go command stamped no VCS information here (a git worktree, whose .git is a file); versionOf's test covers the format")
+	}
+	want := "revision " + strings.TrimSpace(string(rev))
+	for _, args := range [][]string{{"version"}, {"--version"}} {
+		code, out, errOut := runBin(t, bin, args...)
+		if code != 0 || !strings.HasPrefix(out, "lanes ") || !strings.Contains(out, want) {
+			t.Errorf("lanes %s: exit %d, stdout %q, stderr %q; want %q", args[0], code, out, errOut, want)
+		}
+	}
 }

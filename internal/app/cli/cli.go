@@ -74,12 +74,30 @@ func NewRoot(stdout, stderr io.Writer) *cobra.Command {
 		Short: "Route requests by lane",
 		Long: `lanes routes each request to the instances of its lane: a developer's laptop,
 a feature environment or a canary, falling back to the baseline (the stable
-environment) when the lane has no instance of a service.`,
+environment) when the lane has no instance of a service.
+
+Exit status, for every command:
+  0  success
+  1  failure: the command ran and what it checked does not hold, the admin
+     API refused it, the control plane cannot be reached, or a name matches
+     nothing (a typo; --force where offered)
+  2  usage or bad input: an unknown command or flag, a bad flag value (named
+     as typed), a file that cannot be read or parsed
+
+Output: commands that print data take -o text (the default), -o json or
+-o yaml. The commands that talk to the admin API find it in --admin,
+LANES_ADMIN or the admin-addr file of a local 'lanes up' (--data-dir, default
+.lanes), and their token in --token, LANES_TOKEN or its admin-token file.
+
+Shell completion: lanes completion bash|zsh|fish|powershell prints a script,
+for example: source <(lanes completion bash)`,
+		Version:       version(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	root.SetVersionTemplate("lanes {{.Version}}\n")
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(newSimulate(), newUp(stderr), newDemo(stderr), newLs(), newPolicy(), newRoute(), newDev(), newToken(), newLane(), newVet(), newTrace())
+	root.AddCommand(newSimulate(), newUp(stderr), newDemo(stderr), newLs(), newPolicy(), newRoute(), newDev(), newToken(), newLane(), newVet(), newTrace(), newVersion())
 	return root
 }

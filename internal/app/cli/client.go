@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/adminclient"
 	"github.com/lanesdev/lanes/internal/app/controlplane"
+	"github.com/lanesdev/lanes/registry"
 )
 
 // clientFlags are the flags of every command that talks to the admin API.
@@ -22,30 +24,70 @@ type clientFlags struct {
 	admin   string
 	token   string
 	dataDir string
+	// fields maps the request fields of the admin API that the command
+	// fills from flags to those flags ("expires_in" -> "--in"), so that a
+	// refusal names the flag as the user typed it.
+	fields map[string]string
 }
 
 func (f *clientFlags) add(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&f.admin, "admin", "", "address of the admin API (LANES_ADMIN; default "+adminclient.DefaultAddr+")")
+	cmd.Flags().StringVar(&f.admin, "admin", "", "address of the admin API (LANES_ADMIN; default: the one a 'lanes up' with this data directory recorded in <data-dir>/admin-addr, else "+adminclient.DefaultAddr+")")
 	cmd.Flags().StringVar(&f.token, "token", "", "token (LANES_TOKEN; default: the admin token in <data-dir>/admin-token)")
-	cmd.Flags().StringVar(&f.dataDir, "data-dir", "", "data directory of a local 'lanes up', for its admin token (LANES_DATA_DIR; default .lanes)")
+	cmd.Flags().StringVar(&f.dataDir, "data-dir", "", "data directory of a local 'lanes up', for its admin address and token (LANES_DATA_DIR; default .lanes)")
 }
 
-// client returns an admin API client: the address from --admin, LANES_ADMIN
-// or the default; the token from --token, LANES_TOKEN or the admin-token
-// file of the data directory.
-func (f *clientFlags) client() (*adminclient.Client, error) {
-	addr := firstOf(f.admin, getenv(adminclient.EnvAdmin), adminclient.DefaultAddr)
-	tok := firstOf(f.token, getenv(adminclient.EnvToken))
-	if tok == "" {
-		dir := firstOf(f.dataDir, getenv("LANES_DATA_DIR"), controlplane.Defaults().DataDir)
-		if data, err := os.ReadFile(filepath.Join(dir, controlplane.AdminTokenFile)); err == nil {
-			tok = strings.TrimSpace(string(data))
+// apiClient is a client of the admin API with what the command knows of
+// where its address and token came from, for messages.
+type apiClient struct {
+	*adminclient.Client
+	addrFrom  string // "--admin", "LANES_ADMIN", the admin-addr file or "the default"
+	tokenFrom string // "--token", "LANES_TOKEN" or the admin-token file
+	tokenFile string // the admin-token file looked at when no token was given
+	fields    map[string]string
+}
+
+// client returns an admin API client: the address from --admin,
+// LANES_ADMIN, the admin-addr file of the data directory or the default;
+// the token from --token, LANES_TOKEN or the admin-token file of the data
+// directory.
+func (f *clientFlags) client() (*apiClient, error) {
+	dir := firstOf(f.dataDir, getenv("LANES_DATA_DIR"), controlplane.Defaults().DataDir)
+	c := &apiClient{fields: f.fields}
+	addr := ""
+	switch {
+	case strings.TrimSpace(f.admin) != "":
+		addr, c.addrFrom = f.admin, "--admin"
+	case strings.TrimSpace(getenv(adminclient.EnvAdmin)) != "":
+		addr, c.addrFrom = getenv(adminclient.EnvAdmin), adminclient.EnvAdmin
+	default:
+		path := filepath.Join(dir, controlplane.AdminAddrFile)
+		if data, err := os.ReadFile(path); err == nil && strings.TrimSpace(string(data)) != "" {
+			addr, c.addrFrom = strings.TrimSpace(string(data)), path
+		} else {
+			addr, c.addrFrom = adminclient.DefaultAddr, "the default"
 		}
 	}
-	c, err := adminclient.New(addr, tok)
-	if err != nil {
-		return nil, &exitError{code: ExitUsage, err: err}
+	tok := ""
+	switch {
+	case strings.TrimSpace(f.token) != "":
+		tok, c.tokenFrom = f.token, "--token"
+	case strings.TrimSpace(getenv(adminclient.EnvToken)) != "":
+		tok, c.tokenFrom = getenv(adminclient.EnvToken), adminclient.EnvToken
+	default:
+		path := filepath.Join(dir, controlplane.AdminTokenFile)
+		if abs, err := filepath.Abs(path); err == nil {
+			path = abs
+		}
+		c.tokenFile = path
+		if data, err := os.ReadFile(path); err == nil {
+			tok, c.tokenFrom = strings.TrimSpace(string(data)), path
+		}
 	}
+	ac, err := adminclient.New(addr, tok)
+	if err != nil {
+		return nil, &exitError{code: ExitUsage, err: fmt.Errorf("%s: %v", c.addrFrom, err)}
+	}
+	c.Client = ac
 	return c, nil
 }
 
@@ -58,22 +100,51 @@ func firstOf(vals ...string) string {
 	return ""
 }
 
-// apiFailure turns an error of the admin API into the command's exit.
-func apiFailure(c *adminclient.Client, err error) error {
+// apiFailure turns an error of the admin API into the command's exit: a
+// refused field that a flag filled is a usage error naming the flag (exit
+// 2); other refusals and an unreachable control plane exit 1.
+func apiFailure(c *apiClient, err error) error {
+	var fe *registry.FieldError
+	if errors.As(err, &fe) {
+		if flag, ok := c.fields[fe.Field]; ok {
+			return &exitError{code: ExitUsage, err: fmt.Errorf("%s %q: %s", flag, fe.Value, fe.Msg)}
+		}
+	}
 	var ae *adminapi.Error
 	if errors.As(err, &ae) {
 		msg := ae.Message
+		if flag, ok := c.fields[ae.Field]; ok && ae.Field != "" && (ae.Status == 400 || ae.Status == 422 || ae.Code == adminapi.CodeBadRequest) {
+			val := ""
+			if ae.Value != "" {
+				val = fmt.Sprintf(" %q", ae.Value)
+			}
+			return &exitError{code: ExitUsage, err: fmt.Errorf("%s%s: %s", flag, val, stripField(msg, ae.Field))}
+		}
 		if ae.Code == adminapi.CodeUnauthorized {
-			msg += "; give a token with --token or LANES_TOKEN, or run where <data-dir>/admin-token is readable"
+			if c.tokenFrom == "" {
+				msg = fmt.Sprintf("no token: none given with --token or %s, and %s was not found; run next to the 'lanes up' that created it (or give --data-dir), or give a token", adminclient.EnvToken, c.tokenFile)
+			} else {
+				msg += fmt.Sprintf(" (the token came from %s)", c.tokenFrom)
+			}
 		}
 		return &exitError{code: ExitFail, err: errors.New(msg)}
 	}
 	var ne net.Error
 	var oe *net.OpError
 	if errors.As(err, &oe) || errors.As(err, &ne) {
-		return &exitError{code: ExitFail, err: fmt.Errorf("cannot reach the admin API at %s (is 'lanes up' running? set --admin or LANES_ADMIN): %v", c.URL(), err)}
+		return &exitError{code: ExitFail, err: fmt.Errorf("cannot reach the admin API at %s (from %s; is 'lanes up' running? set --admin or LANES_ADMIN): %v", c.URL(), c.addrFrom, err)}
 	}
 	return &exitError{code: ExitFail, err: err}
+}
+
+// stripField removes a leading "field F: " that names the API's field.
+func stripField(msg, field string) string {
+	for _, p := range []string{"field " + field + ": ", field + ": "} {
+		if m, ok := strings.CutPrefix(msg, p); ok {
+			return m
+		}
+	}
+	return msg
 }
 
 // callTimeout bounds one admin API call of a command.
@@ -81,7 +152,7 @@ const callTimeout = 30 * time.Second
 
 // call runs fn with a client of the admin API and a context bounded by
 // callTimeout, and closes the client after.
-func (f *clientFlags) call(cmd *cobra.Command, fn func(ctx context.Context, c *adminclient.Client) error) error {
+func (f *clientFlags) call(cmd *cobra.Command, fn func(ctx context.Context, c *apiClient) error) error {
 	c, err := f.client()
 	if err != nil {
 		return err
@@ -112,4 +183,25 @@ func dash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// selfCommand is how the user runs this program, for the commands it
+// prints: "go run ./cmd/lanes" under go run, "lanes" when that is what the
+// PATH finds, else the path of the executable.
+func selfCommand() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return "lanes"
+	}
+	if strings.Contains(exe, string(filepath.Separator)+"go-build") {
+		return "go run ./cmd/lanes"
+	}
+	if p, err := exec.LookPath("lanes"); err == nil {
+		a, err1 := os.Stat(p)
+		b, err2 := os.Stat(exe)
+		if err1 == nil && err2 == nil && os.SameFile(a, b) {
+			return "lanes"
+		}
+	}
+	return exe
 }

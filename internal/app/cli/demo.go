@@ -62,6 +62,7 @@ takes the same settings as 'lanes up' (addresses, data directory, etcd).`,
 			out := cmd.OutOrStdout()
 			controlplane.PrintAddresses(out, s.Addresses())
 			controlplane.PrintServiceEnv(out, s)
+			defer controlplane.RecordAdmin(s)()
 			printDemoHelp(out, s)
 			select {
 			case <-ctx.Done():
@@ -106,9 +107,9 @@ lane feature-x, payments in lane alice. Every answer lists the hops. Try:
   curl --cookie 'lane=alice' %[1]s/
 
   # what the control plane knows, and why a request goes where it goes
-  lanes ls%[4]s
-  lanes route explain payments --lane alice%[4]s
+  %[5]s ls%[4]s
+  %[5]s route explain payments --lane alice%[4]s
 
 lanes is up. Ctrl-C stops it.
-`, gw, cfg.Domain, port, admin)
+`, gw, cfg.Domain, port, admin, selfCommand())
 }

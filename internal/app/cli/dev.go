@@ -14,7 +14,7 @@ import (
 
 	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/adminclient"
-	"github.com/lanesdev/lanes/internal/app/controlplane"
+	"github.com/lanesdev/lanes/internal/lib/logs"
 	"github.com/lanesdev/lanes/lane"
 	"github.com/lanesdev/lanes/registry"
 )
@@ -25,6 +25,7 @@ func newDev() *cobra.Command {
 	var labels []string
 	var claimIP bool
 	var ttl time.Duration
+	var logFormat string
 	cmd := &cobra.Command{
 		Use:   "dev --service S --lane L --addr HOST:PORT [--claim-ip]",
 		Short: "Put a process running here into a lane until Ctrl-C",
@@ -45,6 +46,9 @@ token of a local 'lanes up'.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			out, errw := cmd.OutOrStdout(), cmd.ErrOrStderr()
+			if err := logs.CheckFormat(logFormat); err != nil {
+				return &exitError{code: ExitUsage, err: fmt.Errorf("--log-format %q: %v", logFormat, err)}
+			}
 			if err := registry.CheckService(service); err != nil {
 				return &exitError{code: ExitUsage, err: fmt.Errorf("--service %q: %s", service, err.(*registry.FieldError).Msg)}
 			}
@@ -93,7 +97,7 @@ token of a local 'lanes up'.`,
 				conn.Close()
 			}
 
-			reg := adminclient.NewRegistry(c, adminclient.WithLogger(controlplane.NewLogger(errw, "warn")))
+			reg := adminclient.NewRegistry(c.Client, adminclient.WithLogger(logs.Must(errw, "warn", logFormat)))
 			defer reg.Close()
 			rctx, cancel := context.WithTimeout(ctx, callTimeout)
 			lease, err := reg.Register(rctx, inst, ttl)
@@ -156,6 +160,8 @@ token of a local 'lanes up'.`,
 	cmd.Flags().StringVar(&id, "id", "", "instance id (default: <lane>-<hostname>-<port>)")
 	cmd.Flags().StringVar(&zone, "zone", "", "the instance's zone")
 	cmd.Flags().StringArrayVar(&labels, "label", nil, "label key=value (repeatable)")
+	cf.fields = map[string]string{"ttl": "--ttl", "lane": "--lane", "addr": "--addr", "zone": "--zone", "id": "--id", "service": "--service"}
+	cmd.Flags().StringVar(&logFormat, "log-format", "text", "format of the warnings about the registration: text or json")
 	cmd.Flags().DurationVar(&ttl, "ttl", 10*time.Second, "registration TTL: how long the instance outlives a dev that stops without deregistering")
 	for _, f := range []string{"service", "lane", "addr"} {
 		cmd.MarkFlagRequired(f)

@@ -10,7 +10,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/lanesdev/lanes/adminapi"
-	"github.com/lanesdev/lanes/adminclient"
 	"github.com/lanesdev/lanes/policy"
 )
 
@@ -35,15 +34,15 @@ func newPolicyGet() *cobra.Command {
 		Short: "Print the policy document in force, as it was applied",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(output, "yaml", "json"); err != nil {
+			if err := checkOutput(output); err != nil {
 				return err
 			}
-			return cf.call(cmd, func(ctx context.Context, c *adminclient.Client) error {
+			return cf.call(cmd, func(ctx context.Context, c *apiClient) error {
 				doc, err := c.Policy(ctx)
 				if err != nil {
 					return apiFailure(c, err)
 				}
-				if output == "json" {
+				if output == outJSON {
 					return printJSON(cmd.OutOrStdout(), doc)
 				}
 				if doc.Revision == 0 {
@@ -59,7 +58,7 @@ func newPolicyGet() *cobra.Command {
 		},
 	}
 	cf.add(cmd)
-	cmd.Flags().StringVarP(&output, "output", "o", "yaml", "yaml (the document as applied) or json (with the revision and the parsed policy)")
+	cmd.Flags().StringVarP(&output, "output", "o", outText, "output format: text or yaml (the document as applied), or json (with the revision and the parsed policy)")
 	return cmd
 }
 
@@ -67,7 +66,7 @@ func newPolicyGet() *cobra.Command {
 // be read or parsed is a usage error naming the file and line.
 func readPolicyFile(cmd *cobra.Command, file string) ([]byte, error) {
 	if file == "" {
-		return nil, &exitError{code: ExitUsage, err: errors.New("give the document with -f FILE (or -f - for stdin)")}
+		return nil, &exitError{code: ExitUsage, err: errors.New("give the document as FILE or with -f FILE (- for stdin)")}
 	}
 	var data []byte
 	var err error
@@ -95,7 +94,7 @@ func unwrapPath(err error) error {
 
 // policyRefusal turns the server's refusal of a document into the same
 // message as a local one: FILE:LINE: field FIELD: MSG, exit 2.
-func policyRefusal(c *adminclient.Client, file string, err error) error {
+func policyRefusal(c *apiClient, file string, err error) error {
 	var ae *adminapi.Error
 	if errors.As(err, &ae) && ae.Code == adminapi.CodeInvalidPolicy {
 		pe := &policy.Error{File: file, Line: ae.Line, Field: ae.Field, Msg: ae.Message}
@@ -107,18 +106,33 @@ func policyRefusal(c *adminclient.Client, file string, err error) error {
 func newPolicyApply() *cobra.Command {
 	var cf clientFlags
 	var file string
+	var dryRun bool
 	cmd := &cobra.Command{
-		Use:   "apply -f FILE",
+		Use:   "apply FILE | -f FILE",
 		Short: "Validate a policy document and put it in force",
-		Example: `  lanes policy apply -f policy.yaml
+		Long: `apply validates a policy document and puts it in force.
+
+With --dry-run it applies nothing: it prints, for every service and lane of
+today's fleet (and every lane either document names), where a request would
+go under the document in force and under FILE, for those that change.`,
+		Example: `  lanes policy apply policy.yaml
+  lanes policy apply --dry-run policy.yaml
   lanes policy get > p.yaml && $EDITOR p.yaml && lanes policy apply -f p.yaml`,
-		Args: cobra.NoArgs,
+		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := fileArg(&file, args); err != nil {
+				return err
+			}
 			data, err := readPolicyFile(cmd, file)
 			if err != nil {
 				return err
 			}
-			return cf.call(cmd, func(ctx context.Context, c *adminclient.Client) error {
+			if dryRun {
+				return cf.call(cmd, func(ctx context.Context, c *apiClient) error {
+					return dryRunPolicy(ctx, cmd.OutOrStdout(), c, file, data)
+				})
+			}
+			return cf.call(cmd, func(ctx context.Context, c *apiClient) error {
 				doc, err := c.PutPolicy(ctx, data)
 				if err != nil {
 					return policyRefusal(c, file, err)
@@ -130,7 +144,19 @@ func newPolicyApply() *cobra.Command {
 	}
 	cf.add(cmd)
 	cmd.Flags().StringVarP(&file, "file", "f", "", "the policy document (YAML or JSON; - for stdin)")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "print the service and lane routes that would change, and apply nothing")
 	return cmd
+}
+
+// fileArg takes the document from the argument or -f, not both.
+func fileArg(file *string, args []string) error {
+	if len(args) == 1 {
+		if *file != "" && *file != args[0] {
+			return &exitError{code: ExitUsage, err: fmt.Errorf("give the document once: as FILE (%s) or with -f (%s)", args[0], *file)}
+		}
+		*file = args[0]
+	}
+	return nil
 }
 
 func newPolicyValidate() *cobra.Command {
@@ -138,21 +164,25 @@ func newPolicyValidate() *cobra.Command {
 	var file string
 	var offline bool
 	cmd := &cobra.Command{
-		Use:   "validate -f FILE",
+		Use:   "validate FILE | -f FILE",
 		Short: "Check a policy document without applying it",
 		Long: `validate checks a policy document here, then with the control plane (which
 decides, should its version differ). With --offline it checks here only, so
 that it needs no running control plane (for CI).
 
 Exit status: 0 when valid, 2 when invalid (with FILE:LINE: field FIELD: why).`,
-		Args: cobra.NoArgs,
+		Example: `  lanes policy validate --offline policy.yaml`,
+		Args:    cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := fileArg(&file, args); err != nil {
+				return err
+			}
 			data, err := readPolicyFile(cmd, file)
 			if err != nil {
 				return err
 			}
 			if !offline {
-				if err := cf.call(cmd, func(ctx context.Context, c *adminclient.Client) error {
+				if err := cf.call(cmd, func(ctx context.Context, c *apiClient) error {
 					if _, err := c.ValidatePolicy(ctx, data); err != nil {
 						return policyRefusal(c, file, err)
 					}

@@ -9,7 +9,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/lanesdev/lanes/adminapi"
-	"github.com/lanesdev/lanes/adminclient"
 )
 
 func newRoute() *cobra.Command {
@@ -24,6 +23,7 @@ func newRoute() *cobra.Command {
 func newRouteExplain() *cobra.Command {
 	var cf clientFlags
 	var laneName, zone, host, key, output string
+	var force bool
 	cmd := &cobra.Command{
 		Use:   "explain SERVICE [--lane L] [--zone Z] [--host H]",
 		Short: "Walk a request's lane chain to a service and show the decision",
@@ -34,22 +34,36 @@ eligible (drained, expired, on another host when the policy turns on
 locality.host, in another zone), then the routing engine's decision.
 
 Exit status: 0 when an instance may serve the request, 1 when none may
-(no_instance or lane_unavailable).`,
+(no_instance or lane_unavailable), or when no service has the name SERVICE
+(a typo, unless --force).`,
 		Example: `  lanes route explain payments --lane alice
   lanes route explain orders --lane feature-x --zone az1 -o json
   lanes route explain orders --host build-7`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(output, "text", "json"); err != nil {
+			if err := checkOutput(output); err != nil {
 				return err
 			}
-			return cf.call(cmd, func(ctx context.Context, c *adminclient.Client) error {
+			return cf.call(cmd, func(ctx context.Context, c *apiClient) error {
+				if !force {
+					svcs, err := c.Services(ctx)
+					if err != nil {
+						return apiFailure(c, err)
+					}
+					known := false
+					for _, s := range svcs {
+						known = known || s.Name == args[0]
+					}
+					if !known {
+						return &exitError{code: ExitFail, err: fmt.Errorf("no service is named %q: no instance has registered it (lanes ls lists the services); --force explains it anyway", args[0])}
+					}
+				}
 				ex, err := c.Explain(ctx, adminapi.ExplainRequest{Service: args[0], Lane: laneName, Zone: zone, Host: host, Key: key})
 				if err != nil {
 					return apiFailure(c, err)
 				}
-				if output == "json" {
-					printJSON(cmd.OutOrStdout(), ex)
+				if output == outJSON || output == outYAML {
+					printAs(cmd.OutOrStdout(), output, ex)
 				} else {
 					printExplanation(cmd.OutOrStdout(), ex)
 				}
@@ -65,7 +79,9 @@ Exit status: 0 when an instance may serve the request, 1 when none may
 	cmd.Flags().StringVar(&zone, "zone", "", "the caller's zone")
 	cmd.Flags().StringVar(&host, "host", "", "the caller's host, for the policy's locality.host")
 	cmd.Flags().StringVar(&key, "key", "", "the request key of sticky canary splits")
-	cmd.Flags().StringVarP(&output, "output", "o", "text", "text or json")
+	addOutput(cmd, &output, "the steps and the decision")
+	cmd.Flags().BoolVar(&force, "force", false, "explain even when no service has that name")
+	cf.fields = map[string]string{"lane": "--lane", "zone": "--zone", "key": "--key", "host": "--host", "service": "SERVICE"}
 	return cmd
 }
 

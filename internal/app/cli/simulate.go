@@ -18,6 +18,7 @@ import (
 
 func newSimulate() *cobra.Command {
 	var jsonOut bool
+	var output string
 	cmd := &cobra.Command{
 		Use:   "simulate FILE|DIR...",
 		Short: "Replay routing scenarios against the routing engine and check their expectations",
@@ -35,31 +36,39 @@ engine answered and why. A file that cannot be read or does not follow the
 format is reported on stderr with its file, line and field; the other files
 are still run.
 
-With --json, stdout has one JSON object per step instead:
+With -o json, stdout has one JSON object per step instead:
   {"file","step","lane","eligible":[ids],"error","reason","ok"}
-plus "message" on a failed step.
+plus "message" on a failed step; with -o yaml, the same as a YAML list.
 
 Exit status: 0 when every expectation of every file holds; 1 when an
 expectation fails; 2 when a file cannot be read or is malformed, or on a usage
 error. With several files the worst status wins (2 over 1 over 0).`,
 		Example: `  lanes simulate examples/scenarios/*.yaml
   lanes simulate examples/scenarios
-  lanes simulate --json my-policy-test.yaml`,
+  lanes simulate -o json my-policy-test.yaml`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			code := simulate(cmd.OutOrStdout(), cmd.ErrOrStderr(), args, jsonOut)
+			if err := checkOutput(output); err != nil {
+				return err
+			}
+			if jsonOut {
+				output = outJSON
+			}
+			code := simulate(cmd.OutOrStdout(), cmd.ErrOrStderr(), args, output)
 			if code != ExitOK {
 				return &exitError{code: code}
 			}
 			return nil
 		},
 	}
-	cmd.Flags().BoolVar(&jsonOut, "json", false, "print one JSON object per step instead of the summary")
+	addOutput(cmd, &output, "a summary line per file")
+	cmd.Flags().BoolVar(&jsonOut, "json", false, "the same as -o json")
+	cmd.Flags().MarkHidden("json")
 	return cmd
 }
 
 // simulate runs the scenarios named by args and returns the exit code.
-func simulate(stdout, stderr io.Writer, args []string, jsonOut bool) int {
+func simulate(stdout, stderr io.Writer, args []string, output string) int {
 	code := ExitOK
 	worst := func(c int) {
 		if c > code {
@@ -95,9 +104,15 @@ func simulate(stdout, stderr io.Writer, args []string, jsonOut bool) int {
 		if !res.OK() {
 			worst(ExitFail)
 		}
-		if jsonOut {
+		if output == outJSON || output == outYAML {
 			for _, r := range res.Steps {
-				if err := enc.Encode(r); err != nil {
+				var err error
+				if output == outJSON {
+					err = enc.Encode(r)
+				} else {
+					err = printYAML(stdout, []any{r})
+				}
+				if err != nil {
 					fmt.Fprintf(stderr, "lanes: %v\n", err)
 					return ExitUsage
 				}

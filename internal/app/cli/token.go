@@ -10,7 +10,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/lanesdev/lanes/adminapi"
-	"github.com/lanesdev/lanes/adminclient"
 )
 
 func newToken() *cobra.Command {
@@ -39,7 +38,7 @@ func newTokenCreate() *cobra.Command {
 			if (req.Lane == "") == !req.Baseline {
 				return &exitError{code: ExitUsage, err: errors.New("give exactly one of --lane LANE and --baseline")}
 			}
-			return cf.call(cmd, func(ctx context.Context, c *adminclient.Client) error {
+			return cf.call(cmd, func(ctx context.Context, c *apiClient) error {
 				t, err := c.CreateToken(ctx, req)
 				if err != nil {
 					return apiFailure(c, err)
@@ -54,6 +53,7 @@ func newTokenCreate() *cobra.Command {
 	cmd.Flags().StringVar(&req.Lane, "lane", "", "the lane the token registers into")
 	cmd.Flags().BoolVar(&req.Baseline, "baseline", false, "the token registers into the baseline")
 	cmd.Flags().StringVar(&req.Name, "name", "", "a name to recognise the token by")
+	cf.fields = map[string]string{"lane": "--lane", "name": "--name"}
 	return cmd
 }
 
@@ -65,16 +65,16 @@ func newTokenLs() *cobra.Command {
 		Short: "List the tokens (without their secrets)",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(output, "table", "json"); err != nil {
+			if err := checkOutput(output); err != nil {
 				return err
 			}
-			return cf.call(cmd, func(ctx context.Context, c *adminclient.Client) error {
+			return cf.call(cmd, func(ctx context.Context, c *apiClient) error {
 				ts, err := c.Tokens(ctx)
 				if err != nil {
 					return apiFailure(c, err)
 				}
-				if output == "json" {
-					return printJSON(cmd.OutOrStdout(), map[string]any{"tokens": ts})
+				if output == outJSON || output == outYAML {
+					return printAs(cmd.OutOrStdout(), output, map[string]any{"tokens": ts})
 				}
 				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
 				fmt.Fprintln(tw, "ID\tSCOPE\tNAME\tCREATED")
@@ -86,7 +86,7 @@ func newTokenLs() *cobra.Command {
 		},
 	}
 	cf.add(cmd)
-	cmd.Flags().StringVarP(&output, "output", "o", "table", "table or json")
+	addOutput(cmd, &output, "a table")
 	return cmd
 }
 
@@ -97,7 +97,7 @@ func newTokenRevoke() *cobra.Command {
 		Short: "Revoke a token: it registers and renews nothing from now on",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return cf.call(cmd, func(ctx context.Context, c *adminclient.Client) error {
+			return cf.call(cmd, func(ctx context.Context, c *apiClient) error {
 				if err := c.RevokeToken(ctx, args[0]); err != nil {
 					return apiFailure(c, err)
 				}
@@ -118,14 +118,17 @@ func newLane() *cobra.Command {
 	var cf clientFlags
 	var in time.Duration
 	var at string
-	var never bool
+	var never, force bool
 	expire := &cobra.Command{
 		Use:   "expire LANE (--in DURATION | --at TIME | --never)",
 		Short: "Set when a lane expires: its instances then take no traffic and no new ones register",
 		Long: `expire sets lanes.<LANE>.expires in the policy document, keeping the rest of
 the document as it is. From that time on the lane's instances take no traffic
 (requests for the lane fall back as for an empty lane), registrations into it
-are refused and its registrations end at their next heartbeat.`,
+are refused and its registrations end at their next heartbeat.
+
+A LANE that no instance, policy entry or client claim has is refused as a
+likely typo (exit 1), unless --force.`,
 		Example: `  lanes lane expire feature-x --in 72h
   lanes lane expire alice --at 2026-12-24T18:00:00Z
   lanes lane expire alice --never`,
@@ -133,7 +136,10 @@ are refused and its registrations end at their next heartbeat.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var u adminapi.LaneUpdate
 			n := 0
-			if in != 0 {
+			if cmd.Flags().Changed("in") {
+				if in <= 0 {
+					return &exitError{code: ExitUsage, err: fmt.Errorf("--in %s: want a positive duration such as 72h", in)}
+				}
 				u.ExpiresIn = adminapi.Duration(in)
 				n++
 			}
@@ -152,7 +158,20 @@ are refused and its registrations end at their next heartbeat.`,
 			if n != 1 {
 				return &exitError{code: ExitUsage, err: errors.New("give exactly one of --in, --at and --never")}
 			}
-			return cf.call(cmd, func(ctx context.Context, c *adminclient.Client) error {
+			return cf.call(cmd, func(ctx context.Context, c *apiClient) error {
+				if !force {
+					lanes, err := c.Lanes(ctx)
+					if err != nil {
+						return apiFailure(c, err)
+					}
+					known := false
+					for _, l := range lanes {
+						known = known || l.Name == args[0]
+					}
+					if !known {
+						return &exitError{code: ExitFail, err: fmt.Errorf("no instance, policy entry or client claim has lane %q (lanes ls lists the lanes); --force sets its expiry anyway", args[0])}
+					}
+				}
 				l, err := c.UpdateLane(ctx, args[0], u)
 				if err != nil {
 					return apiFailure(c, err)
@@ -170,6 +189,8 @@ are refused and its registrations end at their next heartbeat.`,
 	expire.Flags().DurationVar(&in, "in", 0, "expire after this long, such as 72h")
 	expire.Flags().StringVar(&at, "at", "", "expire at this RFC 3339 time")
 	expire.Flags().BoolVar(&never, "never", false, "remove the expiry")
+	expire.Flags().BoolVar(&force, "force", false, "set the expiry even when no instance or policy entry has that lane")
+	cf.fields = map[string]string{"expires_in": "--in", "expires": "--at", "no_expiry": "--never", "lane": "LANE"}
 	cmd.AddCommand(expire)
 	return cmd
 }

@@ -45,7 +45,7 @@ error.`,
   lanes trace 4bf92f3577b34da6a3ce929d0e0e4736 -o json | jq '.hops[] | {service, lane_served, reason}'`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(output, "text", "json"); err != nil {
+			if err := checkOutput(output); err != nil {
 				return err
 			}
 			if len(args) == 1 && (cmd.Flags().Changed("last") || laneArg != "" || service != "") {
@@ -60,14 +60,14 @@ error.`,
 			if last < 1 || last > 1000 {
 				return &exitError{code: ExitUsage, err: fmt.Errorf("--last %d: want a number from 1 to 1000", last)}
 			}
-			return cf.call(cmd, func(ctx context.Context, c *adminclient.Client) error {
+			return cf.call(cmd, func(ctx context.Context, c *apiClient) error {
 				if len(args) == 0 {
 					list, err := c.Traces(ctx, adminclient.TraceFilter{Lane: laneArg, Service: service, Limit: last})
 					if err != nil {
 						return apiFailure(c, err)
 					}
-					if output == "json" {
-						return printJSON(cmd.OutOrStdout(), list)
+					if output == outJSON || output == outYAML {
+						return printAs(cmd.OutOrStdout(), output, list)
 					}
 					printTraceList(cmd.OutOrStdout(), list, time.Now())
 					return nil
@@ -76,8 +76,8 @@ error.`,
 				if err != nil {
 					return apiFailure(c, err)
 				}
-				if output == "json" {
-					return printJSON(cmd.OutOrStdout(), t)
+				if output == outJSON || output == outYAML {
+					return printAs(cmd.OutOrStdout(), output, t)
 				}
 				printTrace(cmd.OutOrStdout(), t)
 				return nil
@@ -85,7 +85,7 @@ error.`,
 		},
 	}
 	cf.add(cmd)
-	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
+	addOutput(cmd, &output, "a summary")
 	cmd.Flags().IntVar(&last, "last", 20, "list the newest N traces")
 	cmd.Flags().StringVar(&laneArg, "lane", "", "list only traces with a hop in this lane (- for baseline-only traces)")
 	cmd.Flags().StringVar(&service, "service", "", "list only traces with a hop of this service")
@@ -119,16 +119,16 @@ Each names the service, the span and the trace ('lanes trace TRACE_ID').`,
   lanes trace findings -o json | jq 'group_by(.kind) | map({kind: .[0].kind, n: length})'`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(output, "text", "json"); err != nil {
+			if err := checkOutput(output); err != nil {
 				return err
 			}
-			return cf.call(cmd, func(ctx context.Context, c *adminclient.Client) error {
+			return cf.call(cmd, func(ctx context.Context, c *apiClient) error {
 				fs, err := c.Findings(ctx, since, trace)
 				if err != nil {
 					return apiFailure(c, err)
 				}
-				if output == "json" {
-					return printJSON(cmd.OutOrStdout(), fs)
+				if output == outJSON || output == outYAML {
+					return printAs(cmd.OutOrStdout(), output, fs)
 				}
 				printFindings(cmd.OutOrStdout(), fs)
 				return nil
@@ -136,7 +136,7 @@ Each names the service, the span and the trace ('lanes trace TRACE_ID').`,
 		},
 	}
 	cf.add(cmd)
-	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json")
+	addOutput(cmd, &output, "a summary")
 	cmd.Flags().DurationVar(&since, "since", time.Hour, "findings of the last duration (0: every one kept)")
 	cmd.Flags().StringVar(&trace, "trace", "", "findings on this trace only")
 	return cmd

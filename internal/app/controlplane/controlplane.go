@@ -206,6 +206,8 @@ func Run(ctx context.Context, cfg Config, out io.Writer, opts ...Option) error {
 	}
 	PrintAddresses(out, s.Addresses())
 	PrintServiceEnv(out, s)
+	unrecord := RecordAdmin(s)
+	defer unrecord()
 	fmt.Fprintln(out, "lanes is up. Ctrl-C stops it.")
 	log := s.lc.views[0].Log
 	var runErr error

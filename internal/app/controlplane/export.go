@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/lanesdev/lanes/etcdstore"
@@ -53,4 +55,24 @@ func PrintServiceEnv(w io.Writer, s *Server) {
 		}
 		fmt.Fprintf(w, "or, with a registration token and no etcd access:\n  export LANES_REGISTRY=%s LANES_TOKEN=<lanes token create --lane LANE>%s\n\n", a.URL, tr)
 	}
+}
+
+// AdminAddrFile is the file, in the data directory, where a running control
+// plane records the URL of its admin API, so that the commands run next to
+// it (lanes ls, lanes policy, ...) find it without --admin.
+const AdminAddrFile = "admin-addr"
+
+// RecordAdmin writes the admin API's URL to <data-dir>/admin-addr and
+// returns the function that removes it, for when the control plane stops.
+// Without a data directory in use it records nothing.
+func RecordAdmin(s *Server) (remove func()) {
+	a, _ := Value(s, AdminKey)
+	if a.URL == "" || !s.cfg.usesDataDir() {
+		return func() {}
+	}
+	path := filepath.Join(s.cfg.DataDir, AdminAddrFile)
+	if err := os.WriteFile(path, []byte(a.URL+"\n"), 0o600); err != nil {
+		return func() {}
+	}
+	return func() { os.Remove(path) }
 }

@@ -196,7 +196,12 @@ func startUp(t *testing.T, cmd string, extra ...string) *up {
 // startUpEnv is startUp with more environment variables.
 func startUpEnv(t *testing.T, env []string, cmd string, extra ...string) *up {
 	t.Helper()
-	dir := t.TempDir()
+	return startUpDir(t, t.TempDir(), env, cmd, extra...)
+}
+
+// startUpDir is startUpEnv with the data directory dir.
+func startUpDir(t *testing.T, dir string, env []string, cmd string, extra ...string) *up {
+	t.Helper()
 	args := append([]string{cmd,
 		"--data-dir", dir,
 		"--admin-addr", "127.0.0.1:0",

@@ -1,0 +1,235 @@
+package cli
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/lanesdev/lanes/registry"
+)
+
+// runIn runs the lanes binary in dir, with env (KEY=value) added.
+func runIn(t *testing.T, dir string, env []string, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb syncBuffer
+	cmd := exec.Command(binary, args...)
+	cmd.Dir = dir
+	cmd.Env = append(cleanEnv(), env...)
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if err != nil && !errorsAs(err, &ee) {
+		t.Fatal(err)
+	}
+	return exitCode(err), out.String(), errb.String()
+}
+
+func errorsAs(err error, ee **exec.ExitError) bool {
+	e, ok := err.(*exec.ExitError)
+	if ok {
+		*ee = e
+	}
+	return ok
+}
+
+// expect checks an exit code and that stderr (or stdout) contains want.
+func expect(t *testing.T, what string, code int, stdout, stderr string, wantCode int, want ...string) {
+	t.Helper()
+	if code != wantCode {
+		t.Errorf("%s: exit %d, want %d\nstdout: %s\nstderr: %s", what, code, wantCode, stdout, stderr)
+		return
+	}
+	for _, w := range want {
+		if !strings.Contains(stdout+stderr, w) {
+			t.Errorf("%s: output lacks %q\nstdout: %s\nstderr: %s", what, w, stdout, stderr)
+		}
+	}
+}
+
+// TestVersionAndHelp: lanes version and --version print the module version
+// and the revision (or say it is unknown); --help documents the exit codes
+// and shell completion, and completion works.
+func TestVersionAndHelp(t *testing.T) {
+	code, out, errOut := run(t, "", "version")
+	expect(t, "version", code, out, errOut, 0, "lanes ", "revision ", "go1.")
+	code, out2, errOut := run(t, "", "--version")
+	expect(t, "--version", code, out2, errOut, 0)
+	if out != out2 {
+		t.Errorf("version %q and --version %q differ", out, out2)
+	}
+	code, out, errOut = run(t, "", "version", "-o", "json")
+	expect(t, "version -o json", code, out, errOut, 0, `"module": "github.com/lanesdev/lanes"`)
+
+	code, out, errOut = run(t, "", "--help")
+	expect(t, "--help", code, out, errOut, 0, "Exit status", "0  success", "1  failure", "2  usage or bad input", "lanes completion bash", "-o text")
+	code, out, errOut = run(t, "", "completion", "bash")
+	expect(t, "completion bash", code, out, errOut, 0, "bash completion")
+}
+
+// TestBadFlagValues: a bad flag value exits 2 and names the flag as typed.
+func TestBadFlagValues(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"lane", "expire", "alice", "--in", "soon"}, `"--in"`},
+		{[]string{"lane", "expire", "alice", "--in", "-5h"}, "--in -5h0m0s: want a positive duration"},
+		{[]string{"lane", "expire", "alice", "--at", "tomorrow"}, `--at "tomorrow"`},
+		{[]string{"ls", "-o", "xml"}, `-o "xml": want text, json or yaml`},
+		{[]string{"ls", "--service", "Bad Name"}, `--service "Bad Name"`},
+		{[]string{"simulate", "-o", "xml", "x.yaml"}, `-o "xml"`},
+		{[]string{"route", "explain", "orders", "-o", "table2"}, `-o "table2"`},
+		{[]string{"dev", "--service", "s", "--lane", "alice", "--addr", "nope"}, `--addr "nope"`},
+		{[]string{"dev", "--service", "s", "--lane", "alice", "--addr", "127.0.0.1:1", "--log-format", "xml"}, `--log-format "xml"`},
+		{[]string{"policy", "apply", "a.yaml", "-f", "b.yaml"}, "give the document once"},
+		{[]string{"up", "--log-format", "xml"}, `--log-format: "xml": want text or json`},
+	} {
+		code, out, errOut := run(t, "", tc.args...)
+		expect(t, strings.Join(tc.args, " "), code, out, errOut, 2, tc.want)
+	}
+}
+
+// TestClientRules runs the client commands against a `lanes up` the way a
+// user does: from the folder whose .lanes is the data directory, without
+// --admin or --token.
+func TestClientRules(t *testing.T) {
+	work := t.TempDir()
+	dataDir := filepath.Join(work, ".lanes")
+	u := startUpDir(t, dataDir, nil, "up")
+	addr, err := os.ReadFile(filepath.Join(dataDir, "admin-addr"))
+	if err != nil || strings.TrimSpace(string(addr)) != u.admin {
+		t.Fatalf("admin-addr: %q %v, want %s", addr, err, u.admin)
+	}
+
+	u.register(t, u.token, registry.Instance{Service: "orders", ID: "orders-1", Addr: "127.0.0.1:1"})
+	u.register(t, u.token, registry.Instance{Service: "orders", ID: "orders-alice", Addr: "127.0.0.1:2", Lane: "alice"})
+	u.register(t, u.token, registry.Instance{Service: "web", ID: "web-1", Addr: "127.0.0.1:3"})
+
+	// From the folder: the address and token come from ./.lanes.
+	code, out, errOut := runIn(t, work, nil, "ls", "--service", "orders")
+	expect(t, "ls --service orders from the folder", code, out, errOut, 0, "orders-alice", "orders-1")
+	if strings.Contains(out, "web-1") {
+		t.Errorf("ls --service orders lists web:\n%s", out)
+	}
+	code, out, errOut = runIn(t, work, nil, "ls", "-o", "yaml")
+	expect(t, "ls -o yaml", code, out, errOut, 0, "instances:", "id: orders-alice")
+
+	// No token anywhere: the error names the file looked for.
+	elsewhere := t.TempDir()
+	code, out, errOut = runIn(t, elsewhere, nil, "token", "ls", "--admin", u.admin)
+	expect(t, "token ls without a token", code, out, errOut, 1, "no token", filepath.Join(elsewhere, ".lanes", "admin-token"))
+
+	// Typos are caught, unless --force.
+	code, out, errOut = runIn(t, work, nil, "lane", "expire", "nosuchlane", "--in", "1h")
+	expect(t, "lane expire nosuchlane", code, out, errOut, 1, `no instance, policy entry or client claim has lane "nosuchlane"`)
+	code, out, errOut = runIn(t, work, nil, "lane", "expire", "nosuchlane", "--in", "1h", "--force")
+	expect(t, "lane expire nosuchlane --force", code, out, errOut, 0, "lane nosuchlane expires at")
+	code, out, errOut = runIn(t, work, nil, "lane", "expire", "alice", "--in", "72h")
+	expect(t, "lane expire alice", code, out, errOut, 0, "lane alice expires at")
+	code, out, errOut = runIn(t, work, nil, "route", "explain", "nosuch")
+	expect(t, "route explain nosuch", code, out, errOut, 1, `no service is named "nosuch"`)
+	code, out, errOut = runIn(t, work, nil, "route", "explain", "nosuch", "--force")
+	expect(t, "route explain nosuch --force", code, out, errOut, 1, "no_instance")
+	code, out, errOut = runIn(t, work, nil, "route", "explain", "orders", "--lane", "alice", "-o", "yaml")
+	expect(t, "route explain -o yaml", code, out, errOut, 0, "service: orders", "lane: alice")
+
+	// policy validate and apply take FILE as an argument; --dry-run
+	// prints the routes that change and applies nothing.
+	pol := filepath.Join(work, "policy.yaml")
+	os.WriteFile(pol, []byte("lanes:\n  bob:\n    fallback: [alice]\n"), 0o644)
+	code, out, errOut = runIn(t, work, nil, "policy", "validate", pol)
+	expect(t, "policy validate FILE", code, out, errOut, 0, pol+": valid")
+	code, out, errOut = runIn(t, work, nil, "policy", "validate", "--offline", "-f", pol)
+	expect(t, "policy validate -f FILE", code, out, errOut, 0, pol+": valid")
+	code, out, errOut = runIn(t, work, nil, "policy", "apply", "--dry-run", pol)
+	expect(t, "policy apply --dry-run", code, out, errOut, 0, "nothing applied", "1 route(s) would change")
+	if !regexp.MustCompile(`(?m)^orders\s+bob\s+\(baseline\): orders-1.*\s+alice: orders-alice`).MatchString(out) {
+		t.Errorf("dry run does not show orders/bob moving to alice:\n%s", out)
+	}
+	code, out, errOut = runIn(t, work, nil, "policy", "get", "-o", "json")
+	expect(t, "policy get after the dry run", code, out, errOut, 0, `"revision"`)
+	if strings.Contains(out, "bob") {
+		t.Errorf("the dry run applied the policy:\n%s", out)
+	}
+	code, out, errOut = runIn(t, work, nil, "policy", "apply", pol)
+	expect(t, "policy apply FILE", code, out, errOut, 0, "policy applied")
+	code, out, errOut = runIn(t, work, nil, "policy", "apply", "--dry-run", pol)
+	expect(t, "policy apply --dry-run, same document", code, out, errOut, 0, "no service or lane route changes")
+
+	// A refused field names the flag.
+	code, out, errOut = runIn(t, work, nil, "token", "create", "--lane", "-bad")
+	expect(t, "token create --lane -bad", code, out, errOut, 2, "--lane")
+
+	// ls -w lists again at every change, until SIGTERM.
+	w := startEnvIn(t, work, nil, "ls", "-w", "--service", "orders")
+	w.waitOutput("orders-alice")
+	u.register(t, u.token, registry.Instance{Service: "orders", ID: "orders-bob", Addr: "127.0.0.1:4", Lane: "bob"})
+	w.waitOutput("orders-bob")
+	if code := w.stop(syscall.SIGTERM); code != 0 {
+		t.Errorf("ls -w after SIGTERM: exit %d", code)
+	}
+
+	// Stopping lanes up removes the admin-addr file.
+	if code := u.stop(syscall.SIGTERM); code != 0 {
+		t.Errorf("lanes up: exit %d", code)
+	}
+	if _, err := os.Stat(filepath.Join(dataDir, "admin-addr")); !os.IsNotExist(err) {
+		t.Errorf("admin-addr after stop: %v", err)
+	}
+}
+
+// startEnvIn is startEnv in directory dir.
+func startEnvIn(t *testing.T, dir string, env []string, args ...string) *proc {
+	t.Helper()
+	p := &proc{t: t, name: strings.Join(args[:min(2, len(args))], " "), exited: make(chan struct{})}
+	p.cmd = exec.Command(binary, args...)
+	p.cmd.Dir = dir
+	p.cmd.Env = append(cleanEnv(), env...)
+	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { // ends when the process does
+		p.err = p.cmd.Wait()
+		close(p.exited)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-p.exited:
+		default:
+			p.cmd.Process.Kill()
+			<-p.exited
+		}
+		if t.Failed() {
+			t.Logf("lanes %s stdout:\n%s\nstderr:\n%s", p.name, p.stdout.String(), tail(p.stderr.String(), 6000))
+		}
+	})
+	return p
+}
+
+// TestDemoCommandsWork: the commands lanes demo prints run as printed.
+func TestDemoCommandsWork(t *testing.T) {
+	u := startUp(t, "demo")
+	out := u.stdout.String()
+	var ran int
+	for _, l := range strings.Split(out, "\n") {
+		l = strings.TrimSpace(l)
+		if !strings.HasPrefix(l, binary+" ") {
+			continue
+		}
+		args := strings.Fields(strings.TrimPrefix(l, binary+" "))
+		code, stdout, stderr := run(t, "", args...)
+		expect(t, l, code, stdout, stderr, 0)
+		ran++
+	}
+	if ran < 2 {
+		t.Errorf("the demo printed %d lanes commands:\n%s", ran, out)
+	}
+	if !strings.Contains(out, "export LANES_REGISTRY=etcd://"+strings.TrimPrefix(u.etcd, "http://")) {
+		t.Errorf("the demo does not print the export line for %s:\n%s", u.etcd, out)
+	}
+}
