@@ -221,6 +221,7 @@ func (l *KeptLease) run() {
 			return
 		}
 		l.log.Warn("registration lost; registering again", "service", inst.Service, "id", inst.ID, "err", err)
+		lost := time.Now()
 		if time.Since(start) > 5*time.Second {
 			bo.Reset()
 		} else if !bo.Wait(l.ctx) { // do not spin if renewals keep failing at once
@@ -232,6 +233,8 @@ func (l *KeptLease) run() {
 				return
 			}
 			if err == nil {
+				after := time.Since(lost)
+				l.log.Info(fmt.Sprintf("registered again after %.1fs", after.Seconds()), "service", inst.Service, "id", inst.ID, "after", after.Round(time.Millisecond).String())
 				break
 			}
 			if errors.Is(err, ErrTakenOver) {

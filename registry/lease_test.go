@@ -7,6 +7,9 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"regexp"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -178,4 +181,53 @@ func TestKeptLeaseBackendClosed(t *testing.T) {
 	if len(k.released) != 0 {
 		t.Error("released after the backend closed")
 	}
+}
+
+// syncLog is a log destination safe for the lease's goroutine and the test.
+type syncLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncLog) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncLog) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// The loss of a registration and its recovery are logged, the recovery with
+// how long the instance was gone.
+func TestKeptLeaseLogsRecovery(t *testing.T) {
+	var buf syncLog
+	k := newKeeper()
+	inst := registry.Instance{Service: "orders", ID: "a", Addr: "10.0.0.1:1"}
+	l := registry.NewKeptLease(context.Background(), inst, k, slog.New(slog.NewTextHandler(&buf, nil)))
+	ran := make(chan struct{})
+	l.Start(func(f func()) bool {
+		go func() { defer close(ran); f() }()
+		return true
+	})
+	send(t, k.keep, errors.New("lease expired"))
+	send(t, k.restore, nil)
+	<-k.restored
+	deadline := time.Now().Add(patience)
+	for !strings.Contains(buf.String(), "registered again after ") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no recovery line in the log:\n%s", buf.String())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	out := buf.String()
+	if !strings.Contains(out, `msg="registration lost; registering again" service=orders id=a err="lease expired"`) ||
+		!regexp.MustCompile(`msg="registered again after \d+\.\ds" service=orders id=a after=\S+`).MatchString(out) {
+		t.Errorf("log:\n%s", out)
+	}
+	l.Close()
+	<-ran
 }

@@ -39,7 +39,7 @@ takes the same settings as 'lanes up' (addresses, data directory, etcd).`,
 			ctx, stop := signalContext()
 			defer stop()
 			log := logs.Must(stderr, cfg.LogLevel, cfg.LogFormat)
-			s, err := controlplane.Start(ctx, cfg, controlplane.WithLogger(log))
+			s, err := controlplane.Start(ctx, cfg, controlplane.WithLogger(log), controlplane.WithProgress(stderr))
 			if err != nil {
 				if ctx.Err() != nil {
 					return nil // stopped while starting
@@ -49,6 +49,7 @@ takes the same settings as 'lanes up' (addresses, data directory, etcd).`,
 			defer s.Close()
 			store, _ := controlplane.Value(s, controlplane.StoreKey)
 			engine, _ := controlplane.Value(s, controlplane.EngineKey)
+			fmt.Fprintln(stderr, "lanes: starting the sample services web, orders and payments; waiting until the engine lists them (up to 30s)...")
 			sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			topo, err := demo.Start(sctx, demo.Config{Registry: store, Engine: engine, Logger: log})
 			cancel()

@@ -160,7 +160,7 @@ are made with 'lanes token create'.
 			ctx, stop := signalContext()
 			defer stop()
 			log := logs.Must(stderr, cfg.LogLevel, cfg.LogFormat)
-			if err := controlplane.Run(ctx, cfg, cmd.OutOrStdout(), controlplane.WithLogger(log)); err != nil {
+			if err := controlplane.Run(ctx, cfg, cmd.OutOrStdout(), controlplane.WithLogger(log), controlplane.WithProgress(stderr)); err != nil {
 				return &exitError{code: ExitFail, err: err}
 			}
 			return nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"slices"
 	"strings"
@@ -149,6 +150,7 @@ type lifecycle struct {
 	sh          *shared
 	provisioned int // components whose Provision ran (even if it failed)
 	started     int
+	progress    io.Writer // where start-up says what it does; nil: nowhere
 }
 
 // plan orders comps by their dependencies: a component comes after the
@@ -249,6 +251,11 @@ func (l *lifecycle) up(ctx context.Context) error {
 	}
 	for i, c := range l.comps {
 		l.provisioned++
+		if l.progress != nil {
+			if msg := startingLine(c.Name(), cfg); msg != "" {
+				fmt.Fprintln(l.progress, "lanes: "+msg)
+			}
+		}
 		if p, ok := c.(Provisioner); ok {
 			if err := p.Provision(ctx, l.views[i]); err != nil {
 				return l.fail(fmt.Errorf("%s: %w", c.Name(), err))

@@ -101,9 +101,14 @@ type Address struct {
 type Option func(*options)
 
 type options struct {
-	log   *slog.Logger
-	extra []Component
+	log      *slog.Logger
+	extra    []Component
+	progress io.Writer
 }
+
+// WithProgress makes start-up say on w what it does and what it waits for:
+// the embedded etcd, NATS, the gateway, the admin API.
+func WithProgress(w io.Writer) Option { return func(o *options) { o.progress = w } }
 
 // WithLogger sets the logger (default: a text logger on stderr at the
 // configured level).
@@ -156,6 +161,7 @@ func Start(ctx context.Context, cfg Config, opts ...Option) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	lc.progress = o.progress
 	if err := lc.up(ctx); err != nil {
 		return nil, err
 	}

@@ -76,3 +76,30 @@ func RecordAdmin(s *Server) (remove func()) {
 	}
 	return func() { os.Remove(path) }
 }
+
+// startingLine says what starting component name does and waits for, for
+// WithProgress ("" for components that do nothing worth saying).
+func startingLine(name string, cfg Config) string {
+	switch name {
+	case "etcd":
+		if len(cfg.Etcd.Endpoints) == 0 {
+			return fmt.Sprintf("starting the embedded etcd (data in %s, clients on %s); waiting for it to serve...", filepath.Join(cfg.DataDir, "etcd"), cfg.Etcd.ClientAddr)
+		}
+		return fmt.Sprintf("connecting to the external etcd at %s; waiting up to %s for it to answer...", strings.Join(cfg.Etcd.Endpoints, ","), cfg.Etcd.DialTimeout)
+	case "nats":
+		switch {
+		case cfg.Nats.URL != "":
+			return "connecting to the external NATS server; waiting for JetStream to answer..."
+		case cfg.Nats.Addr == NatsOff:
+			return ""
+		}
+		return fmt.Sprintf("starting the embedded NATS server with JetStream on %s; waiting for it to be ready...", cfg.Nats.Addr)
+	case "engine":
+		return "reading the registry and the policy..."
+	case "gateway":
+		return fmt.Sprintf("starting the gateway on %s", cfg.GatewayAddr)
+	case "admin":
+		return fmt.Sprintf("starting the admin API on %s", cfg.AdminAddr)
+	}
+	return ""
+}

@@ -233,3 +233,34 @@ func TestDemoCommandsWork(t *testing.T) {
 		t.Errorf("the demo does not print the export line for %s:\n%s", u.etcd, out)
 	}
 }
+
+// TestUpLogFormat: --log-format json makes lanes up log JSON lines.
+func TestUpLogFormat(t *testing.T) {
+	u := startUp(t, "up", "--log-level", "info", "--log-format", "json")
+	eventually(t, "a JSON log line", func() string {
+		for _, l := range strings.Split(u.stderr.String(), "\n") {
+			if strings.HasPrefix(l, `{"time":`) && strings.Contains(l, `"level":"INFO"`) {
+				return ""
+			}
+		}
+		return u.stderr.String()
+	})
+}
+
+// TestStartupProgress: lanes up and lanes demo say what they start and
+// what they wait for.
+func TestStartupProgress(t *testing.T) {
+	for _, cmd := range []string{"up", "demo"} {
+		u := startUp(t, cmd)
+		errOut := u.stderr.String()
+		for _, want := range []string{"lanes: starting the embedded etcd (data in ", "waiting for it to serve...",
+			"lanes: reading the registry and the policy...", "lanes: starting the gateway on 127.0.0.1:0", "lanes: starting the admin API on 127.0.0.1:0"} {
+			if !strings.Contains(errOut, want) {
+				t.Errorf("lanes %s: stderr lacks %q:\n%s", cmd, want, errOut)
+			}
+		}
+		if cmd == "demo" && !strings.Contains(errOut, "lanes: starting the sample services") {
+			t.Errorf("lanes demo: stderr lacks the sample services:\n%s", errOut)
+		}
+	}
+}

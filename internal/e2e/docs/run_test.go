@@ -193,6 +193,9 @@ func TestProgramsRun(t *testing.T) {
 	env := strings.Fields(m[1]) // exactly as printed
 	gateway := g[1]
 
+	// The programs log as the control plane does: slog's text format, or
+	// JSON with LANES_LOG_FORMAT=json (the alice instances).
+	var procs []*proc
 	for _, p := range []struct {
 		name, bin string
 		ok        bool
@@ -201,12 +204,19 @@ func TestProgramsRun(t *testing.T) {
 			continue
 		}
 		base := start(t, p.name+" (baseline)", env, p.bin)
-		alice := start(t, p.name+" (alice)", append(env, "LANES_LANE=alice"), p.bin)
-		base.waitOutput(t, "lanes: instance registered")
-		alice.waitOutput(t, "lanes: instance registered")
-		defer base.stop(t)
-		defer alice.stop(t)
+		alice := start(t, p.name+" (alice)", append(env, "LANES_LANE=alice", "LANES_LOG_FORMAT=json"), p.bin)
+		base.waitOutput(t, `level=INFO msg="lanes: instance registered" service=`+p.name)
+		alice.waitOutput(t, `"msg":"lanes: instance registered","service":"`+p.name+`"`)
+		procs = append(procs, base, alice)
 	}
+	defer func() {
+		for _, p := range procs {
+			p.stop(t)
+			if !strings.Contains(p.out.String(), "lanes: instance deregistered") {
+				t.Errorf("%s did not log its deregistration:\n%s", p.name, p.out.String())
+			}
+		}
+	}()
 
 	hc := &http.Client{Timeout: 10 * time.Second}
 	get := func(l string) string {

@@ -92,6 +92,8 @@ func Run(ctx context.Context, reg registry.Registry, inst registry.Instance, lis
 		// and serve on while they learn it.
 		if err := lease.Close(); err != nil {
 			log.Warn("lanes: deregistration failed; the lease will expire", "err", err)
+		} else {
+			log.Info("lanes: instance deregistered; stopping the server", "drain", o.Drain.String())
 		}
 		if o.Drain > 0 {
 			time.Sleep(o.Drain)
