@@ -3,6 +3,8 @@ package lanesgrpc
 import (
 	"fmt"
 
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/otel/propagation"
 	"google.golang.org/grpc"
 
 	"github.com/lanesdev/lanes/registry"
@@ -27,6 +29,9 @@ func NewClient(e *routing.Engine, service string, opts ...ClientOption) (*grpc.C
 		return nil, err
 	}
 	dopts := append([]grpc.DialOption(nil), cfg.dialOpts...)
+	if tp := cfg.tracerProvider(); tp != nil {
+		dopts = append(dopts, grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithTracerProvider(tp), otelgrpc.WithPropagators(propagation.TraceContext{}))))
+	}
 	dopts = append(dopts,
 		grpc.WithResolvers(NewBuilder(e, opts...)),
 		grpc.WithChainUnaryInterceptor(UnaryClientInterceptor(opts...)),

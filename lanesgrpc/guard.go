@@ -10,6 +10,7 @@ import (
 
 	"github.com/lanesdev/lanes/internal/lib/guard"
 	"github.com/lanesdev/lanes/lane"
+	"github.com/lanesdev/lanes/registry"
 	"github.com/lanesdev/lanes/routing"
 )
 
@@ -50,14 +51,16 @@ func WithExemptMethods(prefixes ...string) ServerOption {
 // check admits or refuses a request for fullMethod whose context carries its
 // lane. It returns nil or a FailedPrecondition status naming the lane the
 // instance serves.
-func (si *serverInterceptor) check(ctx context.Context, fullMethod string) error {
-	reqLane := lane.FromContext(ctx)
-	serving, inst, ok := si.guard.Admit(reqLane, func() bool { return si.exempt(fullMethod) })
-	if ok {
-		return nil
-	}
+// check asks the guard about the call: the lane the instance serves, the instance, and whether
+// it admits the call.
+func (si *serverInterceptor) check(ctx context.Context, fullMethod string) (serving string, inst *registry.Instance, admitted bool) {
+	return si.guard.Admit(lane.FromContext(ctx), func() bool { return si.exempt(fullMethod) })
+}
+
+// refusal is the guard's answer to a call that it did not admit.
+func refusal(ctx context.Context, serving string, inst *registry.Instance) error {
 	what := "a baseline request"
-	if l, ok := lane.Normalize(reqLane); ok && l != "" {
+	if l, ok := lane.Normalize(lane.FromContext(ctx)); ok && l != "" {
 		what = fmt.Sprintf("a request in lane %q, whose chain does not reach it", l)
 	}
 	return status.Errorf(codes.FailedPrecondition,

@@ -10,6 +10,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -17,6 +20,8 @@ import (
 
 	"github.com/lanesdev/lanes/internal/lib/routedcall"
 	"github.com/lanesdev/lanes/lane"
+	"github.com/lanesdev/lanes/lanestrace"
+	"github.com/lanesdev/lanes/registry"
 )
 
 // UnaryClientInterceptor returns the client interceptor for unary calls. It
@@ -263,8 +268,9 @@ func StreamServerInterceptor(opts ...ServerOption) grpc.StreamServerInterceptor 
 //	srv := grpc.NewServer(lanesgrpc.ServerOptions(lanesgrpc.WithGuard(guard))...)
 //	err := lanesgrpc.Serve(ctx, srv, lis, reg, inst, lanesgrpc.WithGuard(guard))
 func ServerOptions(opts ...ServerOption) []grpc.ServerOption {
-	si := newServerInterceptor(serverConfig(opts))
-	return []grpc.ServerOption{grpc.ChainUnaryInterceptor(si.unary), grpc.ChainStreamInterceptor(si.stream)}
+	c := serverConfig(opts)
+	si := newServerInterceptor(c)
+	return append(c.statsHandler(), grpc.ChainUnaryInterceptor(si.unary), grpc.ChainStreamInterceptor(si.stream))
 }
 
 // NewServer returns a gRPC server with the lanes server interceptors
@@ -281,12 +287,22 @@ func ServerOptions(opts ...ServerOption) []grpc.ServerOption {
 func NewServer(opts ...ServerOption) *grpc.Server {
 	c := serverConfig(opts)
 	si := newServerInterceptor(c)
-	sopts := append(slices.Clip(c.srvOpts), grpc.ChainUnaryInterceptor(si.unary), grpc.ChainStreamInterceptor(si.stream))
+	sopts := append(slices.Clip(c.srvOpts), c.statsHandler()...)
+	sopts = append(sopts, grpc.ChainUnaryInterceptor(si.unary), grpc.ChainStreamInterceptor(si.stream))
 	srv := grpc.NewServer(sopts...)
 	if c.guard != nil {
 		guards.Store(srv, c.guard)
 	}
 	return srv
+}
+
+// statsHandler returns otelgrpc's server stats handler when calls are traced.
+func (c *config) statsHandler() []grpc.ServerOption {
+	tp := c.tracerProvider()
+	if tp == nil {
+		return nil
+	}
+	return []grpc.ServerOption{grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(tp), otelgrpc.WithPropagators(propagation.TraceContext{})))}
 }
 
 // guards holds the guards of the servers that NewServer made, until Serve
@@ -347,10 +363,19 @@ func (si *serverInterceptor) incoming(ctx context.Context, method string) (conte
 		si.prop.InjectLane(name, lane.Metadata(md))
 		ctx = metadata.NewIncomingContext(ctx, md)
 	}
+	var (
+		serving  string
+		inst     *registry.Instance
+		admitted = true
+	)
 	if si.guard != nil {
-		if err := si.check(ctx, method); err != nil {
-			return nil, err
-		}
+		serving, inst, admitted = si.check(ctx, method)
+	}
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		lanestrace.RecordServer(span, name, serving, admitted)
+	}
+	if !admitted {
+		return nil, refusal(ctx, serving, inst)
 	}
 	return ctx, nil
 }

@@ -8,12 +8,14 @@ import (
 	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc"
 
 	"github.com/lanesdev/lanes/internal/lib/roles"
 	"github.com/lanesdev/lanes/internal/lib/routedcall"
 	"github.com/lanesdev/lanes/internal/lib/serving"
 	"github.com/lanesdev/lanes/lane"
+	"github.com/lanesdev/lanes/lanestrace"
 	"github.com/lanesdev/lanes/registry"
 )
 
@@ -83,6 +85,15 @@ func WithZone(zone string) Option {
 // is the zero lane.Propagator: x-lane and the baggage member "lane".
 func WithPropagator(p lane.Propagator) Option {
 	return option(func(c *config) { c.prop = p })
+}
+
+// WithTracerProvider traces calls with tp, through otelgrpc's stats handlers (NewClient,
+// NewServer, ServerOptions): each client span carries the routing decision of its call and each
+// server span the lane received, the instance's own lane and the guard's verdict (see
+// docs/tracing.md). The default is lanestrace.TracerProvider(), which lanestrace.FromEnv sets;
+// with neither, calls are not traced and cost nothing more.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return option(func(c *config) { c.tp = tp })
 }
 
 // WithLogger sets the logger of the server interceptors, the resolver and
@@ -286,6 +297,16 @@ type config struct {
 	getenv     func(string) string
 	refresh    time.Duration
 	timeout    time.Duration // response-header timeout setting
+	tp         trace.TracerProvider
+}
+
+// tracerProvider is the provider of the spans of calls: WithTracerProvider's, else
+// lanestrace.TracerProvider(); nil when tracing is off.
+func (c *config) tracerProvider() trace.TracerProvider {
+	if c.tp != nil {
+		return c.tp
+	}
+	return lanestrace.TracerProvider()
 }
 
 // The option types of each role.

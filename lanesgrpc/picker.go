@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"sync/atomic"
 
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/balancer"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/status"
 
 	"github.com/lanesdev/lanes/internal/lib/routedcall"
+	"github.com/lanesdev/lanes/lanestrace"
 	"github.com/lanesdev/lanes/routing"
 )
 
@@ -78,6 +80,9 @@ func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 	for range maxPicks {
 		res, err := p.svc.Pick(req)
 		if err != nil {
+			if span := trace.SpanFromContext(info.Ctx); span.IsRecording() {
+				lanestrace.DecisionOf(p.eng, p.svc.Name(), req.Lane, res, err, 0).Record(span)
+			}
 			return balancer.PickResult{}, status.Error(codes.Unavailable, "lanes: "+err.Error())
 		}
 		c, ok := p.conns[res.Instance.Addr]
@@ -138,6 +143,14 @@ func (p *picker) result(info balancer.PickInfo, c conn, res routing.Result, req 
 	if cs != nil {
 		cs.last.Store(&res.Instance.ID)
 		cs.svc.Store(p.svc)
+	}
+	if span := trace.SpanFromContext(info.Ctx); span.IsRecording() {
+		// otelgrpc's client span of this attempt; an attempt after the first is a retry.
+		retries := 0
+		if cs != nil {
+			retries = int(cs.attempts.Add(1)) - 1
+		}
+		lanestrace.DecisionOf(p.eng, p.svc.Name(), req.Lane, res, nil, retries).Record(span)
 	}
 	return pr, nil
 }
@@ -206,8 +219,9 @@ type callKey struct{}
 // retryable or timed call: the instance of the last attempt, to avoid on the
 // next and to report when the attempt timed out.
 type callState struct {
-	last atomic.Pointer[string] // points into the engine's snapshot
-	svc  atomic.Pointer[routing.Service]
+	last     atomic.Pointer[string] // points into the engine's snapshot
+	svc      atomic.Pointer[routing.Service]
+	attempts atomic.Int32 // picks of traced attempts
 }
 
 // failLast reports the instance of the last attempt failed, and returns its

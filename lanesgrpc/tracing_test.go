@@ -1,0 +1,75 @@
+package lanesgrpc_test
+
+import (
+	"context"
+	"testing"
+
+	"go.opentelemetry.io/otel/attribute"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
+
+	testpb "google.golang.org/grpc/interop/grpc_testing"
+
+	"github.com/lanesdev/lanes/lanesgrpc"
+	"github.com/lanesdev/lanes/lanestrace"
+)
+
+// spanAttrs returns the attributes of the first span of kind k, or fails.
+func spanAttrs(t *testing.T, rec *tracetest.SpanRecorder, k trace.SpanKind) map[attribute.Key]attribute.Value {
+	t.Helper()
+	for _, s := range rec.Ended() {
+		if s.SpanKind() == k {
+			out := map[attribute.Key]attribute.Value{}
+			for _, kv := range s.Attributes() {
+				out[kv.Key] = kv.Value
+			}
+			return out
+		}
+	}
+	t.Fatalf("no %s span among %d", k, len(rec.Ended()))
+	return nil
+}
+
+// TestTracing traces a lane call that falls back to the baseline: otelgrpc's client span carries
+// the routing decision, its server span the lane received and the instance's own lane, in one
+// trace.
+func TestTracing(t *testing.T) {
+	m := newMesh(t)
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { tp.Shutdown(context.Background()) })
+
+	b := m.start("orders", "orders-1", "", withServerOptions(lanesgrpc.WithTracerProvider(tp)))
+	m.start("orders", "orders-bob", "bob")
+	c := m.client("orders", lanesgrpc.WithTracerProvider(tp))
+	if _, err := c.UnaryCall(callCtx(t, "alice"), &testpb.SimpleRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	_ = b
+	waitFor(t, "two spans", func() bool { return len(rec.Ended()) >= 2 })
+	cl := spanAttrs(t, rec, trace.SpanKindClient)
+	for k, want := range map[attribute.Key]string{
+		lanestrace.Service: "orders", lanestrace.Requested: "alice", lanestrace.Served: "",
+		lanestrace.FallbackReason: lanestrace.ReasonNoInstanceInLane, lanestrace.InstanceID: "orders-1",
+		lanestrace.InstanceAddr: b.addr,
+	} {
+		if got := cl[k].AsString(); got != want {
+			t.Errorf("client span %s = %q, want %q", k, got, want)
+		}
+	}
+	if cl[lanestrace.Eligible].AsInt64() != 1 || cl[lanestrace.Retries].AsInt64() != 0 {
+		t.Errorf("client span eligible %v, retries %v", cl[lanestrace.Eligible], cl[lanestrace.Retries])
+	}
+	sv := spanAttrs(t, rec, trace.SpanKindServer)
+	if sv[lanestrace.Requested].AsString() != "alice" || sv[lanestrace.InstanceLane].AsString() != "" || !sv[lanestrace.GuardAdmitted].AsBool() {
+		t.Errorf("server span %v", sv)
+	}
+	var ids []trace.TraceID
+	for _, s := range rec.Ended() {
+		ids = append(ids, s.SpanContext().TraceID())
+	}
+	if len(ids) < 2 || ids[0] != ids[1] {
+		t.Errorf("client and server spans in different traces: %v", ids)
+	}
+}
