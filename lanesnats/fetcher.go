@@ -27,39 +27,42 @@ func pullHeartbeat(ackWait time.Duration) time.Duration {
 // durable consumer with jetstream's Messages, which keeps two batches in
 // flight or buffered (pull requests, heartbeats, statuses and reconnects are
 // the library's), and hands the messages to the handler one at a time, in
-// order.
-//
-// Its loop goroutine owns the iterator and every message taken out of it;
-// the handler runs on a second goroutine so that the loop can keep slow
-// messages alive meanwhile (see keep). Stopping drains the iterator: the
-// server sends nothing more, and what it sent before is still taken out and
+// order, on its loop goroutine. Stopping drains the iterator: the server
+// sends nothing more, and what it sent before is still taken out and
 // handled.
+//
+// A timer (keep) pushes back the ack deadline of the message in the handler
+// when the handler is slow, and of the messages behind it: it drains the
+// iterator and takes what it buffered out (rescued), since buffered messages
+// cannot be kept alive. take and the rescue hold takeMu, so that the loop
+// handles the rescued messages first, in order.
 type fetcher struct {
 	c       *Consumer
 	tok     string
 	lane    string
-	cons    jetstream.Consumer
+	cons    jetstream.Consumer // the loop's
 	ackWait time.Duration
 	ctx     context.Context // the handlers' context, in the lane
 	cancel  context.CancelFunc
 	prev    <-chan struct{} // the previous fetcher of the token, to wait for
 	done    chan struct{}   // closed when the loop has exited
 
+	takeMu sync.Mutex // held to take messages out of the iterator: the loop or the keeper
+
 	mu       sync.Mutex
 	wanted   bool
 	fetching bool                      // wanted, or draining its iterator
 	iter     jetstream.MessagesContext // nil between iterators
-	timer    *time.Timer               // the drain timeout, while stopping
+	drain    *time.Timer               // the drain timeout, while stopping
+	keeper   *time.Timer
 	exited   bool
-
-	// The loop's own.
-	work    chan *Delivery // to the handler goroutine
-	result  chan error     // from it
-	rescued []heldMsg      // taken out of the iterator behind a slow handler
+	cur      heldMsg // the message in the handler, when curSet
+	curSet   bool
+	rescued  []heldMsg // taken out of the iterator behind a slow handler, in order
 }
 
-// heldMsg is a message the loop holds, with when its ack deadline was last
-// pushed back.
+// heldMsg is a message the fetcher holds, with when its ack deadline was
+// last pushed back.
 type heldMsg struct {
 	m       jetstream.Msg
 	touched time.Time
@@ -74,8 +77,7 @@ func (c *Consumer) newFetcher(tok string, cons jetstream.Consumer, prev <-chan s
 	}
 	ctx, cancel := context.WithCancel(c.laneCtx(l))
 	f := &fetcher{c: c, tok: tok, lane: l, cons: cons, ackWait: ackWait, ctx: ctx, cancel: cancel,
-		prev: prev, done: make(chan struct{}), wanted: true, fetching: true,
-		work: make(chan *Delivery), result: make(chan error)}
+		prev: prev, done: make(chan struct{}), wanted: true, fetching: true}
 	go f.loop() // owned by c: shutdown waits for done
 	return f
 }
@@ -86,8 +88,8 @@ func (f *fetcher) stop() bool {
 	f.mu.Lock()
 	was, it := f.wanted, f.iter
 	f.wanted = false
-	if f.timer == nil && !f.exited {
-		f.timer = time.AfterFunc(f.c.o.drain, f.cancel)
+	if f.drain == nil && !f.exited {
+		f.drain = time.AfterFunc(f.c.o.drain, f.cancel)
 	}
 	f.mu.Unlock()
 	if it != nil {
@@ -104,11 +106,11 @@ func (f *fetcher) revive() bool {
 	if f.exited || f.ctx.Err() != nil {
 		return false
 	}
-	if f.timer != nil {
-		if !f.timer.Stop() {
+	if f.drain != nil {
+		if !f.drain.Stop() {
 			return false // the drain timed out just now
 		}
-		f.timer = nil
+		f.drain = nil
 	}
 	f.wanted, f.fetching = true, true
 	return true
@@ -137,39 +139,34 @@ func (f *fetcher) finished() bool {
 func (f *fetcher) loop() {
 	defer close(f.done)
 	defer f.cancel()
-	ran := make(chan struct{})
-	go func() { // the handler goroutine: exits when work is closed
-		defer close(ran)
-		f.run()
-	}()
-	defer func() {
-		close(f.work)
-		<-ran
-	}()
 	if f.prev != nil {
 		<-f.prev // order within the lane: the previous fetcher finishes first
 	}
-	tick := time.NewTicker(f.ackWait / 6)
-	defer tick.Stop()
+	f.mu.Lock()
+	f.keeper = time.AfterFunc(f.ackWait/6, f.keep)
+	f.mu.Unlock()
 	const minBackoff, maxBackoff = 50 * time.Millisecond, 2 * time.Second
 	backoff := minBackoff
 	for {
-		f.handleRescued(tick)
+		f.handleRescued()
 		it, ok := f.open()
 		if !ok {
+			f.takeMu.Lock() // no rescue in flight
 			f.mu.Lock()
 			f.exited = true
-			if f.timer != nil {
-				f.timer.Stop()
+			f.keeper.Stop()
+			if f.drain != nil {
+				f.drain.Stop()
 			}
 			f.mu.Unlock()
+			f.takeMu.Unlock()
 			return
 		}
 		if it == nil {
 			f.sleep(&backoff, maxBackoff)
 			continue
 		}
-		if err := f.consume(it, tick); err != nil {
+		if err := f.consume(it); err != nil {
 			f.onError(err)
 			f.sleep(&backoff, maxBackoff)
 			continue
@@ -212,14 +209,14 @@ func (f *fetcher) open() (_ jetstream.MessagesContext, ok bool) {
 
 // consume handles the messages of it until it is closed (drained), and
 // returns the error that ended it otherwise.
-func (f *fetcher) consume(it jetstream.MessagesContext, tick *time.Ticker) error {
+func (f *fetcher) consume(it jetstream.MessagesContext) error {
 	defer func() {
 		f.mu.Lock()
 		f.iter = nil
 		f.mu.Unlock()
 	}()
 	for {
-		m, err := it.Next()
+		m, err := f.take(it)
 		switch {
 		case errors.Is(err, jetstream.ErrMsgIteratorClosed):
 			return nil // drained: by a stop, or behind a slow handler
@@ -235,8 +232,47 @@ func (f *fetcher) consume(it jetstream.MessagesContext, tick *time.Ticker) error
 			it.Stop()
 			return err
 		}
-		f.handleHeld(heldMsg{m: m, touched: time.Now()}, it, tick)
-		f.handleRescued(tick)
+		f.handle(m)
+	}
+}
+
+// take returns the next message to handle: a rescued one, else the next one
+// of it (nil: rescued ones only), waiting for it.
+func (f *fetcher) take(it jetstream.MessagesContext) (jetstream.Msg, error) {
+	f.takeMu.Lock()
+	defer f.takeMu.Unlock()
+	f.mu.Lock()
+	if len(f.rescued) > 0 {
+		h := f.rescued[0]
+		f.rescued[0] = heldMsg{}
+		f.rescued = f.rescued[1:]
+		f.cur, f.curSet = h, true
+		f.mu.Unlock()
+		return h.m, nil
+	}
+	f.mu.Unlock()
+	if it == nil {
+		return nil, jetstream.ErrMsgIteratorClosed
+	}
+	m, err := it.Next()
+	if err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	f.cur, f.curSet = heldMsg{m: m, touched: time.Now()}, true
+	f.mu.Unlock()
+	return m, nil
+}
+
+// handleRescued handles what is left of the messages rescued from behind a
+// slow handler, in order.
+func (f *fetcher) handleRescued() {
+	for {
+		m, err := f.take(nil)
+		if err != nil {
+			return
+		}
+		f.handle(m)
 	}
 }
 
@@ -274,26 +310,18 @@ func (f *fetcher) sleep(backoff *time.Duration, limit time.Duration) {
 	*backoff = min(2**backoff, limit)
 }
 
-// handleRescued handles the messages rescued from behind a slow handler,
-// in order.
-func (f *fetcher) handleRescued(tick *time.Ticker) {
-	for len(f.rescued) > 0 {
-		h := f.rescued[0]
-		f.rescued[0] = heldMsg{}
-		f.rescued = f.rescued[1:]
-		f.handleHeld(h, nil, tick)
-	}
-}
-
-// handleHeld handles one message on the handler goroutine and waits for it,
-// keeping the messages it holds alive meanwhile. it is the iterator the
-// message came from (nil for a rescued one).
-func (f *fetcher) handleHeld(h heldMsg, it jetstream.MessagesContext, tick *time.Ticker) {
+// handle handles the message taken (f.cur) and settles it.
+func (f *fetcher) handle(m jetstream.Msg) {
+	defer func() {
+		f.mu.Lock()
+		f.cur, f.curSet = heldMsg{}, false
+		f.mu.Unlock()
+	}()
 	if f.ctx.Err() != nil {
-		h.m.Nak() // draining timed out: give it back, unhandled
+		m.Nak() // draining timed out: give it back, unhandled
 		return
 	}
-	d, ok := f.delivery(h.m)
+	d, ok := f.delivery(m)
 	if !ok {
 		return
 	}
@@ -303,52 +331,51 @@ func (f *fetcher) handleHeld(h heldMsg, it jetstream.MessagesContext, tick *time
 		f.deadLetter(d, fmt.Errorf("delivered %d times without being acknowledged", d.NumDelivered-1))
 		return
 	}
-	f.work <- d
-	for {
-		var now time.Time
-		select {
-		case err := <-f.result:
-			f.settle(d, err)
-			return
-		case now = <-tickC(tick):
-		}
-		f.keep(now, &h, it)
-	}
+	f.settle(d, f.call(d))
 }
 
-func tickC(t *time.Ticker) <-chan time.Time {
-	if t == nil {
-		return nil
-	}
-	return t.C
-}
-
-// keep pushes back the ack deadline of the messages held longer than a
-// third of their AckWait: the one in the handler and those rescued behind
-// it. The first time the handler is that slow, it drains the iterator and
-// takes what it buffered out (rescues it), since buffered messages cannot be
-// kept alive; the loop opens a new iterator once they are handled.
-func (f *fetcher) keep(now time.Time, cur *heldMsg, it jetstream.MessagesContext) {
-	if now.Sub(cur.touched) <= f.ackWait/3 {
+// keep runs every AckWait/6 while the fetcher runs. It pushes back the ack
+// deadline of the messages held longer than a third of their AckWait: the
+// one in the handler and those rescued behind it. When the handler is that
+// slow, it first drains the iterator and takes what it buffered out; the
+// loop opens a new iterator once the rescued messages are handled.
+func (f *fetcher) keep() {
+	now := time.Now()
+	f.mu.Lock()
+	slow := f.curSet && now.Sub(f.cur.touched) > f.ackWait/3
+	it, exited := f.iter, f.exited
+	f.mu.Unlock()
+	if exited {
 		return
 	}
-	cur.m.InProgress()
-	cur.touched = now
-	if it != nil {
+	if slow && it != nil && f.takeMu.TryLock() {
+		// The loop is in the handler: nobody else takes from it.
 		it.Drain()
 		for {
 			m, err := it.Next(jetstream.NextMaxWait(time.Second))
 			if err != nil {
 				break // closed, or the rest comes at the next tick
 			}
+			f.mu.Lock()
 			f.rescued = append(f.rescued, heldMsg{m: m})
+			f.mu.Unlock()
 		}
+		f.takeMu.Unlock()
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.curSet && now.Sub(f.cur.touched) > f.ackWait/3 {
+		f.cur.m.InProgress()
+		f.cur.touched = now
 	}
 	for i := range f.rescued {
 		if r := &f.rescued[i]; now.Sub(r.touched) > f.ackWait/3 {
 			r.m.InProgress()
 			r.touched = now
 		}
+	}
+	if !f.exited {
+		f.keeper.Reset(f.ackWait / 6)
 	}
 }
 
@@ -371,14 +398,6 @@ func (f *fetcher) delivery(m jetstream.Msg) (*Delivery, bool) {
 		d.MsgID = v[0]
 	}
 	return d, true
-}
-
-// run is the handler goroutine: it calls the handler for each delivery the
-// loop sends, and sends back the result.
-func (f *fetcher) run() {
-	for d := range f.work {
-		f.result <- f.call(d)
-	}
 }
 
 // call runs the handler, turning a panic into an error.
