@@ -135,6 +135,7 @@ func program(t *testing.T, file string) block {
 }
 
 var exportLine = regexp.MustCompile(`(?m)^\s*export (LANES_REGISTRY=etcd://\S+.*)$`)
+var adminExport = regexp.MustCompile(`(?m)^\s*export LANES_REGISTRY=(http://\S+) LANES_TOKEN=`)
 var gatewayLine = regexp.MustCompile(`(?m)^gateway\s+http://(\S+)`)
 
 // TestProgramsRun runs the complete programs of README.md, docs/http.md and
@@ -192,6 +193,16 @@ func TestProgramsRun(t *testing.T) {
 	}
 	env := strings.Fields(m[1]) // exactly as printed
 	gateway := g[1]
+	a := adminExport.FindStringSubmatch(upOut)
+	if a == nil {
+		t.Fatalf("lanes up printed no export line for the admin API:\n%s", upOut)
+	}
+	adminURL := a[1]
+	tokOut, err := exec.Command(lanes, "token", "create", "--lane", "alice", "--admin", adminURL, "--data-dir", filepath.Join(tmp, "lanes-data")).Output()
+	if err != nil {
+		t.Fatalf("lanes token create: %v", err)
+	}
+	aliceToken := strings.TrimSpace(string(tokOut))
 
 	// The programs log as the control plane does: slog's text format, or
 	// JSON with LANES_LOG_FORMAT=json (the alice instances).
@@ -204,7 +215,13 @@ func TestProgramsRun(t *testing.T) {
 			continue
 		}
 		base := start(t, p.name+" (baseline)", env, p.bin)
-		alice := start(t, p.name+" (alice)", append(env, "LANES_LANE=alice", "LANES_LOG_FORMAT=json"), p.bin)
+		aliceEnv := append(env, "LANES_LANE=alice", "LANES_LOG_FORMAT=json")
+		if p.name == "hello" {
+			// The alice instance of hello joins through the admin API with
+			// a lane token, as `lanes up` prints it: no etcd access.
+			aliceEnv = []string{"LANES_REGISTRY=" + adminURL, "LANES_TOKEN=" + aliceToken, "LANES_LANE=alice", "LANES_LOG_FORMAT=json"}
+		}
+		alice := start(t, p.name+" (alice)", aliceEnv, p.bin)
 		base.waitOutput(t, `level=INFO msg="lanes: instance registered" service=`+p.name)
 		alice.waitOutput(t, `"msg":"lanes: instance registered","service":"`+p.name+`"`)
 		procs = append(procs, base, alice)
@@ -247,6 +264,21 @@ func TestProgramsRun(t *testing.T) {
 			t.Fatalf("HTTP alice request: %q", got)
 		}
 	}
+	// The alice instance, behind its token, follows the policy through the
+	// admin API: once bob falls back to alice, its guard admits bob's
+	// requests, which the gateway sends there.
+	apply := exec.Command(lanes, "policy", "apply", "-", "--admin", adminURL, "--data-dir", filepath.Join(tmp, "lanes-data"))
+	apply.Stdin = strings.NewReader("lanes:\n  bob:\n    fallback: [alice]\n")
+	if out, err := apply.CombinedOutput(); err != nil {
+		t.Fatalf("lanes policy apply: %v\n%s", err, out)
+	}
+	const bobHTTP = `hello from lane "alice", serving a request in lane "bob"`
+	eventually(t, "HTTP: lane bob falls back to the alice instance, which admits it", func() string {
+		if got := get("bob"); !strings.Contains(got, bobHTTP) {
+			return got
+		}
+		return ""
+	})
 	if !grpcOK {
 		return
 	}
