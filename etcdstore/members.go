@@ -16,12 +16,13 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // ErrNoQuorum is the error of every etcd request the Store's client makes
 // while the cluster has had no leader, or no member has answered, for
-// longer than Config.QuorumTimeout: the request fails at once instead of
-// waiting. Errors wrapping it name each member and what it answered.
+// longer than Config.QuorumTimeout: the request fails within
+// Config.MemberTimeout instead of waiting. Errors wrapping it name each member and what it answered.
 var ErrNoQuorum = errors.New("etcd has no quorum")
 
 // Health is what the Store knows of its etcd cluster, from checking every
@@ -81,7 +82,8 @@ const (
 // dialer refuses that member until it answers a check again.
 //
 // When no member has a leader, or none answers, for longer than
-// quorumTimeout, requests fail at once with ErrNoQuorum instead of waiting.
+// quorumTimeout, requests fail with ErrNoQuorum after one check instead of
+// waiting.
 type members struct {
 	log      *slog.Logger
 	timeout  time.Duration // of one check
@@ -100,9 +102,11 @@ type members struct {
 	avoided     map[string]bool                      // by dial address
 	state       string
 	since       time.Time
-	noLeader    time.Time // since when no member has had a leader; zero while one has
-	refusing    bool      // failing requests with ErrNoQuorum
+	noLeader    time.Time     // since when no member has had a leader; zero while one has
+	refusing    bool          // failing requests with ErrNoQuorum
+	back        chan struct{} // while refusing; closed when a member has a leader again
 	refusalText string
+	client      *grpc.ClientConn // the Store's client's, to reconnect at once to a member back
 }
 
 // probe checks one member.
@@ -148,11 +152,11 @@ func (m *members) dialOptions() []grpc.DialOption {
 
 // start begins checking the members, on connections of their own with the
 // TLS settings of cfg, reading key.
-func (m *members) start(cfg Config, key string) error {
+func (m *members) start(cfg Config, key string, client *grpc.ClientConn) error {
 	if m.timeout <= 0 {
 		return nil
 	}
-	m.key = key
+	m.key, m.client = key, client
 	for _, p := range m.probes {
 		// No credentials: with etcd auth on, the check is refused, which
 		// proves as well as an answer that the member runs and has a
@@ -217,7 +221,13 @@ func (m *members) check(p *probe) {
 		if m.ctx.Err() != nil {
 			return
 		}
-		m.report(p, memberState(err), err)
+		st := memberState(err)
+		if st == MemberDown {
+			// Try to connect again before the next check rather than
+			// after gRPC's backoff, so that a member back is seen at once.
+			p.client.ActiveConnection().ResetConnectBackoff()
+		}
+		m.report(p, st, err)
 		t.Reset(max(0, m.interval-time.Since(start)))
 	}
 }
@@ -254,9 +264,10 @@ func (m *members) report(p *probe, state string, err error) {
 	}
 	// Avoid the members that do not answer (or answer without a leader)
 	// while another answers with one: the trouble is theirs, not ours.
+	// While none does, change nothing: there is no better member to go to.
 	for _, q := range m.probes {
-		avoid := anyUp && (q.state == MemberDown || q.state == MemberNoLeader)
-		if avoid == m.avoided[q.addr] {
+		avoid := q.state == MemberDown || q.state == MemberNoLeader
+		if !anyUp || avoid == m.avoided[q.addr] {
 			continue
 		}
 		m.avoided[q.addr] = avoid
@@ -268,6 +279,9 @@ func (m *members) report(p *probe, state string, err error) {
 			m.log.Warn("etcd member does not answer; the client avoids it until it does", "endpoint", q.endpoint, "state", q.state, "err", errText(q.err), "connections_closed", n)
 		} else {
 			m.log.Info("etcd member answers again", "endpoint", q.endpoint)
+			if m.client != nil {
+				m.client.ResetConnectBackoff()
+			}
 		}
 	}
 	now := time.Now()
@@ -276,12 +290,15 @@ func (m *members) report(p *probe, state string, err error) {
 		m.noLeader = time.Time{}
 		if m.refusing {
 			m.refusing = false
+			close(m.back)
+			m.back = nil
 			m.log.Info("etcd has a quorum again; requests go through")
 		}
 	case m.noLeader.IsZero():
 		m.noLeader = now
 	case !m.refusing && now.Sub(m.noLeader) >= m.quorum:
 		m.refusing = true
+		m.back = make(chan struct{})
 		m.refusalText = m.describeLocked(anyAnswer)
 		m.log.Error("etcd has no quorum; lanes refuses registrations and changes until it is back, and routes from the last state it saw", "detail", m.refusalText, "for", now.Sub(m.noLeader).Round(time.Millisecond).String())
 	case m.refusing:
@@ -346,26 +363,49 @@ func (m *members) health() Health {
 	return h
 }
 
-// refusal returns the error for requests while there is no quorum.
-func (m *members) refusal() error {
+// refusal returns the error for requests while there is no quorum. It waits
+// for one check (at most MemberTimeout) first, so that a request made as
+// the quorum comes back goes through.
+func (m *members) refusal(ctx context.Context) error {
+	m.mu.Lock()
+	refusing, back := m.refusing, m.back
+	m.mu.Unlock()
+	if !refusing {
+		return nil
+	}
+	t := time.NewTimer(m.timeout)
+	defer t.Stop()
+	select {
+	case <-back:
+		return nil
+	case <-ctx.Done():
+		return status.FromContextError(ctx.Err()).Err()
+	case <-t.C:
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if !m.refusing {
 		return nil
 	}
-	return fmt.Errorf("%w (%s); requests fail at once until a majority of members is back", ErrNoQuorum, m.refusalText)
+	return fmt.Errorf("%w (%s); requests fail until a majority of members is back", ErrNoQuorum, m.refusalText)
 }
+
+// authenticateMethod is etcd's log-in, which hashes the password with
+// bcrypt on the member: it may take seconds on a loaded member, and the
+// client bounds it by its DialTimeout.
+const authenticateMethod = "/etcdserverpb.Auth/Authenticate"
 
 // unary bounds each attempt of a unary request by the request timeout
 // (unless its context ends sooner), so that an attempt stuck on a member
-// gives way to another attempt, which the balancer sends to another member.
-// The etcd client retries an attempt that ran out of its own time while the
-// caller's context is live. Without a quorum, it fails at once.
+// gives way to another attempt, which the balancer sends to another member
+// (all but Authenticate). The etcd client retries an attempt that ran out of
+// its own time while the caller's context is live. Without a quorum, it
+// fails within one check.
 func (m *members) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	if err := m.refusal(); err != nil {
+	if err := m.refusal(ctx); err != nil {
 		return err
 	}
-	if dl, ok := ctx.Deadline(); m.request > 0 && (!ok || time.Until(dl) > m.request) {
+	if dl, ok := ctx.Deadline(); m.request > 0 && method != authenticateMethod && (!ok || time.Until(dl) > m.request) {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, m.request)
 		defer cancel()

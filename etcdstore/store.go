@@ -54,7 +54,7 @@ const (
 	// check.
 	DefaultMemberTimeout = time.Second
 	// DefaultQuorumTimeout is how long the cluster may be without a
-	// leader before requests fail at once.
+	// leader before requests fail with ErrNoQuorum.
 	DefaultQuorumTimeout = 5 * time.Second
 )
 
@@ -109,8 +109,8 @@ type Config struct {
 	// again until it answers. Store.Health reports the checks.
 	MemberTimeout time.Duration
 	// QuorumTimeout is how long the cluster may have no leader (or no
-	// member may answer) before every request fails at once with
-	// ErrNoQuorum instead of waiting (DefaultQuorumTimeout when zero). Keep
+	// member may answer) before every request fails within MemberTimeout
+	// with ErrNoQuorum instead of waiting (DefaultQuorumTimeout when zero). Keep
 	// it above the time an election takes (a few election timeouts). Only
 	// with the member checks.
 	QuorumTimeout time.Duration
@@ -174,7 +174,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	s.owned = true
-	if err := m.start(cfg, s.policy.key); err != nil {
+	if err := m.start(cfg, s.policy.key, c.ActiveConnection()); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("etcdstore: %w", err)
 	}
