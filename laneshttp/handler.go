@@ -3,6 +3,9 @@ package laneshttp
 import (
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -10,6 +13,7 @@ import (
 	"time"
 
 	"github.com/lanesdev/lanes/lane"
+	"github.com/lanesdev/lanes/lanestrace"
 	"github.com/lanesdev/lanes/registry"
 )
 
@@ -22,6 +26,7 @@ type Middleware struct {
 	log    *slog.Logger
 	guard  *Guard // nil: none
 	exempt []string
+	traced http.Handler // otelhttp's handler around serve, when tracing is on
 
 	invalid atomic.Uint64
 	refused atomic.Uint64
@@ -61,7 +66,14 @@ func Handler(next http.Handler, opts ...ServerOption) *Middleware {
 }
 
 func newMiddleware(next http.Handler, c *config) *Middleware {
-	return &Middleware{next: next, prop: c.prop, log: c.log, exempt: c.exempt, guard: c.guard}
+	m := &Middleware{next: next, prop: c.prop, log: c.log, exempt: c.exempt, guard: c.guard}
+	if tp := c.tracerProvider(); tp != nil {
+		// otelhttp's server span around the lanes middleware, which records its decision on it.
+		m.traced = otelhttp.NewHandler(http.HandlerFunc(m.serve), "lanes",
+			otelhttp.WithTracerProvider(tp), otelhttp.WithPropagators(propagation.TraceContext{}),
+			otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return r.Method }))
+	}
+	return m
 }
 
 // InvalidLanes returns how many requests carried an invalid lane and were
@@ -76,17 +88,31 @@ func (m *Middleware) Guarded() bool { return m.guard != nil }
 
 // ServeHTTP implements http.Handler.
 func (m *Middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if m.traced != nil {
+		m.traced.ServeHTTP(w, r)
+		return
+	}
+	m.serve(w, r)
+}
+
+func (m *Middleware) serve(w http.ResponseWriter, r *http.Request) {
 	name, _, err := m.prop.Extract(lane.HTTPHeader(r.Header))
 	if err != nil {
 		m.invalid.Add(1)
 		m.logInvalid(r, err)
 	}
 	if m.guard != nil {
-		if serving, inst, ok := m.guard.Admit(name, func() bool { return m.isExempt(r.URL.Path) }); !ok {
+		serving, inst, ok := m.guard.Admit(name, func() bool { return m.isExempt(r.URL.Path) })
+		if m.traced != nil {
+			lanestrace.RecordServer(trace.SpanFromContext(r.Context()), name, serving, ok)
+		}
+		if !ok {
 			m.refused.Add(1)
 			m.refuse(w, inst, serving, name)
 			return
 		}
+	} else if m.traced != nil {
+		lanestrace.RecordServer(trace.SpanFromContext(r.Context()), name, "", true)
 	}
 	ctx := lane.WithLane(r.Context(), name)
 	if name == "" {

@@ -1,6 +1,7 @@
 package laneshttp
 
 import (
+	"go.opentelemetry.io/otel/trace"
 	"log/slog"
 	"net/http"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"github.com/lanesdev/lanes/internal/lib/roles"
 	"github.com/lanesdev/lanes/internal/lib/serving"
 	"github.com/lanesdev/lanes/lane"
+	"github.com/lanesdev/lanes/lanestrace"
 	"github.com/lanesdev/lanes/routing"
 )
 
@@ -130,6 +132,23 @@ func WithResponseHeaderTimeout(d time.Duration) ClientOption {
 	return clientOption(func(c *config) { c.transport.ResponseHeaderTimeout = d })
 }
 
+// WithTracerProvider traces requests with tp: the Transport writes a client span per request
+// with its routing decision (and the W3C traceparent header), and Handler runs otelhttp's handler
+// around the lanes middleware, whose server span gets the lane received, the instance's own lane
+// and the guard's verdict (see docs/tracing.md). The default is lanestrace.TracerProvider(),
+// which lanestrace.FromEnv sets; with neither, requests are not traced and cost nothing more.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return option(func(c *config) { c.tp = tp })
+}
+
+// tracerProvider is WithTracerProvider's provider, else lanestrace's; nil when tracing is off.
+func (c *config) tracerProvider() trace.TracerProvider {
+	if c.tp != nil {
+		return c.tp
+	}
+	return lanestrace.TracerProvider()
+}
+
 // WithLogger sets the logger of Handler and Serve (default slog.Default()).
 func WithLogger(l *slog.Logger) ServerOption {
 	return serverOption(func(c *config) {
@@ -196,6 +215,7 @@ type config struct {
 	// both
 	prop   lane.Propagator
 	getenv func(string) string
+	tp     trace.TracerProvider
 
 	// server
 	log      *slog.Logger

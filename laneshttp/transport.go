@@ -4,6 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
+	"go.opentelemetry.io/otel/trace"
 	"io"
 	"net"
 	"net/http"
@@ -13,6 +17,7 @@ import (
 
 	"github.com/lanesdev/lanes/internal/lib/routedcall"
 	"github.com/lanesdev/lanes/lane"
+	"github.com/lanesdev/lanes/lanestrace"
 	"github.com/lanesdev/lanes/registry"
 	"github.com/lanesdev/lanes/routing"
 )
@@ -59,6 +64,11 @@ const (
 type Transport struct {
 	// Engine routes the requests. Required.
 	Engine *routing.Engine
+
+	// Tracer, when set, writes a client span for each routed request, with its routing
+	// decision (see docs/tracing.md), and the W3C traceparent header of the span. NewTransport
+	// sets it from WithTracerProvider or lanestrace.TracerProvider().
+	Tracer trace.Tracer
 
 	// Base sends the requests once routed, and the requests to other hosts.
 	// nil means http.DefaultTransport.
@@ -141,6 +151,9 @@ func NewTransport(e *routing.Engine, opts ...ClientOption) *Transport {
 		t.Zone = c.zone
 	}
 	t.Host = registry.LocalHost(c.getenv)
+	if tp := c.tracerProvider(); tp != nil {
+		t.Tracer = lanestrace.Tracer(tp)
+	}
 	return &t
 }
 
@@ -224,7 +237,7 @@ func Unsent(err error) bool {
 // a copy whose URL host is the instance's address. The Host header stays
 // what the caller would have sent: req.Host, or else the URL's host (the
 // service name).
-func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
+func (t *Transport) RoundTrip(req *http.Request) (res *http.Response, rerr error) {
 	if req.URL == nil {
 		return t.base().RoundTrip(req) // the base reports the error
 	}
@@ -247,7 +260,19 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return nil, err
 	}
 	var c routedcall.Call
-	pick, err := c.Start(ctx, t.Engine, svc, routing.RequestFromContext(ctx, t.Zone, t.Host), t.retries(), routedcall.HeaderTimeout(t.ResponseHeaderTimeout))
+	rreq := routing.RequestFromContext(ctx, t.Zone, t.Host)
+	if t.Tracer != nil {
+		var span trace.Span
+		ctx, span = t.Tracer.Start(ctx, req.Method, trace.WithSpanKind(trace.SpanKindClient),
+			trace.WithAttributes(semconv.HTTPRequestMethodKey.String(req.Method), semconv.ServerAddress(host)))
+		if span.IsRecording() {
+			req = req.WithContext(ctx)
+			defer func() { t.endSpan(span, &c, svc.Name(), rreq.Lane, rerr, res) }()
+		} else {
+			span.End()
+		}
+	}
+	pick, err := c.Start(ctx, t.Engine, svc, rreq, t.retries(), routedcall.HeaderTimeout(t.ResponseHeaderTimeout))
 	if err != nil {
 		closeBody(req)
 		return nil, fmt.Errorf("laneshttp: %w", err)
@@ -275,6 +300,25 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		pick, body = next, b
 	}
+}
+
+// endSpan records the call's routing decision and outcome on its client span, and ends it.
+func (t *Transport) endSpan(span trace.Span, c *routedcall.Call, service, requested string, err error, res *http.Response) {
+	var pickErr error
+	if !c.Started() {
+		pickErr = err
+	}
+	lanestrace.DecisionOf(t.Engine, service, requested, c.Pick(), pickErr, c.Retries()).Record(span)
+	switch {
+	case err != nil:
+		span.SetStatus(codes.Error, err.Error())
+	case res != nil:
+		span.SetAttributes(semconv.HTTPResponseStatusCode(res.StatusCode))
+		if res.StatusCode >= 500 {
+			span.SetStatus(codes.Error, res.Status)
+		}
+	}
+	span.End()
 }
 
 func (t *Transport) retries() int {
@@ -373,8 +417,17 @@ func (t *Transport) outbound(req *http.Request, pick routing.Result, body io.Rea
 	}
 	out.Body = body
 	out.Header = t.headers(req.Context(), req.Header, pick.RequestLane)
+	if t.Tracer != nil {
+		if sc := trace.SpanContextFromContext(req.Context()); sc.IsValid() {
+			out.Header = out.Header.Clone() // it may be the caller's, or shared by every request of the lane
+			traceContext.Inject(req.Context(), propagation.HeaderCarrier(out.Header))
+		}
+	}
 	return out
 }
+
+// traceContext writes the W3C traceparent header of a traced request.
+var traceContext propagation.TraceContext
 
 // headers returns h with the lane l written, as a copy when that changes
 // anything: always for a lane, and for the baseline only when h has lane

@@ -226,6 +226,13 @@ func (c *Call) Start(ctx context.Context, e *routing.Engine, svc *routing.Servic
 // Pick returns the current pick.
 func (c *Call) Pick() routing.Result { return c.pick }
 
+// Started reports whether Start picked an instance.
+func (c *Call) Started() bool { return c.pick.Instance != nil }
+
+// Retries returns how many times the call went on to another instance: retries after failures,
+// and moves past unreachable instances.
+func (c *Call) Retries() int { return c.retried + c.moves }
+
 // Retried reports whether the current pick is not the call's first.
 func (c *Call) Retried() bool { return c.retried+c.moves > 0 }
 
