@@ -135,7 +135,7 @@ type Gateway struct {
 // registry starts watching them.
 func New(cfg Config) (*Gateway, error) {
 	if cfg.Engine == nil {
-		return nil, &ConfigError{Field: "engine", Index: -1, Msg: "nil; the gateway routes through a routing.Engine"}
+		return nil, fieldError("engine", -1, "nil; the gateway routes through a routing.Engine")
 	}
 	g, err := compile(cfg)
 	if err != nil {
