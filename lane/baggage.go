@@ -109,9 +109,10 @@ func member(vals []string, key string) (value string, found bool) {
 // listMember reads one baggage list as OpenTelemetry Go's baggage.Parse does:
 // it returns the number of distinct keys of its well-formed members within
 // the 64-member limit, and the raw value of the last well-formed member with
-// the key among them. It does not allocate.
+// the key among them. It does not allocate for up to 8 distinct keys.
 func listMember(v, key string) (n int, value string, found bool) {
-	var keys [maxMembers]string
+	var buf [8]string // the distinct keys; on the stack for most baggage
+	keys := buf[:0]
 	for rest, more := v, true; more && n < maxMembers; {
 		var m string
 		m, rest, more = strings.Cut(rest, ",")
@@ -119,8 +120,8 @@ func listMember(v, key string) (n int, value string, found bool) {
 		if !ok {
 			continue
 		}
-		if !slices.Contains(keys[:n], k) {
-			keys[n] = k
+		if !slices.Contains(keys, k) {
+			keys = append(keys, k)
 			n++
 		}
 		if k == key {
