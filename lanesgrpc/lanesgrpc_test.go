@@ -635,7 +635,7 @@ func TestHungInstanceEjected(t *testing.T) {
 	hung := m.start("orders", "hung", "")
 	m.start("orders", "ok", "")
 	hang(hung)
-	timeout := lanesgrpc.WithResponseHeaderTimeout(100 * time.Millisecond)
+	timeout := lanesgrpc.WithResponseHeaderTimeout(500 * time.Millisecond) // the live instance answers well within it
 	orders := m.client("orders", timeout, lanesgrpc.WithIdempotent("/grpc.testing.TestService/UnaryCall"))
 	svc := m.engine.Service("orders")
 	start := time.Now()

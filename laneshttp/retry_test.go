@@ -278,7 +278,7 @@ func TestHungInstanceEjected(t *testing.T) {
 	f.start("alive orders")
 	f.await("orders", 2)
 	// The default base, which enforces the timeout.
-	c := laneshttp.NewClient(f.e, laneshttp.WithEnv(noEnv), laneshttp.WithResponseHeaderTimeout(50*time.Millisecond))
+	c := laneshttp.NewClient(f.e, laneshttp.WithEnv(noEnv), laneshttp.WithResponseHeaderTimeout(300*time.Millisecond)) // the live instance answers well within it, even on a loaded machine
 	t.Cleanup(c.CloseIdleConnections)
 	start := time.Now()
 	for i := 0; eligible(t, f) != "alive"; i++ {

@@ -671,7 +671,7 @@ func TestConnectionErrorsEject(t *testing.T) {
 // retried on another instance, and the hung instance is ejected after the
 // policy's errors.
 func TestHungInstanceEjected(t *testing.T) {
-	w := newWorld(t, "outlier: {errors: 3, window: 1m, ejection: 10m}\n", Config{ResponseHeaderTimeout: 50 * time.Millisecond})
+	w := newWorld(t, "outlier: {errors: 3, window: 1m, ejection: 10m}\n", Config{ResponseHeaderTimeout: 300 * time.Millisecond})
 	good := newBackend(t, "good", "")
 	release := make(chan struct{})
 	hung := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
