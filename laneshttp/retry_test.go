@@ -321,3 +321,42 @@ func TestAbandonedAfterTimeoutCounts(t *testing.T) {
 		t.Fatalf("after two calls abandoned past the timeout: %+v, want the instance ejected (panic mode)", d)
 	}
 }
+
+// startPaused registers an instance whose listener is never served: the
+// kernel completes the connections, and nothing reads or answers them, as
+// with a process stopped with SIGSTOP.
+func (f *fleet) startPaused(spec string) {
+	t := f.t
+	t.Helper()
+	in := parseSpec(t, spec)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	in.Addr = ln.Addr().String()
+	lease, err := f.reg.Register(context.Background(), in, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lease.Close() })
+}
+
+// TestPausedInstanceEjected: an instance that accepts connections and
+// reads nothing (a process stopped with SIGSTOP) is ejected like a hung
+// one, and GETs are served by another instance meanwhile.
+func TestPausedInstanceEjected(t *testing.T) {
+	f := newFleet(t, "outlier: {errors: 3, window: 1m}\n")
+	f.startPaused("paused orders")
+	f.start("alive orders")
+	f.await("orders", 2)
+	c := laneshttp.NewClient(f.e, laneshttp.WithEnv(noEnv), laneshttp.WithResponseHeaderTimeout(300*time.Millisecond))
+	t.Cleanup(c.CloseIdleConnections)
+	start := time.Now()
+	for i := 0; eligible(t, f) != "alive"; i++ {
+		if code, body := get(t, bg(t), c, "http://orders/"); code != 200 || body != "alive" {
+			t.Fatalf("GET %d: %d %q", i, code, body)
+		}
+	}
+	t.Logf("the paused instance was ejected %v after the first request", time.Since(start).Round(time.Millisecond))
+}
