@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,17 +11,21 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/lanesdev/lanes/internal/lib/scenario"
+	"github.com/lanesdev/lanes/policy"
+	"github.com/lanesdev/lanes/registry"
 )
 
 func newSimulate() *cobra.Command {
-	var jsonOut bool
-	var output string
+	var jsonOut, live bool
+	var output, policyFile string
+	var cf clientFlags
 	cmd := &cobra.Command{
-		Use:   "simulate FILE|DIR...",
+		Use:   "simulate FILE|DIR... | simulate --live [--policy FILE]",
 		Short: "Replay routing scenarios against the routing engine and check their expectations",
 		Long: `simulate replays each scenario file against the real routing engine, with a
 virtual clock, and checks its expectations. The format is described, with
@@ -42,14 +47,33 @@ plus "message" on a failed step; with -o yaml, the same as a YAML list.
 
 Exit status: 0 when every expectation of every file holds; 1 when an
 expectation fails; 2 when a file cannot be read or is malformed, or on a usage
-error. With several files the worst status wins (2 over 1 over 0).`,
+error. With several files the worst status wins (2 over 1 over 0).
+
+With --live, simulate turns today's fleet into a scenario file, on stdout: the
+instances and the policy in force that the admin API shows (see 'lanes ls'),
+and one step per service and lane whose expectations are today's routes. It
+passes as it is; edit its policy (or give the one to try with --policy FILE)
+and replay it: the steps that fail are the routes the change would move.`,
 		Example: `  lanes simulate examples/scenarios/*.yaml
   lanes simulate examples/scenarios
-  lanes simulate -o json my-policy-test.yaml`,
-		Args: cobra.MinimumNArgs(1),
+  lanes simulate -o json my-policy-test.yaml
+  lanes simulate --live > fleet.yaml && lanes simulate fleet.yaml
+  lanes simulate --live --policy new-policy.yaml > try.yaml && lanes simulate try.yaml`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if live {
+				return cobra.NoArgs(cmd, args)
+			}
+			return cobra.MinimumNArgs(1)(cmd, args)
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(output); err != nil {
 				return err
+			}
+			if policyFile != "" && !live {
+				return &exitError{code: ExitUsage, err: errors.New("--policy goes with --live")}
+			}
+			if live {
+				return simulateLive(cmd, &cf, policyFile)
 			}
 			if jsonOut {
 				output = outJSON
@@ -64,7 +88,58 @@ error. With several files the worst status wins (2 over 1 over 0).`,
 	addOutput(cmd, &output, "a summary line per file")
 	cmd.Flags().BoolVar(&jsonOut, "json", false, "the same as -o json")
 	cmd.Flags().MarkHidden("json")
+	cmd.Flags().BoolVar(&live, "live", false, "print a scenario of today's fleet and policy, from the admin API")
+	cmd.Flags().StringVar(&policyFile, "policy", "", "with --live: the policy document to put in the scenario instead of the one in force (the expectations stay today's)")
+	cf.add(cmd)
 	return cmd
+}
+
+// simulateLive prints the scenario of the live fleet.
+func simulateLive(cmd *cobra.Command, cf *clientFlags, policyFile string) error {
+	var raw []byte
+	if policyFile != "" {
+		data, err := readPolicyFile(cmd, policyFile)
+		if err != nil {
+			return err
+		}
+		raw = data
+	}
+	return cf.call(cmd, func(ctx context.Context, c *apiClient) error {
+		doc, err := c.Policy(ctx)
+		if err != nil {
+			return apiFailure(c, err)
+		}
+		now := &policy.Policy{}
+		if doc.Raw != "" {
+			if now, err = policy.Parse("the policy in force", []byte(doc.Raw)); err != nil {
+				return &exitError{code: ExitFail, err: err}
+			}
+		}
+		if raw == nil {
+			raw = []byte(doc.Raw)
+		}
+		list, err := c.Instances(ctx, "")
+		if err != nil {
+			return apiFailure(c, err)
+		}
+		insts := make([]registry.Instance, 0, len(list))
+		for _, in := range list {
+			insts = append(insts, in.Instance)
+		}
+		if len(insts) == 0 {
+			return &exitError{code: ExitFail, err: errors.New("no instance is registered: a scenario needs at least one")}
+		}
+		name := fmt.Sprintf("the fleet of %s at %s, policy revision %d", c.URL(), time.Now().UTC().Format(time.RFC3339), doc.Revision)
+		if policyFile != "" {
+			name += ", with the policy of " + policyFile
+		}
+		data, err := scenario.FromFleet(name, raw, now, insts)
+		if err != nil {
+			return &exitError{code: ExitFail, err: err}
+		}
+		_, err = cmd.OutOrStdout().Write(data)
+		return err
+	})
 }
 
 // simulate runs the scenarios named by args and returns the exit code.

@@ -160,6 +160,22 @@ func TestClientRules(t *testing.T) {
 	code, out, errOut = runIn(t, work, nil, "policy", "apply", "--dry-run", pol)
 	expect(t, "policy apply --dry-run, same document", code, out, errOut, 0, "no service or lane route changes")
 
+	// simulate --live turns today's fleet and policy into a scenario that
+	// passes; with another policy its failures are the routes that change.
+	code, out, errOut = runIn(t, work, nil, "simulate", "--live")
+	expect(t, "simulate --live", code, out, errOut, 0, "instances:", "id: orders-alice", "fallback:")
+	fleet := filepath.Join(work, "fleet.yaml")
+	os.WriteFile(fleet, []byte(out), 0o644)
+	code, out, errOut = runIn(t, work, nil, "simulate", fleet)
+	expect(t, "simulate the live fleet", code, out, errOut, 0, "ok   "+fleet)
+	empty := filepath.Join(work, "empty.yaml")
+	os.WriteFile(empty, []byte("lanes: {}\n"), 0o644)
+	code, out, errOut = runIn(t, work, nil, "simulate", "--live", "--policy", empty)
+	try := filepath.Join(work, "try.yaml")
+	os.WriteFile(try, []byte(out), 0o644)
+	code, out, errOut = runIn(t, work, nil, "simulate", try)
+	expect(t, "simulate the live fleet with another policy", code, out, errOut, 1, "FAIL "+try, "1 failed", "orders-alice")
+
 	// A refused field names the flag.
 	code, out, errOut = runIn(t, work, nil, "token", "create", "--lane", "-bad")
 	expect(t, "token create --lane -bad", code, out, errOut, 2, "--lane")
