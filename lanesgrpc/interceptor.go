@@ -353,7 +353,7 @@ func (si *serverInterceptor) incoming(ctx context.Context, method string) (conte
 		// next hops carry on, so that every hop splits it alike.
 		ctx = si.prop.ExtractKeyContext(ctx, c)
 	}
-	if !lane.BaggageCarries(c, name) {
+	if c.Values(lane.BaggageHeader) != nil && !lane.BaggageCarries(c, name) {
 		// An interceptor or handler after this one that reads the baggage
 		// again from the metadata must read the lane decided here.
 		md, _ := metadata.FromIncomingContext(ctx) // a copy

@@ -42,9 +42,10 @@ type Middleware struct {
 //
 // The lane decided here is the request's lane everywhere below: the
 // OpenTelemetry baggage of the context gets the same lane member (none for
-// the baseline; see [lane.WithLane]), and when the request's baggage header
-// says otherwise (an invalid x-lane next to lane=alice, a lane read from an
-// alias), next sees a copy of the headers rewritten by the propagator, so
+// the baseline; see [lane.WithLane]), and when the request has a baggage
+// header that says otherwise (an invalid x-lane next to lane=alice, an
+// x-lane next to lane=bob, a lane read from an alias next to other
+// members), next sees a copy of the headers rewritten by the propagator, so
 // that an otelhttp handler inside this one reads the same lane again.
 // Otherwise the request's headers are left as they are.
 //
@@ -121,9 +122,10 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request) {
 		ctx = m.prop.ExtractKeyContext(ctx, lane.HTTPHeader(r.Header))
 	}
 	r = r.WithContext(ctx)
-	if !lane.BaggageCarries(lane.HTTPHeader(r.Header), name) {
+	if hc := lane.HTTPHeader(r.Header); hc.Values(lane.BaggageHeader) != nil && !lane.BaggageCarries(hc, name) {
 		// An OpenTelemetry handler inside this one reads the baggage again
-		// from the headers: they must carry the lane decided here.
+		// from the headers: they must carry the lane decided here. (Without
+		// a baggage header it reads none and keeps the context's.)
 		h := r.Header.Clone()
 		m.prop.InjectLane(name, lane.HTTPHeader(h))
 		r.Header = h
