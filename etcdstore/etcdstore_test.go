@@ -61,6 +61,17 @@ func openPrefix(t *testing.T, srv etcdtest.Server, prefix string) *etcdstore.Sto
 	return s
 }
 
+// watchStore starts a watch of service on s; it is closed at cleanup.
+func watchStore(t *testing.T, s *etcdstore.Store, service string) registry.Watcher {
+	t.Helper()
+	w, err := s.Watch(testCtx(t), service)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { w.Close() })
+	return w
+}
+
 func testCtx(t *testing.T) context.Context {
 	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	t.Cleanup(cancel)

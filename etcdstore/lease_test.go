@@ -60,11 +60,7 @@ func TestLeaseExpiresWhenProcessKilled(t *testing.T) {
 	etcdtest.Each(t, func(t *testing.T, srv etcdtest.Server) {
 		ctx := testCtx(t)
 		s := open(t, srv)
-		w, err := s.Watch(ctx, "orders")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer w.Close()
+		w := watchStore(t, s, "orders")
 		if b, err := w.Next(ctx); err != nil || !b.Reset || len(b.Events) != 0 {
 			t.Fatalf("first batch %+v, %v", b, err)
 		}
@@ -164,11 +160,7 @@ func TestLeaseReestablished(t *testing.T) {
 	etcdtest.Each(t, func(t *testing.T, srv etcdtest.Server) {
 		ctx := testCtx(t)
 		s := open(t, srv)
-		w, err := s.Watch(ctx, "orders")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer w.Close()
+		w := watchStore(t, s, "orders")
 		w.Next(ctx) // the reset
 		a := inst("orders", "a", 1)
 		l, err := s.Register(ctx, a, 2*time.Second)

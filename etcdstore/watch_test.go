@@ -53,11 +53,7 @@ func TestWatchSeesEveryChange(t *testing.T) {
 	etcdtest.Each(t, func(t *testing.T, srv etcdtest.Server) {
 		ctx := testCtx(t)
 		s := open(t, srv)
-		w, err := s.Watch(ctx, "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer w.Close()
+		w := watchStore(t, s, "")
 		first, err := w.Next(ctx)
 		if err != nil || !first.Reset {
 			t.Fatalf("%+v %v", first, err)
@@ -157,11 +153,7 @@ func TestWatchSurvivesRestart(t *testing.T) {
 		ctx := testCtx(t)
 		const ttl = 2 * time.Second
 		s := open(t, srv)
-		w, err := s.Watch(ctx, "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer w.Close()
+		w := watchStore(t, s, "")
 		if b, err := w.Next(ctx); err != nil || !b.Reset {
 			t.Fatalf("%+v %v", b, err)
 		}
@@ -400,11 +392,7 @@ func TestInvalidInstancesSkipped(t *testing.T) {
 			}
 		}
 
-		w, err := s.Watch(ctx, "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer w.Close()
+		w := watchStore(t, s, "")
 		w.Next(ctx)
 		// Garbage over a valid instance: it is gone.
 		if _, err := c.Put(ctx, p+"orders/a", "garbage"); err != nil {
@@ -467,11 +455,7 @@ func TestIdleWatchStaysUp(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer s.Close()
-		w, err := s.Watch(ctx, "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer w.Close()
+		w := watchStore(t, s, "")
 		w.Next(ctx)
 		pw, err := s.Policy().Watch(ctx)
 		if err != nil {
