@@ -200,6 +200,12 @@ func TestWatchSurvivesRestart(t *testing.T) {
 		}
 		restarted := time.Now()
 		t.Logf("started in %v", restarted.Sub(starting).Round(time.Millisecond))
+		// Requests fail at once while the Store sees no quorum; it sees the
+		// member back at its next check.
+		waitFor(t, "the Store to see etcd back", func() bool {
+			h, ok := s.Health()
+			return !ok || h.State != etcdstore.HealthNoQuorum
+		})
 
 		lc, err := s.Register(ctx, inst("billing", "c", 3), ttl)
 		if err != nil {
