@@ -51,7 +51,8 @@ takes the same settings as 'lanes up' (addresses, data directory, etcd).`,
 			engine, _ := controlplane.Value(s, controlplane.EngineKey)
 			fmt.Fprintln(stderr, "lanes: starting the sample services web, orders and payments; waiting until the engine lists them (up to 30s)...")
 			sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			topo, err := demo.Start(sctx, demo.Config{Registry: store, Engine: engine, Logger: log})
+			traces, _ := controlplane.Value(s, controlplane.TracesKey)
+			topo, err := demo.Start(sctx, demo.Config{Registry: store, Engine: engine, Logger: log, Traces: traces.GRPCAddr})
 			cancel()
 			if err != nil {
 				if ctx.Err() != nil {
@@ -110,6 +111,11 @@ lane feature-x, payments in lane alice. Every answer lists the hops. Try:
   # what the control plane knows, and why a request goes where it goes
   %[5]s ls%[4]s
   %[5]s route explain payments --lane alice%[4]s
+
+  # where a request went: every answer names its trace
+  curl -si -H 'x-lane: alice' %[1]s/ | grep -i x-trace-id
+  %[5]s trace <x-trace-id>%[4]s
+  %[5]s trace --last 5%[4]s
 
 lanes is up. Ctrl-C stops it.
 `, gw, cfg.Domain, port, admin, selfCommand())

@@ -10,6 +10,7 @@ import (
 
 	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/internal/app/gateway"
+	"github.com/lanesdev/lanes/lanestrace"
 )
 
 // GatewayConfig returns the configuration of the gateway that the settings
@@ -111,7 +112,7 @@ type gatewayComponent struct {
 }
 
 func (*gatewayComponent) Name() string    { return "gateway" }
-func (*gatewayComponent) Needs() []Dep    { return []Dep{EngineKey, ClaimsKey} }
+func (*gatewayComponent) Needs() []Dep    { return []Dep{EngineKey, ClaimsKey, TracesKey} }
 func (*gatewayComponent) Provides() []Dep { return []Dep{GatewayKey} }
 
 func (*gatewayComponent) Validate(cfg *Config) error {
@@ -129,6 +130,9 @@ func (c *gatewayComponent) Provision(ctx context.Context, rt *Runtime) error {
 		return err
 	}
 	gc.Engine = Need(rt, EngineKey)
+	if t := Need(rt, TracesKey); t.GRPCAddr != "" {
+		gc.Tracer = lanestrace.Tracer(t.Provider)
+	}
 	gc.Claims = Need(rt, ClaimsKey).Lookup
 	gc.Logger = rt.Log.With("component", "gateway")
 	gc.Registerer = rt.Metrics

@@ -19,6 +19,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
+	"go.opentelemetry.io/otel/trace"
 	"io"
 	"log/slog"
 	"net"
@@ -28,6 +33,7 @@ import (
 	"time"
 
 	"github.com/lanesdev/lanes/laneshttp"
+	"github.com/lanesdev/lanes/lanestrace"
 	"github.com/lanesdev/lanes/registry"
 	"github.com/lanesdev/lanes/routing"
 )
@@ -70,15 +76,21 @@ type Config struct {
 	// guards lane instances. Both required.
 	Registry registry.Registry
 	Engine   *routing.Engine
-	// Logger defaults to slog.Default().
+	// Logger defaults to slog.Default(). Each request's log line carries its lane and trace
+	// id (lanestrace.LogHandler).
 	Logger *slog.Logger
+	// Traces, when set, is the OTLP/gRPC address of the trace collector: each demo service then
+	// traces its requests under its own name, and exports there.
+	Traces string
 }
 
 // Topology is the running demo services.
 type Topology struct {
-	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	client *http.Client
+	cancel    context.CancelFunc
+	wg        sync.WaitGroup
+	clients   map[string]*http.Client // per calling service
+	providers []*sdktrace.TracerProvider
+	log       *slog.Logger
 
 	mu   sync.Mutex
 	errs []error
@@ -93,10 +105,30 @@ func Start(ctx context.Context, cfg Config) (*Topology, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	log := cfg.Logger.With("component", "demo")
+	log := slog.New(lanestrace.LogHandler(cfg.Logger.Handler())).With("component", "demo")
 	rctx, cancel := context.WithCancel(context.Background())
-	t := &Topology{cancel: cancel, client: laneshttp.NewClient(cfg.Engine)}
+	t := &Topology{cancel: cancel, clients: map[string]*http.Client{}, log: log}
 	noEnv := func(string) string { return "" } // the demo places its instances itself
+	tps := map[string]trace.TracerProvider{}
+	for _, in := range Instances {
+		if _, ok := tps[in.Service]; ok {
+			continue
+		}
+		var tp trace.TracerProvider
+		if cfg.Traces != "" {
+			exp, err := otlptracegrpc.New(ctx, otlptracegrpc.WithEndpoint(cfg.Traces), otlptracegrpc.WithInsecure())
+			if err != nil {
+				t.Close()
+				return nil, fmt.Errorf("demo: the trace exporter of %s: %w", in.Service, err)
+			}
+			sdk := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp, sdktrace.WithBatchTimeout(250*time.Millisecond)),
+				sdktrace.WithResource(resource.NewSchemaless(semconv.ServiceName(in.Service))), sdktrace.WithSampler(lanestrace.Sampler(1)))
+			t.providers = append(t.providers, sdk)
+			tp = sdk
+		}
+		tps[in.Service] = tp
+		t.clients[in.Service] = laneshttp.NewClient(cfg.Engine, laneshttp.WithTracerProvider(tp))
+	}
 	for _, in := range Instances {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -110,6 +142,7 @@ func Start(ctx context.Context, cfg Config) (*Topology, error) {
 			err := laneshttp.Serve(rctx, srv, ln, cfg.Registry,
 				registry.Instance{Service: in.Service, ID: in.ID, Lane: in.Lane, Version: "demo"},
 				laneshttp.WithGuard(laneshttp.NewGuard(cfg.Engine)), laneshttp.WithEnv(noEnv), laneshttp.WithLogger(log),
+				laneshttp.WithTracerProvider(tps[in.Service]),
 				laneshttp.WithTTL(5*time.Second), laneshttp.WithShutdownTimeout(5*time.Second))
 			if err != nil && rctx.Err() == nil {
 				log.Error("demo instance stopped", "service", in.Service, "id", in.ID, "err", err)
@@ -154,7 +187,14 @@ func (t *Topology) err() error {
 func (t *Topology) Close() error {
 	t.cancel()
 	t.wg.Wait()
-	t.client.CloseIdleConnections()
+	for _, c := range t.clients {
+		c.CloseIdleConnections()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, tp := range t.providers {
+		tp.Shutdown(ctx) // flushes the last spans
+	}
 	return nil
 }
 
@@ -162,10 +202,11 @@ func (t *Topology) Close() error {
 // the request's lane.
 func (t *Topology) handler(in Instance) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t.log.InfoContext(r.Context(), "demo request", "service", in.Service, "instance", in.ID, "path", r.URL.Path)
 		res := Response{Hops: []Hop{{Service: in.Service, Instance: in.ID, Lane: in.Lane}}}
 		status := http.StatusOK
 		if in.Next != "" {
-			next, err := t.call(r, in.Next)
+			next, err := t.call(r, in.Service, in.Next)
 			res.Hops = append(res.Hops, next.Hops...)
 			if err != nil {
 				res.Error, status = err.Error(), http.StatusBadGateway
@@ -177,13 +218,13 @@ func (t *Topology) handler(in Instance) http.Handler {
 	})
 }
 
-// call calls service with the request's context, so in its lane.
-func (t *Topology) call(r *http.Request, service string) (Response, error) {
+// call calls service from caller with the request's context, so in its lane.
+func (t *Topology) call(r *http.Request, caller, service string) (Response, error) {
 	req, err := http.NewRequestWithContext(r.Context(), http.MethodGet, "http://"+service+"/", nil)
 	if err != nil {
 		return Response{}, err
 	}
-	resp, err := t.client.Do(req)
+	resp, err := t.clients[caller].Do(req)
 	if err != nil {
 		return Response{}, fmt.Errorf("%s: %w", service, err)
 	}

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"errors"
+	"go.opentelemetry.io/otel/trace"
 	"log/slog"
 	"net"
 	"net/http"
@@ -87,6 +88,11 @@ type Config struct {
 	// its calls (a paused instance). 0 means
 	// laneshttp.DefaultResponseHeaderTimeout (10s); negative: none.
 	ResponseHeaderTimeout time.Duration
+	// Tracer, when set, traces every request: a server span that starts its trace (the entry,
+	// sampled by the lane the gateway assigned; see lanestrace.Sampler), a client span per
+	// upstream call with its routing decision, and the trace id in the answer (x-trace-id and
+	// W3C traceresponse).
+	Tracer trace.Tracer
 }
 
 // Gateway is the lanes edge proxy: an http.Handler. Serve it with
@@ -112,6 +118,7 @@ type Gateway struct {
 	on         sourceSet // the sources that Config.Disable leaves on
 	// headerTimeout is the response-header timeout, 0 for none.
 	headerTimeout time.Duration
+	tracer        trace.Tracer
 
 	view  atomic.Pointer[policyView]
 	lanes laneCache
@@ -151,6 +158,7 @@ func New(cfg Config) (*Gateway, error) {
 		idle = DefaultMaxIdleConnsPerHost
 	}
 	g.headerTimeout = routedcall.HeaderTimeout(cfg.ResponseHeaderTimeout)
+	g.tracer = cfg.Tracer
 	g.h1, g.h2c = newTransports(idle, g.headerTimeout)
 	g.proxy = &httputil.ReverseProxy{
 		Rewrite:        g.rewrite,

@@ -4,6 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
+	"go.opentelemetry.io/otel/trace"
 	"io"
 	"net/http"
 	"net/http/httputil"
@@ -15,6 +19,7 @@ import (
 	"github.com/lanesdev/lanes/internal/lib/routedcall"
 	"github.com/lanesdev/lanes/lane"
 	"github.com/lanesdev/lanes/laneshttp"
+	"github.com/lanesdev/lanes/lanestrace"
 	"github.com/lanesdev/lanes/routing"
 )
 
@@ -114,9 +119,40 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		st.req.Key = g.key(r)
 	}
 	st.source = source
+	ctx := context.WithValue(r.Context(), stateKey{}, st)
+	if g.tracer != nil {
+		var span trace.Span
+		ctx, span = g.entrySpan(lane.WithLane(ctx, l), w, r, l)
+		defer span.End()
+	}
 	// The proxy's Transport (upstream) routes the request.
-	g.proxy.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), stateKey{}, st)))
+	g.proxy.ServeHTTP(w, r.WithContext(ctx))
 }
+
+// entrySpan starts the server span of a request that enters lanes here: a new trace, sampled by
+// the lane assigned (the context carries it), whose id the answer carries in x-trace-id and W3C
+// traceresponse.
+func (g *Gateway) entrySpan(ctx context.Context, w http.ResponseWriter, r *http.Request, l string) (context.Context, trace.Span) {
+	ctx, span := g.tracer.Start(ctx, r.Method, trace.WithSpanKind(trace.SpanKindServer), trace.WithNewRoot(),
+		trace.WithAttributes(lanestrace.Entry.Bool(true), lanestrace.Requested.String(l),
+			semconv.HTTPRequestMethodKey.String(r.Method), semconv.URLPath(r.URL.Path)))
+	if sc := span.SpanContext(); sc.IsValid() {
+		flags := "00"
+		if sc.IsSampled() {
+			flags = "01"
+		}
+		h := w.Header()
+		h.Set(HeaderTraceID, sc.TraceID().String())
+		h.Set(HeaderTraceResponse, "00-"+sc.TraceID().String()+"-"+sc.SpanID().String()+"-"+flags)
+	}
+	return ctx, span
+}
+
+// The headers of the answer that name its trace.
+const (
+	HeaderTraceID       = "X-Trace-Id"
+	HeaderTraceResponse = "Traceresponse"
+)
 
 func (g *Gateway) release(st *reqState) {
 	*st = reqState{}
@@ -326,7 +362,7 @@ func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) 
 // refused its connection, since nothing was sent.
 type upstream struct{ g *Gateway }
 
-func (u *upstream) RoundTrip(req *http.Request) (*http.Response, error) {
+func (u *upstream) RoundTrip(req *http.Request) (res *http.Response, rerr error) {
 	st := stateOf(req.Context())
 	if st == nil {
 		closeBody(req)
@@ -336,6 +372,19 @@ func (u *upstream) RoundTrip(req *http.Request) (*http.Response, error) {
 	rt := g.h1
 	if st.grpc {
 		rt = g.h2c
+	}
+	var span trace.Span
+	if g.tracer != nil {
+		var ctx context.Context
+		ctx, span = g.tracer.Start(req.Context(), req.Method, trace.WithSpanKind(trace.SpanKindClient),
+			trace.WithAttributes(semconv.HTTPRequestMethodKey.String(req.Method), semconv.ServerAddress(st.route.Service)))
+		if span.IsRecording() {
+			req = req.WithContext(ctx)
+			defer func() { g.endSpan(span, st, res, rerr) }()
+		} else {
+			span.End()
+			span = nil
+		}
 	}
 	pick, err := st.call.Start(req.Context(), g.engine, st.route.svc, st.req, 1, g.headerTimeout)
 	if err != nil {
@@ -359,6 +408,9 @@ func (u *upstream) RoundTrip(req *http.Request) (*http.Response, error) {
 	for {
 		out.URL.Host = pick.Instance.Addr
 		g.writeLane(out.Header, pick.RequestLane, st.req.Key)
+		if span != nil {
+			traceContext.Inject(req.Context(), propagation.HeaderCarrier(out.Header))
+		}
 		res, err := rt.RoundTrip(out)
 		if err == nil && st.grpc && res.StatusCode < 500 {
 			if v := res.Header["Grpc-Status"]; len(v) > 0 { // trailers-only
@@ -391,6 +443,29 @@ func (u *upstream) RoundTrip(req *http.Request) (*http.Response, error) {
 		r2.Header = req.Header.Clone()
 		out, pick = r2, next
 	}
+}
+
+// traceContext writes the W3C traceparent header of a traced upstream call.
+var traceContext propagation.TraceContext
+
+// endSpan records an upstream call's routing decision and outcome on its client span, and ends
+// it.
+func (g *Gateway) endSpan(span trace.Span, st *reqState, res *http.Response, err error) {
+	var pickErr error
+	if !st.call.Started() {
+		pickErr = err
+	}
+	lanestrace.DecisionOf(g.engine, st.route.Service, st.req.Lane, st.call.Pick(), pickErr, st.call.Retries()).Record(span)
+	switch {
+	case err != nil:
+		span.SetStatus(codes.Error, err.Error())
+	case res != nil:
+		span.SetAttributes(semconv.HTTPResponseStatusCode(res.StatusCode))
+		if res.StatusCode >= 500 {
+			span.SetStatus(codes.Error, res.Status)
+		}
+	}
+	span.End()
 }
 
 // attempt describes an attempt for the routed-call rules.

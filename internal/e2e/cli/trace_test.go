@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -102,4 +103,78 @@ func TestTrace(t *testing.T) {
 	if code != 2 || !strings.Contains(errOut, `trace id "xyz": want 32 hex digits`) {
 		t.Errorf("bad trace id: exit %d, %s", code, errOut)
 	}
+}
+
+// TestDemoTrace follows a request through lanes demo by the trace id that the gateway answers
+// with: lanes trace shows gateway → web → orders → payments with the lanes requested and served,
+// and the demo services' log lines of that request carry the same trace id.
+func TestDemoTrace(t *testing.T) {
+	u := startUp(t, "demo", "--log-level", "info", "--log-format", "json")
+	c := clientFrom(t, "127.0.0.1")
+	req, _ := http.NewRequest(http.MethodGet, u.gateway+"/", nil)
+	req.Header.Set("x-lane", "alice")
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	id := resp.Header.Get("X-Trace-Id")
+	tr := resp.Header.Get("Traceresponse")
+	if len(id) != 32 || !strings.HasPrefix(tr, "00-"+id+"-") || !strings.HasSuffix(tr, "-01") {
+		t.Fatalf("x-trace-id %q, traceresponse %q", id, tr)
+	}
+	admin := []string{"--admin", u.admin, "--token", u.token}
+	var got adminapi.Trace
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		code, out, _ := run(t, "", append([]string{"trace", id, "-o", "json"}, admin...)...)
+		if code == 0 && json.Unmarshal([]byte(out), &got) == nil && servedBy(got, "payments") != nil && servedBy(got, "lanes-gateway") != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the trace did not reach the collector: exit %d\n%s", code, out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, want := range []struct{ service, instanceLane string }{{"web", ""}, {"orders", ""}, {"payments", "alice"}} {
+		h := servedBy(got, want.service)
+		if h == nil || h.Requested != "alice" || h.Served != want.instanceLane {
+			t.Errorf("%s: %+v", want.service, h)
+		}
+	}
+	var calls []string
+	for _, h := range got.Hops {
+		if h.Kind == "client" {
+			calls = append(calls, h.Service+"→"+h.Callee+":"+h.Served+"/"+h.Reason)
+		}
+	}
+	if want := "lanes-gateway→web:/no_instance_in_lane web→orders:/no_instance_in_lane orders→payments:alice/none"; strings.Join(calls, " ") != want {
+		t.Errorf("calls %q, want %q", strings.Join(calls, " "), want)
+	}
+	if len(got.Findings) != 0 {
+		t.Errorf("a clean demo request has findings: %+v", got.Findings)
+	}
+	code, out, _ := run(t, "", append([]string{"trace", id}, admin...)...)
+	if code != 0 || !strings.Contains(out, "orders → payments  GET  lane alice → alice  instance payments-alice") {
+		t.Errorf("lanes trace:\n%s", out)
+	}
+	// The log lines of the request carry its trace id.
+	logged := 0
+	for _, l := range strings.Split(u.stderr.String(), "\n") {
+		if strings.Contains(l, `"msg":"demo request"`) && strings.Contains(l, `"trace_id":"`+id+`"`) && strings.Contains(l, `"lane":"alice"`) {
+			logged++
+		}
+	}
+	if logged != 3 {
+		t.Errorf("%d log lines of the demo services carry trace id %s, want 3:\n%s", logged, id, tail(u.stderr.String(), 4000))
+	}
+}
+
+func servedBy(t adminapi.Trace, service string) *adminapi.Hop {
+	for i, h := range t.Hops {
+		if h.Kind == "server" && h.Service == service {
+			return &t.Hops[i]
+		}
+	}
+	return nil
 }
