@@ -6,12 +6,13 @@
 // Start, Stop, Cleanup). A component declares what it needs and what it
 // provides, as typed keys (StoreKey, EngineKey, ...): the control plane
 // orders the components by these declarations, so that later parts (a
-// dashboard, a trace collector) slot in without touching the others. Every
-// component's Validate runs before any component is provisioned, so a bad
-// setting is refused before anything starts. The built-in components, in
-// their order:
+// dashboard) slot in without touching the others. Every component's
+// Validate runs before any component is provisioned, so a bad setting is
+// refused before anything starts. The built-in components, in their order:
 //
-//	datadir → etcd → nats → engine → claims → gateway → admin
+//	datadir → etcd → nats → engine → traces → claims → gateway → admin
+//
+// traces is the trace collector (internal/app/collector).
 //
 // datadir locks the data directory (<data-dir>/lanes.lock, with the pid of
 // the holder), so that a second `lanes up` on it fails at once naming the
