@@ -112,9 +112,9 @@ lane feature-x, payments in lane alice. Every answer lists the hops. Try:
   %[5]s ls%[4]s
   %[5]s route explain payments --lane alice%[4]s
 
-  # where a request went: every answer names its trace
+  # where a request went: every answer names its trace in x-trace-id, and
+  # 'lanes trace ID' shows it hop by hop; the last ones:
   curl -si -H 'x-lane: alice' %[1]s/ | grep -i x-trace-id
-  %[5]s trace <x-trace-id>%[4]s
   %[5]s trace --last 5%[4]s
 
 lanes is up. Ctrl-C stops it.
