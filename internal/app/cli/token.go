@@ -28,8 +28,9 @@ baseline needs a baseline token. etcd keeps only a hash of each token.`,
 func newTokenCreate() *cobra.Command {
 	var cf clientFlags
 	var req adminapi.TokenRequest
+	var lim adminapi.Limits
 	cmd := &cobra.Command{
-		Use:   "create (--lane LANE | --baseline) [--name NAME]",
+		Use:   "create (--lane LANE | --baseline) [--name NAME] [--max-instances N]",
 		Short: "Create a token; prints it (only this once) on stdout",
 		Example: `  lanes token create --lane alice --name "alice's laptop"
   export LANES_TOKEN=$(lanes token create --baseline --name ci)`,
@@ -37,6 +38,14 @@ func newTokenCreate() *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if (req.Lane == "") == !req.Baseline {
 				return &exitError{code: ExitUsage, err: errors.New("give exactly one of --lane LANE and --baseline")}
+			}
+			for flag, v := range map[string]int{"--max-instances": lim.Instances, "--max-labels": lim.Labels, "--max-instance-bytes": lim.InstanceBytes} {
+				if v < 0 {
+					return &exitError{code: ExitUsage, err: fmt.Errorf("%s %d: must not be negative (0 takes the control plane's default)", flag, v)}
+				}
+			}
+			if lim != (adminapi.Limits{}) {
+				req.Limits = &lim
 			}
 			return cf.call(cmd, func(ctx context.Context, c *apiClient) error {
 				t, err := c.CreateToken(ctx, req)
@@ -53,7 +62,11 @@ func newTokenCreate() *cobra.Command {
 	cmd.Flags().StringVar(&req.Lane, "lane", "", "the lane the token registers into")
 	cmd.Flags().BoolVar(&req.Baseline, "baseline", false, "the token registers into the baseline")
 	cmd.Flags().StringVar(&req.Name, "name", "", "a name to recognise the token by")
-	cf.fields = map[string]string{"lane": "--lane", "name": "--name"}
+	cmd.Flags().IntVar(&lim.Instances, "max-instances", 0, "registrations the token may hold at once (0: the control plane's default, 100)")
+	cmd.Flags().IntVar(&lim.Labels, "max-labels", 0, "labels per instance (0: the default, 64)")
+	cmd.Flags().IntVar(&lim.InstanceBytes, "max-instance-bytes", 0, "bytes per instance, as JSON (0: the default, 16384)")
+	cf.fields = map[string]string{"lane": "--lane", "name": "--name",
+		"limits.instances": "--max-instances", "limits.labels": "--max-labels", "limits.instance_bytes": "--max-instance-bytes"}
 	return cmd
 }
 

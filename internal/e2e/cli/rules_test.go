@@ -179,6 +179,10 @@ func TestClientRules(t *testing.T) {
 	// A refused field names the flag.
 	code, out, errOut = runIn(t, work, nil, "token", "create", "--lane", "-bad")
 	expect(t, "token create --lane -bad", code, out, errOut, 2, "--lane")
+	code, out, errOut = runIn(t, work, nil, "token", "create", "--lane", "alice", "--max-instances", "-1")
+	expect(t, "token create --max-instances -1", code, out, errOut, 2, "--max-instances -1")
+	code, out, errOut = runIn(t, work, nil, "token", "create", "--lane", "alice", "--max-instances", "3")
+	expect(t, "token create --max-instances 3", code, out, errOut, 0, "lanes_")
 
 	// ls -w lists again at every change, until SIGTERM.
 	w := startEnvIn(t, work, nil, "ls", "-w", "--service", "orders")
