@@ -96,6 +96,18 @@ func startingLine(name string, cfg Config) string {
 		return fmt.Sprintf("starting the embedded NATS server with JetStream on %s; waiting for it to be ready...", cfg.Nats.Addr)
 	case "engine":
 		return "reading the registry and the policy..."
+	case "traces":
+		var on []string
+		if a := cfg.Traces.GRPCAddr; a != TracesOff {
+			on = append(on, "OTLP/gRPC on "+a)
+		}
+		if a := cfg.Traces.HTTPAddr; a != TracesOff {
+			on = append(on, "OTLP/HTTP on "+a)
+		}
+		if len(on) == 0 {
+			return ""
+		}
+		return "starting the trace collector (" + strings.Join(on, ", ") + ")"
 	case "gateway":
 		return fmt.Sprintf("starting the gateway on %s", cfg.GatewayAddr)
 	case "admin":

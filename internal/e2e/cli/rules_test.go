@@ -274,7 +274,7 @@ func TestStartupProgress(t *testing.T) {
 		u := startUp(t, cmd)
 		errOut := u.stderr.String()
 		for _, want := range []string{"lanes: starting the embedded etcd (data in ", "waiting for it to serve...",
-			"lanes: reading the registry and the policy...", "lanes: starting the gateway on 127.0.0.1:0", "lanes: starting the admin API on 127.0.0.1:0"} {
+			"lanes: reading the registry and the policy...", "lanes: starting the trace collector (OTLP/gRPC on 127.0.0.1:0", "lanes: starting the gateway on 127.0.0.1:0", "lanes: starting the admin API on 127.0.0.1:0"} {
 			if !strings.Contains(errOut, want) {
 				t.Errorf("lanes %s: stderr lacks %q:\n%s", cmd, want, errOut)
 			}
