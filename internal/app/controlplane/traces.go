@@ -14,7 +14,6 @@ import (
 
 	"github.com/lanesdev/lanes/internal/app/collector"
 	"github.com/lanesdev/lanes/lanestrace"
-	"github.com/lanesdev/lanes/routing"
 )
 
 // TracesConfig configures the trace collector of lanes up: its OTLP receivers, the bounds of its
@@ -44,6 +43,10 @@ type Traces struct {
 	// LANES_TRACES.
 	GRPCAddr string
 }
+
+// GatewayService is the service name of the gateway's spans: the entry point of the traces of
+// requests it admits.
+const GatewayService = "lanes-gateway"
 
 // TracesKey is the collector and the control plane's tracer provider.
 var TracesKey = Key[Traces]{"traces"}
@@ -100,7 +103,7 @@ func (c *collectorComponent) Provision(ctx context.Context, rt *Runtime) error {
 		GRPCAddr:   addr(t.GRPCAddr),
 		HTTPAddr:   addr(t.HTTPAddr),
 		Limits:     collector.Limits{MaxSpans: t.MaxSpans, MaxBytes: t.MaxMiB << 20, MaxAge: t.MaxAge},
-		Fleet:      engineFleet{Need(rt, EngineKey)},
+		Fleet:      collector.EngineFleet(Need(rt, EngineKey), func(service string) bool { return service == GatewayService }),
 		Registerer: rt.Metrics,
 		Logger:     rt.Log,
 	})
@@ -123,7 +126,7 @@ func (c *collectorComponent) Provision(ctx context.Context, rt *Runtime) error {
 		if err != nil {
 			return fmt.Errorf("traces: the control plane's exporter: %w", err)
 		}
-		res := resource.NewSchemaless(semconv.ServiceName("lanes-gateway"))
+		res := resource.NewSchemaless(semconv.ServiceName(GatewayService))
 		c.sdk = sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp, sdktrace.WithBatchTimeout(500*time.Millisecond)),
 			sdktrace.WithResource(res), sdktrace.WithSampler(lanestrace.Sampler(t.Sample)))
 		out.Provider = c.sdk
@@ -146,36 +149,3 @@ func (c *collectorComponent) Stop(ctx context.Context) error {
 	}
 	return err
 }
-
-// engineFleet answers the integrity checks from the routing engine: the instances it sees and
-// the policy it follows.
-type engineFleet struct{ e *routing.Engine }
-
-func (f engineFleet) LiveInLane(service, lane string) bool {
-	p := f.e.Policy()
-	if p.Expired(lane, time.Now()) {
-		return false
-	}
-	for _, in := range f.e.Service(service).Instances() {
-		if !in.Drain && f.e.LaneOf(in) == lane {
-			return true
-		}
-	}
-	return false
-}
-
-func (f engineFleet) Reaches(lane, served string) bool {
-	if served == lane {
-		return true
-	}
-	ls := f.e.Policy().Lanes[lane]
-	for _, l := range ls.Fallback {
-		if l == served {
-			return true
-		}
-	}
-	return served == "" && !ls.Strict
-}
-
-// Entry reports the gateway, whose spans start the traces of the requests it admits.
-func (engineFleet) Entry(service string) bool { return service == "lanes-gateway" }
