@@ -55,13 +55,15 @@ func (f *follower) run(ctx context.Context) {
 // number of instances (milliseconds at 10,000), and a large service under
 // churn changes many times a second. So after a rebuild that took d, the
 // watcher publishes the next change no sooner than calmFactor*d later (at
-// most maxCalm): rebuilds then take at most 1/(calmFactor+1), 5%, of the
+// most maxCalm): rebuilds then take at most 1/(calmFactor+1), 2.5%, of the
 // watcher's time whatever the churn. Changes that arrive meanwhile are
 // applied together at the end of that wait; a change after a quiet period is
-// published at once. The staleness is bounded by calmFactor*d: under a
-// millisecond for small services, 0.1 s for one whose rebuild takes 5 ms.
+// published at once. The staleness is bounded by calmFactor*d and by
+// maxCalm: under a millisecond for small services, 0.2 s for one whose
+// rebuild takes 5 ms, 1 s at most. d is wall time, so a starved machine
+// coalesces more.
 const (
-	calmFactor = 19
+	calmFactor = 39
 	maxCalm    = time.Second
 )
 
