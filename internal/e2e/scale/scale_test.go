@@ -212,7 +212,6 @@ func BenchmarkFanout(b *testing.B) {
 	})
 }
 
-
 // BenchmarkChurn: an engine following a service of 10,000 instances while
 // 100 of them change every second. The engine runs in a child process (this
 // test binary), so that its CPU time is its own: cpu-% is the child's CPU
