@@ -26,6 +26,13 @@
 // other. LANES_LOG_FORMAT (text or json) and LANES_LOG_LEVEL (debug, info,
 // warn or error) set Env.Logger, which writes the control plane's format.
 //
+// LANES_TRACES (the trace collector's address, which lanes up prints with
+// LANES_REGISTRY) turns on tracing: Open sets up OpenTelemetry (Env.Tracing,
+// lanestrace.FromEnv), and the transports then trace every call with its
+// routing decision; log records written with a request's context carry its
+// lane and trace id. OTEL_SERVICE_NAME (else LANES_SERVICE, else the program's
+// name) names the service in traces.
+//
 // The instance itself is placed by the transports' Serve helpers from
 // LANES_LANE, LANES_ZONE, LANES_ADDR and the other variables of
 // registry.ApplyEnv.
@@ -33,12 +40,14 @@ package lanesenv
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -46,6 +55,7 @@ import (
 	"github.com/lanesdev/lanes/adminclient"
 	"github.com/lanesdev/lanes/etcdstore"
 	"github.com/lanesdev/lanes/internal/lib/logs"
+	"github.com/lanesdev/lanes/lanestrace"
 	"github.com/lanesdev/lanes/policy"
 	"github.com/lanesdev/lanes/registry"
 	"github.com/lanesdev/lanes/routing"
@@ -98,6 +108,11 @@ type Env struct {
 	// the logger of WithLogger). slog.SetDefault(env.Logger) makes the Serve
 	// helpers log alike.
 	Logger *slog.Logger
+	// Tracing is the service's OpenTelemetry set-up, from LANES_TRACES (the
+	// trace collector of lanes up), OTEL_EXPORTER_OTLP_* and
+	// LANES_TRACE_SAMPLE (see lanestrace.FromEnv): the transports trace with
+	// it. Its provider is a no-op when none of them is set.
+	Tracing *lanestrace.Tracing
 	// Registry URL, as LANES_REGISTRY gave it, for messages.
 	Source string
 
@@ -238,6 +253,17 @@ func Parse(getenv func(string) string) (Settings, error) {
 	return s, nil
 }
 
+// serviceName names the service in its traces: OTEL_SERVICE_NAME, else LANES_SERVICE, else the
+// program's name.
+func serviceName(getenv func(string) string) string {
+	for _, v := range []string{"OTEL_SERVICE_NAME", "LANES_SERVICE"} {
+		if s := strings.TrimSpace(getenv(v)); s != "" {
+			return s
+		}
+	}
+	return filepath.Base(os.Args[0])
+}
+
 func shown(v, val string) string {
 	if v == EnvEtcdPassword || v == EnvToken {
 		return "(hidden)"
@@ -320,13 +346,20 @@ func Open(ctx context.Context, opts ...Option) (*Env, error) {
 	env.Engine = routing.New(ropts...)
 	env.close = func() error {
 		env.Engine.Close()
-		return closeReg()
+		err := closeReg()
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return errors.Join(err, env.Tracing.Shutdown(sctx)) // flushes the last spans
 	}
 	select {
 	case <-env.Engine.PolicyReady():
 	case <-ctx.Done():
 		env.Close()
 		return nil, unreachable("the policy in force could not be read", context.Cause(ctx))
+	}
+	if env.Tracing, err = lanestrace.FromEnv(ctx, serviceName(o.getenv), o.getenv); err != nil {
+		env.Close()
+		return nil, err
 	}
 	via := "etcd"
 	if s.Admin != "" {

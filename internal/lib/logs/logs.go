@@ -5,6 +5,7 @@ package logs
 
 import (
 	"fmt"
+	"github.com/lanesdev/lanes/lanestrace"
 	"io"
 	"log/slog"
 	"strings"
@@ -46,8 +47,10 @@ func CheckFormat(s string) error {
 	return fmt.Errorf("want %s", Formats)
 }
 
-// New returns a logger writing to w at level in format. Bad values are
-// errors saying what is wanted; the caller names the setting.
+// New returns a logger writing to w at level in format. Every record logged
+// with a context carries the request's lane, trace id and span id
+// (lanestrace.LogHandler). Bad values are errors saying what is wanted; the
+// caller names the setting.
 func New(w io.Writer, level, format string) (*slog.Logger, error) {
 	l, err := ParseLevel(level)
 	if err != nil {
@@ -58,9 +61,9 @@ func New(w io.Writer, level, format string) (*slog.Logger, error) {
 	}
 	opts := &slog.HandlerOptions{Level: l}
 	if strings.EqualFold(strings.TrimSpace(format), JSON) {
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
+		return slog.New(lanestrace.LogHandler(slog.NewJSONHandler(w, opts))), nil
 	}
-	return slog.New(slog.NewTextHandler(w, opts)), nil
+	return slog.New(lanestrace.LogHandler(slog.NewTextHandler(w, opts))), nil
 }
 
 // Must is New for settings already validated: a bad value falls back to
