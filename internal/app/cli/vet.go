@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -40,8 +42,8 @@ or when the packages cannot be loaded or type-checked.`,
   lanes vet -o json ./internal/...
   lanes vet --allow github.com/acme/shop/internal/registry ./...`,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if output != "text" && output != "json" {
-				return &exitError{code: ExitUsage, err: fmt.Errorf("flag -o: %q is not an output format; use text or json", output)}
+			if err := checkOutput(output); err != nil {
+				return err
 			}
 			res, err := vet.Run(cmd.Context(), args, vet.Options{Tests: tests, Allow: allow})
 			var le *vet.LoadError
@@ -60,15 +62,26 @@ or when the packages cannot be loaded or type-checked.`,
 			return nil
 		},
 	}
-	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text or json (as go vet -json)")
+	cmd.Flags().StringVarP(&output, "output", "o", "text", "output format: text, json (as go vet -json) or yaml (the same fields)")
 	cmd.Flags().StringSliceVar(&allow, "allow", nil, "package path prefixes, gRPC target prefixes or functions (path.Func) whose calls may bypass lanes (lanebypass)")
 	cmd.Flags().BoolVar(&tests, "tests", true, "analyse test files too")
 	return cmd
 }
 
 func printVet(w io.Writer, res *vet.Result, output string) error {
-	if output == "json" {
+	switch output {
+	case outJSON:
 		return res.PrintJSON(w)
+	case outYAML:
+		var b bytes.Buffer
+		if err := res.PrintJSON(&b); err != nil {
+			return err
+		}
+		var v any
+		if err := json.Unmarshal(b.Bytes(), &v); err != nil {
+			return err
+		}
+		return printYAML(w, v)
 	}
 	for _, f := range res.Findings {
 		if _, err := fmt.Fprintln(w, f); err != nil {

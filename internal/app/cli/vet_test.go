@@ -76,7 +76,7 @@ func TestVetLoadError(t *testing.T) {
 
 func TestVetBadOutput(t *testing.T) {
 	code, _, errOut := runVet(t, "-o", "xml", "./clean")
-	if code != ExitUsage || !strings.Contains(errOut, `flag -o: "xml"`) {
+	if code != ExitUsage || !strings.Contains(errOut, `-o "xml": want text, json or yaml`) {
 		t.Fatalf("exit %d, stderr %q; want 2 naming -o and the value", code, errOut)
 	}
 }
