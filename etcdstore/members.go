@@ -395,6 +395,11 @@ func (m *members) refusal(ctx context.Context) error {
 // client bounds it by its DialTimeout.
 const authenticateMethod = "/etcdserverpb.Auth/Authenticate"
 
+// oneAttemptKey marks the context of a request whose whole deadline is one
+// attempt: Open's first read, bounded by the dial timeout, which a member
+// still starting (or logging the client in) may need whole.
+type oneAttemptKey struct{}
+
 // unary bounds each attempt of a unary request by the request timeout
 // (unless its context ends sooner), so that an attempt stuck on a member
 // gives way to another attempt, which the balancer sends to another member
@@ -405,7 +410,7 @@ func (m *members) unary(ctx context.Context, method string, req, reply any, cc *
 	if err := m.refusal(ctx); err != nil {
 		return err
 	}
-	if dl, ok := ctx.Deadline(); m.request > 0 && method != authenticateMethod && (!ok || time.Until(dl) > m.request) {
+	if dl, ok := ctx.Deadline(); m.request > 0 && method != authenticateMethod && ctx.Value(oneAttemptKey{}) == nil && (!ok || time.Until(dl) > m.request) {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, m.request)
 		defer cancel()

@@ -179,7 +179,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("etcdstore: %w", err)
 	}
 	s.members = m
-	cctx, cancel := context.WithTimeout(ctx, cfg.DialTimeout)
+	cctx, cancel := context.WithTimeout(context.WithValue(ctx, oneAttemptKey{}, true), cfg.DialTimeout)
 	defer cancel()
 	if _, err := c.Get(cctx, s.policy.key, clientv3.WithCountOnly()); err != nil {
 		s.Close()
