@@ -25,8 +25,8 @@ type Decision struct {
 
 // DecisionOf describes the pick res of a call to service for a request in lane requested,
 // after retries moves, and err, the pick's error when no instance was chosen. It reads the
-// engine's view of the service to tell an ejected lane from an empty one, so call it only for a
-// span that records (Span.IsRecording).
+// engine's snapshot of the service (routing.Service.LaneSize) to tell an ejected lane from an
+// empty one.
 func DecisionOf(e *routing.Engine, service, requested string, res routing.Result, err error, retries int) Decision {
 	d := Decision{Service: service, Requested: requested, Served: res.Lane, Retries: retries, Reason: ReasonNone}
 	if res.Instance != nil {
@@ -43,14 +43,10 @@ func DecisionOf(e *routing.Engine, service, requested string, res routing.Result
 	}
 	var registered, eligible int
 	if e != nil {
-		for _, in := range e.Service(service).Instances() {
-			l := e.LaneOf(in)
-			if l == requested && !in.Drain {
-				registered++
-			}
-			if l == res.Lane && !in.Drain {
-				eligible++
-			}
+		svc := e.Service(service)
+		eligible, _ = svc.LaneSize(res.Lane)
+		if res.Lane != requested {
+			_, registered = svc.LaneSize(requested)
 		}
 	}
 	d.Eligible = eligible
