@@ -3,6 +3,7 @@ package lanesgrpc
 import (
 	"google.golang.org/grpc/resolver"
 
+	"github.com/lanesdev/lanes/lanesmetrics"
 	"github.com/lanesdev/lanes/registry"
 	"github.com/lanesdev/lanes/routing"
 )
@@ -73,4 +74,23 @@ func EngineFromState(s resolver.State) *routing.Engine {
 func ServiceFromState(s resolver.State) *routing.Service {
 	svc, _ := s.Attributes.Value(serviceKey{}).(*routing.Service)
 	return svc
+}
+
+// metricsKey is the key of the *lanesmetrics.Requests attribute of a resolver state.
+type metricsKey struct{}
+
+// SetMetrics returns a copy of s that carries the request counter of its calls (WithMetrics); the
+// lanes picker counts every pick in it.
+func SetMetrics(s resolver.State, m *lanesmetrics.Requests) resolver.State {
+	if m == nil {
+		return s
+	}
+	s.Attributes = s.Attributes.WithValue(metricsKey{}, m)
+	return s
+}
+
+// MetricsFromState returns the counter stored in s by SetMetrics, or nil.
+func MetricsFromState(s resolver.State) *lanesmetrics.Requests {
+	m, _ := s.Attributes.Value(metricsKey{}).(*lanesmetrics.Requests)
+	return m
 }

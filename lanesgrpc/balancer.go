@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/serviceconfig"
 
 	"github.com/lanesdev/lanes/lane"
+	"github.com/lanesdev/lanes/lanesmetrics"
 	"github.com/lanesdev/lanes/routing"
 )
 
@@ -76,11 +77,12 @@ type lanesBalancer struct {
 	// the next resolver state clears it.
 	resolving atomic.Bool
 
-	mu    sync.Mutex // serialises picker builds, guards the fields below
-	eng   *routing.Engine
-	svc   *routing.Service
-	place LBConfig                           // the caller's zone and host
-	dones map[string]func(balancer.DoneInfo) // by instance id; replaced, never modified
+	mu      sync.Mutex // serialises picker builds, guards the fields below
+	eng     *routing.Engine
+	svc     *routing.Service
+	place   LBConfig                           // the caller's zone and host
+	dones   map[string]func(balancer.DoneInfo) // by instance id; replaced, never modified
+	metrics *lanesmetrics.Requests
 }
 
 func (b *lanesBalancer) UpdateClientConnState(s balancer.ClientConnState) error {
@@ -108,6 +110,7 @@ func (b *lanesBalancer) UpdateClientConnState(s balancer.ClientConnState) error 
 		}
 	}
 	b.eng, b.svc, b.place, b.dones = EngineFromState(s.ResolverState), svc, place, dones
+	b.metrics = MetricsFromState(s.ResolverState)
 	b.mu.Unlock()
 	b.resolving.Store(false)
 
@@ -175,7 +178,7 @@ func (c childCC) UpdateState(s balancer.State) {
 	}
 	b.cc.UpdateState(balancer.State{
 		ConnectivityState: s.ConnectivityState,
-		Picker:            &picker{eng: b.eng, svc: b.svc, zone: b.place.Zone, host: b.place.Host, conns: conns, dones: b.dones, b: b},
+		Picker:            &picker{eng: b.eng, svc: b.svc, zone: b.place.Zone, host: b.place.Host, conns: conns, dones: b.dones, b: b, metrics: b.metrics},
 	})
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/lanesdev/lanes/internal/lib/routedcall"
 	"github.com/lanesdev/lanes/internal/lib/serving"
 	"github.com/lanesdev/lanes/lane"
+	"github.com/lanesdev/lanes/lanesmetrics"
 	"github.com/lanesdev/lanes/lanestrace"
 	"github.com/lanesdev/lanes/registry"
 )
@@ -94,6 +95,13 @@ func WithPropagator(p lane.Propagator) Option {
 // with neither, calls are not traced and cost nothing more.
 func WithTracerProvider(tp trace.TracerProvider) Option {
 	return option(func(c *config) { c.tp = tp })
+}
+
+// WithMetrics counts every call's routing decision in m (lanes_requests_total by service,
+// requested lane, served lane and reason; see lanesmetrics). It is read by NewClient and
+// NewBuilder.
+func WithMetrics(m *lanesmetrics.Requests) ClientOption {
+	return clientOption(func(c *config) { c.metrics = m })
 }
 
 // WithLogger sets the logger of the server interceptors, the resolver and
@@ -298,6 +306,7 @@ type config struct {
 	refresh    time.Duration
 	timeout    time.Duration // response-header timeout setting
 	tp         trace.TracerProvider
+	metrics    *lanesmetrics.Requests
 }
 
 // tracerProvider is the provider of the spans of calls: WithTracerProvider's, else

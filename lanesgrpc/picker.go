@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/lanesdev/lanes/internal/lib/routedcall"
+	"github.com/lanesdev/lanes/lanesmetrics"
 	"github.com/lanesdev/lanes/lanestrace"
 	"github.com/lanesdev/lanes/routing"
 )
@@ -38,6 +39,8 @@ type picker struct {
 	conns map[string]conn                    // by instance address
 	dones map[string]func(balancer.DoneInfo) // by instance id
 	b     *lanesBalancer
+	// metrics counts the picks (WithMetrics); nil counts nothing.
+	metrics *lanesmetrics.Requests
 }
 
 // Pick asks the engine for an instance for the call and returns the ready
@@ -80,8 +83,12 @@ func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 	for range maxPicks {
 		res, err := p.svc.Pick(req)
 		if err != nil {
-			if span := trace.SpanFromContext(info.Ctx); span.IsRecording() {
-				lanestrace.DecisionOf(p.eng, p.svc.Name(), req.Lane, res, err, 0).Record(span)
+			if span := trace.SpanFromContext(info.Ctx); span.IsRecording() || p.metrics != nil {
+				d := lanestrace.DecisionOf(p.eng, p.svc.Name(), req.Lane, res, err, 0)
+				p.metrics.Observe(d.Service, d.Requested, d.Served, d.Reason)
+				if span.IsRecording() {
+					d.Record(span)
+				}
 			}
 			return balancer.PickResult{}, status.Error(codes.Unavailable, "lanes: "+err.Error())
 		}
@@ -143,6 +150,10 @@ func (p *picker) result(info balancer.PickInfo, c conn, res routing.Result, req 
 	if cs != nil {
 		cs.last.Store(&res.Instance.ID)
 		cs.svc.Store(p.svc)
+	}
+	if p.metrics != nil {
+		d := lanestrace.DecisionOf(p.eng, p.svc.Name(), req.Lane, res, nil, 0)
+		p.metrics.Observe(d.Service, d.Requested, d.Served, d.Reason)
 	}
 	if span := trace.SpanFromContext(info.Ctx); span.IsRecording() {
 		// otelgrpc's client span of this attempt; an attempt after the first is a retry.

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/serviceconfig"
 
+	"github.com/lanesdev/lanes/lanesmetrics"
 	"github.com/lanesdev/lanes/registry"
 	"github.com/lanesdev/lanes/routing"
 )
@@ -169,6 +170,7 @@ type notifier interface {
 }
 
 type lanesResolver struct {
+	metrics *lanesmetrics.Requests
 	cc      resolver.ClientConn
 	eng     *routing.Engine
 	svc     *routing.Service
@@ -183,7 +185,7 @@ type lanesResolver struct {
 }
 
 func startResolver(cc resolver.ClientConn, e *routing.Engine, svc *routing.Service, src source, sc *serviceconfig.ParseResult, cfg *config) *lanesResolver {
-	r := &lanesResolver{cc: cc, eng: e, svc: svc, src: src, sc: sc, refresh: cfg.refresh, now: make(chan struct{}, 1)}
+	r := &lanesResolver{cc: cc, eng: e, svc: svc, src: src, sc: sc, refresh: cfg.refresh, now: make(chan struct{}, 1), metrics: cfg.metrics}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	r.wg.Add(1)
 	go r.run()
@@ -255,7 +257,7 @@ func (r *lanesResolver) push(insts []registry.Instance) {
 	// The error is the balancer's verdict on the state (for example
 	// ErrBadResolverState); there is nothing better to send, and gRPC
 	// itself asks again with backoff.
-	_ = r.cc.UpdateState(SetEngine(SetService(resolver.State{Endpoints: eps, ServiceConfig: r.sc}, r.svc), r.eng))
+	_ = r.cc.UpdateState(SetMetrics(SetEngine(SetService(resolver.State{Endpoints: eps, ServiceConfig: r.sc}, r.svc), r.eng), r.metrics))
 }
 
 // Retry policy of idempotent methods: one retry, after about 10ms.

@@ -4,6 +4,9 @@ import (
 	"context"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
 	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -12,6 +15,7 @@ import (
 	testpb "google.golang.org/grpc/interop/grpc_testing"
 
 	"github.com/lanesdev/lanes/lanesgrpc"
+	"github.com/lanesdev/lanes/lanesmetrics"
 	"github.com/lanesdev/lanes/lanestrace"
 )
 
@@ -72,4 +76,41 @@ func TestTracing(t *testing.T) {
 	if len(ids) < 2 || ids[0] != ids[1] {
 		t.Errorf("client and server spans in different traces: %v", ids)
 	}
+}
+
+// TestMetrics counts a call's routing decision in lanes_requests_total.
+func TestMetrics(t *testing.T) {
+	m := newMesh(t)
+	m.start("orders", "orders-1", "")
+	reg := prometheus.NewRegistry()
+	counter, err := lanesmetrics.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := m.client("orders", lanesgrpc.WithMetrics(counter))
+	for range 3 {
+		if _, err := c.UnaryCall(callCtx(t, "alice"), &testpb.SimpleRequest{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := testutil.ToFloat64(counterVec(t, reg)); got != 3 {
+		t.Fatalf("lanes_requests_total = %v, want 3", got)
+	}
+}
+
+// counterVec returns the one lanes_requests_total series of reg, checking its labels.
+func counterVec(t *testing.T, reg *prometheus.Registry) prometheus.Collector {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil || len(mfs) != 1 || len(mfs[0].GetMetric()) != 1 {
+		t.Fatalf("gathered %v, %v", mfs, err)
+	}
+	labels := map[string]string{}
+	for _, lp := range mfs[0].GetMetric()[0].GetLabel() {
+		labels[lp.GetName()] = lp.GetValue()
+	}
+	if labels["service"] != "orders" || labels["lane_requested"] != "alice" || labels["lane_served"] != "baseline" || labels["reason"] != "no_instance_in_lane" {
+		t.Fatalf("labels %v", labels)
+	}
+	return reg
 }

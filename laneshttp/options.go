@@ -12,6 +12,7 @@ import (
 	"github.com/lanesdev/lanes/internal/lib/roles"
 	"github.com/lanesdev/lanes/internal/lib/serving"
 	"github.com/lanesdev/lanes/lane"
+	"github.com/lanesdev/lanes/lanesmetrics"
 	"github.com/lanesdev/lanes/lanestrace"
 	"github.com/lanesdev/lanes/routing"
 )
@@ -139,6 +140,12 @@ func WithResponseHeaderTimeout(d time.Duration) ClientOption {
 // which lanestrace.FromEnv sets; with neither, requests are not traced and cost nothing more.
 func WithTracerProvider(tp trace.TracerProvider) Option {
 	return option(func(c *config) { c.tp = tp })
+}
+
+// WithMetrics counts every request's routing decision in m (lanes_requests_total by service,
+// requested lane, served lane and reason; see lanesmetrics).
+func WithMetrics(m *lanesmetrics.Requests) ClientOption {
+	return clientOption(func(c *config) { c.transport.Metrics = m })
 }
 
 // tracerProvider is WithTracerProvider's provider, else lanestrace's; nil when tracing is off.

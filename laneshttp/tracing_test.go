@@ -3,7 +3,11 @@ package laneshttp_test
 import (
 	"context"
 	"net/http"
+	"strings"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"go.opentelemetry.io/otel/attribute"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -12,6 +16,7 @@ import (
 
 	"github.com/lanesdev/lanes/lane"
 	"github.com/lanesdev/lanes/laneshttp"
+	"github.com/lanesdev/lanes/lanesmetrics"
 	"github.com/lanesdev/lanes/lanestrace"
 	"github.com/lanesdev/lanes/registry"
 )
@@ -91,5 +96,31 @@ func TestTracingOff(t *testing.T) {
 	}
 	if req, _ := b.lastRequest(); req.Header.Get("traceparent") != "" {
 		t.Errorf("an untraced request sent traceparent %q", req.Header.Get("traceparent"))
+	}
+}
+
+// TestMetrics counts a request's routing decision in lanes_requests_total.
+func TestMetrics(t *testing.T) {
+	f := newFleet(t, "")
+	f.start("orders-1 orders")
+	f.await("orders", 1)
+	reg := prometheus.NewRegistry()
+	m, err := lanesmetrics.New(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := f.client(laneshttp.WithMetrics(m))
+	for range 2 {
+		if code, _ := get(t, lane.WithLane(bg(t), "alice"), c, "http://orders/x"); code != 200 {
+			t.Fatal(code)
+		}
+	}
+	want := `
+# HELP lanes_requests_total Routed requests by service called, lane requested, lane served and reason (lanestrace's fallback reasons). Lanes past the first 32 and services past the first 128 are counted as "other".
+# TYPE lanes_requests_total counter
+lanes_requests_total{lane_requested="alice",lane_served="baseline",reason="no_instance_in_lane",service="orders"} 2
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "lanes_requests_total"); err != nil {
+		t.Fatal(err)
 	}
 }

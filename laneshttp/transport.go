@@ -17,6 +17,7 @@ import (
 
 	"github.com/lanesdev/lanes/internal/lib/routedcall"
 	"github.com/lanesdev/lanes/lane"
+	"github.com/lanesdev/lanes/lanesmetrics"
 	"github.com/lanesdev/lanes/lanestrace"
 	"github.com/lanesdev/lanes/registry"
 	"github.com/lanesdev/lanes/routing"
@@ -69,6 +70,9 @@ type Transport struct {
 	// decision (see docs/tracing.md), and the W3C traceparent header of the span. NewTransport
 	// sets it from WithTracerProvider or lanestrace.TracerProvider().
 	Tracer trace.Tracer
+
+	// Metrics, when set, counts every routed request's decision (WithMetrics).
+	Metrics *lanesmetrics.Requests
 
 	// Base sends the requests once routed, and the requests to other hosts.
 	// nil means http.DefaultTransport.
@@ -271,6 +275,16 @@ func (t *Transport) RoundTrip(req *http.Request) (res *http.Response, rerr error
 		} else {
 			span.End()
 		}
+	}
+	if t.Metrics != nil {
+		defer func() {
+			var pickErr error
+			if !c.Started() {
+				pickErr = rerr
+			}
+			d := lanestrace.DecisionOf(t.Engine, svc.Name(), rreq.Lane, c.Pick(), pickErr, 0)
+			t.Metrics.Observe(d.Service, d.Requested, d.Served, d.Reason)
+		}()
 	}
 	pick, err := c.Start(ctx, t.Engine, svc, rreq, t.retries(), routedcall.HeaderTimeout(t.ResponseHeaderTimeout))
 	if err != nil {
