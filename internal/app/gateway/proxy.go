@@ -42,6 +42,7 @@ const (
 	codeUpstream    = "upstream"
 	codeClosed      = "closed"
 	codeNotReady    = "not_ready"
+	codeBadBody     = "bad_request_body"
 )
 
 // reqState is what the proxy hooks need to know about one request. It is
@@ -83,6 +84,15 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer g.exit()
+	if r.ProtoMajor == 1 && len(r.TransferEncoding) > 0 {
+		// net/http reads a chunked request that also carries a
+		// Content-Length as chunked, without telling the handler of the
+		// Content-Length; RFC 9112 6.1 then requires closing the connection
+		// after the answer, so that a peer that framed it by the
+		// Content-Length cannot smuggle a request in after it. Every
+		// chunked request closes its connection.
+		w.Header()["Connection"] = []string{"close"}
+	}
 
 	// The route, on the host without its lane label.
 	host := hostOnly(r.Host)
@@ -340,6 +350,14 @@ func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) 
 		g.fail(w, st.grpc, http.StatusInternalServerError, "internal", "lanes: "+err.Error())
 		return
 	}
+	if st.body.err != nil {
+		// The client's body broke its framing (a bad chunk, say): the
+		// client's fault, and its connection cannot be read further.
+		g.m.errors(codeBadBody)
+		w.Header()["Connection"] = []string{"close"}
+		g.fail(w, st.grpc, http.StatusBadRequest, codeBadBody, "lanes: reading the request body: "+st.body.err.Error())
+		return
+	}
 	if r.Context().Err() != nil {
 		// The client went away.
 		w.WriteHeader(http.StatusBadGateway)
@@ -471,7 +489,9 @@ func (g *Gateway) endSpan(span trace.Span, st *reqState, res *http.Response, err
 // attempt describes an attempt for the routed-call rules.
 func attempt(st *reqState, res *http.Response, err error) routedcall.Attempt {
 	if err != nil {
-		return routedcall.Attempt{Err: err, Unsent: laneshttp.Unsent(err), CallerGone: st.call.CallerGone()}
+		// A request body that failed to read is the client's failure, not
+		// the instance's: it counts as the caller gone.
+		return routedcall.Attempt{Err: err, Unsent: laneshttp.Unsent(err), CallerGone: st.call.CallerGone() || st.body.err != nil}
 	}
 	code := res.Header[hError]
 	return routedcall.Attempt{
@@ -487,15 +507,21 @@ func idempotent(req *http.Request) bool { return laneshttp.IsIdempotent(req) }
 // keptBody lends the client's request body to the attempts: it does not
 // close it (the server does, when the handler returns), and tells whether
 // any of it was read, so that a request whose connection was refused can
-// move on to another instance with its body intact.
+// move on to another instance with its body intact, and whether reading it
+// failed (a malformed chunked body, a client gone mid-body).
 type keptBody struct {
 	rc   io.ReadCloser
 	read bool
+	err  error // the first error reading rc, other than io.EOF
 }
 
 func (b *keptBody) Read(p []byte) (int, error) {
 	b.read = true
-	return b.rc.Read(p)
+	n, err := b.rc.Read(p)
+	if err != nil && err != io.EOF && b.err == nil {
+		b.err = err
+	}
+	return n, err
 }
 
 func (b *keptBody) Close() error { return nil }
