@@ -69,14 +69,40 @@ func (c *natsComponent) external(ctx context.Context, urls string) error {
 	if err != nil {
 		return fmt.Errorf("external NATS at %s: %w", shown, err)
 	}
-	actx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if _, err := js.AccountInfo(actx); err != nil {
+	if err := waitJetStream(ctx, js); err != nil {
 		return fmt.Errorf("external NATS at %s: JetStream: %w", shown, err)
 	}
 	Provide(c.rt, NatsKey, NatsInfo{URL: urls})
 	c.rt.Announce(Address{Name: "nats", URL: shown, Note: "external, JetStream on"})
 	return nil
+}
+
+// jetStreamWait bounds how long start-up waits for an external JetStream
+// to answer: a cluster that has just lost its meta leader answers again
+// once it has elected another, which may take some seconds.
+const jetStreamWait = 30 * time.Second
+
+// waitJetStream waits until JetStream answers an account request, trying
+// again (each attempt within 5s) until jetStreamWait passes or ctx ends. A
+// server without JetStream is refused at once.
+func waitJetStream(ctx context.Context, js jetstream.JetStream) error {
+	ctx, cancel := context.WithTimeout(ctx, jetStreamWait)
+	defer cancel()
+	for {
+		actx, acancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := js.AccountInfo(actx)
+		acancel()
+		if err == nil || errors.Is(err, jetstream.ErrJetStreamNotEnabled) || errors.Is(err, jetstream.ErrJetStreamNotEnabledForAccount) {
+			return err
+		}
+		t := time.NewTimer(250 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+	}
 }
 
 // Start watches the embedded server for a fatal error.
