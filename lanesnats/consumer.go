@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"go.opentelemetry.io/otel/trace"
 	"log/slog"
 	"net"
 	"slices"
@@ -15,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/lanesdev/lanes/lane"
+	"github.com/lanesdev/lanes/lanestrace"
 	"github.com/lanesdev/lanes/registry"
 	"github.com/lanesdev/lanes/routing"
 )
@@ -72,6 +74,7 @@ type Consumer struct {
 	engine  *routing.Engine
 	svc     *routing.Service
 	inst    registry.Instance
+	tracer  trace.Tracer // nil: no spans
 	lease   registry.Lease
 
 	ctx    context.Context // the coordinator's: cancelled by Close
@@ -157,7 +160,7 @@ func NewConsumer(ctx context.Context, js jetstream.JetStream, cfg ConsumerConfig
 		js: js, stream: stream, topic: cfg.Topic, group: cfg.Group, service: cfg.Service, regName: regName,
 		dlq: o.deadLetter, o: o, h: h, log: o.log.With("service", cfg.Service, "group", cfg.Group, "topic", cfg.Topic),
 		engine: cfg.Engine, known: map[string]bool{}, fetchers: map[string]*fetcher{}, durables: map[string]jetstream.Consumer{},
-		done: make(chan struct{}),
+		done: make(chan struct{}), tracer: lanestrace.Tracer(o.tp),
 	}
 	c.inst, err = c.place(cfg.Instance)
 	if err != nil {

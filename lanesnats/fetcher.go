@@ -4,6 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/lanesdev/lanes/lanestrace"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
+	"go.opentelemetry.io/otel/trace"
 	"runtime/debug"
 	"sync"
 	"time"
@@ -331,7 +336,36 @@ func (f *fetcher) handle(m jetstream.Msg) {
 		f.deadLetter(d, fmt.Errorf("delivered %d times without being acknowledged", d.NumDelivered-1))
 		return
 	}
-	f.settle(d, f.call(d))
+	ctx := f.ctx
+	if tr := f.c.tracer; tr != nil {
+		var span trace.Span
+		ctx, span = f.startSpan(tr, d)
+		defer span.End()
+		err := f.call(ctx, d)
+		if err != nil {
+			span.SetStatus(codes.Error, err.Error())
+		}
+		f.settle(d, err)
+		return
+	}
+	f.settle(d, f.call(ctx, d))
+}
+
+// startSpan starts the consumer span of d, in the trace of its producer: the message's lane, the
+// lane of this consumer, which serves it, why they differ, and the delivery count.
+func (f *fetcher) startSpan(tr trace.Tracer, d *Delivery) (context.Context, trace.Span) {
+	c := f.c
+	ctx := traceContext.Extract(f.ctx, propagation.HeaderCarrier(d.Header))
+	own := c.engine.LaneOf(c.inst)
+	ctx, span := tr.Start(ctx, "process "+c.topic, trace.WithSpanKind(trace.SpanKindConsumer))
+	if span.IsRecording() {
+		lanestrace.RecordServer(span, d.Lane, own, true)
+		span.SetAttributes(lanestrace.ConsumerLane.String(own), lanestrace.Served.String(own),
+			lanestrace.FallbackReason.String(lanestrace.ReasonFor(c.engine, c.inst.Service, d.Lane, own)),
+			lanestrace.DeliveryCount.Int64(int64(d.NumDelivered)), lanestrace.InstanceID.String(c.inst.ID),
+			semconv.MessagingSystemKey.String("nats"), semconv.MessagingDestinationName(d.Subject))
+	}
+	return ctx, span
 }
 
 // keep runs every AckWait/6 while the fetcher runs. It pushes back the ack
@@ -401,14 +435,14 @@ func (f *fetcher) delivery(m jetstream.Msg) (*Delivery, bool) {
 }
 
 // call runs the handler, turning a panic into an error.
-func (f *fetcher) call(d *Delivery) (err error) {
+func (f *fetcher) call(ctx context.Context, d *Delivery) (err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			f.c.log.Error("lanes: handler panicked", "token", f.tok, "seq", d.Seq, "panic", r, "stack", string(debug.Stack()))
 			err = fmt.Errorf("handler panicked: %v", r)
 		}
 	}()
-	return f.c.h.HandleMessage(f.ctx, d)
+	return f.c.h.HandleMessage(ctx, d)
 }
 
 // settle acknowledges a handled message; a failed one is delivered again

@@ -2,6 +2,7 @@ package lanesnats
 
 import (
 	"fmt"
+	"go.opentelemetry.io/otel/trace"
 	"log/slog"
 	"os"
 	"time"
@@ -41,6 +42,7 @@ type consumerOptions struct {
 	syncAck     bool
 	drain       time.Duration
 	startTime   time.Time
+	tp          trace.TracerProvider
 }
 
 func defaultConsumerOptions() consumerOptions {
@@ -54,6 +56,14 @@ func defaultConsumerOptions() consumerOptions {
 		retryDelays: DefaultRetryDelays,
 		drain:       DefaultDrainTimeout,
 	}
+}
+
+// WithConsumerTracerProvider traces every message the consumer handles with tp: a consumer span,
+// child of the producer's (the message's traceparent), with the message's lane, the consumer's
+// lane, why they differ and the delivery count; the handler's context carries it. The default is
+// lanestrace.TracerProvider(), which lanestrace.FromEnv sets; with neither, nothing is traced.
+func WithConsumerTracerProvider(tp trace.TracerProvider) ConsumerOpt {
+	return func(o *consumerOptions) error { o.tp = tp; return nil }
 }
 
 func invalid(name string, v any, msg string) error {

@@ -3,12 +3,17 @@ package lanesnats
 import (
 	"context"
 	"fmt"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
 	"github.com/lanesdev/lanes/lane"
+	"github.com/lanesdev/lanes/lanestrace"
 )
 
 // MsgIDHeader is the JetStream header that deduplicates publishes.
@@ -31,6 +36,15 @@ type Publisher struct {
 	topic  string
 	prop   lane.Propagator
 	autoID bool
+	tracer trace.Tracer // nil: no spans
+}
+
+// WithPublisherTracerProvider traces every publish with tp: a producer span with the message's
+// lane, whose W3C traceparent the message carries, so that its consumer's span joins the trace.
+// The default is lanestrace.TracerProvider(), which lanestrace.FromEnv sets; with neither,
+// publishing is not traced.
+func WithPublisherTracerProvider(tp trace.TracerProvider) PublisherOpt {
+	return func(p *Publisher) error { p.tracer = lanestrace.Tracer(tp); return nil }
 }
 
 // PublisherOpt configures NewPublisher.
@@ -60,7 +74,7 @@ func NewPublisher(js jetstream.JetStream, topic string, opts ...PublisherOpt) (*
 	if err := CheckTopic(topic); err != nil {
 		return nil, err
 	}
-	p := &Publisher{js: js, topic: topic}
+	p := &Publisher{js: js, topic: topic, tracer: lanestrace.Tracer(nil)}
 	for _, o := range opts {
 		if o == nil {
 			continue
@@ -93,6 +107,17 @@ func (p *Publisher) PublishMsg(ctx context.Context, msg *nats.Msg, opts ...jetst
 	if err != nil {
 		return nil, err
 	}
+	if p.tracer != nil {
+		var span trace.Span
+		if ctx, span = p.startSpan(ctx, out); span.IsRecording() {
+			defer span.End()
+			ack, err := p.js.PublishMsg(lane.SyncBaggage(ctx, lane.FromContext(ctx)), out, opts...)
+			if err != nil {
+				span.SetStatus(codes.Error, err.Error())
+			}
+			return ack, err
+		}
+	}
 	// A JetStream that injects the context's OpenTelemetry baggage into the
 	// message (a tracing wrapper) must write the lane stamped here.
 	return p.js.PublishMsg(lane.SyncBaggage(ctx, lane.FromContext(ctx)), out, opts...)
@@ -108,8 +133,34 @@ func (p *Publisher) PublishMsgAsync(ctx context.Context, msg *nats.Msg, opts ...
 	if err != nil {
 		return nil, err
 	}
+	if p.tracer != nil {
+		if _, span := p.startSpan(ctx, out); span.IsRecording() {
+			span.End() // the span of the publish, not of its acknowledgement
+		}
+	}
 	return p.js.PublishMsgAsync(out, opts...)
 }
+
+// startSpan starts the producer span of out and writes its traceparent into out's header.
+func (p *Publisher) startSpan(ctx context.Context, out *nats.Msg) (context.Context, trace.Span) {
+	l := normLane(lane.FromContext(ctx))
+	ctx, span := p.tracer.Start(ctx, "publish "+p.topic, trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(lanestrace.Requested.String(l), lanestrace.Served.String(l), lanestrace.Service.String(p.topic),
+			lanestrace.FallbackReason.String(lanestrace.ReasonNone),
+			semconv.MessagingSystemKey.String("nats"), semconv.MessagingDestinationName(out.Subject)))
+	if span.IsRecording() {
+		if out.Header == nil {
+			out.Header = nats.Header{}
+		}
+		traceContext.Inject(ctx, propagation.HeaderCarrier(out.Header))
+	} else {
+		span.End()
+	}
+	return ctx, span
+}
+
+// traceContext writes and reads the W3C traceparent header of traced messages.
+var traceContext propagation.TraceContext
 
 // stamp returns the message to publish: a copy of msg on the lane's subject,
 // with the lane headers and a message id.

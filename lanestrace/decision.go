@@ -41,31 +41,38 @@ func DecisionOf(e *routing.Engine, service, requested string, res routing.Result
 		}
 		return d
 	}
-	var registered, eligible int
 	if e != nil {
-		svc := e.Service(service)
-		eligible, _ = svc.LaneSize(res.Lane)
-		if res.Lane != requested {
-			_, registered = svc.LaneSize(requested)
-		}
+		d.Eligible, _ = e.Service(service).LaneSize(res.Lane)
 	}
-	d.Eligible = eligible
 	switch res.Reason {
 	case routing.ReasonCanary:
 		d.Reason = ReasonCanary
 	case routing.ReasonInvalidLane:
 		d.Reason = ReasonInvalidLane
 	case routing.ReasonFallback, routing.ReasonLaneEmpty:
-		switch {
-		case e != nil && e.Policy().Expired(requested, time.Now()):
-			d.Reason = ReasonExpired
-		case registered > 0:
-			d.Reason = ReasonEjected // registered, yet not eligible: ejected by outlier detection
-		default:
-			d.Reason = ReasonNoInstanceInLane
-		}
+		d.Reason = ReasonFor(e, service, requested, res.Lane)
 	}
 	return d
+}
+
+// ReasonFor says why a request of service in lane requested was served by lane served instead:
+// ReasonNone when it was not; ReasonExpired when the requested lane's lifetime has ended;
+// ReasonEjected when the lane has instances of the service, but none was ready (outlier
+// detection ejected them); ReasonNoInstanceInLane otherwise. It reads the engine's snapshot
+// (routing.Service.LaneSize) and allocates nothing.
+func ReasonFor(e *routing.Engine, service, requested, served string) string {
+	switch {
+	case served == requested:
+		return ReasonNone
+	case e == nil:
+		return ReasonNoInstanceInLane
+	case e.Policy().Expired(requested, time.Now()):
+		return ReasonExpired
+	}
+	if _, members := e.Service(service).LaneSize(requested); members > 0 {
+		return ReasonEjected
+	}
+	return ReasonNoInstanceInLane
 }
 
 // Attributes returns d as span attributes.
