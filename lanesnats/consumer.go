@@ -260,7 +260,7 @@ func (c *Consumer) Instance() registry.Instance { return c.inst.Clone() }
 // Owned returns the lane tokens whose messages the consumer fetches now,
 // sorted: lane names, BaselineToken for the baseline, and any foreign token
 // that is not a lane name (handled as baseline). A lane handed over to
-// another consumer is listed until this one has drained its subscription
+// another consumer is listed until this one has drained its iterator
 // (a round trip to the server); it may still be handling what it received.
 func (c *Consumer) Owned() []string {
 	c.mu.Lock()
