@@ -30,6 +30,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -457,7 +458,10 @@ func (s *Server) info(w http.ResponseWriter, r *http.Request, _ *principal) erro
 }
 
 // keepAliveEvery is how often an idle watch stream sends a keep-alive line.
-var keepAliveEvery = 15 * time.Second
+// It is atomic so that tests can change it while streams of other servers run.
+var keepAliveEvery atomic.Int64
+
+func init() { keepAliveEvery.Store(int64(15 * time.Second)) }
 
 // watcher is what a watch stream serves: a registry.Watcher or a
 // policy.Watcher.
@@ -491,7 +495,7 @@ func serveStream[T any](s *Server, w http.ResponseWriter, r *http.Request, what 
 	rc := http.NewResponseController(w)
 	enc := json.NewEncoder(w)
 	for {
-		nctx, ncancel := context.WithTimeout(ctx, keepAliveEvery)
+		nctx, ncancel := context.WithTimeout(ctx, time.Duration(keepAliveEvery.Load()))
 		v, err := wt.Next(nctx)
 		ncancel()
 		var out any

@@ -5,7 +5,6 @@ import "time"
 // SetKeepAliveEvery sets how often idle watch streams send a keep-alive,
 // and returns a function that restores it.
 func SetKeepAliveEvery(d time.Duration) (restore func()) {
-	old := keepAliveEvery
-	keepAliveEvery = d
-	return func() { keepAliveEvery = old }
+	old := keepAliveEvery.Swap(int64(d))
+	return func() { keepAliveEvery.Store(old) }
 }
