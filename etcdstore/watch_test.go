@@ -151,7 +151,9 @@ func TestWatchSeesEveryChange(t *testing.T) {
 func TestWatchSurvivesRestart(t *testing.T) {
 	etcdtest.Each(t, func(t *testing.T, srv etcdtest.Server) {
 		ctx := testCtx(t)
-		const ttl = 2 * time.Second
+		// Long enough that a renewal delayed by a loaded machine (-race,
+		// other builds) does not lose a lease; the outage is longer still.
+		const ttl = 5 * time.Second
 		s := open(t, srv)
 		w := watchStore(t, s, "")
 		if b, err := w.Next(ctx); err != nil || !b.Reset {
