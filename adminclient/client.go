@@ -71,7 +71,7 @@ func New(addr, token string, opts ...Option) (*Client, error) {
 	}
 	u.Path = strings.TrimSuffix(u.Path, "/")
 	c := &Client{base: u, token: strings.TrimSpace(token), owned: true,
-		hc: &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}}
+		hc: &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}} //lanes:ignore the admin API is the control plane, not a service in a lane
 	for _, o := range opts {
 		o(c)
 	}

@@ -111,7 +111,7 @@ func benchCalls(b *testing.B, client testpb.TestServiceClient, ctx context.Conte
 		}
 		return
 	}
-	refCtx := context.Background()
+	refCtx := context.Background() //lanes:ignore the reference calls are plain gRPC calls, without lanes, on purpose
 	if len(refMD) > 0 {
 		refCtx = metadata.NewOutgoingContext(refCtx, refMD[0])
 	}

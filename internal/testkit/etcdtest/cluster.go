@@ -83,7 +83,7 @@ func NewCluster(t testing.TB, cfg ClusterConfig) *Cluster {
 	if cfg.ElectionTimeout == 0 {
 		cfg.ElectionTimeout = time.Second
 	}
-	c := &Cluster{t: t, cfg: cfg, hc: &http.Client{Timeout: time.Second}}
+	c := &Cluster{t: t, cfg: cfg, hc: &http.Client{Timeout: time.Second}} //lanes:ignore the health probe of etcd members, outside lanes
 	t.Cleanup(c.hc.CloseIdleConnections)
 	tmp := t.TempDir()
 	if cfg.TLS {

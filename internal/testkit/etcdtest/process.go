@@ -60,7 +60,7 @@ func Process(t testing.TB) *Proc {
 		Args:    p.args,
 		Env:     childEnv(),
 		Ready: func(ctx context.Context, _ int, exited <-chan struct{}) error {
-			hc := &http.Client{Timeout: time.Second}
+			hc := &http.Client{Timeout: time.Second} //lanes:ignore the health probe of an etcd process, outside lanes
 			defer hc.CloseIdleConnections()
 			return waitHealthy(ctx, hc, "http://"+p.clientAddr, exited)
 		},
