@@ -415,3 +415,18 @@ type Listing struct {
 	Instances []Instance `json:"instances"`
 	Lanes     []Lane     `json:"lanes"`
 }
+
+// PolicyRevision is one applied policy document in the history (GET
+// /v1/policy/history).
+type PolicyRevision struct {
+	Revision int64     `json:"revision"`
+	Raw      string    `json:"raw"`
+	Applied  time.Time `json:"applied"`
+	By       string    `json:"by,omitempty"` // the credential that applied it
+}
+
+// PolicyHistory answers GET /v1/policy/history: the documents the API
+// applied, newest first, the last 20 at most.
+type PolicyHistory struct {
+	Revisions []PolicyRevision `json:"revisions"`
+}

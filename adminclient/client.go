@@ -396,3 +396,11 @@ func (s *BatchStream) Close() error { return s.body.Close() }
 
 // timeout bounds the calls the Registry makes on its own behalf.
 const timeout = 10 * time.Second
+
+// PolicyHistory lists the policy documents the admin API applied, newest
+// first (the last 20).
+func (c *Client) PolicyHistory(ctx context.Context) ([]adminapi.PolicyRevision, error) {
+	var out adminapi.PolicyHistory
+	err := c.do(ctx, http.MethodGet, "/v1/policy/history", nil, nil, &out)
+	return out.Revisions, err
+}

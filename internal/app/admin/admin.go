@@ -222,6 +222,7 @@ func (s *Server) routes() {
 	h("GET /v1/policy", anyone, s.getPolicy)
 	h("PUT /v1/policy", adminOn, s.putPolicy)
 	h("POST /v1/policy/validate", anyone, s.validatePolicy)
+	h("GET /v1/policy/history", anyone, s.policyHistory)
 	h("GET /v1/watch/policy", anyone, s.watchPolicy)
 	h("GET /v1/explain", anyone, s.explain)
 	h("GET /v1/tokens", adminOn, s.listTokens)

@@ -122,7 +122,7 @@ func (s *Server) getLane(w http.ResponseWriter, r *http.Request, _ *principal) e
 
 // putLane sets or clears lanes.<lane>.expires in the stored policy document,
 // keeping the rest of the document (comments included) as it is.
-func (s *Server) putLane(w http.ResponseWriter, r *http.Request, _ *principal) error {
+func (s *Server) putLane(w http.ResponseWriter, r *http.Request, p *principal) error {
 	name, err := pathLane(r)
 	if err != nil {
 		return err
@@ -189,6 +189,7 @@ func (s *Server) putLane(w http.ResponseWriter, r *http.Request, _ *principal) e
 			continue // changed meanwhile: edit the new one
 		}
 		s.log.Info("lane expiry set", "lane", name, "expires", exp, "revision", txn.Header.Revision)
+		s.recordPolicy(ctx, txn.Header.Revision, updated, p.String())
 		l, err := s.lane(ctx, name)
 		if err != nil {
 			return err

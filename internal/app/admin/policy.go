@@ -51,7 +51,7 @@ func (s *Server) getPolicy(w http.ResponseWriter, r *http.Request, _ *principal)
 	return nil
 }
 
-func (s *Server) putPolicy(w http.ResponseWriter, r *http.Request, _ *principal) error {
+func (s *Server) putPolicy(w http.ResponseWriter, r *http.Request, p *principal) error {
 	raw, err := readDocument(r)
 	if err != nil {
 		return err
@@ -67,6 +67,7 @@ func (s *Server) putPolicy(w http.ResponseWriter, r *http.Request, _ *principal)
 		return etcdError("store policy", err)
 	}
 	s.log.Info("policy applied", "revision", doc.Revision, "bytes", len(raw))
+	s.recordPolicy(r.Context(), doc.Revision, raw, p.String())
 	writeJSON(w, http.StatusOK, adminapi.PolicyDocument{Revision: doc.Revision, Raw: string(doc.Raw), Policy: doc.Policy})
 	return nil
 }

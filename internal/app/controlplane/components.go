@@ -18,6 +18,7 @@ import (
 	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/etcdstore"
 	"github.com/lanesdev/lanes/internal/app/admin"
+	"github.com/lanesdev/lanes/internal/app/dashboard"
 	"github.com/lanesdev/lanes/internal/lib/etcdserver"
 	"github.com/lanesdev/lanes/routing"
 )
@@ -209,6 +210,7 @@ func (c *claimsComponent) Cleanup() error {
 type adminComponent struct {
 	rt   *Runtime
 	api  *admin.Server
+	dash *dashboard.Server
 	srv  *http.Server
 	ln   net.Listener
 	done chan struct{}
@@ -267,11 +269,17 @@ func (c *adminComponent) Provision(ctx context.Context, rt *Runtime) error {
 		return err
 	}
 	c.api = api
-	c.srv = &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+	dash, err := dashboard.New(dashboard.Config{API: api, Logger: rt.Log})
+	if err != nil {
+		return err
+	}
+	c.dash = dash
+	c.srv = &http.Server{Handler: dashboard.Mount(api, dash), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
 		ErrorLog: slog.NewLogLogger(rt.Log.Handler(), slog.LevelWarn)}
-	c.srv.RegisterOnShutdown(func() { api.Close() })
+	c.srv.RegisterOnShutdown(func() { api.Close(); dash.Close() })
 	Provide(rt, AdminKey, AdminInfo{URL: url, Token: token})
 	rt.Announce(Address{Name: "admin", URL: url, Note: note})
+	rt.Announce(Address{Name: "dashboard", URL: url + dashboard.Prefix, Note: "log in with the admin token or a lane token"})
 	return nil
 }
 
@@ -290,6 +298,7 @@ func (c *adminComponent) Start(context.Context) error {
 
 func (c *adminComponent) Stop(ctx context.Context) error {
 	c.api.Close()
+	c.dash.Close()
 	err := c.srv.Shutdown(ctx)
 	if err != nil {
 		c.srv.Close()
@@ -304,6 +313,9 @@ func (c *adminComponent) Cleanup() error {
 	}
 	if c.api != nil {
 		c.api.Close()
+	}
+	if c.dash != nil {
+		c.dash.Close()
 	}
 	return nil
 }

@@ -197,7 +197,7 @@ func (s *Server) Close() error {
 // PrintAddresses writes one line per address: name, URL and note.
 func PrintAddresses(w io.Writer, addrs []Address) {
 	for _, a := range addrs {
-		fmt.Fprintf(w, "%-8s %-28s %s\n", a.Name, a.URL, a.Note)
+		fmt.Fprintf(w, "%-9s %-28s %s\n", a.Name, a.URL, a.Note)
 	}
 }
 
