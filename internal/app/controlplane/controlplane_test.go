@@ -446,7 +446,7 @@ func TestStartClose(t *testing.T) {
 		for _, a := range s.Addresses() {
 			names = append(names, a.Name)
 		}
-		if strings.Join(names, ",") != "etcd,nats,traces,gateway,admin" {
+		if strings.Join(names, ",") != "etcd,nats,traces,gateway,admin,dashboard" {
 			t.Errorf("addresses %v", s.Addresses())
 		}
 		hc := &http.Client{Timeout: 10 * time.Second}
