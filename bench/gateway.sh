@@ -1,18 +1,23 @@
 #!/usr/bin/env bash
-# bench/gateway.sh: the lanes gateway against nginx, side by side.
+# bench/gateway.sh: the lanes gateway against nginx, Caddy and HAProxy, side
+# by side.
 #
 # What it does:
-#   1. installs wrk, nginx (nginx-light) and curl from Debian if they are
-#      missing (apt-get; needs root or sudo);
+#   1. installs wrk, nginx (nginx-light), caddy, haproxy and curl from Debian
+#      if they are missing (apt-get; needs root or sudo);
 #   2. builds bench/backend and bench/gatewaybench, and starts two loopback
 #      backends, one baseline and one in lane "alice"; each answers "ok" and
 #      names its lane in the X-Backend-Lane response header;
 #   3. starts the lanes gateway (bench/gatewaybench: internal/app/gateway on an
-#      in-memory registry holding the two backends) and nginx, with a
-#      generated config that routes by `map $http_x_lane $backend` to two
-#      upstreams; both keep upstream connections alive (nginx: keepalive 64,
-#      proxy_http_version 1.1, Connection ""; lanes: 512 idle connections
-#      per instance);
+#      in-memory registry holding the two backends), nginx, Caddy and HAProxy,
+#      each with a generated config that sends `x-lane: alice` requests to
+#      the alice backend and the rest to the baseline one, keeping upstream
+#      connections alive: nginx routes by `map $http_x_lane $backend` to two
+#      upstreams (keepalive 64, proxy_http_version 1.1, Connection ""); Caddy
+#      by `handle @alice` (header matcher) to two reverse_proxy blocks
+#      (keepalive_idle_conns_per_host 64); HAProxy by `use_backend alice if
+#      { req.hdr(x-lane) -m str alice }` (mode http, http-keep-alive,
+#      nbthread = cores); lanes keeps 512 idle connections per instance;
 #   4. runs wrk against each proxy, for baseline requests and for requests
 #      with `x-lane: alice`, ROUNDS times, alternating the proxies; a wrk Lua
 #      script counts every response that is not a 200 from the expected lane.
@@ -21,7 +26,8 @@
 #      the baseline case too, to show what Go's proxy costs without lanes;
 #   5. prints requests/s, latency percentiles and the proxy's CPU time per
 #      request (user + system, from /proc, nginx workers included) per run,
-#      and the median of each column per case; exits 1 if any response came
+#      and the median of each column per case, with each proxy's requests/s
+#      and p99 as a ratio to nginx's (x nginx); exits 1 if any response came
 #      from the wrong lane (or was not a 200), 0 otherwise.
 #
 # Usage: bench/gateway.sh            (from anywhere in the repository)
@@ -33,6 +39,8 @@
 #   WARMUP=2s       a wrk run before measuring each proxy, not counted
 #   CPUPROFILE=f    write a CPU profile of the lanes gateway to f
 #   GOPROXY_PLAIN=0 skip the plain Go reverse proxy
+#   CADDY=0         skip Caddy
+#   HAPROXY=0       skip HAProxy
 #   KEEP=1          keep the temporary directory (configs, logs)
 #
 # Everything listens on 127.0.0.1 on free ports; everything started is
@@ -53,6 +61,8 @@ need=()
 command -v wrk >/dev/null 2>&1 || need+=(wrk)
 command -v nginx >/dev/null 2>&1 || [ -x /usr/sbin/nginx ] || need+=(nginx-light)
 command -v curl >/dev/null 2>&1 || need+=(curl)
+[ "${CADDY:-1}" != 1 ] || command -v caddy >/dev/null 2>&1 || need+=(caddy)
+[ "${HAPROXY:-1}" != 1 ] || command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ] || need+=(haproxy)
 if [ ${#need[@]} -gt 0 ]; then
 	echo "installing ${need[*]} from Debian" >&2
 	sudo=""
@@ -159,8 +169,86 @@ for _ in $(seq 1 100); do
 done
 nginx=127.0.0.1:$nport
 
-# Both answer, from the right lane, before any measurement.
-for p in "$lanes" "$nginx"; do
+# waitup ADDR NAME: waits until the proxy at ADDR answers.
+waitup() {
+	for _ in $(seq 1 100); do
+		curl -fsS -o /dev/null "http://$1/" 2>/dev/null && return
+		sleep 0.1
+	done
+	echo "$2 did not answer on $1:" >&2
+	cat "$tmp/$2.err" >&2
+	exit 2
+}
+
+caddy="" caddy_pid=""
+if [ "${CADDY:-1}" = 1 ]; then
+	cport=$("$tmp/backend" -free-port)
+	mkdir -p "$tmp/caddy"
+	cat >"$tmp/caddy/Caddyfile" <<EOF
+{
+	admin off
+	auto_https off
+}
+http://127.0.0.1:$cport {
+	@alice header X-Lane alice
+	handle @alice {
+		reverse_proxy $alice {
+			transport http {
+				keepalive 90s
+				keepalive_idle_conns_per_host 64
+			}
+		}
+	}
+	handle {
+		reverse_proxy $base {
+			transport http {
+				keepalive 90s
+				keepalive_idle_conns_per_host 64
+			}
+		}
+	}
+}
+EOF
+	XDG_CONFIG_HOME="$tmp/caddy" XDG_DATA_HOME="$tmp/caddy" HOME="$tmp/caddy" \
+		caddy run --adapter caddyfile --config "$tmp/caddy/Caddyfile" >"$tmp/caddy.out" 2>"$tmp/caddy.err" &
+	pids+=($!)
+	caddy_pid=$!
+	caddy=127.0.0.1:$cport
+	waitup "$caddy" caddy
+fi
+
+haproxy="" haproxy_pid=""
+if [ "${HAPROXY:-1}" = 1 ]; then
+	HAPROXY_BIN=$(command -v haproxy || echo /usr/sbin/haproxy)
+	hport=$("$tmp/backend" -free-port)
+	cat >"$tmp/haproxy.cfg" <<EOF
+global
+	maxconn 4096
+	nbthread $(nproc)
+defaults
+	mode http
+	option http-keep-alive
+	timeout connect 5s
+	timeout client 30s
+	timeout server 30s
+frontend lanes_bench
+	bind 127.0.0.1:$hport
+	use_backend alice if { req.hdr(x-lane) -m str alice }
+	default_backend baseline
+backend baseline
+	server baseline1 $base
+backend alice
+	server alice1 $alice
+EOF
+	"$HAPROXY_BIN" -db -f "$tmp/haproxy.cfg" >"$tmp/haproxy.out" 2>"$tmp/haproxy.err" &
+	pids+=($!)
+	haproxy_pid=$!
+	haproxy=127.0.0.1:$hport
+	waitup "$haproxy" haproxy
+fi
+
+# Every proxy answers, from the right lane, before any measurement.
+for p in "$lanes" "$nginx" $caddy $haproxy; do
 	for want in baseline alice; do
 		h=()
 		[ "$want" = baseline ] || h=(-H "x-lane: $want")
@@ -197,7 +285,9 @@ function init(args)
 end
 function response(status, headers, body)
    responses = responses + 1
-   if status ~= 200 or headers["X-Backend-Lane"] ~= want then
+   -- Header names are case-insensitive (HAProxy sends them in lower case).
+   local got = headers["X-Backend-Lane"] or headers["x-backend-lane"]
+   if status ~= 200 or got ~= want then
       mismatches = mismatches + 1
    end
 end
@@ -217,9 +307,11 @@ EOF
 
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), $(uname -sr)"
 echo "wrk -t$THREADS -c$CONNS -d$DURATION, $ROUNDS rounds; lanes on $lanes, nginx $("$NGINX" -v 2>&1 | sed 's/.*\///') on $nginx"
+[ -z "$caddy" ] || echo "caddy $(caddy version | cut -d' ' -f1) on $caddy"
+[ -z "$haproxy" ] || echo "haproxy $("$HAPROXY_BIN" -v | head -n1 | cut -d' ' -f3) on $haproxy"
 echo "backends: baseline $base, alice $alice"
 
-for p in "$lanes" "$nginx" $goproxy; do
+for p in "$lanes" "$nginx" $caddy $haproxy $goproxy; do
 	wrk -t"$THREADS" -c"$CONNS" -d"$WARMUP" "http://$p/" >/dev/null
 done
 
@@ -228,10 +320,18 @@ results="$tmp/results"
 : >"$results"
 for round in $(seq 1 "$ROUNDS"); do
 	for want in baseline alice; do
-		for proxy in lanes nginx goproxy; do
+		for proxy in lanes nginx caddy haproxy goproxy; do
 			case $proxy in
 			lanes) p=$lanes pid=$lanes_pid ;;
 			nginx) p=$nginx pid=$nginx_pid ;;
+			caddy)
+				[ -n "$caddy" ] || continue
+				p=$caddy pid=$caddy_pid
+				;;
+			haproxy)
+				[ -n "$haproxy" ] || continue
+				p=$haproxy pid=$haproxy_pid
+				;;
 			goproxy)
 				# The plain Go proxy knows no lanes: baseline requests only.
 				[ -n "$goproxy" ] && [ "$want" = baseline ] || continue
@@ -256,11 +356,11 @@ for round in $(seq 1 "$ROUNDS"); do
 	done
 done
 
-# 5. Medians.
-echo
-printf '%-7s %-9s %10s %9s %9s %9s %12s\n' proxy request 'req/s' 'p50 ms' 'p90 ms' 'p99 ms' 'CPU us/req'
+# 5. Medians, and the ratios to nginx.
+medians="$tmp/medians"
+: >"$medians"
 for want in baseline alice; do
-	for proxy in lanes nginx goproxy; do
+	for proxy in lanes nginx caddy haproxy goproxy; do
 		grep -q "^$proxy $want " "$results" || continue
 		awk -v p=$proxy -v w=$want '
 			BEGIN { n = 0 }
@@ -273,10 +373,36 @@ for want in baseline alice; do
 				for (i = 0; i < n; i++) for (j = i + 1; j < n; j++) if (a[j] < a[i]) { t = a[i]; a[i] = a[j]; a[j] = t }
 				return a[int((n - 1) / 2)]
 			}
-			END { printf "%-7s %-9s %10d %9.3f %9.3f %9.3f %12d\n", p, w, median("rps"), median("p50"), median("p90"), median("p99"), median("cpu_us") }
-		' "$results"
+			END { printf "%s %s %d %.3f %.3f %.3f %d\n", p, w, median("rps"), median("p50"), median("p90"), median("p99"), median("cpu_us") }
+		' "$results" >>"$medians"
 	done
 done
+echo
+printf '%-7s %-9s %10s %9s %9s %9s %12s %14s %12s\n' proxy request 'req/s' 'p50 ms' 'p90 ms' 'p99 ms' 'CPU us/req' 'req/s x nginx' 'p99 x nginx'
+awk '
+	{ line[NR] = $0; if ($1 == "nginx") { rps[$2] = $3; p99[$2] = $6 } }
+	END {
+		for (i = 1; i <= NR; i++) {
+			split(line[i], f, " ")
+			r = rps[f[2]] > 0 ? sprintf("%.2f", f[3] / rps[f[2]]) : "-"
+			q = p99[f[2]] > 0 ? sprintf("%.2f", f[6] / p99[f[2]]) : "-"
+			printf "%-7s %-9s %10d %9.3f %9.3f %9.3f %12d %14s %12s\n", f[1], f[2], f[3], f[4], f[5], f[6], f[7], r, q
+		}
+	}
+' "$medians"
+echo
+# The summary line: every proxy's requests/s as a ratio to nginx's.
+awk '
+	{ line[NR] = $0; if ($1 == "nginx") rps[$2] = $3 }
+	END {
+		printf "summary:"
+		for (i = 1; i <= NR; i++) {
+			split(line[i], f, " ")
+			if (f[1] != "nginx" && rps[f[2]] > 0) printf " %s/nginx(%s)=%.2f", f[1], f[2], f[3] / rps[f[2]]
+		}
+		printf "\n"
+	}
+' "$medians"
 if [ $fail != 0 ]; then
 	echo "FAIL: some responses came from the wrong lane" >&2
 	exit 1

@@ -23,6 +23,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/lanesdev/lanes/internal/app/gateway"
@@ -182,7 +183,8 @@ http {
 		return "", nil, err
 	}
 	stop = func() {
-		cmd.Process.Kill()
+		// SIGTERM: the master stops its workers (SIGKILL would orphan them).
+		cmd.Process.Signal(syscall.SIGTERM)
 		cmd.Wait()
 		os.RemoveAll(dir)
 	}

@@ -143,6 +143,8 @@
 // Errors of the gateway itself carry x-lanes-error with a code:
 //
 //	400 invalid_lane      a lane source held an invalid lane name
+//	400 bad_request_body  the request body broke its framing (a bad chunk);
+//	                      the connection is closed, the instance not blamed
 //	404 no_route          no route matches the host and path
 //	503 no_instance       the routing engine found no instance (routing.Error)
 //	503 lane_unavailable  a strict lane chain has no instance (routing.Error)
@@ -177,6 +179,15 @@
 // the client gets 502. A request whose client went away is not reported,
 // unless the instance had already taken longer than the response-header
 // timeout: that counts as a failure.
+//
+// # Request smuggling
+//
+// The upstream request is written anew, with one framing; a request whose
+// body breaks its framing gets 400 bad_request_body, and every chunked
+// HTTP/1.1 request closes its connection after the answer (RFC 9112 6.1 asks
+// it of a request that carried Content-Length too, which net/http does not
+// tell the handler). docs/security.md has the table of cases
+// (internal/testkit/smuggletest) and nginx's answers beside the gateway's.
 //
 // # Metrics
 //

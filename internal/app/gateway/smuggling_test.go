@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"net/http"
 	"testing"
 
 	"github.com/lanesdev/lanes/internal/testkit/smuggletest"
@@ -37,4 +38,34 @@ func trim(b []byte) []byte {
 		return b[:400]
 	}
 	return b
+}
+
+// TestBadBodyIsTheClients: a chunked body that breaks its framing is the
+// client's fault: 400 bad_request_body, the connection closed, and the
+// instance, which got a broken request, is not ejected for it.
+func TestBadBodyIsTheClients(t *testing.T) {
+	w := newWorld(t, "outlier: {errors: 2, window: 1m, ejection: 10m}\n", Config{})
+	one, two := newBackend(t, "one", ""), newBackend(t, "two", "")
+	w.register(t, "orders", one.id, one.addr, "")
+	w.register(t, "orders", two.id, two.addr, "")
+	bad := smuggletest.Case{Name: "bad chunk", Want: []int{400},
+		Raw: "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\nzz\r\n\r\n"}
+	// Round robin: each instance gets three broken requests, enough to eject
+	// it if they counted.
+	for range 6 {
+		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+		res := smuggletest.Send(ctx, w.addr, bad)
+		cancel()
+		if len(res.Statuses) != 1 || res.Status != http.StatusBadRequest {
+			t.Fatalf("a bad chunk: answers %v, want one 400 and the connection closed", res)
+		}
+	}
+	h1, h2 := one.hits.Load(), two.hits.Load()
+	for range 10 {
+		w.get(t, "/", nil)
+	}
+	if one.hits.Load() == h1 || two.hits.Load() == h2 {
+		t.Errorf("after broken request bodies, instance one took %d and two %d of 10 requests: one was ejected",
+			one.hits.Load()-h1, two.hits.Load()-h2)
+	}
 }
