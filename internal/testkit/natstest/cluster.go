@@ -280,17 +280,55 @@ func (c *Cluster) Member(name string) *Member {
 }
 
 // WaitJetStream waits until every running member answers JetStream
-// requests: the cluster has a meta leader and the member knows it.
+// requests (the cluster has a meta leader and the member knows it) and,
+// when every member runs, until the meta group places a stream on all of
+// them: a stream with as many replicas as members can then be created.
 func (c *Cluster) WaitJetStream(ctx context.Context) error {
+	running := 0
 	for _, m := range c.Members {
 		if !m.Running() {
 			continue
 		}
+		running++
 		if err := waitAccountInfo(ctx, m.URL()); err != nil {
 			return fmt.Errorf("%s: %w", m.name, err)
 		}
 	}
+	if running == len(c.Members) && running > 1 {
+		return waitPlacement(ctx, c.URL(), running)
+	}
 	return nil
+}
+
+// waitPlacement creates and deletes a memory stream of replicas replicas until that succeeds:
+// until then, a member has not yet joined the meta group ("no suitable peers for placement").
+func waitPlacement(ctx context.Context, url string, replicas int) error {
+	nc, err := nats.Connect(url, nats.Timeout(time.Second), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	for {
+		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := js.CreateStream(actx, jetstream.StreamConfig{Name: "natstest_placement", Subjects: []string{"natstest.placement"},
+			Storage: jetstream.MemoryStorage, Replicas: replicas})
+		if err == nil {
+			err = js.DeleteStream(actx, "natstest_placement")
+		}
+		cancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("JetStream does not place %d replicas: %w (last: %v)", replicas, ctx.Err(), err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 func waitAccountInfo(ctx context.Context, url string) error {
