@@ -567,6 +567,13 @@ func TestNatsComponentCluster(t *testing.T) {
 	if err := c.Members[0].Kill(); err != nil {
 		t.Fatal(err)
 	}
+	// The two left elect a meta leader if the killed one led: lanes up starts on a cluster
+	// that has lost a member, not during its election.
+	wctx, wcancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer wcancel()
+	if err := c.WaitJetStream(wctx); err != nil {
+		t.Fatal(err)
+	}
 	cfg := Defaults()
 	cfg.DataDir = t.TempDir()
 	cfg.Nats = NatsConfig{URL: c.URL()}
