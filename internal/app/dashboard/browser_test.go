@@ -166,17 +166,21 @@ func TestBrowser(t *testing.T) {
 			chromedp.WaitVisible(chromedp.CSS(sel)))
 		return get(t, ctx, "served lane", chromedp.AttributeValue(chromedp.CSS(sel), "data-served-lane")).Value
 	}
-	apply := func(t *testing.T, doc string) {
+	apply := func(t *testing.T, doc string) []string {
 		t.Helper()
-		do(t, ctx, "apply",
+		do(t, ctx, "validate",
 			chromedp.Navigate(w.admin+"/ui/policy"),
 			chromedp.WaitVisible(chromedp.ID(`#document`)),
 			chromedp.SetValue(chromedp.ID(`#document`), doc),
 			chromedp.Click(chromedp.CSS(`button[value="validate"]`)),
 			chromedp.WaitVisible(chromedp.ID(`notice-valid`)),
+			chromedp.WaitVisible(chromedp.ID(`reroute`)))
+		rerouted := get(t, ctx, "reroute", chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll("table.reroute tbody tr")).map(r => r.dataset.service+"@"+r.dataset.lane)`))
+		do(t, ctx, "apply",
 			chromedp.Click(chromedp.CSS(`button[value="apply"]`)),
 			chromedp.WaitVisible(chromedp.ID(`notice-applied`)),
 		)
+		return rerouted
 	}
 	// The engine follows the store a moment after the PUT.
 	waitServed := func(t *testing.T, want string) {
@@ -196,7 +200,11 @@ func TestBrowser(t *testing.T) {
 	t.Run("policy change reroutes on the explain page", func(t *testing.T) {
 		apply(t, "lanes:\n  alice:\n    strict: false\n")
 		waitServed(t, "")
-		apply(t, "lanes:\n  alice:\n    fallback: [feature-x]\n")
+		rerouted := apply(t, "lanes:\n  alice:\n    fallback: [feature-x]\n")
+		if !slices.Contains(rerouted, "orders@alice") {
+			t.Errorf("the dry run before applying lists %q, want orders@alice among them", rerouted)
+		}
+		t.Logf("the dry run: %q would change", rerouted)
 		waitServed(t, "feature-x")
 		t.Log("orders, lane alice: baseline, then feature-x after the change")
 	})

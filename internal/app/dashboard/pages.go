@@ -14,6 +14,7 @@ import (
 
 	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/adminclient"
+	"github.com/lanesdev/lanes/internal/lib/reroute"
 )
 
 // view is what every template gets.
@@ -236,10 +237,12 @@ func (s *Server) service(w http.ResponseWriter, r *http.Request, v *view) error 
 // --- policy
 
 type policyData struct {
-	Doc      adminapi.PolicyDocument
-	Text     string // what the editor shows
-	Problem  *adminapi.Error
-	Valid    bool
+	Doc     adminapi.PolicyDocument
+	Text    string // what the editor shows
+	Problem *adminapi.Error
+	Valid   bool
+	// Reroute lists what the validated document would reroute (Valid).
+	Reroute  []reroute.Change
 	Applied  bool
 	History  []historyEntry
 	HistErr  string
@@ -314,10 +317,16 @@ func (s *Server) policyPost(w http.ResponseWriter, r *http.Request, v *view) err
 	var perr error
 	switch action {
 	case "validate":
-		_, perr = v.c.ValidatePolicy(v.ctx, []byte(text))
+		var next adminapi.PolicyDocument
+		next, perr = v.c.ValidatePolicy(v.ctx, []byte(text))
 		if perr == nil {
 			d.Valid = true
 			v.Notice, v.NoticeID = "Valid: the document may be applied.", "valid"
+			insts, err := v.c.Instances(v.ctx, "")
+			if err != nil {
+				return err
+			}
+			d.Reroute = reroute.Changes(d.Doc.Policy, next.Policy, insts)
 		}
 	case "apply":
 		_, perr = v.c.PutPolicy(v.ctx, []byte(text))
