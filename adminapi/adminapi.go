@@ -191,6 +191,19 @@ type Instance struct {
 	State string `json:"state"`
 	// Registration is the etcd lease that keeps the instance alive, in hex.
 	Registration string `json:"registration,omitempty"`
+	// Outlier is set while the control plane's outlier detection (the
+	// gateway's calls) holds the instance out, or probes it back in.
+	Outlier *Outlier `json:"outlier,omitempty"`
+}
+
+// Outlier is the outlier-detection state of an instance as the control
+// plane's routing engine sees it.
+type Outlier struct {
+	// State is "ejected", "half-open" (the next request probes it) or
+	// "probing".
+	State string `json:"state"`
+	// Until is when an ejection ends, or a probe is given up.
+	Until *time.Time `json:"until,omitempty"`
 }
 
 // Lane describes one lane: from the policy, the registry and the claims

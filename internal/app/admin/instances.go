@@ -334,9 +334,23 @@ func (s *Server) views(ctx context.Context, p *principal, service string) ([]adm
 	pol := s.engine.Policy()
 	now := s.now()
 	out := make([]adminapi.Instance, 0, len(regs))
+	outliers := map[string]map[string]*adminapi.Outlier{} // service → id
 	for _, reg := range regs {
 		in := reg.Instance
 		v := adminapi.Instance{Instance: in, EffectiveLane: s.engine.LaneOf(in), State: "ready"}
+		if _, ok := outliers[in.Service]; !ok {
+			m := map[string]*adminapi.Outlier{}
+			for _, o := range s.engine.Service(in.Service).Outliers() {
+				ao := &adminapi.Outlier{State: o.State}
+				if !o.Until.IsZero() {
+					u := o.Until.UTC()
+					ao.Until = &u
+				}
+				m[o.ID] = ao
+			}
+			outliers[in.Service] = m
+		}
+		v.Outlier = outliers[in.Service][in.ID]
 		switch {
 		case pol.Expired(v.EffectiveLane, now):
 			v.State = "expired"

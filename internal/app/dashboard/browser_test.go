@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -253,6 +256,48 @@ func TestBrowser(t *testing.T) {
 			chromedp.WaitVisible(chromedp.CSS(`tr[data-service="inventory"] td[data-lane=""].warn`)),
 			chromedp.Navigate(w.admin+"/ui/services/inventory"),
 			chromedp.WaitVisible(chromedp.CSS(`tr[data-instance="inventory-2"][data-state="drained"]`)))
+	})
+
+	t.Run("ejected instance marked", func(t *testing.T) {
+		// A web instance whose port refuses connections: the gateway's
+		// calls fail over to web-1 and eject it (outlier.errors, default 5).
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		dead := ln.Addr().String()
+		ln.Close()
+		rctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		defer cancel()
+		if _, err := w.api.Register(rctx, adminapi.RegisterRequest{Instance: registry.Instance{Service: "web", ID: "web-dead", Addr: dead}, TTL: adminapi.Duration(time.Minute)}); err != nil {
+			t.Fatal(err)
+		}
+		do(t, ctx, "overview", chromedp.Navigate(w.admin+"/ui/"), chromedp.WaitVisible(chromedp.CSS(`body[data-live-connected]`)))
+		hc := &http.Client{Timeout: 10 * time.Second}
+		defer hc.CloseIdleConnections()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			resp, err := hc.Get(w.gateway + "/")
+			if err == nil {
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+			insts, err := w.api.Instances(rctx, "web")
+			if err == nil && slices.ContainsFunc(insts, func(in adminapi.Instance) bool { return in.ID == "web-dead" && in.Outlier != nil }) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("web-dead not ejected after 30s: %+v %v", insts, err)
+			}
+		}
+		do(t, ctx, "ejected marked",
+			chromedp.Navigate(w.admin+"/ui/services/web"),
+			chromedp.WaitVisible(chromedp.CSS(`tr[data-instance="web-dead"] [data-outlier="ejected"]`)),
+			chromedp.Navigate(w.admin+"/ui/"),
+			chromedp.WaitVisible(chromedp.CSS(`tr[data-service="web"] td[data-lane=""].warn .ejected`)))
+		if err := w.api.Deregister(rctx, "web", "web-dead", ""); err != nil {
+			t.Fatal(err)
+		}
 	})
 
 	t.Run("trace hops with lanes", func(t *testing.T) {

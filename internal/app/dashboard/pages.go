@@ -129,7 +129,7 @@ var funcs = template.FuncMap{
 // --- overview
 
 type cell struct {
-	Count, Ready, Drained, Expired int
+	Count, Ready, Drained, Expired, Ejected int
 }
 
 type laneRow struct {
@@ -196,6 +196,9 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request, v *view) error
 			c.Expired++
 		default:
 			c.Ready++
+		}
+		if in.Outlier != nil {
+			c.Ejected++
 		}
 		d.Cells[in.Service][in.EffectiveLane] = c
 	}
