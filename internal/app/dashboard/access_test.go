@@ -129,6 +129,10 @@ func TestAccess(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The admin sees the lane's owner: its token.
+	if _, body := getPage(t, hc, ui); !regexp.MustCompile(`(?s)<tr data-lane="alice">.*?` + regexp.QuoteMeta(tok.ID)).MatchString(body) {
+		t.Errorf("the overview does not name token %s as the owner of lane alice", tok.ID)
+	}
 	lc := browserless(t)
 	if resp, _ := post(t, lc, ui+"login", url.Values{"token": {tok.Secret}}, w.admin); resp.StatusCode != http.StatusSeeOther {
 		t.Fatalf("lane token login: %d", resp.StatusCode)

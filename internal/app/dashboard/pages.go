@@ -136,6 +136,7 @@ type laneRow struct {
 	adminapi.Lane
 	Chain    []string // the lane, its fallbacks, the baseline (unless strict)
 	TimeLeft string
+	Owners   []string // the registration tokens of the lane (admin sessions only)
 }
 
 type overviewData struct {
@@ -145,6 +146,7 @@ type overviewData struct {
 	LaneRows []laneRow
 	Findings []adminapi.Finding
 	FindErr  string
+	Admin    bool // owners are shown
 }
 
 func (s *Server) overview(w http.ResponseWriter, r *http.Request, v *view) error {
@@ -156,7 +158,21 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request, v *view) error
 	if err != nil {
 		return err
 	}
-	d := overviewData{Cells: map[string]map[string]cell{}}
+	d := overviewData{Cells: map[string]map[string]cell{}, Admin: v.Admin}
+	owners := map[string][]string{}
+	if v.Admin {
+		if toks, err := v.c.Tokens(v.ctx); err == nil {
+			for _, t := range toks {
+				if t.Lane != "" {
+					n := t.Name
+					if n == "" {
+						n = t.ID
+					}
+					owners[t.Lane] = append(owners[t.Lane], n)
+				}
+			}
+		}
+	}
 	seenLane := map[string]bool{"": true}
 	d.Lanes = []string{""}
 	for _, l := range lanes {
@@ -164,7 +180,7 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request, v *view) error
 			seenLane[l.Name] = true
 			d.Lanes = append(d.Lanes, l.Name)
 		}
-		row := laneRow{Lane: l, Chain: append([]string{l.Name}, l.Fallback...)}
+		row := laneRow{Lane: l, Chain: append([]string{l.Name}, l.Fallback...), Owners: owners[l.Name]}
 		if !l.Strict && (len(row.Chain) == 0 || row.Chain[len(row.Chain)-1] != "") {
 			row.Chain = append(row.Chain, "")
 		}
