@@ -16,11 +16,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// The OpenTelemetry SDK's and etcd's background workers end a moment after Close.
-		goleak.IgnoreTopFunction("go.opencensus.io/stats/view.(*worker).start"),
-		goleak.IgnoreAnyFunction("github.com/chromedp/chromedp.(*Browser).run"),
-	)
+	goleak.VerifyTestMain(m)
 }
 
 // world is `lanes demo` in the test: a control plane with embedded etcd,
