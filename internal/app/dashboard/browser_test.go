@@ -258,6 +258,30 @@ func TestBrowser(t *testing.T) {
 			chromedp.WaitVisible(chromedp.CSS(`tr[data-instance="inventory-2"][data-state="drained"]`)))
 	})
 
+	t.Run("policy live", func(t *testing.T) {
+		do(t, ctx, "policy page",
+			chromedp.Navigate(w.admin+"/ui/policy"),
+			chromedp.WaitVisible(chromedp.CSS(`body[data-live-connected]`)),
+			chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
+				_, err := chromedp.Evaluate[bool](`window.notReloaded = true`)(ctx, tg)
+				return err
+			}))
+		rctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		d, err := w.api.PutPolicy(rctx, []byte("lanes:\n  alice:\n    strict: false\n  feature-x: {}\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		do(t, ctx, "new revision shows",
+			chromedp.WaitVisible(chromedp.CSS(fmt.Sprintf(`li[data-history-revision="%d"]`, d.Revision))))
+		if rev := get(t, ctx, "revision", chromedp.Text(chromedp.CSS(`[data-revision]`))); rev != fmt.Sprint(d.Revision) {
+			t.Errorf("revision shown %q, want %d", rev, d.Revision)
+		}
+		if !get(t, ctx, "no reload", chromedp.Evaluate[bool](`window.notReloaded === true`)) {
+			t.Error("the page reloaded; want a live update")
+		}
+	})
+
 	t.Run("ejected instance marked", func(t *testing.T) {
 		// A web instance whose port refuses connections: the gateway's
 		// calls fail over to web-1 and eject it (outlier.errors, default 5).
