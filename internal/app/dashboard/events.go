@@ -3,9 +3,12 @@ package dashboard
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"sync"
 	"time"
+
+	"github.com/lanesdev/lanes/internal/lib/backoff"
 )
 
 // events streams server-sent events to a page: "instances" when an
@@ -44,50 +47,25 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	defer wg.Wait()
 	defer cancel()
 	wg.Add(3)
-	go func() { // instances
+	go func() {
 		defer wg.Done()
-		for ctx.Err() == nil {
+		follow(ctx, func(ctx context.Context) (func() error, io.Closer, error) {
 			st, err := c.WatchInstances(ctx, "")
 			if err != nil {
-				sleep(ctx, time.Second)
-				continue
+				return nil, nil, err
 			}
-			first := true
-			for {
-				b, err := st.Next()
-				if err != nil {
-					break
-				}
-				if !first || !b.Reset {
-					send("instances")
-				}
-				first = false
-			}
-			st.Close()
-			sleep(ctx, time.Second)
-		}
+			return func() error { _, err := st.Next(); return err }, st, nil
+		}, func() { send("instances") })
 	}()
-	go func() { // policy
+	go func() {
 		defer wg.Done()
-		for ctx.Err() == nil {
+		follow(ctx, func(ctx context.Context) (func() error, io.Closer, error) {
 			st, err := c.WatchPolicy(ctx)
 			if err != nil {
-				sleep(ctx, time.Second)
-				continue
+				return nil, nil, err
 			}
-			first := true
-			for {
-				if _, err := st.Next(); err != nil {
-					break
-				}
-				if !first {
-					send("policy")
-				}
-				first = false
-			}
-			st.Close()
-			sleep(ctx, time.Second)
-		}
+			return func() error { _, err := st.Next(); return err }, st, nil
+		}, func() { send("policy") })
 	}()
 	go func() { // findings: the collector has no watch; poll it
 		defer wg.Done()
@@ -141,11 +119,28 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
+// follow keeps a watch open until ctx is done, reopening it after a
+// capped, jittered delay, and calls changed on every item but the first of
+// each stream (the state the page already shows, or shows after a reconnect
+// on its next reload).
+func follow(ctx context.Context, open func(context.Context) (next func() error, _ io.Closer, _ error), changed func()) {
+	b := backoff.New(time.Second, 30*time.Second)
+	for ctx.Err() == nil {
+		next, st, err := open(ctx)
+		if err == nil {
+			for first := true; ; first = false {
+				if next() != nil {
+					break
+				}
+				if !first {
+					changed()
+				}
+				b.Reset()
+			}
+			st.Close()
+		}
+		if !b.Wait(ctx) {
+			return
+		}
 	}
 }
