@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace"
@@ -278,11 +277,7 @@ func (t *Transport) RoundTrip(req *http.Request) (res *http.Response, rerr error
 	}
 	if t.Metrics != nil {
 		defer func() {
-			var pickErr error
-			if !c.Started() {
-				pickErr = rerr
-			}
-			d := lanestrace.DecisionOf(t.Engine, svc.Name(), rreq.Lane, c.Pick(), pickErr, 0)
+			d := lanestrace.DecisionOf(t.Engine, svc.Name(), rreq.Lane, c.Pick(), c.PickErr(rerr), 0)
 			t.Metrics.Observe(d.Service, d.Requested, d.Served, d.Reason)
 		}()
 	}
@@ -318,21 +313,7 @@ func (t *Transport) RoundTrip(req *http.Request) (res *http.Response, rerr error
 
 // endSpan records the call's routing decision and outcome on its client span, and ends it.
 func (t *Transport) endSpan(span trace.Span, c *routedcall.Call, service, requested string, err error, res *http.Response) {
-	var pickErr error
-	if !c.Started() {
-		pickErr = err
-	}
-	lanestrace.DecisionOf(t.Engine, service, requested, c.Pick(), pickErr, c.Retries()).Record(span)
-	switch {
-	case err != nil:
-		span.SetStatus(codes.Error, err.Error())
-	case res != nil:
-		span.SetAttributes(semconv.HTTPResponseStatusCode(res.StatusCode))
-		if res.StatusCode >= 500 {
-			span.SetStatus(codes.Error, res.Status)
-		}
-	}
-	span.End()
+	lanestrace.EndHTTP(span, lanestrace.DecisionOf(t.Engine, service, requested, c.Pick(), c.PickErr(err), c.Retries()), res, err)
 }
 
 func (t *Transport) retries() int {

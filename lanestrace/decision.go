@@ -1,7 +1,10 @@
 package lanestrace
 
 import (
+	"net/http"
+
 	"errors"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -108,4 +111,21 @@ func laneOrBaseline(l string) string {
 		return "the baseline"
 	}
 	return l
+}
+
+// EndHTTP records on the client span of an HTTP call its routing decision d and its outcome (err,
+// or the status of res), and ends the span. The gateway and laneshttp.Transport end their spans
+// with it.
+func EndHTTP(span trace.Span, d Decision, res *http.Response, err error) {
+	d.Record(span)
+	switch {
+	case err != nil:
+		span.SetStatus(codes.Error, err.Error())
+	case res != nil:
+		span.SetAttributes(semconv.HTTPResponseStatusCode(res.StatusCode))
+		if res.StatusCode >= 500 {
+			span.SetStatus(codes.Error, res.Status)
+		}
+	}
+	span.End()
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace"
@@ -469,21 +468,7 @@ var traceContext propagation.TraceContext
 // endSpan records an upstream call's routing decision and outcome on its client span, and ends
 // it.
 func (g *Gateway) endSpan(span trace.Span, st *reqState, res *http.Response, err error) {
-	var pickErr error
-	if !st.call.Started() {
-		pickErr = err
-	}
-	lanestrace.DecisionOf(g.engine, st.route.Service, st.req.Lane, st.call.Pick(), pickErr, st.call.Retries()).Record(span)
-	switch {
-	case err != nil:
-		span.SetStatus(codes.Error, err.Error())
-	case res != nil:
-		span.SetAttributes(semconv.HTTPResponseStatusCode(res.StatusCode))
-		if res.StatusCode >= 500 {
-			span.SetStatus(codes.Error, res.Status)
-		}
-	}
-	span.End()
+	lanestrace.EndHTTP(span, lanestrace.DecisionOf(g.engine, st.route.Service, st.req.Lane, st.call.Pick(), st.call.PickErr(err), st.call.Retries()), res, err)
 }
 
 // attempt describes an attempt for the routed-call rules.

@@ -229,6 +229,15 @@ func (c *Call) Pick() routing.Result { return c.pick }
 // Started reports whether Start picked an instance.
 func (c *Call) Started() bool { return c.pick.Instance != nil }
 
+// PickErr returns err when it is the error of a call that never picked an instance (Start
+// failed), and nil otherwise: the error a description of the routing decision names.
+func (c *Call) PickErr(err error) error {
+	if c.Started() {
+		return nil
+	}
+	return err
+}
+
 // Retries returns how many times the call went on to another instance: retries after failures,
 // and moves past unreachable instances.
 func (c *Call) Retries() int { return c.retried + c.moves }

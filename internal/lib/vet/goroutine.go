@@ -127,7 +127,7 @@ func requestBound(info *types.Info, s scope) map[types.Object]bool {
 				return false
 			case *ast.AssignStmt:
 				for i, rhs := range n.Rhs {
-					if !derives(info, rhs, bound) {
+					if firstUse(info, rhs, bound) == nil {
 						continue
 					}
 					for j, lhs := range n.Lhs {
@@ -155,37 +155,15 @@ func objOf(info *types.Info, id *ast.Ident) types.Object {
 	return info.Uses[id]
 }
 
-// derives reports whether e uses a bound variable other than through a detaching call.
-func derives(info *types.Info, e ast.Expr, bound map[types.Object]bool) bool {
-	found := false
-	ast.Inspect(e, func(n ast.Node) bool {
-		if found {
-			return false
-		}
-		switch n := n.(type) {
-		case *ast.CallExpr:
-			if detaches(funcOf(info, n)) {
-				return false
-			}
-		case *ast.Ident:
-			if bound[info.Uses[n]] {
-				found = true
-			}
-		}
-		return true
-	})
-	return found
-}
-
 func detaches(fn *types.Func) bool {
 	return isPkgFunc(fn, lanePkg, "Detach") || isPkgFunc(fn, "context", "WithoutCancel")
 }
 
-// firstUse returns the first identifier in call that refers to a bound variable, outside
-// detaching calls, or nil.
-func firstUse(info *types.Info, call *ast.CallExpr, bound map[types.Object]bool) *ast.Ident {
+// firstUse returns the first identifier in n that refers to a bound variable, outside detaching
+// calls, or nil.
+func firstUse(info *types.Info, n ast.Node, bound map[types.Object]bool) *ast.Ident {
 	var use *ast.Ident
-	ast.Inspect(call, func(n ast.Node) bool {
+	ast.Inspect(n, func(n ast.Node) bool {
 		if use != nil {
 			return false
 		}
