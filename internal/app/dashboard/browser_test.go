@@ -341,7 +341,10 @@ func TestBrowser(t *testing.T) {
 		do(t, ctx, "graph",
 			chromedp.Navigate(w.admin+"/ui/graph"),
 			chromedp.WaitVisible(chromedp.CSS(`svg.graph g.edge[data-lane="feature-x"]`)),
-			chromedp.WaitVisible(chromedp.CSS(`svg.graph g.edge[data-lane="alice"]`)))
+			chromedp.WaitVisible(chromedp.CSS(`svg.graph g.edge[data-lane="alice"]`)),
+			// The lane instances: orders in feature-x, payments in alice.
+			chromedp.WaitVisible(chromedp.CSS(`svg.graph g.node[data-service="orders"] g.lane-instance[data-lane="feature-x"]`)),
+			chromedp.WaitVisible(chromedp.CSS(`svg.graph g.node[data-service="payments"] g.lane-instance[data-lane="alice"]`)))
 		lanes := get(t, ctx, "edges", chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll("svg.graph g.edge")).map(e => e.dataset.from+"→"+e.dataset.to+"@"+e.dataset.lane)`))
 		t.Logf("graph edges: %q", lanes)
 	})

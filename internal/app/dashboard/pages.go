@@ -499,7 +499,20 @@ func (s *Server) graph(w http.ResponseWriter, r *http.Request, v *view) error {
 	if err != nil {
 		return err
 	}
-	d := graphData{Graph: g, SVG: graphSVG(g)}
+	insts, err := v.c.Instances(v.ctx, "")
+	if err != nil {
+		return err
+	}
+	laneInstances := map[string][]string{}
+	for _, in := range insts {
+		if l := in.EffectiveLane; l != "" && !slices.Contains(laneInstances[in.Service], l) {
+			laneInstances[in.Service] = append(laneInstances[in.Service], l)
+		}
+	}
+	for _, ls := range laneInstances {
+		slices.Sort(ls)
+	}
+	d := graphData{Graph: g, SVG: graphSVG(g, laneInstances)}
 	seen := map[string]bool{}
 	for _, e := range g.Edges {
 		if !seen[e.Lane] {

@@ -61,7 +61,10 @@ func chainLabel(e adminapi.Explanation) string {
 // graphSVG draws the service graph: services in columns by their depth from
 // the entry points, one curve per edge and lane in the lane's colour, its
 // width growing with the rate, labelled with calls, errors and fallbacks.
-func graphSVG(g adminapi.Graph) template.HTML {
+//
+// laneInstances marks, under each service's name, the lanes it has
+// instances in (service → lanes, "" left out).
+func graphSVG(g adminapi.Graph, laneInstances map[string][]string) template.HTML {
 	if len(g.Edges) == 0 {
 		return ""
 	}
@@ -100,12 +103,12 @@ func graphSVG(g adminapi.Graph) template.HTML {
 	maxRows := 1
 	for d := 0; d <= maxDepth; d++ {
 		for i, s := range cols[d] {
-			pos[s] = [2]int{20 + d*(nodeW+colGap), 30 + i*(nodeH+rowGap)}
+			pos[s] = [2]int{20 + d*(nodeW+colGap), 70 + i*(nodeH+rowGap)}
 		}
 		maxRows = max(maxRows, len(cols[d]))
 	}
 	width := 40 + (maxDepth+1)*nodeW + maxDepth*colGap
-	height := 60 + maxRows*nodeH + (maxRows-1)*rowGap + 40
+	height := 70 + maxRows*nodeH + (maxRows-1)*rowGap + 70 // room for the fanned-out curves and labels
 	// Group the edges by service pair to fan the lanes out.
 	type pair struct{ from, to string }
 	groups := map[pair][]adminapi.Edge{}
@@ -145,8 +148,18 @@ func graphSVG(g adminapi.Graph) template.HTML {
 	}
 	for _, s := range names {
 		p := pos[s]
-		fmt.Fprintf(&b, `<g class="node" data-service="%s"><rect x="%d" y="%d" width="%d" height="%d" rx="8" fill="#f4f6f8" stroke="#333" stroke-width="1.5"/><text x="%d" y="%d" text-anchor="middle" font-size="14" fill="#111">%s</text></g>`,
-			esc(s), p[0], p[1], nodeW, nodeH, p[0]+nodeW/2, p[1]+nodeH/2+5, esc(s))
+		lanes := laneInstances[s]
+		ty := p[1] + nodeH/2 + 5
+		if len(lanes) > 0 {
+			ty = p[1] + 18
+		}
+		fmt.Fprintf(&b, `<g class="node" data-service="%s"><rect x="%d" y="%d" width="%d" height="%d" rx="8" fill="#f4f6f8" stroke="#333" stroke-width="1.5"/><text x="%d" y="%d" text-anchor="middle" font-size="14" fill="#111">%s</text>`,
+			esc(s), p[0], p[1], nodeW, nodeH, p[0]+nodeW/2, ty, esc(s))
+		for i, l := range lanes {
+			fmt.Fprintf(&b, `<g class="lane-instance" data-lane="%s"><circle cx="%d" cy="%d" r="5" fill="%s"/><text x="%d" y="%d" font-size="11" fill="%s">%s</text></g>`,
+				esc(l), p[0]+10+i*60, p[1]+33, laneColour(l), p[0]+18+i*60, p[1]+37, laneColour(l), esc(l))
+		}
+		b.WriteString(`</g>`)
 	}
 	b.WriteString(`</svg>`)
 	return template.HTML(b.String())
