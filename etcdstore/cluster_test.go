@@ -22,9 +22,11 @@ import (
 // changes not seen, and how long every watcher took to see a change made
 // during the failure.
 
-// clusterTTL is the TTL of the registrations: etcd's minimum with its
+// clusterTTL is the TTL of the registrations, long enough that an election
+// on a loaded machine (the race detector, parallel packages) does not outlast
+// it: etcd's minimum with its
 // default election timeout is 2s; the keep-alives go every TTL/3.
-const clusterTTL = 6 * time.Second
+const clusterTTL = 10 * time.Second
 
 // fleet is the workload: registered instances and watchers on their own
 // Stores (their own etcd clients).

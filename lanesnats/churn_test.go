@@ -53,7 +53,7 @@ var churnLanes = []string{"l1", "l2", "l3"}
 
 // childMain runs one consumer of TestChurn, configured by CHURN_*
 // variables: it registers in etcd, prints READY, then prints one line per
-// handled message ("H <seq> <lane token> <id> <unix nanos> <deliveries>"),
+// handled message ("H <seq> <lane token> <id> <unix nanos> <deliveries> <message id>"),
 // written before the handler returns (so before the ack; then it works for
 // CHURN_WORK more), until SIGTERM, when it closes gracefully and prints
 // CLOSED.
@@ -92,7 +92,7 @@ func childMain() int {
 		if lane.FromContext(ctx) != d.Lane {
 			return lanesnats.Permanent(fmt.Errorf("context lane %q, message lane %q", lane.FromContext(ctx), d.Lane))
 		}
-		_, err := out.WriteString(fmt.Sprintf("H %d %s %s %d %d\n", d.Seq, lanesnats.Token(d.Lane), id, time.Now().UnixNano(), d.NumDelivered))
+		_, err := out.WriteString(fmt.Sprintf("H %d %s %s %d %d %s\n", d.Seq, lanesnats.Token(d.Lane), id, time.Now().UnixNano(), d.NumDelivered, d.Data))
 		// Work after the side effect: a kill here leaves a message handled
 		// but not acknowledged, which comes back as a duplicate.
 		time.Sleep(workAfter)
@@ -124,6 +124,7 @@ func childMain() int {
 
 // handling is one line of a child: a message handled.
 type handling struct {
+	msg string // the message: its publisher's id, which is its data
 	seq uint64
 	tok string // the message's lane token, as the child saw it
 	id  string // the child
@@ -189,8 +190,8 @@ func (ch *churn) start(id, l string) *child {
 				c.readyAt = time.Unix(0, atoi(f[1]))
 				ch.mu.Unlock()
 				close(c.ready)
-			case len(f) == 6 && f[0] == "H":
-				hd := handling{seq: uint64(atoi(f[1])), tok: f[2], id: f[3], at: time.Unix(0, atoi(f[4])), n: uint64(atoi(f[5]))}
+			case len(f) == 7 && f[0] == "H":
+				hd := handling{seq: uint64(atoi(f[1])), tok: f[2], id: f[3], at: time.Unix(0, atoi(f[4])), n: uint64(atoi(f[5])), msg: f[6]}
 				ch.mu.Lock()
 				ch.handled = append(ch.handled, hd)
 				ch.mu.Unlock()
@@ -334,7 +335,7 @@ func runChurn(t *testing.T, natsURL string, replicas int, faults func(ch *churn,
 
 	// Producers: one per lane and one for the baseline, at an even pace.
 	type pub struct {
-		seq  uint64
+		msg  string
 		lane string
 	}
 	var pmu sync.Mutex
@@ -359,10 +360,9 @@ func runChurn(t *testing.T, natsURL string, replicas int, faults func(ch *churn,
 					<-tick.C
 				}
 				id := fmt.Sprintf("p%d-%d", i, k)
-				var ack *jetstream.PubAck
 				for deadline := time.Now().Add(30 * time.Second); ; {
 					actx, cancel := context.WithTimeout(lctx, 2*time.Second)
-					ack, err = p.Publish(actx, "msg", []byte(id), jetstream.WithMsgID(id))
+					_, err = p.Publish(actx, "msg", []byte(id), jetstream.WithMsgID(id))
 					cancel()
 					if err == nil || time.Now().After(deadline) {
 						break
@@ -374,7 +374,7 @@ func runChurn(t *testing.T, natsURL string, replicas int, faults func(ch *churn,
 					return
 				}
 				pmu.Lock()
-				published = append(published, pub{ack.Sequence, l})
+				published = append(published, pub{id, l})
 				pmu.Unlock()
 			}
 		}()
@@ -417,21 +417,24 @@ func runChurn(t *testing.T, natsURL string, replicas int, faults func(ch *churn,
 	t.Logf("published %d messages in %v", len(published), pubDone.Sub(begin).Round(time.Millisecond))
 
 	// Wait until every published message has been handled.
-	want := map[uint64]string{}
+	// Messages are known by their ids, not their stream sequences: a stream
+	// leader killed before an acknowledged message reached the others may
+	// see its sequence given to another message.
+	want := map[string]string{}
 	for _, p := range published {
-		want[p.seq] = p.lane
+		want[p.msg] = p.lane
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		ch.mu.Lock()
-		seen := map[uint64]bool{}
+		seen := map[string]bool{}
 		for _, h := range ch.handled {
-			seen[h.seq] = true
+			seen[h.msg] = true
 		}
 		ch.mu.Unlock()
 		missing := 0
-		for seq := range want {
-			if !seen[seq] {
+		for msg := range want {
+			if !seen[msg] {
 				missing++
 			}
 		}
@@ -457,22 +460,22 @@ func runChurn(t *testing.T, natsURL string, replicas int, faults func(ch *churn,
 }
 
 // analyse checks what the children reported and logs the figures.
-func (ch *churn) analyse(want map[uint64]string, pubDone time.Time) {
+func (ch *churn) analyse(want map[string]string, pubDone time.Time) {
 	t := ch.t
 	byID := map[string]*child{}
 	for _, c := range ch.children {
 		byID[c.id] = c
 	}
-	bySeq := map[uint64][]handling{}
+	byMsg := map[string][]handling{}
 	for _, h := range ch.handled {
-		bySeq[h.seq] = append(bySeq[h.seq], h)
+		byMsg[h.msg] = append(byMsg[h.msg], h)
 	}
 	window := churnAckWait + churnTTL + 3*time.Second // documented bound, plus slack for -race on 2 loaded cores
 	const settle = 3 * time.Second                    // a lane consumer ready this long has its lane to itself
 	var dups, badLane, strayDup, steady, lost, redelivered, serverDups int
 	var longestDup, longestServerDup time.Duration
-	for seq, l := range want {
-		hs := bySeq[seq]
+	for msg, l := range want {
+		hs := byMsg[msg]
 		if len(hs) == 0 {
 			lost++
 			continue
@@ -486,7 +489,7 @@ func (ch *churn) analyse(want map[uint64]string, pubDone time.Time) {
 			if h.tok != lanesnats.Token(l) || (c.lane != "" && c.lane != l) {
 				badLane++
 				if badLane <= 5 {
-					t.Errorf("seq %d of lane %q handled by %s (lane %q) as lane token %q", seq, l, h.id, c.lane, h.tok)
+					t.Errorf("message %s (seq %d) of lane %q handled by %s (lane %q) as lane token %q", msg, h.seq, l, h.id, c.lane, h.tok)
 				}
 			}
 			if c.lane == "" && l != "" {
@@ -494,8 +497,8 @@ func (ch *churn) analyse(want map[uint64]string, pubDone time.Time) {
 					if o.lane == l && !o.readyAt.IsZero() && o.readyAt.Before(h.at.Add(-settle)) && (o.stopAt.IsZero() || o.stopAt.After(h.at)) {
 						steady++
 						if steady <= 5 {
-							t.Errorf("seq %d of lane %s handled by %s at %v while %s had been ready since %v",
-								seq, l, h.id, h.at.Format("15:04:05.000"), o.id, o.readyAt.Format("15:04:05.000"))
+							t.Errorf("message %s of lane %s handled by %s at %v while %s had been ready since %v",
+								msg, l, h.id, h.at.Format("15:04:05.000"), o.id, o.readyAt.Format("15:04:05.000"))
 						}
 						break
 					}
@@ -514,7 +517,7 @@ func (ch *churn) analyse(want map[uint64]string, pubDone time.Time) {
 			if !prev.killed || hs[j-1].at.After(prev.stopAt) {
 				strayDup++
 				if strayDup <= 5 {
-					t.Errorf("seq %d handled again by %s at %v; first by %s (killed %v)", seq, h.id, h.at.Format("15:04:05.000"), prev.id, prev.killed)
+					t.Errorf("message %s handled again by %s at %v; first by %s (killed %v)", msg, h.id, h.at.Format("15:04:05.000"), prev.id, prev.killed)
 				}
 				continue
 			}
@@ -522,7 +525,7 @@ func (ch *churn) analyse(want map[uint64]string, pubDone time.Time) {
 			longestDup = max(longestDup, d)
 			if d > window+ch.slackAt(h.at) {
 				strayDup++
-				t.Errorf("seq %d handled again %v after %s was killed, outside the window of %v", seq, d, prev.id, window)
+				t.Errorf("message %s handled again %v after %s was killed, outside the window of %v", msg, d, prev.id, window)
 			}
 		}
 	}
@@ -551,7 +554,7 @@ func (ch *churn) analyse(want map[uint64]string, pubDone time.Time) {
 			longestTerm = max(longestTerm, d)
 		}
 	}
-	unique := len(bySeq)
+	unique := len(byMsg)
 	t.Logf("published %d, handled %d (%d handlings), duplicates %d, lost %d; handled on a redelivery %d", len(want), unique, len(ch.handled), dups, lost, redelivered)
 	t.Logf("lane consumers started %d, stopped gracefully %d, killed %d (plus 2 baseline consumers throughout)", ch.starts-2, ch.terms-2, ch.kills)
 	if len(ch.serverKills) > 0 {
