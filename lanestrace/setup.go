@@ -83,7 +83,7 @@ func FromEnv(ctx context.Context, service string, getenv func(string) string) (*
 		if err != nil {
 			return nil, err
 		}
-		opts = append(opts, sdktrace.WithBatcher(exp, sdktrace.WithBatchTimeout(time.Second)))
+		opts = append(opts, sdktrace.WithBatcher(exp, sdktrace.WithBatchTimeout(batchTimeout)))
 	}
 	if external {
 		// The exporter reads the OTEL_EXPORTER_OTLP_* variables itself.
@@ -93,9 +93,9 @@ func FromEnv(ctx context.Context, service string, getenv func(string) string) (*
 		}
 		opts = append(opts, sdktrace.WithBatcher(exp))
 	}
-	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(semconv.ServiceName(service)))
-	if err != nil && !errors.Is(err, resource.ErrPartialResource) && !errors.Is(err, resource.ErrSchemaURLConflict) {
-		return nil, fmt.Errorf("lanestrace: resource: %w", err)
+	res, err := serviceResource(service)
+	if err != nil {
+		return nil, err
 	}
 	opts = append(opts, sdktrace.WithResource(res), sdktrace.WithSampler(Sampler(ratio)))
 	tp := sdktrace.NewTracerProvider(opts...)
@@ -103,6 +103,36 @@ func FromEnv(ctx context.Context, service string, getenv func(string) string) (*
 	otel.SetTextMapPropagator(propagation.TraceContext{})
 	SetTracerProvider(tp)
 	return &Tracing{Provider: tp, sdk: tp}, nil
+}
+
+// batchTimeout is how long spans for lanes' collector wait to be sent in a batch: short, so that
+// `lanes trace` shows a request soon after it ended.
+const batchTimeout = 500 * time.Millisecond
+
+// NewProvider returns a tracer provider of service that exports, in batches, to the trace
+// collector of lanes up at addr (in LANES_TRACES's form: host:port or an http(s):// URL), sampled
+// with Sampler(baselineRatio). It sets no global: the control plane and lanes demo, which run
+// several such services in one process, give each its own. Shut it down to flush its spans.
+func NewProvider(ctx context.Context, service, addr string, baselineRatio float64) (*sdktrace.TracerProvider, error) {
+	exp, err := lanesExporter(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	res, err := serviceResource(service)
+	if err != nil {
+		return nil, err
+	}
+	return sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp, sdktrace.WithBatchTimeout(batchTimeout)),
+		sdktrace.WithResource(res), sdktrace.WithSampler(Sampler(baselineRatio))), nil
+}
+
+// serviceResource is the resource of service's spans.
+func serviceResource(service string) (*resource.Resource, error) {
+	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(semconv.ServiceName(service)))
+	if err != nil && !errors.Is(err, resource.ErrPartialResource) && !errors.Is(err, resource.ErrSchemaURLConflict) {
+		return nil, fmt.Errorf("lanestrace: resource: %w", err)
+	}
+	return res, nil
 }
 
 // lanesExporter exports to lanes' collector at addr (host:port, plain; or a URL).

@@ -5,10 +5,7 @@ import (
 	"fmt"
 	"time"
 
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
-	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
@@ -122,14 +119,11 @@ func (c *collectorComponent) Provision(ctx context.Context, rt *Runtime) error {
 			note += "; OTLP/HTTP on " + h.String()
 		}
 		rt.Announce(Address{Name: "traces", URL: out.GRPCAddr, Note: note})
-		exp, err := otlptracegrpc.New(ctx, otlptracegrpc.WithEndpoint(out.GRPCAddr), otlptracegrpc.WithInsecure(), otlptracegrpc.WithTimeout(5*time.Second))
+		sdk, err := lanestrace.NewProvider(ctx, GatewayService, out.GRPCAddr, t.Sample)
 		if err != nil {
 			return fmt.Errorf("traces: the control plane's exporter: %w", err)
 		}
-		res := resource.NewSchemaless(semconv.ServiceName(GatewayService))
-		c.sdk = sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp, sdktrace.WithBatchTimeout(500*time.Millisecond)),
-			sdktrace.WithResource(res), sdktrace.WithSampler(lanestrace.Sampler(t.Sample)))
-		out.Provider = c.sdk
+		c.sdk, out.Provider = sdk, sdk
 	}
 	Provide(rt, TracesKey, out)
 	c.fatal.start(rt, "traces", col.Errors())

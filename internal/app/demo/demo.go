@@ -19,10 +19,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
-	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace"
 	"io"
 	"log/slog"
@@ -116,13 +113,11 @@ func Start(ctx context.Context, cfg Config) (*Topology, error) {
 		}
 		var tp trace.TracerProvider
 		if cfg.Traces != "" {
-			exp, err := otlptracegrpc.New(ctx, otlptracegrpc.WithEndpoint(cfg.Traces), otlptracegrpc.WithInsecure())
+			sdk, err := lanestrace.NewProvider(ctx, in.Service, cfg.Traces, 1)
 			if err != nil {
 				t.Close()
 				return nil, fmt.Errorf("demo: the trace exporter of %s: %w", in.Service, err)
 			}
-			sdk := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp, sdktrace.WithBatchTimeout(250*time.Millisecond)),
-				sdktrace.WithResource(resource.NewSchemaless(semconv.ServiceName(in.Service))), sdktrace.WithSampler(lanestrace.Sampler(1)))
 			t.providers = append(t.providers, sdk)
 			tp = sdk
 		}
