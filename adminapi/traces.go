@@ -1,6 +1,23 @@
 package adminapi
 
-import "time"
+import (
+	"strings"
+	"time"
+)
+
+// ValidTraceID reports whether id is a W3C trace id as the admin API takes it: 32 lower-case hex
+// digits, not all zero.
+func ValidTraceID(id string) bool {
+	if len(id) != 32 || id == strings.Repeat("0", 32) {
+		return false
+	}
+	for _, c := range id {
+		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
 
 // Kinds of lane integrity findings (Finding.Kind).
 const (

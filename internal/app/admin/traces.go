@@ -2,7 +2,6 @@ package admin
 
 import (
 	"net/http"
-	"regexp"
 	"strconv"
 	"time"
 
@@ -10,9 +9,6 @@ import (
 	"github.com/lanesdev/lanes/internal/app/collector"
 	"github.com/lanesdev/lanes/lane"
 )
-
-// traceID is the form of a W3C trace id.
-var traceID = regexp.MustCompile(`^[0-9a-f]{32}$`)
 
 // maxTraceList bounds the limit parameter of GET /v1/traces.
 const maxTraceList = 1000
@@ -61,7 +57,7 @@ func (s *Server) getTrace(w http.ResponseWriter, r *http.Request, _ *principal) 
 		return err
 	}
 	id := r.PathValue("id")
-	if !traceID.MatchString(id) {
+	if !adminapi.ValidTraceID(id) {
 		return badRequest("id", id, "want a trace id of 32 lower-case hex digits")
 	}
 	t, ok := col.Trace(id)
@@ -92,7 +88,7 @@ func (s *Server) listFindings(w http.ResponseWriter, r *http.Request, _ *princip
 		}
 	}
 	id := q.Get("trace")
-	if id != "" && !traceID.MatchString(id) {
+	if id != "" && !adminapi.ValidTraceID(id) {
 		return badRequest("trace", id, "want a trace id of 32 lower-case hex digits")
 	}
 	list := adminapi.FindingList{Findings: col.Findings(since, id)}

@@ -53,7 +53,7 @@ error.`,
 			}
 			if len(args) == 1 {
 				args[0] = strings.ToLower(strings.TrimSpace(args[0]))
-				if !isTraceID(args[0]) {
+				if !adminapi.ValidTraceID(args[0]) {
 					return &exitError{code: ExitUsage, err: fmt.Errorf("trace id %q: want 32 hex digits, as the gateway's x-trace-id answers", args[0])}
 				}
 			}
@@ -140,18 +140,6 @@ Each names the service, the span and the trace ('lanes trace TRACE_ID').`,
 	cmd.Flags().DurationVar(&since, "since", time.Hour, "findings of the last duration (0: every one kept)")
 	cmd.Flags().StringVar(&trace, "trace", "", "findings on this trace only")
 	return cmd
-}
-
-func isTraceID(s string) bool {
-	if len(s) != 32 {
-		return false
-	}
-	for _, c := range s {
-		if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
-			return false
-		}
-	}
-	return s != strings.Repeat("0", 32)
 }
 
 // printTrace writes the trace as a tree of hops.
