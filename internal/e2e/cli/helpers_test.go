@@ -70,8 +70,15 @@ func start(t *testing.T, args ...string) *proc {
 // startEnv is start with more environment variables (KEY=value).
 func startEnv(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
+	return startEnvIn(t, "", env, args...)
+}
+
+// startEnvIn is startEnv in directory dir ("" for the test's own).
+func startEnvIn(t *testing.T, dir string, env []string, args ...string) *proc {
+	t.Helper()
 	p := &proc{t: t, name: strings.Join(args[:min(2, len(args))], " "), exited: make(chan struct{})}
 	p.cmd = exec.Command(binary, args...)
+	p.cmd.Dir = dir
 	p.cmd.Env = append(cleanEnv(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
 	if err := p.cmd.Start(); err != nil {

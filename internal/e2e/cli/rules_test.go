@@ -202,35 +202,6 @@ func TestClientRules(t *testing.T) {
 	}
 }
 
-// startEnvIn is startEnv in directory dir.
-func startEnvIn(t *testing.T, dir string, env []string, args ...string) *proc {
-	t.Helper()
-	p := &proc{t: t, name: strings.Join(args[:min(2, len(args))], " "), exited: make(chan struct{})}
-	p.cmd = exec.Command(binary, args...)
-	p.cmd.Dir = dir
-	p.cmd.Env = append(cleanEnv(), env...)
-	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { // ends when the process does
-		p.err = p.cmd.Wait()
-		close(p.exited)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-p.exited:
-		default:
-			p.cmd.Process.Kill()
-			<-p.exited
-		}
-		if t.Failed() {
-			t.Logf("lanes %s stdout:\n%s\nstderr:\n%s", p.name, p.stdout.String(), tail(p.stderr.String(), 6000))
-		}
-	})
-	return p
-}
-
 // TestDemoCommandsWork: the commands lanes demo prints run as printed.
 func TestDemoCommandsWork(t *testing.T) {
 	u := startUp(t, "demo")
