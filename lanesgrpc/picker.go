@@ -83,13 +83,7 @@ func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 	for range maxPicks {
 		res, err := p.svc.Pick(req)
 		if err != nil {
-			if span := trace.SpanFromContext(info.Ctx); span.IsRecording() || p.metrics != nil {
-				d := lanestrace.DecisionOf(p.eng, p.svc.Name(), req.Lane, res, err, 0)
-				p.metrics.Observe(d.Service, d.Requested, d.Served, d.Reason)
-				if span.IsRecording() {
-					d.Record(span)
-				}
-			}
+			p.record(info.Ctx, req, res, err, nil)
 			return balancer.PickResult{}, status.Error(codes.Unavailable, "lanes: "+err.Error())
 		}
 		c, ok := p.conns[res.Instance.Addr]
@@ -151,19 +145,28 @@ func (p *picker) result(info balancer.PickInfo, c conn, res routing.Result, req 
 		cs.last.Store(&res.Instance.ID)
 		cs.svc.Store(p.svc)
 	}
-	if p.metrics != nil {
-		d := lanestrace.DecisionOf(p.eng, p.svc.Name(), req.Lane, res, nil, 0)
-		p.metrics.Observe(d.Service, d.Requested, d.Served, d.Reason)
-	}
-	if span := trace.SpanFromContext(info.Ctx); span.IsRecording() {
-		// otelgrpc's client span of this attempt; an attempt after the first is a retry.
-		retries := 0
-		if cs != nil {
-			retries = int(cs.attempts.Add(1)) - 1
-		}
-		lanestrace.DecisionOf(p.eng, p.svc.Name(), req.Lane, res, nil, retries).Record(span)
-	}
+	p.record(info.Ctx, req, res, nil, cs)
 	return pr, nil
+}
+
+// record counts the pick res (or its error) in the metrics and writes it on otelgrpc's client
+// span of the attempt, with one description of the decision for both. An attempt after the
+// first of a call (cs) is a retry.
+func (p *picker) record(ctx context.Context, req routing.Request, res routing.Result, err error, cs *callState) {
+	span := trace.SpanFromContext(ctx)
+	traced := span.IsRecording()
+	if !traced && p.metrics == nil {
+		return
+	}
+	retries := 0
+	if traced && cs != nil {
+		retries = int(cs.attempts.Add(1)) - 1
+	}
+	d := lanestrace.DecisionOf(p.eng, p.svc.Name(), req.Lane, res, err, retries)
+	p.metrics.Observe(d.Service, d.Requested, d.Served, d.Reason)
+	if traced {
+		d.Record(span)
+	}
 }
 
 // unreachableError is the picker's error when every instance it was given

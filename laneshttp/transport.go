@@ -264,22 +264,19 @@ func (t *Transport) RoundTrip(req *http.Request) (res *http.Response, rerr error
 	}
 	var c routedcall.Call
 	rreq := routing.RequestFromContext(ctx, t.Zone, t.Host)
+	var span trace.Span // the request's client span; nil when not traced
 	if t.Tracer != nil {
-		var span trace.Span
 		ctx, span = t.Tracer.Start(ctx, req.Method, trace.WithSpanKind(trace.SpanKindClient),
 			trace.WithAttributes(semconv.HTTPRequestMethodKey.String(req.Method), semconv.ServerAddress(host)))
 		if span.IsRecording() {
 			req = req.WithContext(ctx)
-			defer func() { t.endSpan(span, &c, svc.Name(), rreq.Lane, rerr, res) }()
 		} else {
 			span.End()
+			span = nil
 		}
 	}
-	if t.Metrics != nil {
-		defer func() {
-			d := lanestrace.DecisionOf(t.Engine, svc.Name(), rreq.Lane, c.Pick(), c.PickErr(rerr), 0)
-			t.Metrics.Observe(d.Service, d.Requested, d.Served, d.Reason)
-		}()
+	if span != nil || t.Metrics != nil {
+		defer func() { t.record(span, &c, svc.Name(), rreq.Lane, res, rerr) }()
 	}
 	pick, err := c.Start(ctx, t.Engine, svc, rreq, t.retries(), routedcall.HeaderTimeout(t.ResponseHeaderTimeout))
 	if err != nil {
@@ -311,9 +308,14 @@ func (t *Transport) RoundTrip(req *http.Request) (res *http.Response, rerr error
 	}
 }
 
-// endSpan records the call's routing decision and outcome on its client span, and ends it.
-func (t *Transport) endSpan(span trace.Span, c *routedcall.Call, service, requested string, err error, res *http.Response) {
-	lanestrace.EndHTTP(span, lanestrace.DecisionOf(t.Engine, service, requested, c.Pick(), c.PickErr(err), c.Retries()), res, err)
+// record counts the call's routing decision in Metrics, and ends its client span (span, when not
+// nil) with the decision and the outcome: one description of the decision for both.
+func (t *Transport) record(span trace.Span, c *routedcall.Call, service, requested string, res *http.Response, err error) {
+	d := lanestrace.DecisionOf(t.Engine, service, requested, c.Pick(), c.PickErr(err), c.Retries())
+	t.Metrics.Observe(d.Service, d.Requested, d.Served, d.Reason)
+	if span != nil {
+		lanestrace.EndHTTP(span, d, res, err)
+	}
 }
 
 func (t *Transport) retries() int {
