@@ -29,17 +29,16 @@ func (f engineFleet) LiveInLane(service, lane string) bool {
 	return false
 }
 
+// Reaches asks the engine's guard rule (Engine.Admits, the chain as routing computes it) for a
+// lane instance; the baseline is reached by every lane that is not strict.
 func (f engineFleet) Reaches(lane, served string) bool {
-	if served == lane {
+	switch {
+	case served == lane:
 		return true
+	case served == "":
+		return !f.e.Policy().Lanes[lane].Strict
 	}
-	ls := f.e.Policy().Lanes[lane]
-	for _, l := range ls.Fallback {
-		if l == served {
-			return true
-		}
-	}
-	return served == "" && !ls.Strict
+	return f.e.Admits(served, lane)
 }
 
 func (f engineFleet) Entry(service string) bool { return f.entry != nil && f.entry(service) }
