@@ -2,6 +2,7 @@ package lanestrace
 
 import (
 	"net/http"
+	"strconv"
 
 	"errors"
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
@@ -117,14 +118,24 @@ func laneOrBaseline(l string) string {
 // or the status of res), and ends the span. The gateway and laneshttp.Transport end their spans
 // with it.
 func EndHTTP(span trace.Span, d Decision, res *http.Response, err error) {
+	status := 0
+	if res != nil {
+		status = res.StatusCode
+	}
+	EndStatus(span, d, status, err)
+}
+
+// EndStatus is EndHTTP for an answer known by its status code alone (0: no
+// answer), as a client other than net/http's gives it.
+func EndStatus(span trace.Span, d Decision, status int, err error) {
 	d.Record(span)
 	switch {
 	case err != nil:
 		span.SetStatus(codes.Error, err.Error())
-	case res != nil:
-		span.SetAttributes(semconv.HTTPResponseStatusCode(res.StatusCode))
-		if res.StatusCode >= 500 {
-			span.SetStatus(codes.Error, res.Status)
+	case status != 0:
+		span.SetAttributes(semconv.HTTPResponseStatusCode(status))
+		if status >= 500 {
+			span.SetStatus(codes.Error, strconv.Itoa(status)+" "+http.StatusText(status))
 		}
 	}
 	span.End()

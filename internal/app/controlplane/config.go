@@ -112,6 +112,9 @@ type GatewaySettings struct {
 	// with its response headers (0: the gateway's default, 10s; negative,
 	// or "off" in a flag or variable: none).
 	ResponseHeaderTimeout time.Duration `yaml:"response_header_timeout"`
+	// HTTP1 is the stack that serves HTTP/1.1: "fast" (fasthttp, the
+	// default) or "std" (net/http).
+	HTTP1 string `yaml:"http1"`
 }
 
 // NatsConfig selects the embedded NATS server (no URL) or an external one.
@@ -253,6 +256,7 @@ var Settings = []Setting{
 		c.Gateway.ResponseHeaderTimeout = d
 		return nil
 	})},
+	{Flag: "gateway-http1", Env: "LANES_GATEWAY_HTTP1", Key: "gateway.http1", Usage: "the stack that serves HTTP/1.1 at the gateway: fast (fasthttp) or std (net/http)", set: str(func(c *Config) *string { return &c.Gateway.HTTP1 })},
 	{Flag: "log-level", Env: "LANES_LOG_LEVEL", Key: "log_level", Usage: "debug, info, warn or error", set: str(func(c *Config) *string { return &c.LogLevel })},
 	{Flag: "log-format", Env: "LANES_LOG_FORMAT", Key: "log_format", Usage: "text or json", set: str(func(c *Config) *string { return &c.LogFormat })},
 	{Flag: "external-etcd", Env: "LANES_EXTERNAL_ETCD", Key: "etcd.endpoints", List: true, Usage: "endpoints of an external etcd cluster, host:port or http(s) URLs (repeatable or comma-separated); none runs the embedded etcd", set: list(func(c *Config) *[]string { return &c.Etcd.Endpoints })},

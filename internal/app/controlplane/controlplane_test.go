@@ -197,6 +197,7 @@ gateway:
   preserve_host: true
   max_idle_conns_per_host: 7
   ready_timeout: 3s
+  http1: std
 `), 0o644)
 	c := Defaults()
 	if err := c.LoadFile(file); err != nil {
@@ -222,6 +223,7 @@ gateway:
 		LaneCookie: "mylane", KeyHeader: "x-user", KeyCookie: "uid",
 		Disable:      []gateway.Source{gateway.SourceCookie, gateway.SourceHost},
 		PreserveHost: true, MaxIdleConnsPerHost: 7, ReadyTimeout: 4 * time.Second, ResponseHeaderTimeout: -1,
+		HTTP1: gateway.HTTP1Std,
 	}
 	if !reflect.DeepEqual(gc, want) {
 		t.Errorf("gateway config\n got %+v\nwant %+v", gc, want)
@@ -240,6 +242,7 @@ gateway:
 		{"gateway-preserve-host", []string{"maybe"}, `--gateway-preserve-host: "maybe": want true or false`},
 		{"gateway-max-idle-conns-per-host", []string{"-1"}, `--gateway-max-idle-conns-per-host: "-1"`},
 		{"gateway-ready-timeout", []string{"soon"}, `--gateway-ready-timeout: "soon"`},
+		{"gateway-http1", []string{"quick"}, `--gateway-http1: "quick": unknown stack "quick": want "fast" or "std"`},
 	} {
 		c := Defaults()
 		c.Set("route", []string{"/=web"})

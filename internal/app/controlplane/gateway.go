@@ -31,6 +31,7 @@ func (c *Config) GatewayConfig() (gateway.Config, error) {
 		ReadyTimeout:        c.Gateway.ReadyTimeout,
 
 		ResponseHeaderTimeout: c.Gateway.ResponseHeaderTimeout,
+		HTTP1:                 c.Gateway.HTTP1,
 	}
 	for i, r := range c.Routes {
 		rt, err := ParseRoute(r)
@@ -99,6 +100,8 @@ func (c *Config) gatewayError(err error) error {
 		return c.fail("gateway.key_header", c.Gateway.KeyHeader, "%s", ce.Msg)
 	case "key_cookie":
 		return c.fail("gateway.key_cookie", c.Gateway.KeyCookie, "%s", ce.Msg)
+	case "http1":
+		return c.fail("gateway.http1", c.Gateway.HTTP1, "%s", ce.Msg)
 	}
 	return c.fail("gateway."+ce.Field, "", "%s", ce.Msg)
 }

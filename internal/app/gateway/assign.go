@@ -3,7 +3,6 @@ package gateway
 import (
 	"fmt"
 	"net/http"
-	"net/http/httputil"
 	"net/netip"
 	"slices"
 	"strings"
@@ -208,29 +207,18 @@ func contains(ps []netip.Prefix, a netip.Addr) bool {
 	return false
 }
 
-// peerAddr returns the address of the direct peer of r.
-func peerAddr(r *http.Request) netip.Addr {
-	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
-		return ap.Addr().Unmap().WithZone("")
-	}
-	if a, err := netip.ParseAddr(r.RemoteAddr); err == nil {
-		return a.Unmap().WithZone("")
-	}
-	return netip.Addr{}
-}
-
 // clientAddr returns the client address of r and whether the direct peer is
 // a trusted proxy. X-Forwarded-For is read only from a trusted peer: walking
 // from the right, trusted addresses are skipped and the first untrusted one is
 // the client. If every address is trusted, the left-most is. An entry that is
 // not an address stops the walk at the last good one.
-func (g *Gateway) clientAddr(r *http.Request) (client netip.Addr, trustedPeer bool) {
-	peer := peerAddr(r)
+func (g *Gateway) clientAddr(in inbound) (client netip.Addr, trustedPeer bool) {
+	peer := in.peer()
 	if !peer.IsValid() || !contains(g.trusted, peer) {
 		return peer, false
 	}
 	client = peer
-	xff := r.Header["X-Forwarded-For"]
+	xff := in.Values(hXFF)
 	for i := len(xff) - 1; i >= 0; i-- {
 		v := xff[i]
 		for v != "" {
@@ -274,10 +262,11 @@ func parseForwarded(s string) (netip.Addr, bool) {
 	return netip.Addr{}, false
 }
 
-// cookie returns the value of the named cookie in h without parsing the
-// other cookies or allocating. Surrounding double quotes are removed.
-func cookie(h http.Header, name string) (string, bool) {
-	for _, line := range h["Cookie"] {
+// cookie returns the value of the named cookie in the Cookie header lines
+// without parsing the other cookies or allocating. Surrounding double quotes
+// are removed.
+func cookie(lines []string, name string) (string, bool) {
+	for _, line := range lines {
 		for line != "" {
 			var part string
 			part, line, _ = strings.Cut(line, ";")
@@ -328,15 +317,15 @@ func (g *Gateway) splitLaneHost(host string) (label, rest string, ok bool) {
 
 // assign decides the lane of r. See the package documentation for the order
 // of the sources.
-func (g *Gateway) assign(r *http.Request, st *reqState, label string, laneHost bool) (string, src, *badLane) {
+func (g *Gateway) assign(in inbound, st *reqState, label string, laneHost bool) (string, src, *badLane) {
 	v := g.policyView()
-	client, trusted := g.clientAddr(r)
+	client, trusted := g.clientAddr(in)
 	st.client, st.trusted = client, trusted
 	on := g.readable(v, client)
 
 	// 1. Headers: x-lane, baggage, aliases.
 	if on&(1<<srcHeader|1<<srcBaggage|1<<srcAlias) != 0 {
-		name, from, err := g.extract(r.Header, on, st)
+		name, from, err := g.extract(in, on, st)
 		if err != nil {
 			ne := err.(*lane.NameError)
 			what := fmt.Sprintf("header %q", from)
@@ -358,7 +347,7 @@ func (g *Gateway) assign(r *http.Request, st *reqState, label string, laneHost b
 	}
 	// 2. The lane cookie.
 	if on.has(srcCookie) {
-		if raw, ok := cookie(r.Header, g.laneCookie); ok && strings.TrimSpace(raw) != "" {
+		if raw, ok := cookie(in.Values("Cookie"), g.laneCookie); ok && strings.TrimSpace(raw) != "" {
 			name, err := lane.Parse(raw)
 			if err != nil {
 				return "", 0, &badLane{source: fmt.Sprintf("cookie %q", g.laneCookie), value: raw, rule: err.(*lane.NameError).Rule}
@@ -370,7 +359,7 @@ func (g *Gateway) assign(r *http.Request, st *reqState, label string, laneHost b
 	if laneHost && on.has(srcHost) {
 		name, err := lane.Parse(label)
 		if err != nil {
-			return "", 0, &badLane{source: fmt.Sprintf("host %q", hostOnly(r.Host)), value: label, rule: err.(*lane.NameError).Rule}
+			return "", 0, &badLane{source: fmt.Sprintf("host %q", hostOnly(in.hostHeader())), value: label, rule: err.(*lane.NameError).Rule}
 		}
 		return name, srcHost, nil
 	}
@@ -398,15 +387,15 @@ func (g *Gateway) assign(r *http.Request, st *reqState, label string, laneHost b
 
 // extract reads the lane headers of the sources in on with the lane
 // propagator, which owns their rules (order, baggage, aliases).
-func (g *Gateway) extract(h http.Header, on sourceSet, st *reqState) (name, from string, err error) {
+func (g *Gateway) extract(in inbound, on sourceSet, st *reqState) (name, from string, err error) {
 	p := g.prop
 	if !on.has(srcAlias) {
 		p = lane.Propagator{}
 	}
 	if on.has(srcHeader) && on.has(srcBaggage) {
-		return p.Extract(lane.HTTPHeader(h))
+		return p.Extract(in)
 	}
-	st.hdr = headerView{h: h, hide: allSources &^ on}
+	st.hdr = headerView{h: in, hide: allSources &^ on}
 	return p.Extract(&st.hdr)
 }
 
@@ -414,7 +403,7 @@ func (g *Gateway) extract(h http.Header, on sourceSet, st *reqState) (name, from
 // reads when the x-lane or the baggage source is off: their headers are
 // hidden. It is only read.
 type headerView struct {
-	h    http.Header
+	h    lane.Carrier
 	hide sourceSet
 }
 
@@ -434,37 +423,57 @@ func (v *headerView) Values(key string) []string {
 	if v.hidden(key) {
 		return nil
 	}
-	return lane.HTTPHeader(v.h).Values(key)
+	return v.h.Values(key)
 }
 
 func (v *headerView) Set(key, value string) {}
 func (v *headerView) Del(key string)        {}
 
-// forward sets the forwarding headers of the outbound request: the
-// X-Forwarded-For chain of a trusted proxy is kept (any other is dropped) and
-// the peer appended; X-Forwarded-Host and X-Forwarded-Proto are a trusted
-// proxy's, else the gateway's; X-Real-IP is the client address that the
-// gateway decided. The Forwarded header is dropped (ReverseProxy removes it).
-func (g *Gateway) forward(pr *httputil.ProxyRequest, st *reqState) {
-	in, out := pr.In.Header, pr.Out.Header
+// forward sets the forwarding headers of the outbound request out, made
+// from in: the X-Forwarded-For chain of a trusted proxy is kept (any other is
+// dropped) and the peer appended; X-Forwarded-Host and X-Forwarded-Proto are
+// a trusted proxy's, else the gateway's (the request's host, and "http", or
+// "https" when the client spoke TLS); X-Real-IP is the client address that
+// the gateway decided. The Forwarded header is dropped. out starts as a copy
+// of in's headers or without any of these.
+func (g *Gateway) forward(out fields, in inbound, st *reqState, https bool) {
+	b := st.buf[:0]
 	if st.trusted {
-		if v := in[hXFF]; len(v) > 0 {
-			out[hXFF] = v
+		for _, v := range in.Values(hXFF) {
+			b = append(b, v...)
+			b = append(b, ", "...)
 		}
 	}
-	pr.SetXForwarded()
-	if st.trusted {
-		if v := in[hXFHost]; len(v) > 0 {
-			out[hXFHost] = v
-		}
-		if v := in[hXFProto]; len(v) > 0 {
-			out[hXFProto] = v
-		}
+	if peer := in.peer(); peer.IsValid() {
+		out.setBytes(hXFF, peer.AppendTo(b))
+	} else {
+		out.Del(hXFF)
 	}
+	if v := in.Values(hXFHost); st.trusted && len(v) > 0 {
+		out.setVals(hXFHost, v)
+	} else {
+		out.Set(hXFHost, in.hostHeader())
+	}
+	if v := in.Values(hXFProto); st.trusted && len(v) > 0 {
+		out.setVals(hXFProto, v)
+	} else if https {
+		out.setVals(hXFProto, protoHTTPS)
+	} else {
+		out.setVals(hXFProto, protoHTTP)
+	}
+	out.Del("Forwarded")
 	if st.client.IsValid() {
-		out[hRealIP] = []string{st.client.String()}
+		out.setBytes(hRealIP, st.client.AppendTo(b[:0]))
+	} else {
+		out.Del(hRealIP)
 	}
+	st.buf = b[:0]
 }
+
+var (
+	protoHTTP  = []string{"http"}[:1:1]
+	protoHTTPS = []string{"https"}[:1:1]
+)
 
 // stripLaneHeaders removes from the outbound headers what a client sent
 // about lanes and its address: x-lane, the alias headers and X-Real-IP, in
@@ -475,13 +484,21 @@ func (g *Gateway) forward(pr *httputil.ProxyRequest, st *reqState) {
 // the propagator, X-Real-IP set by forward.)
 func (g *Gateway) stripLaneHeaders(h http.Header) {
 	for k := range h {
-		for _, name := range g.stripped {
-			if lookalike(k, name) {
-				delete(h, k)
-				break
-			}
+		if g.strippedName(k) {
+			delete(h, k)
 		}
 	}
+}
+
+// strippedName reports whether the header named k is one that
+// stripLaneHeaders removes.
+func (g *Gateway) strippedName(k string) bool {
+	for _, name := range g.stripped {
+		if lookalike(k, name) {
+			return true
+		}
+	}
+	return false
 }
 
 // lookalike reports whether header name k equals name when case is ignored

@@ -72,6 +72,7 @@ func compile(cfg Config) (*Gateway, error) {
 		preserve:   cfg.PreserveHost,
 		readyWait:  cfg.ReadyTimeout,
 		servers:    map[*http.Server]struct{}{},
+		fastSrv:    map[*fastServer]struct{}{},
 		drained:    make(chan struct{}),
 	}
 	if g.log == nil {
@@ -131,6 +132,13 @@ func compile(cfg Config) (*Gateway, error) {
 	}
 	if cfg.ReadyTimeout < 0 {
 		return nil, fieldError("ready_timeout", -1, "%s is negative", cfg.ReadyTimeout)
+	}
+	switch cfg.HTTP1 {
+	case "", HTTP1Fast:
+		g.fast = true
+	case HTTP1Std:
+	default:
+		return nil, fieldError("http1", -1, "unknown stack %q: want %q or %q", cfg.HTTP1, HTTP1Fast, HTTP1Std)
 	}
 	if g.readyWait == 0 {
 		g.readyWait = DefaultReadyTimeout

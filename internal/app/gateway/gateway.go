@@ -88,12 +88,26 @@ type Config struct {
 	// its calls (a paused instance). 0 means
 	// laneshttp.DefaultResponseHeaderTimeout (10s); negative: none.
 	ResponseHeaderTimeout time.Duration
+	// HTTP1 chooses the stack that serves HTTP/1.1 requests: HTTP1Fast
+	// (the default, "fast") or HTTP1Std ("std"); see the package
+	// documentation. HTTP/2 is served by net/http on both.
+	HTTP1 string
 	// Tracer, when set, traces every request: a server span that starts its trace (the entry,
 	// sampled by the lane the gateway assigned; see lanestrace.Sampler), a client span per
 	// upstream call with its routing decision, and the trace id in the answer (x-trace-id and
 	// W3C traceresponse).
 	Tracer trace.Tracer
 }
+
+// The values of Config.HTTP1.
+const (
+	// HTTP1Fast serves HTTP/1.1 on fasthttp, with the gateway's own
+	// upstream keep-alive pools.
+	HTTP1Fast = "fast"
+	// HTTP1Std serves HTTP/1.1 on net/http, with httputil.ReverseProxy
+	// and net/http's transport.
+	HTTP1Std = "std"
+)
 
 // Gateway is the lanes edge proxy: an http.Handler. Serve it with
 // Gateway.Serve (HTTP/1.1 and h2c), or with a server of your own that enables
@@ -119,6 +133,8 @@ type Gateway struct {
 	// headerTimeout is the response-header timeout, 0 for none.
 	headerTimeout time.Duration
 	tracer        trace.Tracer
+	// fast is set when HTTP/1.1 is served on fasthttp (Config.HTTP1).
+	fast bool
 
 	view  atomic.Pointer[policyView]
 	lanes laneCache
@@ -127,10 +143,14 @@ type Gateway struct {
 	h1    http.RoundTripper // HTTP/1.1 with keep-alive
 	h2c   http.RoundTripper // h2c, for gRPC
 	pool  sync.Pool         // *reqState
+	// fastPath and up are the fasthttp path and its upstream pools.
+	fastPath *fastPath
+	up       *upstreams
 
 	// lifecycle
 	mu       sync.Mutex
 	servers  map[*http.Server]struct{}
+	fastSrv  map[*fastServer]struct{}
 	closing  atomic.Bool
 	inflight atomic.Int64
 	drained  chan struct{}
@@ -169,6 +189,8 @@ func New(cfg Config) (*Gateway, error) {
 		BufferPool:     bufferPool{},
 	}
 	g.pool.New = func() any { return new(reqState) }
+	g.up = newUpstreams(idle)
+	g.fastPath = newFastPath(g)
 	for i := range g.routes {
 		g.routes[i].svc = g.engine.Service(g.routes[i].Service)
 	}
@@ -230,8 +252,18 @@ func (bufferPool) Put(b []byte) { buffers.Put(&b) }
 
 // Serve accepts connections on ln and serves the gateway on them, with
 // HTTP/1.1 and HTTP/2 without TLS (prior knowledge, as gRPC clients speak
-// it). It returns http.ErrServerClosed after Close or Shutdown.
+// it). HTTP/1.1 is served on the stack that Config.HTTP1 chooses; a
+// connection that opens with the HTTP/2 preface goes to net/http on both. It
+// returns http.ErrServerClosed after Close or Shutdown.
 func (g *Gateway) Serve(ln net.Listener) error {
+	if g.fast {
+		return g.serveFast(ln)
+	}
+	return g.serveStd(ln)
+}
+
+// serveStd serves ln on net/http.
+func (g *Gateway) serveStd(ln net.Listener) error {
 	var p http.Protocols
 	p.SetHTTP1(true)
 	p.SetUnencryptedHTTP2(true)
@@ -263,6 +295,10 @@ func (g *Gateway) Serve(ln net.Listener) error {
 // left, as Close does, and returns ctx's error.
 func (g *Gateway) Shutdown(ctx context.Context) error {
 	g.closing.Store(true)
+	fast := g.fastNow()
+	for _, s := range fast {
+		s.ln.Close() // accept no more; the connections finish their requests
+	}
 	var errs []error
 	for _, srv := range g.serversNow() {
 		if err := srv.Shutdown(ctx); err != nil {
@@ -280,6 +316,10 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 		g.Close()
 		return ctx.Err()
 	}
+	for _, s := range fast {
+		s.stop()
+		s.wg.Wait()
+	}
 	g.closeIdle()
 	return nil
 }
@@ -291,6 +331,10 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 // that serves the gateway before calling Close.
 func (g *Gateway) Close() error {
 	g.closing.Store(true)
+	fast := g.fastNow()
+	for _, s := range fast {
+		s.stop()
+	}
 	var errs []error
 	for _, srv := range g.serversNow() {
 		if err := srv.Close(); err != nil {
@@ -299,7 +343,12 @@ func (g *Gateway) Close() error {
 	}
 	g.checkDrained()
 	<-g.drained
+	for _, s := range fast {
+		s.closeConns() // any hijacked since
+		s.wg.Wait()
+	}
 	g.closeIdle()
+	g.up.closeIdle(true)
 	return errors.Join(errs...)
 }
 
@@ -309,6 +358,17 @@ func (g *Gateway) closeIdle() {
 			c.CloseIdleConnections()
 		}
 	}
+	g.up.closeIdle(false)
+}
+
+func (g *Gateway) fastNow() []*fastServer {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	out := make([]*fastServer, 0, len(g.fastSrv))
+	for s := range g.fastSrv {
+		out = append(out, s)
+	}
+	return out
 }
 
 func (g *Gateway) serversNow() []*http.Server {

@@ -4,9 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"os/exec"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -19,10 +23,48 @@ import (
 	"github.com/lanesdev/lanes/routing"
 )
 
+// testHTTP1 is the HTTP/1.1 stack (Config.HTTP1) that the tests' gateways
+// serve on: every test runs on both. TestMain runs the tests on the fast
+// path, then runs the test binary again, with the same flags, on the
+// net/http path (envHTTP1=std), unless -short.
+var testHTTP1 = HTTP1Fast
+
+const envHTTP1 = "LANES_GATEWAY_TEST_HTTP1"
+
 // net/http lingers 500ms on a connection it closes with a request body
 // unread (the smuggling tests leave many): that goroutine ends by itself.
+// fasthttp keeps one goroutine per process that updates the date it
+// writes; it is not the gateway's.
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("net/http.(*conn).closeWriteAndWait"))
+	opts := []goleak.Option{goleak.IgnoreAnyFunction("net/http.(*conn).closeWriteAndWait"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1")}
+	if v := os.Getenv(envHTTP1); v != "" {
+		testHTTP1 = v
+		goleak.VerifyTestMain(m, opts...)
+		return
+	}
+	flag.Parse()
+	fmt.Printf("gateway tests on the HTTP/1.1 path %q\n", testHTTP1)
+	code := m.Run()
+	if code == 0 {
+		if err := goleak.Find(opts...); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
+			code = 1
+		}
+	}
+	if !testing.Short() {
+		fmt.Printf("gateway tests on the HTTP/1.1 path %q\n", HTTP1Std)
+		cmd := exec.Command(os.Args[0], os.Args[1:]...)
+		cmd.Env = append(os.Environ(), envHTTP1+"="+HTTP1Std)
+		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+		if err := cmd.Run(); err != nil {
+			fmt.Fprintf(os.Stderr, "the tests on the net/http path: %v\n", err)
+			if code == 0 {
+				code = 1
+			}
+		}
+	}
+	os.Exit(code)
 }
 
 // waitFor is how long tests poll for a condition: generous, for a loaded
@@ -132,6 +174,9 @@ func newWorld(t testing.TB, doc string, cfg Config) *world {
 	w.engine = routing.New(routing.WithRegistry(w.reg), routing.WithPolicyStore(w.store))
 	t.Cleanup(func() { w.engine.Close() })
 	cfg.Engine = w.engine
+	if cfg.HTTP1 == "" {
+		cfg.HTTP1 = testHTTP1
+	}
 	if cfg.Routes == nil {
 		cfg.Routes = []Route{{Prefix: "/", Service: "orders"}}
 	}

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -13,6 +14,7 @@ import (
 // transport read header values, and a slice of capacity 1 cannot be appended
 // to in place.
 type laneVals struct {
+	name    string   // the lane, a copy that outlives any request
 	lane    []string // {"alice"}: x-lane, x-lane-served
 	baggage []string // {"lane=alice"}: the baggage header when the request had none
 }
@@ -29,7 +31,8 @@ type laneCache struct {
 }
 
 func newLaneVals(l string) *laneVals {
-	return &laneVals{lane: []string{l}[:1:1], baggage: []string{lane.BaggageKey + "=" + l}[:1:1]}
+	l = strings.Clone(l) // l may be in a request's buffer
+	return &laneVals{name: l, lane: []string{l}[:1:1], baggage: []string{lane.BaggageKey + "=" + l}[:1:1]}
 }
 
 // get returns the values of lane l, a valid lane name.
@@ -65,7 +68,7 @@ func (c *laneCache) add(l string) *laneVals {
 		}
 	}
 	v := newLaneVals(l)
-	m[l] = v
+	m[v.name] = v
 	c.m.Store(&m)
 	return v
 }

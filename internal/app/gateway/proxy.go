@@ -62,6 +62,12 @@ type reqState struct {
 	picked bool
 	// body lends the request body to the attempts (see keptBody).
 	body keptBody
+	// buf is scratch space for header values (see forward).
+	buf []byte
+	// std sends the attempts of a net/http request; fast is the state of a
+	// fasthttp one.
+	std  stdSend
+	fast fastState
 }
 
 type stateKey struct{}
@@ -79,7 +85,7 @@ func (st *reqState) pick() routing.Result { return st.call.Pick() }
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	grpc := isGRPC(r)
 	if !g.enter() {
-		g.fail(w, grpc, http.StatusServiceUnavailable, codeClosed, "lanes: the gateway is closing")
+		g.fail(stdOut{w}, grpc, http.StatusServiceUnavailable, codeClosed, "lanes: the gateway is closing")
 		return
 	}
 	defer g.exit()
@@ -92,69 +98,86 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// chunked request closes its connection.
 		w.Header()["Connection"] = []string{"close"}
 	}
-
-	// The route, on the host without its lane label.
-	host := hostOnly(r.Host)
-	label, rest, laneHost := g.splitLaneHost(host)
-	matchHost := host
-	if laneHost {
-		matchHost = rest
-	}
-	rt := g.match(matchHost, r.URL.Path)
-	if rt == nil {
-		g.m.errors(codeNoRoute)
-		g.fail(w, grpc, http.StatusNotFound, codeNoRoute, fmt.Sprintf("lanes: no route for host %q and path %q", host, r.URL.Path))
-		return
-	}
-	if !g.ready(r.Context(), rt.svc) {
-		g.m.errors(codeNotReady)
-		g.fail(w, grpc, http.StatusServiceUnavailable, codeNotReady, fmt.Sprintf("lanes: service %q: the routing engine is not ready", rt.Service))
-		return
-	}
-
-	// The lane.
 	st := g.pool.Get().(*reqState)
 	defer g.release(st)
-	st.g, st.w, st.route, st.grpc = g, w, rt, grpc
-	l, source, bad := g.assign(r, st, label, laneHost)
-	if bad != nil {
-		g.m.errors(codeInvalidLane)
-		g.fail(w, grpc, http.StatusBadRequest, codeInvalidLane,
-			fmt.Sprintf("lanes: invalid lane %q from %s: breaks the rule %q: %s", bad.value, bad.source, bad.rule, ruleText(bad.rule)))
+	st.g, st.w, st.grpc = g, w, grpc
+	if !g.admit(r.Context(), st, (*stdIn)(r), r.URL.Path, stdOut{w}) {
 		return
 	}
-	st.req = routing.Request{Lane: l, Zone: g.zone, Host: g.host}
-	if l == "" {
-		st.req.Key = g.key(r)
-	}
-	st.source = source
 	ctx := context.WithValue(r.Context(), stateKey{}, st)
 	if g.tracer != nil {
 		var span trace.Span
-		ctx, span = g.entrySpan(lane.WithLane(ctx, l), w, r, l)
+		ctx, span = g.entrySpan(lane.WithLane(ctx, st.req.Lane), r.Method, r.URL.Path, st.req.Lane)
+		traceHeaders(stdFields(w.Header()), span)
 		defer span.End()
 	}
 	// The proxy's Transport (upstream) routes the request.
 	g.proxy.ServeHTTP(w, r.WithContext(ctx))
 }
 
+// admit is the front of both paths: it finds the route of the request in
+// (its path is path), waits for the engine to be ready for its service, and
+// assigns the lane, into st. When the request goes no further it writes the
+// answer to out and returns false.
+func (g *Gateway) admit(ctx context.Context, st *reqState, in inbound, path string, out responder) bool {
+	// The route, on the host without its lane label.
+	host := hostOnly(in.hostHeader())
+	label, rest, laneHost := g.splitLaneHost(host)
+	matchHost := host
+	if laneHost {
+		matchHost = rest
+	}
+	rt := g.match(matchHost, path)
+	if rt == nil {
+		g.m.errors(codeNoRoute)
+		g.fail(out, st.grpc, http.StatusNotFound, codeNoRoute, fmt.Sprintf("lanes: no route for host %q and path %q", host, path))
+		return false
+	}
+	if !g.ready(ctx, rt.svc) {
+		g.m.errors(codeNotReady)
+		g.fail(out, st.grpc, http.StatusServiceUnavailable, codeNotReady, fmt.Sprintf("lanes: service %q: the routing engine is not ready", rt.Service))
+		return false
+	}
+	st.route = rt
+
+	// The lane.
+	l, source, bad := g.assign(in, st, label, laneHost)
+	if bad != nil {
+		g.m.errors(codeInvalidLane)
+		g.fail(out, st.grpc, http.StatusBadRequest, codeInvalidLane,
+			fmt.Sprintf("lanes: invalid lane %q from %s: breaks the rule %q: %s", bad.value, bad.source, bad.rule, ruleText(bad.rule)))
+		return false
+	}
+	if l != "" {
+		l = g.lanes.get(l).name // a name that outlives the request, shared
+	}
+	st.req = routing.Request{Lane: l, Zone: g.zone, Host: g.host}
+	if l == "" {
+		st.req.Key = g.key(in)
+	}
+	st.source = source
+	return true
+}
+
 // entrySpan starts the server span of a request that enters lanes here: a new trace, sampled by
 // the lane assigned (the context carries it), whose id the answer carries in x-trace-id and W3C
 // traceresponse.
-func (g *Gateway) entrySpan(ctx context.Context, w http.ResponseWriter, r *http.Request, l string) (context.Context, trace.Span) {
-	ctx, span := g.tracer.Start(ctx, r.Method, trace.WithSpanKind(trace.SpanKindServer), trace.WithNewRoot(),
+func (g *Gateway) entrySpan(ctx context.Context, method, path, l string) (context.Context, trace.Span) {
+	return g.tracer.Start(ctx, method, trace.WithSpanKind(trace.SpanKindServer), trace.WithNewRoot(),
 		trace.WithAttributes(lanestrace.Entry.Bool(true), lanestrace.Requested.String(l),
-			semconv.HTTPRequestMethodKey.String(r.Method), semconv.URLPath(r.URL.Path)))
+			semconv.HTTPRequestMethodKey.String(method), semconv.URLPath(path)))
+}
+
+// traceHeaders writes the trace of the entry span to the answer's headers h.
+func traceHeaders(h fields, span trace.Span) {
 	if sc := span.SpanContext(); sc.IsValid() {
 		flags := "00"
 		if sc.IsSampled() {
 			flags = "01"
 		}
-		h := w.Header()
 		h.Set(HeaderTraceID, sc.TraceID().String())
 		h.Set(HeaderTraceResponse, "00-"+sc.TraceID().String()+"-"+sc.SpanID().String()+"-"+flags)
 	}
-	return ctx, span
 }
 
 // The headers of the answer that name its trace.
@@ -164,7 +187,8 @@ const (
 )
 
 func (g *Gateway) release(st *reqState) {
-	*st = reqState{}
+	buf := st.buf[:0]
+	*st = reqState{buf: buf}
 	g.pool.Put(st)
 }
 
@@ -210,15 +234,15 @@ func (g *Gateway) ready(ctx context.Context, svc *routing.Service) bool {
 // (lane.NormalizeKey); a request without one gets a new key. The gateway is
 // the entry: the key travels on with the baseline request, so that every hop
 // splits it as the gateway did.
-func (g *Gateway) key(r *http.Request) string {
-	if v := r.Header[g.keyHeader]; len(v) > 0 && v[0] != "" {
-		return lane.NormalizeKey(v[0])
+func (g *Gateway) key(in inbound) string {
+	if v := in.Get(g.keyHeader); v != "" {
+		return in.keep(lane.NormalizeKey(v))
 	}
-	if v, ok := cookie(r.Header, g.keyCookie); ok && v != "" {
-		return lane.NormalizeKey(v)
+	if v, ok := cookie(in.Values("Cookie"), g.keyCookie); ok && v != "" {
+		return in.keep(lane.NormalizeKey(v))
 	}
-	if k := g.prop.ExtractKey(lane.HTTPHeader(r.Header)); k != "" {
-		return k
+	if k := g.prop.ExtractKey(in); k != "" {
+		return in.keep(k)
 	}
 	return lane.NewKey()
 }
@@ -242,37 +266,42 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	// Lane headers: nothing the client sent; the transport writes what the
 	// gateway decided, once the pick tells the request lane.
 	g.stripLaneHeaders(out.Header)
-	g.forward(pr, st)
+	g.forward(stdFields(out.Header), (*stdIn)(pr.In), st, pr.In.TLS != nil)
 }
 
 // writeLane writes the request lane l to the outbound headers h, removing
 // any lane the client sent, and for a baseline request its request key.
-func (g *Gateway) writeLane(h http.Header, l, key string) {
-	if l != "" && len(h[hBaggage]) == 0 {
+func (g *Gateway) writeLane(h fields, l, key string) {
+	if l != "" && len(h.Values(hBaggage)) == 0 {
 		v := g.lanes.get(l) // the common case, without allocating
-		h[hLane] = v.lane
-		h[hBaggage] = v.baggage
+		h.setVals(hLane, v.lane)
+		h.setVals(hBaggage, v.baggage)
 		return
 	}
-	g.prop.InjectLaneKey(l, key, lane.HTTPHeader(h))
+	g.prop.InjectLaneKey(l, key, h)
 }
 
 // laneHeaders sets the response headers x-lane and x-lane-served of a
-// proxied request on w. They are set once the instance has answered (or
-// failed), as the proxy clears the header map after a 1xx response.
-func (g *Gateway) laneHeaders(st *reqState) {
-	h := st.w.Header()
+// proxied request on h, removing any that the instance sent. They are set
+// once the instance has answered (or failed), as the net/http proxy clears
+// the header map after a 1xx response.
+func (g *Gateway) laneHeaders(st *reqState, h fields) {
+	h.Del(hLaneServed)
 	if !st.picked {
 		if l := st.req.Lane; l != "" {
-			h[hLane] = g.lanes.get(l).lane
+			h.setVals(hLane, g.lanes.get(l).lane)
+		} else {
+			h.Del(hLane)
 		}
 		return
 	}
 	res := st.pick()
 	if l := res.RequestLane; l != "" {
-		h[hLane] = g.lanes.get(l).lane
+		h.setVals(hLane, g.lanes.get(l).lane)
+	} else {
+		h.Del(hLane)
 	}
-	h[hLaneServed] = g.servedValue(res.Lane)
+	h.setVals(hLaneServed, g.servedValue(res.Lane))
 }
 
 // modifyResponse settles the lane headers of the response; for a gRPC call
@@ -283,7 +312,7 @@ func (g *Gateway) modifyResponse(resp *http.Response) error {
 	h := resp.Header
 	delete(h, hLane) // the gateway's own go on the ResponseWriter
 	delete(h, hLaneServed)
-	g.laneHeaders(st)
+	g.laneHeaders(st, stdFields(st.w.Header()))
 	g.m.served(st.pick().Lane)
 	if st.grpc && resp.StatusCode < 500 && len(h["Grpc-Status"]) == 0 {
 		resp.Body = &grpcBody{ReadCloser: resp.Body, resp: resp, st: st}
@@ -338,28 +367,35 @@ func grpcOutcome(h http.Header) routedcall.Outcome {
 // that the engine could not route.
 func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) {
 	st := stateOf(r.Context())
-	g.laneHeaders(st)
+	g.laneHeaders(st, stdFields(w.Header()))
+	g.callFailed(stdOut{w}, st, err, r.Context().Err() != nil)
+}
+
+// callFailed answers, on out, a routed call that got no answer (err): the
+// engine could not route it (503 and the routing code), the client's body
+// broke its framing (400 bad_request_body), the client went away (a bare
+// 502), or the instance failed (502 upstream). Both paths call it.
+func (g *Gateway) callFailed(out responder, st *reqState, err error, clientGone bool) {
 	var re *routing.Error
 	if errors.As(err, &re) {
 		g.m.errors(string(re.Code))
-		g.fail(w, st.grpc, http.StatusServiceUnavailable, string(re.Code), "lanes: "+re.Error())
+		g.fail(out, st.grpc, http.StatusServiceUnavailable, string(re.Code), "lanes: "+re.Error())
 		return
 	}
 	if !st.picked {
-		g.fail(w, st.grpc, http.StatusInternalServerError, "internal", "lanes: "+err.Error())
+		g.fail(out, st.grpc, http.StatusInternalServerError, "internal", "lanes: "+err.Error())
 		return
 	}
 	if st.body.err != nil {
 		// The client's body broke its framing (a bad chunk, say): the
 		// client's fault, and its connection cannot be read further.
 		g.m.errors(codeBadBody)
-		w.Header()["Connection"] = []string{"close"}
-		g.fail(w, st.grpc, http.StatusBadRequest, codeBadBody, "lanes: reading the request body: "+st.body.err.Error())
+		out.header().setVals("Connection", connClose)
+		g.fail(out, st.grpc, http.StatusBadRequest, codeBadBody, "lanes: reading the request body: "+st.body.err.Error())
 		return
 	}
-	if r.Context().Err() != nil {
-		// The client went away.
-		w.WriteHeader(http.StatusBadGateway)
+	if clientGone {
+		out.writeHeader(http.StatusBadGateway)
 		return
 	}
 	g.m.errors(codeUpstream)
@@ -367,17 +403,81 @@ func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) 
 	g.log.Warn("lanes gateway: upstream call failed", "service", st.route.Service, "instance", inst.ID, "addr", inst.Addr,
 		"lane", st.pick().RequestLane, "retried", st.call.Retried(), "err", err)
 	msg := fmt.Sprintf("lanes: service %q, instance %q: %v", st.route.Service, inst.ID, err)
-	g.fail(w, st.grpc, http.StatusBadGateway, codeUpstream, msg)
+	g.fail(out, st.grpc, http.StatusBadGateway, codeUpstream, msg)
+}
+
+var connClose = []string{"close"}[:1:1]
+
+// sender makes the attempts of a routed call (see Gateway.routed) on one
+// wire: net/http (stdSend) or fasthttp (fastSend).
+type sender interface {
+	// send makes an attempt on pick and describes how it ended; final
+	// means the answer is returned as it is, without being classified here
+	// (a gRPC call whose status comes with the trailers).
+	send(pick routing.Result) (a routedcall.Attempt, final bool)
+	// replayable reports whether the request can be sent again after an
+	// attempt that ended o.
+	replayable(o routedcall.Outcome) bool
+	// drop discards the answer of an attempt that is followed by another.
+	drop()
+}
+
+// routed is the routed call of a request, on both paths: the pick, the
+// outcome of each attempt, reported, and the decision to try another
+// instance (routedcall.Call holds the rules). It returns the error of a call
+// that the engine could not route; the last attempt's answer or error is the
+// sender's.
+func (g *Gateway) routed(ctx context.Context, st *reqState, idem bool, s sender) error {
+	pick, err := st.call.Start(ctx, g.engine, st.route.svc, st.req, 1, g.headerTimeout)
+	if err != nil {
+		return err
+	}
+	st.picked = true
+	source := st.source
+	if st.req.Lane == "" && pick.RequestLane != "" {
+		source = srcCanary
+	}
+	g.m.source(source)
+	for {
+		a, final := s.send(pick)
+		if final {
+			return nil
+		}
+		o := routedcall.Classify(a)
+		if !st.call.Again(o, routedcall.Retryable(a, idem), s.replayable(o)) {
+			return nil
+		}
+		next, ok := st.call.Next()
+		if !ok {
+			return nil
+		}
+		g.log.Debug("lanes gateway: trying another instance", "service", st.route.Service,
+			"failed", pick.Instance.ID, "next", next.Instance.ID, "err", a.Err)
+		s.drop()
+		pick = next
+	}
 }
 
 // upstream is the proxy's Transport: it routes each request with the
-// routed-call step (routedcall.Call), which picks the instance, classifies
-// and reports each attempt and decides on another, and sends the attempts:
-// gRPC over h2c, the rest over HTTP/1.1 with keep-alive. An idempotent
-// request without a body is retried once on another instance after a
-// failure without an answer; any request moves past an instance that
-// refused its connection, since nothing was sent.
+// routed-call step (Gateway.routed), and sends the attempts: gRPC over h2c,
+// the rest over HTTP/1.1 with keep-alive. An idempotent request without a
+// body is retried once on another instance after a failure without an
+// answer; any request moves past an instance that refused its connection,
+// since nothing was sent.
 type upstream struct{ g *Gateway }
+
+// stdSend sends the attempts of a net/http request.
+type stdSend struct {
+	g        *Gateway
+	st       *reqState
+	rt       http.RoundTripper
+	req      *http.Request // the proxy's outbound request
+	out      *http.Request // the current attempt's
+	traced   bool
+	bodyless bool
+	res      *http.Response
+	err      error
+}
 
 func (u *upstream) RoundTrip(req *http.Request) (res *http.Response, rerr error) {
 	st := stateOf(req.Context())
@@ -397,92 +497,100 @@ func (u *upstream) RoundTrip(req *http.Request) (res *http.Response, rerr error)
 			trace.WithAttributes(semconv.HTTPRequestMethodKey.String(req.Method), semconv.ServerAddress(st.route.Service)))
 		if span.IsRecording() {
 			req = req.WithContext(ctx)
-			defer func() { g.endSpan(span, st, res, rerr) }()
+			defer func() { g.endSpan(span, st, statusOf(res), rerr) }()
 		} else {
 			span.End()
 			span = nil
 		}
 	}
-	pick, err := st.call.Start(req.Context(), g.engine, st.route.svc, st.req, 1, g.headerTimeout)
-	if err != nil {
-		closeBody(req)
-		return nil, err
-	}
-	st.picked = true
-	source := st.source
-	if st.req.Lane == "" && pick.RequestLane != "" {
-		source = srcCanary
-	}
-	g.m.source(source)
-
 	// The first attempt sends req itself, which the proxy made for it.
 	bodyless := req.Body == nil || req.Body == http.NoBody
 	if !bodyless {
 		st.body = keptBody{rc: req.Body}
 		req.Body = &st.body
 	}
-	out := req
-	for {
-		out.URL.Host = pick.Instance.Addr
-		g.writeLane(out.Header, pick.RequestLane, st.req.Key)
-		if span != nil {
-			traceContext.Inject(req.Context(), propagation.HeaderCarrier(out.Header))
-		}
-		res, err := rt.RoundTrip(out)
-		if err == nil && st.grpc && res.StatusCode < 500 {
-			if v := res.Header["Grpc-Status"]; len(v) > 0 { // trailers-only
-				st.call.Report(grpcOutcome(res.Header))
-			}
-			// Otherwise the status comes in the trailers (modifyResponse).
-			return res, nil
-		}
-		a := attempt(st, res, err)
-		o := routedcall.Classify(a)
-		replayable := bodyless || o == routedcall.Unreachable && !st.body.read
-		if !st.call.Again(o, routedcall.Retryable(a, idempotent(req)), replayable) {
-			return res, err
-		}
-		next, ok := st.call.Next()
-		if !ok {
-			return res, err
-		}
-		g.log.Debug("lanes gateway: trying another instance", "service", st.route.Service,
-			"failed", pick.Instance.ID, "next", next.Instance.ID, "err", err)
-		if res != nil {
-			discard(res)
-		}
+	s := &st.std
+	*s = stdSend{g: g, st: st, rt: rt, req: req, traced: span != nil, bodyless: bodyless}
+	if err := g.routed(req.Context(), st, idempotent(req), s); err != nil {
+		closeBody(req)
+		return nil, err
+	}
+	return s.res, s.err
+}
+
+func (s *stdSend) send(pick routing.Result) (routedcall.Attempt, bool) {
+	if s.out == nil {
+		s.out = s.req
+	} else {
 		// A new request for the next attempt: the transport may still hold
 		// the previous one.
 		r2 := new(http.Request)
-		*r2 = *req
-		u2 := *req.URL
+		*r2 = *s.req
+		u2 := *s.req.URL
 		r2.URL = &u2
-		r2.Header = req.Header.Clone()
-		out, pick = r2, next
+		r2.Header = s.req.Header.Clone()
+		s.out = r2
 	}
+	out := s.out
+	out.URL.Host = pick.Instance.Addr
+	s.g.writeLane(stdFields(out.Header), pick.RequestLane, s.st.req.Key)
+	if s.traced {
+		traceContext.Inject(s.req.Context(), propagation.HeaderCarrier(out.Header))
+	}
+	s.res, s.err = s.rt.RoundTrip(out)
+	if s.err == nil && s.st.grpc && s.res.StatusCode < 500 {
+		if v := s.res.Header["Grpc-Status"]; len(v) > 0 { // trailers-only
+			s.st.call.Report(grpcOutcome(s.res.Header))
+		}
+		// Otherwise the status comes in the trailers (modifyResponse).
+		return routedcall.Attempt{}, true
+	}
+	if s.err != nil {
+		return attempt(s.st, 0, "", s.err, laneshttp.Unsent(s.err)), false
+	}
+	return attempt(s.st, s.res.StatusCode, s.res.Header.Get(hError), nil, false), false
+}
+
+func (s *stdSend) replayable(o routedcall.Outcome) bool {
+	return s.bodyless || o == routedcall.Unreachable && !s.st.body.read
+}
+
+func (s *stdSend) drop() {
+	if s.res != nil {
+		discard(s.res)
+		s.res = nil
+	}
+}
+
+func statusOf(res *http.Response) int {
+	if res == nil {
+		return 0
+	}
+	return res.StatusCode
 }
 
 // traceContext writes the W3C traceparent header of a traced upstream call.
 var traceContext propagation.TraceContext
 
-// endSpan records an upstream call's routing decision and outcome on its client span, and ends
-// it.
-func (g *Gateway) endSpan(span trace.Span, st *reqState, res *http.Response, err error) {
-	lanestrace.EndHTTP(span, lanestrace.DecisionOf(g.engine, st.route.Service, st.req.Lane, st.call.Pick(), st.call.PickErr(err), st.call.Retries()), res, err)
+// endSpan records an upstream call's routing decision and outcome (the
+// answer's status, or err) on its client span, and ends it.
+func (g *Gateway) endSpan(span trace.Span, st *reqState, status int, err error) {
+	lanestrace.EndStatus(span, lanestrace.DecisionOf(g.engine, st.route.Service, st.req.Lane, st.call.Pick(), st.call.PickErr(err), st.call.Retries()), status, err)
 }
 
-// attempt describes an attempt for the routed-call rules.
-func attempt(st *reqState, res *http.Response, err error) routedcall.Attempt {
+// attempt describes an attempt for the routed-call rules: its answer's
+// status and X-Lanes-Error code, or its error (unsent: before any byte of
+// the request left).
+func attempt(st *reqState, status int, code string, err error, unsent bool) routedcall.Attempt {
 	if err != nil {
 		// A request body that failed to read is the client's failure, not
 		// the instance's: it counts as the caller gone.
-		return routedcall.Attempt{Err: err, Unsent: laneshttp.Unsent(err), CallerGone: st.call.CallerGone() || st.body.err != nil}
+		return routedcall.Attempt{Err: err, Unsent: unsent, CallerGone: st.call.CallerGone() || st.body.err != nil}
 	}
-	code := res.Header[hError]
 	return routedcall.Attempt{
-		Status:      res.StatusCode,
-		Downstream:  len(code) > 0 && code[0] != "",
-		Misdirected: res.StatusCode == http.StatusMisdirectedRequest && len(code) > 0 && code[0] == laneshttp.CodeMisdirected,
+		Status:      status,
+		Downstream:  code != "",
+		Misdirected: status == http.StatusMisdirectedRequest && code == laneshttp.CodeMisdirected,
 	}
 }
 
@@ -535,23 +643,29 @@ func isGRPC(r *http.Request) bool {
 		(len(c) == len("application/grpc") || c[len("application/grpc")] == '+' || c[len("application/grpc")] == ';')
 }
 
-// fail writes an error of the gateway: text with x-lanes-error, or for a
-// gRPC call a trailers-only gRPC status.
-func (g *Gateway) fail(w http.ResponseWriter, grpc bool, status int, code, msg string) {
-	h := w.Header()
-	h[hError] = []string{code}
+// fail writes an error of the gateway on out: text with x-lanes-error, or
+// for a gRPC call a trailers-only gRPC status.
+func (g *Gateway) fail(out responder, grpc bool, status int, code, msg string) {
+	h := out.header()
+	h.Set(hError, code)
 	if grpc {
-		h["Content-Type"] = []string{"application/grpc"}
-		h["Grpc-Status"] = []string{grpcCode(status)}
-		h["Grpc-Message"] = []string{grpcEscape(msg)}
-		w.WriteHeader(http.StatusOK)
+		h.setVals("Content-Type", ctGRPC)
+		h.Set("Grpc-Status", grpcCode(status))
+		h.Set("Grpc-Message", grpcEscape(msg))
+		out.writeHeader(http.StatusOK)
 		return
 	}
-	h["Content-Type"] = []string{"text/plain; charset=utf-8"}
-	h["X-Content-Type-Options"] = []string{"nosniff"}
-	w.WriteHeader(status)
-	io.WriteString(w, msg+"\n")
+	h.setVals("Content-Type", ctText)
+	h.setVals("X-Content-Type-Options", nosniff)
+	out.writeHeader(status)
+	out.writeString(msg + "\n")
 }
+
+var (
+	ctGRPC  = []string{"application/grpc"}[:1:1]
+	ctText  = []string{"text/plain; charset=utf-8"}[:1:1]
+	nosniff = []string{"nosniff"}[:1:1]
+)
 
 // grpcCode maps the gateway's HTTP statuses to gRPC codes.
 func grpcCode(status int) string {

@@ -84,7 +84,7 @@ func TestClientAddr(t *testing.T) {
 		for _, v := range c.xff {
 			r.Header.Add("X-Forwarded-For", v)
 		}
-		got, trusted := g.clientAddr(r)
+		got, trusted := g.clientAddr((*stdIn)(r))
 		if got.String() != c.want || trusted != c.trusted {
 			t.Errorf("peer %s, xff %q: got %s (trusted %v), want %s (trusted %v)", c.peer, c.xff, got, trusted, c.want, c.trusted)
 		}
@@ -94,11 +94,11 @@ func TestClientAddr(t *testing.T) {
 func TestCookie(t *testing.T) {
 	h := http.Header{"Cookie": {"a=1; lane=alice", `b="x"; lanes-key="k 1"`}}
 	for name, want := range map[string]string{"a": "1", "lane": "alice", "b": "x", "lanes-key": "k 1"} {
-		if got, ok := cookie(h, name); !ok || got != want {
+		if got, ok := cookie(h["Cookie"], name); !ok || got != want {
 			t.Errorf("cookie %s = %q, %v; want %q", name, got, ok, want)
 		}
 	}
-	if _, ok := cookie(h, "Lane"); ok {
+	if _, ok := cookie(h["Cookie"], "Lane"); ok {
 		t.Errorf("cookie names are case-sensitive")
 	}
 }

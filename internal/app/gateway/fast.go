@@ -1,0 +1,368 @@
+package gateway
+
+import (
+	"bytes"
+	"context"
+	"net/http"
+	"net/netip"
+	"net/url"
+	"strings"
+	"unsafe"
+
+	"github.com/valyala/fasthttp"
+	"github.com/valyala/fasthttp/fasthttpadaptor"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/lanesdev/lanes/internal/lib/routedcall"
+	"github.com/lanesdev/lanes/lane"
+	"github.com/lanesdev/lanes/routing"
+)
+
+// The fast HTTP/1.1 path: fasthttp's server parses the client's request, the
+// gateway's rules run over it as they do for net/http (admit, assign,
+// forward, writeLane, routed, callFailed, fail), and the attempts go to the
+// instance over the gateway's own keep-alive pools (upstream.go), which read
+// the answer straight into the response that fasthttp writes. Requests that
+// the path does not serve itself go to the net/http handler (ServeHTTP)
+// through fasthttpadaptor: upgrades (WebSocket), requests that ask for
+// trailers (TE: trailers), and request targets other than an origin-form
+// path.
+
+// fastState is the part of a request's state that the fast path uses.
+type fastState struct {
+	in   fastIn
+	out  fastReqFields
+	send fastSend
+}
+
+// b2s views b as a string, without copying: valid as long as b is.
+func b2s(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
+
+// fastIn is a fasthttp request as an inbound: its strings live as long as
+// the request.
+type fastIn struct {
+	ctx  *fasthttp.RequestCtx
+	vals [4]string
+}
+
+func (f *fastIn) Get(key string) string { return b2s(f.ctx.Request.Header.Peek(key)) }
+func (f *fastIn) Values(key string) []string {
+	return viewAll(f.vals[:0], f.ctx.Request.Header.PeekAll(key))
+}
+func (f *fastIn) Set(key, value string) {}
+func (f *fastIn) Del(key string)        {}
+func (f *fastIn) hostHeader() string    { return b2s(f.ctx.Request.Header.Host()) }
+func (f *fastIn) keep(s string) string  { return strings.Clone(s) }
+func (f *fastIn) peer() netip.Addr {
+	if ap, err := netip.ParseAddrPort(f.ctx.RemoteAddr().String()); err == nil {
+		return ap.Addr().Unmap().WithZone("")
+	}
+	return netip.Addr{}
+}
+
+func viewAll(dst []string, all [][]byte) []string {
+	if len(all) == 0 {
+		return nil
+	}
+	for _, v := range all {
+		dst = append(dst, b2s(v))
+	}
+	return dst
+}
+
+// fastReqFields is a fasthttp request header as fields, and as the
+// TextMapCarrier that OpenTelemetry writes the trace context to.
+type fastReqFields struct {
+	h    *fasthttp.RequestHeader
+	vals [4]string
+}
+
+func (f *fastReqFields) Get(key string) string { return b2s(f.h.Peek(key)) }
+func (f *fastReqFields) Values(key string) []string {
+	return viewAll(f.vals[:0], f.h.PeekAll(key))
+}
+func (f *fastReqFields) Set(key, value string)             { f.h.Set(key, value) }
+func (f *fastReqFields) Del(key string)                    { f.h.Del(key) }
+func (f *fastReqFields) setBytes(key string, v []byte)     { f.h.SetBytesV(key, v) }
+func (f *fastReqFields) setVals(key string, vals []string) { setAll(f.h, key, vals) }
+func (f *fastReqFields) Keys() []string {
+	var keys []string
+	for k := range f.h.All() {
+		keys = append(keys, string(k))
+	}
+	return keys
+}
+
+// setAll replaces the values of key in h with vals, which may be views of h's
+// own values: they are copied before h changes.
+func setAll(h interface {
+	Set(key, value string)
+	Add(key, value string)
+	Del(key string)
+}, key string, vals []string) {
+	switch len(vals) {
+	case 0:
+		h.Del(key)
+	case 1:
+		h.Set(key, vals[0])
+	default:
+		own := make([]string, len(vals))
+		for i, v := range vals {
+			own[i] = strings.Clone(v)
+		}
+		h.Del(key)
+		for _, v := range own {
+			h.Add(key, v)
+		}
+	}
+}
+
+// fastRespFields is a fasthttp response header as fields.
+type fastRespFields fasthttp.ResponseHeader
+
+func (f *fastRespFields) h() *fasthttp.ResponseHeader    { return (*fasthttp.ResponseHeader)(f) }
+func (f *fastRespFields) Get(key string) string          { return b2s(f.h().Peek(key)) }
+func (f *fastRespFields) Values(key string) []string     { return viewAll(nil, f.h().PeekAll(key)) }
+func (f *fastRespFields) Set(key, value string)          { f.h().Set(key, value) }
+func (f *fastRespFields) Del(key string)                 { f.h().Del(key) }
+func (f *fastRespFields) setBytes(key string, v []byte)  { f.h().SetBytesV(key, v) }
+func (f *fastRespFields) setVals(key string, v []string) { setAll(f.h(), key, v) }
+
+// fastOut is a fasthttp response as a responder.
+type fastOut fasthttp.RequestCtx
+
+func (o *fastOut) header() fields         { return (*fastRespFields)(&o.Response.Header) }
+func (o *fastOut) writeHeader(status int) { o.Response.SetStatusCode(status) }
+func (o *fastOut) writeString(s string)   { o.Response.AppendBodyString(s) }
+
+// fastPath serves HTTP/1.1 on fasthttp for a gateway.
+type fastPath struct {
+	g   *Gateway
+	std fasthttp.RequestHandler // the net/http handler, through fasthttpadaptor
+}
+
+func newFastPath(g *Gateway) *fastPath {
+	return &fastPath{g: g, std: fasthttpadaptor.NewFastHTTPHandler(g)}
+}
+
+// viaStd reports whether the fast path hands the request to the net/http
+// handler: an upgrade, a request for trailers, a request target that is not
+// an origin-form path, or a path whose escapes net/http must judge. It
+// returns the request's path (percent-decoded, as net/http's URL.Path) when
+// the fast path serves it.
+func viaStd(ctx *fasthttp.RequestCtx) (path string, std bool) {
+	h := &ctx.Request.Header
+	if len(h.Peek("Upgrade")) > 0 || len(h.Peek("Te")) > 0 {
+		return "", true
+	}
+	uri := h.RequestURI()
+	if len(uri) == 0 || uri[0] != '/' {
+		return "", true
+	}
+	if i := bytes.IndexByte(uri, '?'); i >= 0 {
+		uri = uri[:i]
+	}
+	if bytes.IndexByte(uri, '%') < 0 {
+		return b2s(uri), false
+	}
+	p, err := url.PathUnescape(string(uri))
+	if err != nil {
+		return "", true
+	}
+	return p, false
+}
+
+// hopHeaders are the hop-by-hop headers that a proxy does not forward (RFC
+// 9110 7.6.1), as httputil.ReverseProxy removes them; Expect is answered by
+// the fast path's server, which reads the body before the handler runs.
+var hopHeaders = [...]string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
+	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade", "Expect"}
+
+// delHop removes the hop-by-hop headers from h, and the headers that its
+// Connection header names.
+func delHop(h interface {
+	Peek(key string) []byte
+	Del(key string)
+}) {
+	if c := h.Peek("Connection"); len(c) > 0 {
+		for _, f := range bytes.Split(c, []byte{','}) { // rare: allocates
+			if f = bytes.TrimSpace(f); len(f) > 0 {
+				h.Del(string(f))
+			}
+		}
+	}
+	for _, k := range hopHeaders {
+		h.Del(k)
+	}
+}
+
+// serve is the fast path's fasthttp handler.
+func (f *fastPath) serve(ctx *fasthttp.RequestCtx) {
+	path, std := viaStd(ctx)
+	if std {
+		f.std(ctx)
+		return
+	}
+	g := f.g
+	out := (*fastOut)(ctx)
+	if !g.enter() {
+		ctx.SetConnectionClose()
+		g.fail(out, false, http.StatusServiceUnavailable, codeClosed, "lanes: the gateway is closing")
+		return
+	}
+	defer g.exit()
+	st := g.pool.Get().(*reqState)
+	defer g.release(st)
+	st.g = g
+	fs := &st.fast
+	fs.in.ctx = ctx
+	if !g.admit(ctx, st, &fs.in, path, out) {
+		return
+	}
+	closeAfter := ctx.Request.Header.ConnectionClose()
+	resp := &ctx.Response
+	var span trace.Span
+	var callCtx context.Context = ctx
+	if g.tracer != nil {
+		method, p := string(ctx.Method()), strings.Clone(path) // the span outlives the request
+		callCtx, span = g.entrySpan(lane.WithLane(context.Background(), st.req.Lane), method, p, st.req.Lane)
+		defer func() {
+			traceHeaders((*fastRespFields)(&resp.Header), span)
+			span.End()
+		}()
+	}
+
+	// The outbound request: the client's headers less the hop-by-hop and
+	// lane headers, with the forwarding headers; the body is shared.
+	req := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(req)
+	ctx.Request.Header.CopyTo(&req.Header)
+	req.Header.SetNoDefaultContentType(true)
+	req.SetBodyRaw(ctx.Request.Body())
+	delHop(&req.Header)
+	fs.out.h = &req.Header
+	g.stripFast(&req.Header)
+	g.forward(&fs.out, &fs.in, st, false)
+	if st.route.StripPrefix {
+		stripFast(&req.Header, st.route.prefix)
+	}
+
+	var cspan trace.Span
+	s := &fs.send
+	*s = fastSend{g: g, st: st, req: req, resp: resp, out: &fs.out, ctx: ctx,
+		bodyless: len(ctx.Request.Body()) == 0, preserve: g.preserve && len(ctx.Request.Header.Host()) > 0}
+	if span != nil {
+		cctx, cs := g.tracer.Start(callCtx, s.methodString(), trace.WithSpanKind(trace.SpanKindClient),
+			trace.WithAttributes(semconv.HTTPRequestMethodKey.String(string(ctx.Method())), semconv.ServerAddress(st.route.Service)))
+		if cs.IsRecording() {
+			cspan, s.trace = cs, cctx
+		} else {
+			cs.End()
+		}
+	}
+	idem := routedcall.Idempotent(b2s(ctx.Method()), len(ctx.Request.Header.Peek("Idempotency-Key")) > 0 || len(ctx.Request.Header.Peek("X-Idempotency-Key")) > 0)
+	err := g.routed(ctx, st, idem, s)
+	if err == nil {
+		err = s.err
+	}
+	if cspan != nil {
+		status := 0
+		if s.err == nil && st.picked {
+			status = resp.StatusCode()
+		}
+		g.endSpan(cspan, st, status, err)
+	}
+	if err != nil {
+		resp.Reset()
+		g.laneHeaders(st, out.header())
+		g.callFailed(out, st, err, false)
+		return
+	}
+	delHop(&resp.Header)
+	g.laneHeaders(st, out.header())
+	g.m.served(st.pick().Lane)
+	if closeAfter || g.closing.Load() {
+		ctx.SetConnectionClose()
+	}
+}
+
+func (s *fastSend) methodString() string { return string(s.ctx.Method()) }
+
+// stripFast removes from h what stripLaneHeaders removes from a net/http
+// header: without allocating, unless a look-alike spelling is there.
+func (g *Gateway) stripFast(h *fasthttp.RequestHeader) {
+	for _, name := range g.stripped {
+		h.Del(name)
+	}
+	var odd []string
+	for k := range h.All() {
+		if g.strippedName(b2s(k)) {
+			odd = append(odd, string(k))
+		}
+	}
+	for _, k := range odd {
+		h.Del(k)
+	}
+}
+
+// stripFast removes the route's prefix p from the request target of h, as
+// stripURL does from a net/http request's URL.
+func stripFast(h *fasthttp.RequestHeader, p string) {
+	uri := b2s(h.RequestURI())
+	rawPath, query, hasQuery := strings.Cut(uri, "?")
+	u := url.URL{Path: rawPath}
+	if strings.IndexByte(rawPath, '%') >= 0 {
+		pu, err := url.ParseRequestURI(uri)
+		if err != nil {
+			return
+		}
+		u = *pu
+		u.RawQuery, u.ForceQuery = "", false
+	}
+	stripURL(&u, p)
+	target := u.EscapedPath()
+	if hasQuery {
+		target += "?" + query
+	}
+	h.SetRequestURI(target)
+}
+
+// fastSend sends the attempts of a fasthttp request.
+type fastSend struct {
+	g        *Gateway
+	st       *reqState
+	ctx      *fasthttp.RequestCtx
+	req      *fasthttp.Request
+	resp     *fasthttp.Response
+	out      *fastReqFields
+	trace    context.Context // the client span's, when traced
+	bodyless bool
+	preserve bool // send the client's Host
+	err      error
+}
+
+func (s *fastSend) send(pick routing.Result) (routedcall.Attempt, bool) {
+	if !s.preserve {
+		s.req.Header.SetHost(pick.Instance.Addr)
+	}
+	s.g.writeLane(s.out, pick.RequestLane, s.st.req.Key)
+	if s.trace != nil {
+		traceContext.Inject(s.trace, s.out)
+	}
+	var unsent bool
+	s.err, unsent = s.g.up.pool(pick.Instance.Addr).do(s.req, s.resp, s.g.headerTimeout, s.ctx)
+	if s.err != nil {
+		return attempt(s.st, 0, "", s.err, unsent), false
+	}
+	return attempt(s.st, s.resp.StatusCode(), b2s(s.resp.Header.Peek(hError)), nil, false), false
+}
+
+func (s *fastSend) replayable(o routedcall.Outcome) bool {
+	return s.bodyless || o == routedcall.Unreachable
+}
+
+func (s *fastSend) drop() {
+	s.resp.Reset()
+	s.err = nil
+}

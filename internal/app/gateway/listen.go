@@ -1,0 +1,248 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// h2Preface opens every HTTP/2 connection with prior knowledge (h2c, gRPC).
+const h2Preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+// sniffTimeout bounds the wait for a new connection's first bytes.
+const sniffTimeout = 10 * time.Second
+
+// fastServer is one Serve call of the fast path: its listener, the HTTP/1.1
+// connections it serves on fasthttp, and the listener that hands HTTP/2
+// connections to a net/http server.
+type fastServer struct {
+	ln    net.Listener
+	h2    *chanListener
+	fs    *fasthttp.Server
+	mu    sync.Mutex
+	conns map[net.Conn]struct{}
+	wg    sync.WaitGroup // the connection goroutines
+}
+
+// serveFast is Serve on the fast path: it accepts connections on ln, hands
+// those that open with the HTTP/2 preface to a net/http server (h2c and
+// gRPC, as the net/http path serves them) and serves the others on
+// fasthttp, each on its own goroutine, until Close or Shutdown.
+func (g *Gateway) serveFast(ln net.Listener) error {
+	s := &fastServer{ln: ln, h2: newChanListener(ln.Addr()), conns: map[net.Conn]struct{}{}}
+	s.fs = &fasthttp.Server{
+		Handler:                      g.fastPath.serve,
+		Name:                         "",
+		NoDefaultServerHeader:        true,
+		NoDefaultContentType:         true,
+		NoDefaultDate:                true,
+		DisablePreParseMultipartForm: true,
+		ReadBufferSize:               16 << 10,
+		WriteBufferSize:              16 << 10,
+		ReadTimeout:                  2 * time.Minute,
+		IdleTimeout:                  2 * time.Minute,
+		MaxRequestBodySize:           maxRequestBody,
+		Logger:                       fastLogger{g.log},
+	}
+	g.mu.Lock()
+	if g.closing.Load() {
+		g.mu.Unlock()
+		ln.Close()
+		return http.ErrServerClosed
+	}
+	g.fastSrv[s] = struct{}{}
+	g.mu.Unlock()
+
+	h2done := make(chan struct{})
+	go func() {
+		defer close(h2done)
+		g.serveStd(s.h2)
+	}()
+	var err error
+	for {
+		c, aerr := ln.Accept()
+		if aerr != nil {
+			var ne net.Error
+			if errors.As(aerr, &ne) && ne.Timeout() {
+				time.Sleep(5 * time.Millisecond)
+				continue
+			}
+			err = aerr
+			break
+		}
+		if !s.track(c) {
+			c.Close()
+			continue
+		}
+		s.wg.Add(1)
+		go s.serveConn(c)
+	}
+	s.h2.Close()
+	<-h2done
+	s.closeConns()
+	s.wg.Wait()
+	g.mu.Lock()
+	delete(g.fastSrv, s)
+	g.mu.Unlock()
+	if g.closing.Load() {
+		return http.ErrServerClosed
+	}
+	return err
+}
+
+// maxRequestBody bounds a request body on the fast path, which reads it
+// whole before routing the request.
+const maxRequestBody = 64 << 20
+
+func (s *fastServer) track(c net.Conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conns == nil {
+		return false
+	}
+	s.conns[c] = struct{}{}
+	return true
+}
+
+func (s *fastServer) untrack(c net.Conn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+}
+
+// closeConns closes every connection and refuses new ones.
+func (s *fastServer) closeConns() {
+	s.mu.Lock()
+	conns := s.conns
+	s.conns = nil
+	s.mu.Unlock()
+	for c := range conns {
+		c.Close()
+	}
+}
+
+// stop ends Serve: the listener, then the connections.
+func (s *fastServer) stop() {
+	s.ln.Close()
+	s.closeConns()
+}
+
+// serveConn sniffs c's first bytes and serves it.
+func (s *fastServer) serveConn(c net.Conn) {
+	defer s.wg.Done()
+	pc, h2, err := sniff(c)
+	if err != nil {
+		s.untrack(c)
+		c.Close()
+		return
+	}
+	if h2 {
+		// The net/http server owns the connection from here; Close
+		// closes it through that server.
+		s.untrack(c)
+		s.h2.push(pc)
+		return
+	}
+	// ServeConn closes pc, unless a request hijacked it (an upgrade):
+	// then whoever holds it does. Either way pc leaves the set when closed.
+	pc.s = s
+	s.fs.ServeConn(pc)
+}
+
+// sniff reads the first bytes of c until they are the HTTP/2 preface or
+// cannot be, and returns c with them to be read again.
+func sniff(c net.Conn) (*prefixConn, bool, error) {
+	c.SetReadDeadline(time.Now().Add(sniffTimeout))
+	var buf [len(h2Preface)]byte
+	n := 0
+	for n < len(buf) {
+		m, err := c.Read(buf[n:])
+		n += m
+		if string(buf[:n]) != h2Preface[:n] {
+			break
+		}
+		if err != nil {
+			if n == 0 {
+				return nil, false, err
+			}
+			break
+		}
+	}
+	c.SetReadDeadline(time.Time{})
+	pc := &prefixConn{Conn: c}
+	pc.prefix = append(pc.buf[:0], buf[:n]...)
+	return pc, n == len(h2Preface) && string(buf[:n]) == h2Preface, nil
+}
+
+// prefixConn is a connection whose first bytes, already read, are read
+// again.
+type prefixConn struct {
+	net.Conn
+	prefix []byte
+	buf    [len(h2Preface)]byte
+	s      *fastServer // untracks the connection when closed
+}
+
+func (c *prefixConn) Close() error {
+	if c.s != nil {
+		c.s.untrack(c.Conn)
+	}
+	return c.Conn.Close()
+}
+
+func (c *prefixConn) Read(p []byte) (int, error) {
+	if len(c.prefix) > 0 {
+		n := copy(p, c.prefix)
+		c.prefix = c.prefix[n:]
+		return n, nil
+	}
+	return c.Conn.Read(p)
+}
+
+// chanListener is a net.Listener of the connections that sniff hands over.
+type chanListener struct {
+	addr net.Addr
+	ch   chan net.Conn
+	done chan struct{}
+	once sync.Once
+}
+
+func newChanListener(a net.Addr) *chanListener {
+	return &chanListener{addr: a, ch: make(chan net.Conn), done: make(chan struct{})}
+}
+
+func (l *chanListener) push(c net.Conn) {
+	select {
+	case l.ch <- c:
+	case <-l.done:
+		c.Close()
+	}
+}
+
+func (l *chanListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.ch:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *chanListener) Close() error   { l.once.Do(func() { close(l.done) }); return nil }
+func (l *chanListener) Addr() net.Addr { return l.addr }
+
+// fastLogger sends fasthttp's messages to the gateway's logger.
+type fastLogger struct{ log *slog.Logger }
+
+func (l fastLogger) Printf(format string, args ...any) {
+	if l.log.Enabled(context.Background(), slog.LevelDebug) {
+		l.log.Debug("lanes gateway: fasthttp", "msg", fmt.Sprintf(format, args...))
+	}
+}

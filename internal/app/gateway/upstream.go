@@ -1,0 +1,361 @@
+package gateway
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"net"
+	"net/http/httputil"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+)
+
+// The fast path's upstream side: a keep-alive pool of HTTP/1.1 connections
+// per instance address, on fasthttp's request writer and response parser.
+// It starts no goroutine (idle connections past their time are closed when
+// the pool is next used, and all of them at Close), bounds the wait for the
+// response headers (the response-header timeout) but not the body, hands
+// 1xx answers to the client as they come, and streams a body that is large
+// or of unknown length.
+
+const (
+	// idleConnTimeout is how long an idle upstream connection is kept, as
+	// the net/http path's transport keeps it.
+	idleConnTimeout = 90 * time.Second
+	// maxBufferedBody is the largest response body of known length read
+	// whole before it is written; larger ones, and chunked ones, stream.
+	maxBufferedBody = 1 << 20
+	// upBufSize is the size of each upstream connection's read and write
+	// buffers.
+	upBufSize = 16 << 10
+)
+
+// upstreams are the pools of a gateway, by instance address; copy on write.
+type upstreams struct {
+	m      atomic.Pointer[map[string]*upPool]
+	mu     sync.Mutex
+	idle   int // idle connections kept per pool
+	dialer *net.Dialer
+	closed bool
+}
+
+func newUpstreams(idle int) *upstreams {
+	return &upstreams{idle: idle, dialer: &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}}
+}
+
+// pool returns the pool of the instance at addr.
+func (u *upstreams) pool(addr string) *upPool {
+	if m := u.m.Load(); m != nil {
+		if p := (*m)[addr]; p != nil {
+			return p
+		}
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	old := u.m.Load()
+	if old != nil {
+		if p := (*old)[addr]; p != nil {
+			return p
+		}
+	}
+	m := make(map[string]*upPool)
+	if old != nil {
+		for k, v := range *old {
+			m[k] = v
+		}
+	}
+	p := &upPool{addr: addr, u: u, closed: u.closed}
+	m[addr] = p
+	u.m.Store(&m)
+	return p
+}
+
+// closeIdle closes every idle connection, and with final marks the pools
+// closed: a connection that comes back later is closed.
+func (u *upstreams) closeIdle(final bool) {
+	u.mu.Lock()
+	if final {
+		u.closed = true
+	}
+	var ps []*upPool
+	if m := u.m.Load(); m != nil {
+		for _, p := range *m {
+			ps = append(ps, p)
+		}
+	}
+	u.mu.Unlock()
+	for _, p := range ps {
+		p.closeIdle(final)
+	}
+}
+
+// upPool is the keep-alive pool of one instance address.
+type upPool struct {
+	addr   string
+	u      *upstreams
+	mu     sync.Mutex
+	idle   []*upConn // most recently used last
+	closed bool
+}
+
+// upConn is one upstream connection.
+type upConn struct {
+	c    net.Conn
+	br   *bufio.Reader
+	bw   *bufio.Writer
+	used time.Time // when it went idle
+}
+
+func (c *upConn) close() { c.c.Close() }
+
+// unsentError is a dial that failed: nothing was sent.
+type unsentError struct{ err error }
+
+func (e *unsentError) Error() string { return e.err.Error() }
+func (e *unsentError) Unwrap() error { return e.err }
+
+// get returns an idle connection, or a new one (reused false).
+func (p *upPool) get() (c *upConn, reused bool, err error) {
+	now := time.Now()
+	p.mu.Lock()
+	for len(p.idle) > 0 {
+		c = p.idle[len(p.idle)-1]
+		p.idle[len(p.idle)-1] = nil
+		p.idle = p.idle[:len(p.idle)-1]
+		if now.Sub(c.used) < idleConnTimeout {
+			p.mu.Unlock()
+			return c, true, nil
+		}
+		c.close()
+	}
+	p.mu.Unlock()
+	nc, err := p.u.dialer.Dial("tcp", p.addr)
+	if err != nil {
+		return nil, false, &unsentError{err}
+	}
+	return &upConn{c: nc, br: bufio.NewReaderSize(nc, upBufSize), bw: bufio.NewWriterSize(nc, upBufSize)}, false, nil
+}
+
+// put keeps c for the next request, or closes it.
+func (p *upPool) put(c *upConn) {
+	c.used = time.Now()
+	p.mu.Lock()
+	if p.closed || len(p.idle) >= p.u.idle {
+		p.mu.Unlock()
+		c.close()
+		return
+	}
+	p.idle = append(p.idle, c)
+	p.mu.Unlock()
+}
+
+func (p *upPool) closeIdle(final bool) {
+	p.mu.Lock()
+	idle := p.idle
+	p.idle = nil
+	if final {
+		p.closed = true
+	}
+	p.mu.Unlock()
+	for _, c := range idle {
+		c.close()
+	}
+}
+
+// errHeaderTimeout is an instance that did not start its answer within the
+// response-header timeout.
+var errHeaderTimeout = errors.New("timeout awaiting response headers")
+
+// do sends req to the instance and reads the answer into resp: 1xx answers
+// (but 101) are written to the client of ctx as they come, the final
+// answer's body is read whole when small and of known length, else streamed
+// into resp (the connection goes back to the pool once the body is read
+// through). unsent reports an error before any byte of req left. A request
+// on a reused connection that the instance had closed, which got no byte of
+// answer, is sent once more on a new connection, as net/http's transport
+// does.
+func (p *upPool) do(req *fasthttp.Request, resp *fasthttp.Response, headerTimeout time.Duration, ctx *fasthttp.RequestCtx) (err error, unsent bool) {
+	for try := 0; ; try++ {
+		c, reused, err := p.get()
+		if err != nil {
+			return err, true
+		}
+		retry, err := p.roundTrip(c, req, resp, headerTimeout, ctx)
+		if err == nil {
+			return nil, false
+		}
+		c.close()
+		if retry && reused && try == 0 {
+			resp.Reset()
+			continue
+		}
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return err, false
+	}
+}
+
+// roundTrip is one exchange on c; on an error c is the caller's to close.
+// retry reports an error of a connection that gave no byte of answer.
+func (p *upPool) roundTrip(c *upConn, req *fasthttp.Request, resp *fasthttp.Response, headerTimeout time.Duration, ctx *fasthttp.RequestCtx) (retry bool, err error) {
+	if err := req.Write(c.bw); err != nil {
+		return true, err
+	}
+	if err := c.bw.Flush(); err != nil {
+		return true, err
+	}
+	if headerTimeout > 0 {
+		c.c.SetReadDeadline(time.Now().Add(headerTimeout))
+	}
+	for first := true; ; first = false {
+		if err := resp.Header.Read(c.br); err != nil {
+			var ne net.Error
+			if errors.Is(err, fasthttp.ErrTimeout) || errors.As(err, &ne) && ne.Timeout() {
+				return false, errHeaderTimeout
+			}
+			return first && c.br.Buffered() == 0, err
+		}
+		code := resp.StatusCode()
+		if code >= 200 || code == fasthttp.StatusSwitchingProtocols || code < 100 {
+			break
+		}
+		// An interim answer (103 Early Hints, say) goes on to the client.
+		if ctx != nil && ctx.Request.Header.IsHTTP11() {
+			if _, err := ctx.Conn().Write(resp.Header.Header()); err != nil {
+				return false, err
+			}
+		}
+	}
+	if headerTimeout > 0 {
+		c.c.SetReadDeadline(time.Time{})
+	}
+	code := resp.StatusCode()
+	if req.Header.IsHead() || code == fasthttp.StatusNoContent || code == fasthttp.StatusNotModified || code == fasthttp.StatusSwitchingProtocols {
+		resp.SkipBody = true
+		p.done(c, req, resp, true)
+		return false, nil
+	}
+	n := resp.Header.ContentLength()
+	if n >= 0 && n <= maxBufferedBody {
+		if err := resp.ReadBody(c.br, 0); err != nil {
+			return false, err
+		}
+		p.done(c, req, resp, true)
+		return false, nil
+	}
+	// Stream the rest: chunked, unknown length (until close) or large.
+	resp.SetBodyStream(newUpBody(p, c, req, resp, n), n)
+	return false, nil
+}
+
+// done returns c to the pool after a whole exchange, unless either side
+// closes it.
+func (p *upPool) done(c *upConn, req *fasthttp.Request, resp *fasthttp.Response, ok bool) {
+	if !ok || req.Header.ConnectionClose() || resp.Header.ConnectionClose() {
+		c.close()
+		return
+	}
+	p.put(c)
+}
+
+// upBody streams a response body from its upstream connection, and gives
+// the connection back when it is read through.
+type upBody struct {
+	p       *upPool
+	c       *upConn
+	r       io.Reader
+	reuse   bool // the connection may serve another request
+	chunked bool
+	eof     bool
+	closed  bool
+}
+
+func newUpBody(p *upPool, c *upConn, req *fasthttp.Request, resp *fasthttp.Response, n int) *upBody {
+	b := &upBody{p: p, c: c, reuse: !req.Header.ConnectionClose() && !resp.Header.ConnectionClose()}
+	switch {
+	case n == -1:
+		b.r, b.chunked = newChunkedReader(c.br), true
+	case n >= 0:
+		b.r = &io.LimitedReader{R: c.br, N: int64(n)}
+	default: // until the connection closes
+		b.r, b.reuse = c.br, false
+	}
+	return b
+}
+
+func (b *upBody) Read(p []byte) (int, error) {
+	n, err := b.r.Read(p)
+	if err == io.EOF {
+		if lr, ok := b.r.(*io.LimitedReader); ok && lr.N > 0 {
+			return n, io.ErrUnexpectedEOF // the instance closed early
+		}
+		b.eof = true
+	}
+	return n, err
+}
+
+func (b *upBody) Close() error {
+	if b.closed {
+		return nil
+	}
+	b.closed = true
+	if b.eof && b.reuse {
+		b.p.put(b.c)
+	} else {
+		b.c.close()
+	}
+	return nil
+}
+
+// maxTrailerBytes bounds the trailer section of a streamed chunked body.
+const maxTrailerBytes = 64 << 10
+
+// chunkedReader decodes a chunked body (httputil's decoder) and reads the
+// trailer section after it, which the decoder leaves; the trailers are not
+// kept.
+type chunkedReader struct {
+	br  *bufio.Reader
+	r   io.Reader
+	err error
+}
+
+func newChunkedReader(br *bufio.Reader) *chunkedReader {
+	return &chunkedReader{br: br, r: httputil.NewChunkedReader(br)}
+}
+
+func (c *chunkedReader) Read(p []byte) (int, error) {
+	if c.err != nil {
+		return 0, c.err
+	}
+	n, err := c.r.Read(p)
+	if err == io.EOF {
+		err = c.trailer()
+	}
+	c.err = err
+	return n, err
+}
+
+// trailer reads the trailer section up to its empty line.
+func (c *chunkedReader) trailer() error {
+	total := 0
+	for {
+		line, err := c.br.ReadSlice('\n')
+		if err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return err
+		}
+		total += len(line)
+		if total > maxTrailerBytes {
+			return errors.New("lanes gateway: the upstream's trailer section is too large")
+		}
+		if len(line) <= 2 && (len(line) == 1 || line[0] == '\r') {
+			return io.EOF
+		}
+	}
+}
