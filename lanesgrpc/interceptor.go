@@ -102,7 +102,11 @@ func (ci *clientInterceptor) unary(ctx context.Context, method string, req, repl
 //
 // When the caller's context cannot be cancelled (its Done is nil), a
 // timedCall is pooled: its channel and timer serve again when the timeout
-// did not fire, so that a call allocates nothing for it. Otherwise it wraps
+// did not fire, so that a call allocates nothing for it. It then has an
+// AfterFunc method, which context.WithCancel uses: gRPC's own context for
+// the call (a child of this one) is cancelled by the timer's function
+// rather than by a goroutine that waits on both, which the context package
+// would otherwise start for every call. Otherwise it wraps
 // context.WithCancelCause.
 type timedCall struct {
 	context.Context
@@ -113,7 +117,9 @@ type timedCall struct {
 	done  chan struct{}
 	timer *time.Timer
 	fired atomic.Bool
-
+	mu    sync.Mutex
+	after func()      // the function registered by AfterFunc, until it runs or is stopped
+	stopF func() bool // c.stopAfter, bound once
 	// wrapping form
 	cancel context.CancelCauseFunc
 	stop   func() bool
@@ -123,12 +129,20 @@ var timedCalls = sync.Pool{New: func() any {
 	c := &timedCall{done: make(chan struct{})}
 	c.timer = time.AfterFunc(time.Hour, c.fire)
 	c.timer.Stop()
+	c.stopF = c.stopAfter
 	return c
 }}
 
 func (c *timedCall) fire() {
+	c.mu.Lock()
 	c.fired.Store(true)
 	close(c.done)
+	f := c.after
+	c.after = nil
+	c.mu.Unlock()
+	if f != nil {
+		f()
+	}
 }
 
 // startTimed starts the timeout d of one attempt made with ctx.
@@ -161,10 +175,60 @@ func (c *timedCall) end() bool {
 	if !c.timer.Stop() {
 		return true // fired, or firing: the channel is closed, not reused
 	}
+	c.mu.Lock()
+	registered := c.after != nil
+	c.mu.Unlock()
+	if registered {
+		// A context derived from this one is still registered: it may
+		// still call stopAfter, which must not reach the next call.
+		return false
+	}
 	c.Context, c.cs = nil, nil
 	timedCalls.Put(c)
 	return false
 }
+
+// AfterFunc implements the interface that context.AfterFunc and
+// context.WithCancel look for: f runs when the timeout fires. The pooled
+// form keeps one registration (gRPC's context for the call) without
+// allocating; further ones, and the wrapping form, go through
+// context.AfterFunc.
+func (c *timedCall) AfterFunc(f func()) func() bool {
+	if c.cancel != nil {
+		return context.AfterFunc(c.Context, f)
+	}
+	c.mu.Lock()
+	switch {
+	case c.fired.Load():
+		c.mu.Unlock()
+		go f()
+		return func() bool { return false }
+	case c.after != nil:
+		c.mu.Unlock()
+		return context.AfterFunc(doneOf{c}, f)
+	}
+	c.after = f
+	c.mu.Unlock()
+	return c.stopF
+}
+
+// stopAfter is the stop function of the registration of AfterFunc.
+func (c *timedCall) stopAfter() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	stopped := c.after != nil
+	c.after = nil
+	return stopped
+}
+
+// doneOf is a timedCall without its AfterFunc method, for the registrations
+// after the first one.
+type doneOf struct{ c *timedCall }
+
+func (d doneOf) Deadline() (time.Time, bool) { return d.c.Deadline() }
+func (d doneOf) Done() <-chan struct{}       { return d.c.Done() }
+func (d doneOf) Err() error                  { return d.c.Err() }
+func (d doneOf) Value(key any) any           { return d.c.Value(key) }
 
 func (c *timedCall) Done() <-chan struct{} {
 	if c.cancel != nil {

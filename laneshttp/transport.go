@@ -10,6 +10,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -171,7 +172,7 @@ func NewClient(e *routing.Engine, opts ...ClientOption) *http.Client {
 // It is the default of Transport.Services: hosts with a dot (DNS names, IPv4
 // addresses) and IPv6 addresses are not lanes services.
 func SingleLabel(host string) bool {
-	if host == "" || host == "localhost" || strings.ContainsAny(host, ".:") {
+	if host == "" || host == "localhost" || strings.IndexByte(host, '.') >= 0 || strings.IndexByte(host, ':') >= 0 {
 		return false
 	}
 	return registry.CheckService(host) == nil
@@ -220,7 +221,10 @@ func attempt(req *http.Request, res *http.Response, err error) routedcall.Attemp
 	if err != nil {
 		return routedcall.Attempt{Err: err, Unsent: Unsent(err), CallerGone: req.Context().Err() != nil}
 	}
-	code := res.Header.Get(ErrorHeader)
+	var code string
+	if v := res.Header[ErrorHeader]; len(v) > 0 { // ErrorHeader is canonical: Get without canonicalising it again
+		code = v[0]
+	}
 	return routedcall.Attempt{
 		Status:      res.StatusCode,
 		Downstream:  code != "",
@@ -400,15 +404,19 @@ func (t *Transport) waitReady(ctx context.Context, svc *routing.Service) error {
 // so that an otelhttp transport under this one writes the same lane.
 func (t *Transport) outbound(req *http.Request, pick routing.Result, body io.ReadCloser) *http.Request {
 	var out *http.Request
+	var u *url.URL
 	if sc := lane.SyncBaggage(req.Context(), pick.RequestLane); sc != req.Context() {
 		out = req.WithContext(sc)
+		u = new(url.URL)
 	} else {
-		out = new(http.Request)
-		*out = *req // as http.Request.WithContext copies it
+		// The request and its URL in one allocation.
+		o := new(outRequest)
+		o.req = *req // as http.Request.WithContext copies it
+		out, u = &o.req, &o.url
 	}
-	u := *req.URL
+	*u = *req.URL
 	u.Host = pick.Instance.Addr
-	out.URL = &u
+	out.URL = u
 	if out.Host == "" {
 		out.Host = req.URL.Host
 	}
@@ -421,6 +429,12 @@ func (t *Transport) outbound(req *http.Request, pick routing.Result, body io.Rea
 		}
 	}
 	return out
+}
+
+// outRequest is an outgoing request with its own URL.
+type outRequest struct {
+	req http.Request
+	url url.URL
 }
 
 // traceContext writes the W3C traceparent header of a traced request.
