@@ -10,8 +10,9 @@ import (
 // WatchFrom starts a registry watcher of every service as if it had listed
 // at revision rev and sent that list: its first batch is whatever comes
 // after rev. Tests use it to start a watch from a revision since compacted.
+// It takes every key to have held a valid instance at rev.
 func WatchFrom(s *Store, rev int64) (registry.Watcher, error) {
-	return s.startWatcher(s.InstancesPrefix(), nil, rev)
+	return s.startWatcher(s.InstancesPrefix(), nil, rev, map[string]struct{}{})
 }
 
 // PolicyWatchFrom starts a policy watcher as if it had read the key absent at

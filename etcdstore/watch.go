@@ -1,12 +1,12 @@
 package etcdstore
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -37,7 +37,9 @@ import (
 // registry.Normalize, or not matching its key) is logged and treated as
 // absent: it is left out of lists, a put of such a value over a valid
 // instance is delivered as the delete of that instance, and its own delete
-// is not delivered.
+// is not delivered. The Watcher knows which keys hold such values from its
+// list and the events since, so that etcd need not send the previous value
+// of every change (which costs etcd a read per change and per watcher).
 func (s *Store) Watch(ctx context.Context, service string) (registry.Watcher, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -52,17 +54,19 @@ func (s *Store) Watch(ctx context.Context, service string) (registry.Watcher, er
 	if s.g.Closed() {
 		return nil, registry.ErrClosed
 	}
-	first, err := s.list(ctx, prefix)
+	invalid := map[string]struct{}{}
+	first, err := s.list(ctx, prefix, invalid)
 	if err != nil {
 		return nil, fmt.Errorf("etcdstore: watch: %w", err)
 	}
-	return s.startWatcher(prefix, &first, first.Revision)
+	return s.startWatcher(prefix, &first, first.Revision, invalid)
 }
 
 // startWatcher starts a watcher of prefix whose first batch is first (if
-// not nil) and that watches from revision rev (exclusive).
-func (s *Store) startWatcher(prefix string, first *registry.Batch, rev int64) (*watcher, error) {
-	w := &watcher{s: s, prefix: prefix, out: make(chan registry.Batch, 1)}
+// not nil) and that watches from revision rev (exclusive). invalid holds
+// the keys under prefix whose values were not valid instances at rev.
+func (s *Store) startWatcher(prefix string, first *registry.Batch, rev int64, invalid map[string]struct{}) (*watcher, error) {
+	w := &watcher{s: s, prefix: prefix, out: make(chan registry.Batch, 1), invalid: invalid}
 	w.start(s)
 	if first != nil {
 		w.out <- *first
@@ -74,17 +78,20 @@ func (s *Store) startWatcher(prefix string, first *registry.Batch, rev int64) (*
 	return w, nil
 }
 
-// list returns the instances under prefix as a reset batch.
-func (s *Store) list(ctx context.Context, prefix string) (registry.Batch, error) {
+// list returns the instances under prefix as a reset batch, and makes
+// invalid the set of the keys whose values are not valid instances.
+func (s *Store) list(ctx context.Context, prefix string, invalid map[string]struct{}) (registry.Batch, error) {
 	resp, err := s.client.Get(ctx, prefix, clientv3.WithPrefix())
 	if err != nil {
 		return registry.Batch{}, err
 	}
+	clear(invalid)
 	b := registry.Batch{Reset: true, Revision: resp.Header.Revision}
 	for _, kv := range resp.Kvs {
 		inst, err := s.decode(kv)
 		if err != nil {
 			s.log.Warn("skipping an invalid instance in etcd", "key", string(kv.Key), "revision", kv.ModRevision, "err", err)
+			invalid[string(kv.Key)] = struct{}{}
 			continue
 		}
 		b.Events = append(b.Events, registry.Event{Type: registry.EventPut, Instance: inst, Revision: kv.ModRevision})
@@ -94,22 +101,36 @@ func (s *Store) list(ctx context.Context, prefix string) (registry.Batch, error)
 
 // splitKey returns the service and ID of an instance key.
 func (s *Store) splitKey(key []byte) (service, id string, ok bool) {
-	rest, ok := strings.CutPrefix(string(key), s.InstancesPrefix())
+	svc, idb, ok := s.splitKeyBytes(key)
 	if !ok {
 		return "", "", false
 	}
-	service, id, ok = strings.Cut(rest, "/")
-	if !ok || service == "" || id == "" || strings.Contains(id, "/") {
-		return "", "", false
+	return string(svc), string(idb), true
+}
+
+// splitKeyBytes is splitKey without copying: the service and ID are parts of
+// key.
+func (s *Store) splitKeyBytes(key []byte) (service, id []byte, ok bool) {
+	rest, ok := bytes.CutPrefix(key, []byte(s.InstancesPrefix()))
+	if !ok {
+		return nil, nil, false
+	}
+	service, id, ok = bytes.Cut(rest, []byte("/"))
+	if !ok || len(service) == 0 || len(id) == 0 || bytes.IndexByte(id, '/') >= 0 {
+		return nil, nil, false
 	}
 	return service, id, true
 }
 
+// errInstanceKey is the error of a value under a key that is not an
+// instance key.
+var errInstanceKey = errors.New("key is not <prefix>instances/<service>/<id>")
+
 // decode returns the instance stored in kv, validated.
 func (s *Store) decode(kv *mvccpb.KeyValue) (registry.Instance, error) {
-	service, id, ok := s.splitKey(kv.Key)
+	service, id, ok := s.splitKeyBytes(kv.Key)
 	if !ok {
-		return registry.Instance{}, errors.New("key is not <prefix>instances/<service>/<id>")
+		return registry.Instance{}, errInstanceKey
 	}
 	var in registry.Instance
 	if err := json.Unmarshal(kv.Value, &in); err != nil {
@@ -119,44 +140,47 @@ func (s *Store) decode(kv *mvccpb.KeyValue) (registry.Instance, error) {
 	if err != nil {
 		return registry.Instance{}, err
 	}
-	if in.Service != service || in.ID != id {
+	if in.Service != string(service) || in.ID != string(id) {
 		return registry.Instance{}, fmt.Errorf("value is instance %s/%s, not the one its key names", in.Service, in.ID)
 	}
 	return in, nil
 }
 
 // event turns an etcd event into a registry event; ok is false when there
-// is nothing to deliver.
-func (s *Store) event(ev *clientv3.Event) (e registry.Event, ok bool) {
+// is nothing to deliver. It keeps w.invalid, the keys that hold invalid
+// values, up to date.
+func (w *watcher) event(ev *clientv3.Event) (e registry.Event, ok bool) {
 	kv := ev.Kv
 	e.Revision = kv.ModRevision
-	service, id, keyOK := s.splitKey(kv.Key)
+	service, id, keyOK := w.s.splitKeyBytes(kv.Key)
 	if !keyOK {
-		s.log.Warn("skipping a key that is not an instance", "key", string(kv.Key), "revision", kv.ModRevision)
+		w.s.log.Warn("skipping a key that is not an instance", "key", string(kv.Key), "revision", kv.ModRevision)
 		return e, false
 	}
+	_, wasInvalid := w.invalid[string(kv.Key)]
 	if ev.Type == clientv3.EventTypeDelete {
-		if ev.PrevKv != nil {
-			if _, err := s.decode(ev.PrevKv); err != nil {
-				return e, false // an invalid value was never delivered
-			}
+		if wasInvalid {
+			delete(w.invalid, string(kv.Key))
+			return e, false // an invalid value was never delivered
 		}
 		e.Type = registry.EventDelete
-		e.Instance = registry.Instance{Service: service, ID: id}
+		e.Instance = registry.Instance{Service: string(service), ID: string(id)}
 		return e, true
 	}
-	inst, err := s.decode(kv)
+	inst, err := w.s.decode(kv)
 	if err != nil {
-		s.log.Warn("skipping an invalid instance in etcd", "key", string(kv.Key), "revision", kv.ModRevision, "err", err)
-		if ev.PrevKv != nil {
-			if _, perr := s.decode(ev.PrevKv); perr == nil {
-				// The valid instance that was there is gone.
-				e.Type = registry.EventDelete
-				e.Instance = registry.Instance{Service: service, ID: id}
-				return e, true
-			}
+		w.s.log.Warn("skipping an invalid instance in etcd", "key", string(kv.Key), "revision", kv.ModRevision, "err", err)
+		w.invalid[string(kv.Key)] = struct{}{}
+		if !wasInvalid && kv.Version > 1 {
+			// The valid instance that was there is gone.
+			e.Type = registry.EventDelete
+			e.Instance = registry.Instance{Service: string(service), ID: string(id)}
+			return e, true
 		}
 		return e, false
+	}
+	if wasInvalid {
+		delete(w.invalid, string(kv.Key))
 	}
 	e.Type = registry.EventPut
 	e.Instance = inst
@@ -203,9 +227,10 @@ func (l *watchLife) Close() error {
 // watcher is a registry.Watcher on etcd.
 type watcher struct {
 	watchLife
-	s      *Store
-	prefix string
-	out    chan registry.Batch // run sends here; capacity 1 for the first list
+	s       *Store
+	prefix  string
+	out     chan registry.Batch // run sends here; capacity 1 for the first list
+	invalid map[string]struct{} // the keys whose values are not valid instances; run's
 }
 
 // Next implements registry.Watcher.
@@ -238,7 +263,7 @@ func (w *watcher) send(b registry.Batch) bool {
 func (w *watcher) run(rev int64) {
 	defer close(w.done)
 	relist := func(ctx context.Context) (int64, error) {
-		b, err := w.s.list(ctx, w.prefix)
+		b, err := w.s.list(ctx, w.prefix, w.invalid)
 		if err != nil {
 			return 0, err
 		}
@@ -250,7 +275,7 @@ func (w *watcher) run(rev int64) {
 	w.s.follow(w.ctx, w.prefix, true, rev, false, relist, func(evs []*clientv3.Event) bool {
 		b := registry.Batch{Revision: evs[len(evs)-1].Kv.ModRevision}
 		for _, ev := range evs {
-			if e, ok := w.s.event(ev); ok {
+			if e, ok := w.event(ev); ok {
 				b.Events = append(b.Events, e)
 			}
 		}
@@ -372,7 +397,7 @@ func followKeys(ctx context.Context, c *clientv3.Client, key string, prefix bool
 	// Start at *rev, not *rev+1, and drop the repeats: etcd (3.5 and later)
 	// answers no progress request while a watcher's start revision is in
 	// the future, which *rev+1 is while nothing changes.
-	opts := []clientv3.OpOption{clientv3.WithRev(*rev), clientv3.WithPrevKV()}
+	opts := []clientv3.OpOption{clientv3.WithRev(*rev)}
 	if prefix {
 		opts = append(opts, clientv3.WithPrefix())
 	}

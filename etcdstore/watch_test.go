@@ -417,17 +417,32 @@ func TestInvalidInstancesSkipped(t *testing.T) {
 		if _, err := c.Delete(ctx, p+"orders/bad"); err != nil {
 			t.Fatal(err)
 		}
+		// Garbage under a new key: nothing; then garbage over it, a valid
+		// instance over that (its put), and garbage over the instance (its
+		// delete).
+		n, _ := json.Marshal(inst("orders", "n", 1))
+		for _, v := range []string{"garbage", "more garbage", string(n), "garbage again"} {
+			if _, err := c.Put(ctx, p+"orders/n", v); err != nil {
+				t.Fatal(err)
+			}
+		}
 		lm, err := s.Register(ctx, inst("orders", "m", 2), 10*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer lm.Close()
-		evs := collect(t, ctx, w, 2)
+		evs := collect(t, ctx, w, 4)
 		if evs[0].Type != registry.EventDelete || evs[0].Instance.ID != "a" {
 			t.Fatalf("garbage over a: got %+v, want a's delete", evs[0])
 		}
-		if evs[1].Type != registry.EventPut || evs[1].Instance.ID != "m" {
-			t.Fatalf("got %+v, want m's put", evs[1])
+		if evs[1].Type != registry.EventPut || evs[1].Instance.ID != "n" {
+			t.Fatalf("an instance over garbage: got %+v, want n's put", evs[1])
+		}
+		if evs[2].Type != registry.EventDelete || evs[2].Instance.ID != "n" {
+			t.Fatalf("garbage over n: got %+v, want n's delete", evs[2])
+		}
+		if evs[3].Type != registry.EventPut || evs[3].Instance.ID != "m" {
+			t.Fatalf("got %+v, want m's put", evs[3])
 		}
 	})
 }
