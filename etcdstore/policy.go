@@ -245,9 +245,9 @@ func (w *policyWatcher) run(rev int64) {
 		w.apply(kv, resp.Header.Revision)
 		return resp.Header.Revision, nil
 	}
-	s.follow(w.ctx, w.p.key, false, rev, false, reread, func(evs []*clientv3.Event) bool {
+	s.follow(w.ctx, w.p.key, false, rev, false, reread, func(evs []*mvccpb.Event) bool {
 		for _, ev := range evs {
-			if ev.Type == clientv3.EventTypeDelete {
+			if ev.Type == mvccpb.DELETE {
 				w.apply(nil, ev.Kv.ModRevision)
 			} else {
 				w.apply(ev.Kv, ev.Kv.ModRevision)
