@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -31,6 +32,8 @@ const (
 	childEnv     = "LANES_SCALE_ENGINE"    // the etcd endpoint the child follows
 	childService = "LANES_SCALE_SERVICE"   // the service it follows
 	childWant    = "LANES_SCALE_INSTANCES" // the instances it waits for before it reports ready
+	// When set, the child writes a CPU profile of the churn to this file.
+	childProfile = "LANES_SCALE_ENGINE_PROFILE"
 )
 
 func TestMain(m *testing.M) {
@@ -326,12 +329,27 @@ func runEngine() {
 			mu.Unlock()
 		}
 	}()
+	var prof *os.File
+	if name := os.Getenv(childProfile); name != "" {
+		prof, err = os.Create(name)
+		if err == nil {
+			err = pprof.StartCPUProfile(prof)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+	}
 	cpu := cpuTime()
 	fmt.Println("ready")
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() && in.Text() != "stop" {
 	}
 	used := cpuTime() - cpu
+	if prof != nil {
+		pprof.StopCPUProfile()
+		prof.Close()
+	}
 	mu.Lock()
 	fmt.Println("cpu", used, published)
 	mu.Unlock()
