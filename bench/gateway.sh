@@ -38,6 +38,8 @@
 #   ROUNDS=3        runs per proxy and case (the median is reported)
 #   WARMUP=2s       a wrk run before measuring each proxy, not counted
 #   CPUPROFILE=f    write a CPU profile of the lanes gateway to f
+#   HTTP1=fast      the gateway's HTTP/1.1 stack (gateway.Config.HTTP1):
+#                   fast (fasthttp, the default) or std (net/http)
 #   GOPROXY_PLAIN=0 skip the plain Go reverse proxy
 #   CADDY=0         skip Caddy
 #   HAPROXY=0       skip HAProxy
@@ -118,7 +120,7 @@ start backend-alice "$tmp/backend" -lane alice
 alice=$addr
 
 # 3. The proxies.
-gwargs=(-baseline "$base" -alice "$alice")
+gwargs=(-baseline "$base" -alice "$alice" -http1 "${HTTP1:-fast}")
 [ -n "${CPUPROFILE:-}" ] && gwargs+=(-cpuprofile "$CPUPROFILE")
 start lanes "$tmp/gatewaybench" "${gwargs[@]}"
 lanes=$addr

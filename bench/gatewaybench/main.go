@@ -3,8 +3,10 @@
 // "bench", a routing engine following it, and the gateway (internal/app/gateway)
 // routing every path to that service.
 //
-//	gatewaybench -addr 127.0.0.1:0 -baseline 127.0.0.1:9001 -alice 127.0.0.1:9002
+//	gatewaybench -addr 127.0.0.1:0 -baseline 127.0.0.1:9001 -alice 127.0.0.1:9002 [-http1 fast|std]
 //
+// -http1 chooses the gateway's HTTP/1.1 stack (gateway.Config.HTTP1): fast
+// (fasthttp, the default) or std (net/http).
 // It prints the address it listens on, then serves until SIGINT or SIGTERM.
 // With -cpuprofile it writes a CPU profile of the whole run on exit.
 package main
@@ -37,6 +39,7 @@ func main() {
 	base := flag.String("baseline", "", "address of the baseline backend")
 	alice := flag.String("alice", "", "address of the alice backend")
 	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile to this file")
+	http1 := flag.String("http1", gateway.HTTP1Fast, "the gateway's HTTP/1.1 stack: fast (fasthttp) or std (net/http)")
 	plain := flag.Bool("plain", false, "serve a plain httputil.ReverseProxy to the baseline backend instead (no lanes), for comparison")
 	flag.Parse()
 	if *base == "" || *alice == "" {
@@ -64,6 +67,7 @@ func main() {
 		Engine: e,
 		Routes: []gateway.Route{{Prefix: "/", Service: "bench"}},
 		Logger: logger,
+		HTTP1:  *http1,
 	})
 	if err != nil {
 		log.Fatal(err)

@@ -445,7 +445,8 @@ func (g *Gateway) forward(out fields, in inbound, st *reqState, https bool) {
 		}
 	}
 	if peer := in.peer(); peer.IsValid() {
-		out.setBytes(hXFF, peer.AppendTo(b))
+		b = peer.AppendTo(b)
+		out.setBytes(hXFF, b)
 	} else {
 		out.Del(hXFF)
 	}
@@ -463,7 +464,8 @@ func (g *Gateway) forward(out fields, in inbound, st *reqState, https bool) {
 	}
 	out.Del("Forwarded")
 	if st.client.IsValid() {
-		out.setBytes(hRealIP, st.client.AppendTo(b[:0]))
+		b = st.client.AppendTo(b[:0])
+		out.setBytes(hRealIP, b)
 	} else {
 		out.Del(hRealIP)
 	}

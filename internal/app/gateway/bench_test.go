@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bufio"
 	"context"
 	"io"
 	"net"
@@ -8,8 +9,11 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/valyala/fasthttp"
 
 	"github.com/lanesdev/lanes/registry"
 	"github.com/lanesdev/lanes/routing"
@@ -255,4 +259,139 @@ func BenchmarkServeHTTP(b *testing.B) {
 		}
 	}
 	_ = time.Second
+}
+
+// cannedBackend is a loopback HTTP/1.1 server that answers every request
+// with the same bytes, as fast as it reads them, allocating nothing per
+// request: the upstream of the fast path's in-process benchmark and
+// allocation test.
+func cannedBackend(tb testing.TB, ln string) string {
+	tb.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	answer := []byte("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nX-Backend-Lane: " + ln + "\r\nContent-Length: 3\r\n\r\nok\n")
+	var conns sync.WaitGroup
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			conns.Add(1)
+			go func() {
+				defer conns.Done()
+				defer c.Close()
+				br := bufio.NewReader(c)
+				for {
+					// Requests without bodies: the head ends with an empty line.
+					for {
+						line, err := br.ReadSlice('\n')
+						if err != nil {
+							return
+						}
+						if len(line) <= 2 {
+							break
+						}
+					}
+					if _, err := c.Write(answer); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	tb.Cleanup(func() {
+		l.Close()
+		<-done
+	})
+	return l.Addr().String()
+}
+
+// fastCtx is a fasthttp request context for a GET of /orders/1 with header,
+// from 192.0.2.1, as the fast path's server would hand it over.
+func fastCtx(header http.Header) *fasthttp.RequestCtx {
+	var req fasthttp.Request
+	req.Header.SetMethod(http.MethodGet)
+	req.Header.SetRequestURI("/orders/1")
+	req.Header.SetHost("gw.example")
+	for k, vs := range header {
+		for _, v := range vs {
+			req.Header.Add(k, v)
+		}
+	}
+	ctx := new(fasthttp.RequestCtx)
+	ctx.Init(&req, &net.TCPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 1234}, nil)
+	return ctx
+}
+
+// fastGateway is a fast-path gateway routing orders to canned backends.
+func fastGateway(tb testing.TB) *Gateway {
+	tb.Helper()
+	e := routing.New()
+	tb.Cleanup(func() { e.Close() })
+	var insts []registry.Instance
+	for _, in := range []registry.Instance{
+		{ID: "base", Service: "orders", Addr: cannedBackend(tb, "")},
+		{ID: "alice", Service: "orders", Addr: cannedBackend(tb, "alice")},
+	} {
+		n, err := registry.Normalize(in)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		insts = append(insts, n)
+	}
+	insts[1].Lane = "alice"
+	e.SetInstances("orders", insts)
+	g, err := New(Config{Engine: e, Routes: []Route{{Prefix: "/", Service: "orders"}}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { g.Close() })
+	return g
+}
+
+// fastCases are the requests of the fast path's benchmark and allocation
+// test: a lane request, and a baseline request with its request key, whose
+// baggage member lane.Propagator builds (one allocation, on both paths; a
+// request without a key gets a new one, which allocates too).
+var fastCases = []struct {
+	name   string
+	header http.Header
+	want   string
+	allocs float64
+}{
+	{"request=baseline", http.Header{"X-Lanes-Key": {"user-1"}}, "", 1},
+	{"request=lane", http.Header{"X-Lane": {"alice"}}, "alice", 0},
+}
+
+// serveFastOnce runs one request through the fast path's handler and
+// checks its answer.
+func serveFastOnce(tb testing.TB, g *Gateway, ctx *fasthttp.RequestCtx, want string) {
+	ctx.Response.Reset()
+	g.fastPath.serve(ctx)
+	if ctx.Response.StatusCode() != 200 || string(ctx.Response.Header.Peek("X-Backend-Lane")) != want {
+		tb.Fatalf("status %d from lane %q, want 200 from %q: %s", ctx.Response.StatusCode(), ctx.Response.Header.Peek("X-Backend-Lane"), want, ctx.Response.Body())
+	}
+}
+
+// BenchmarkServeFast runs the fast path's handler in-process, over real
+// keep-alive connections to canned loopback backends: the gateway's work
+// per request on the fast path (route, lane, pick, outbound request, answer,
+// lane headers) plus one loopback exchange, allocations included.
+func BenchmarkServeFast(b *testing.B) {
+	g := fastGateway(b)
+	for _, c := range fastCases {
+		b.Run(c.name, func(b *testing.B) {
+			ctx := fastCtx(c.header)
+			serveFastOnce(b, g, ctx, c.want)
+			b.ReportAllocs()
+			for b.Loop() {
+				serveFastOnce(b, g, ctx, c.want)
+			}
+		})
+	}
 }

@@ -3,6 +3,7 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
@@ -53,10 +54,17 @@ func (f *fastIn) Values(key string) []string {
 func (f *fastIn) Set(key, value string) {}
 func (f *fastIn) Del(key string)        {}
 func (f *fastIn) hostHeader() string    { return b2s(f.ctx.Request.Header.Host()) }
-func (f *fastIn) keep(s string) string  { return strings.Clone(s) }
 func (f *fastIn) peer() netip.Addr {
-	if ap, err := netip.ParseAddrPort(f.ctx.RemoteAddr().String()); err == nil {
-		return ap.Addr().Unmap().WithZone("")
+	switch a := f.ctx.RemoteAddr().(type) {
+	case *net.TCPAddr:
+		if ip, ok := netip.AddrFromSlice(a.IP); ok {
+			return ip.Unmap()
+		}
+	case nil:
+	default:
+		if ap, err := netip.ParseAddrPort(a.String()); err == nil {
+			return ap.Addr().Unmap().WithZone("")
+		}
 	}
 	return netip.Addr{}
 }
@@ -180,11 +188,13 @@ var hopHeaders = [...]string{"Connection", "Proxy-Connection", "Keep-Alive", "Pr
 	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade", "Expect"}
 
 // delHop removes the hop-by-hop headers from h, and the headers that its
-// Connection header names.
+// Connection header names. An answer keeps its Trailer header, which
+// announces the trailers that the fast path passes on (as ReverseProxy
+// announces them).
 func delHop(h interface {
 	Peek(key string) []byte
 	Del(key string)
-}) {
+}, answer bool) {
 	if c := h.Peek("Connection"); len(c) > 0 {
 		for _, f := range bytes.Split(c, []byte{','}) { // rare: allocates
 			if f = bytes.TrimSpace(f); len(f) > 0 {
@@ -193,6 +203,9 @@ func delHop(h interface {
 		}
 	}
 	for _, k := range hopHeaders {
+		if answer && k == "Trailer" {
+			continue
+		}
 		h.Del(k)
 	}
 }
@@ -240,7 +253,7 @@ func (f *fastPath) serve(ctx *fasthttp.RequestCtx) {
 	ctx.Request.Header.CopyTo(&req.Header)
 	req.Header.SetNoDefaultContentType(true)
 	req.SetBodyRaw(ctx.Request.Body())
-	delHop(&req.Header)
+	delHop(&req.Header, false)
 	fs.out.h = &req.Header
 	g.stripFast(&req.Header)
 	g.forward(&fs.out, &fs.in, st, false)
@@ -279,7 +292,7 @@ func (f *fastPath) serve(ctx *fasthttp.RequestCtx) {
 		g.callFailed(out, st, err, false)
 		return
 	}
-	delHop(&resp.Header)
+	delHop(&resp.Header, true)
 	g.laneHeaders(st, out.header())
 	g.m.served(st.pick().Lane)
 	if closeAfter || g.closing.Load() {

@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"net"
 	"net/http"
 	"net/netip"
 
@@ -16,7 +15,7 @@ import (
 // inbound is what the lane and trust rules read of a client's request,
 // whichever server parsed it. Its header reads follow lane.Carrier
 // (case-insensitive keys); it is only read. Strings it returns may live only
-// as long as the request: a rule that keeps one past it calls keep.
+// as long as the request: what outlives it is copied (see laneVals.name).
 type inbound interface {
 	lane.Carrier
 	// hostHeader is the request's host (the Host header), as sent.
@@ -24,8 +23,6 @@ type inbound interface {
 	// peer is the address of the direct peer, unmapped and without a zone;
 	// invalid if unknown.
 	peer() netip.Addr
-	// keep returns s, copied if it lives only as long as the request.
-	keep(s string) string
 }
 
 // fields are headers the gateway writes: the outbound request's, or the
@@ -52,7 +49,6 @@ func (r *stdIn) Values(key string) []string { return lane.HTTPHeader(r.Header).V
 func (r *stdIn) Set(key, value string)      {}
 func (r *stdIn) Del(key string)             {}
 func (r *stdIn) hostHeader() string         { return r.Host }
-func (r *stdIn) keep(s string) string       { return s }
 func (r *stdIn) peer() netip.Addr {
 	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
 		return ap.Addr().Unmap().WithZone("")
@@ -79,12 +75,3 @@ type stdOut struct{ w http.ResponseWriter }
 func (o stdOut) header() fields         { return stdFields(o.w.Header()) }
 func (o stdOut) writeHeader(status int) { o.w.WriteHeader(status) }
 func (o stdOut) writeString(s string)   { o.w.Write([]byte(s)) }
-
-// peerHost is the host part of a net/http RemoteAddr.
-func peerHost(remote string) string {
-	h, _, err := net.SplitHostPort(remote)
-	if err != nil {
-		return ""
-	}
-	return h
-}

@@ -231,18 +231,20 @@ func (g *Gateway) ready(ctx context.Context, svc *routing.Service) bool {
 
 // key returns the request key of canary splits: the key header, the key
 // cookie, or the request key member of baggage, normalised as it travels
-// (lane.NormalizeKey); a request without one gets a new key. The gateway is
+// (lane.NormalizeKey); a request without one gets a new key. The key lives
+// as long as the request (it may be a view of the request's buffer): the
+// pick hashes it and the lane headers copy it. The gateway is
 // the entry: the key travels on with the baseline request, so that every hop
 // splits it as the gateway did.
 func (g *Gateway) key(in inbound) string {
 	if v := in.Get(g.keyHeader); v != "" {
-		return in.keep(lane.NormalizeKey(v))
+		return lane.NormalizeKey(v)
 	}
 	if v, ok := cookie(in.Values("Cookie"), g.keyCookie); ok && v != "" {
-		return in.keep(lane.NormalizeKey(v))
+		return lane.NormalizeKey(v)
 	}
 	if k := g.prop.ExtractKey(in); k != "" {
-		return in.keep(k)
+		return k
 	}
 	return lane.NewKey()
 }

@@ -297,3 +297,22 @@ func TestValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestFastPathAllocs: the fast path's work per request, from the parsed
+// request to the answer ready to write (route, lane, pick, outbound
+// request, upstream exchange, lane headers), allocates nothing of its own:
+// a lane request nothing at all, a baseline request only the baggage member
+// of its request key.
+func TestFastPathAllocs(t *testing.T) {
+	if testing.CoverMode() != "" || raceEnabled {
+		t.Skip("allocations are not measured under -cover or -race")
+	}
+	g := fastGateway(t)
+	for _, c := range fastCases {
+		ctx := fastCtx(c.header)
+		serveFastOnce(t, g, ctx, c.want)
+		if n := testing.AllocsPerRun(200, func() { serveFastOnce(t, g, ctx, c.want) }); n > c.allocs {
+			t.Errorf("%s: %.1f allocations per request, want %.0f", c.name, n, c.allocs)
+		}
+	}
+}

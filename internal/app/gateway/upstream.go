@@ -278,7 +278,7 @@ func newUpBody(p *upPool, c *upConn, req *fasthttp.Request, resp *fasthttp.Respo
 	b := &upBody{p: p, c: c, reuse: !req.Header.ConnectionClose() && !resp.Header.ConnectionClose()}
 	switch {
 	case n == -1:
-		b.r, b.chunked = newChunkedReader(c.br), true
+		b.r, b.chunked = newChunkedReader(c.br, &resp.Header), true
 	case n >= 0:
 		b.r = &io.LimitedReader{R: c.br, N: int64(n)}
 	default: // until the connection closes
@@ -311,20 +311,18 @@ func (b *upBody) Close() error {
 	return nil
 }
 
-// maxTrailerBytes bounds the trailer section of a streamed chunked body.
-const maxTrailerBytes = 64 << 10
-
-// chunkedReader decodes a chunked body (httputil's decoder) and reads the
-// trailer section after it, which the decoder leaves; the trailers are not
-// kept.
+// chunkedReader decodes a chunked body (httputil's decoder) and then reads
+// the trailer section, which the decoder leaves, into the response's
+// trailers, which the fast path's server writes after the body.
 type chunkedReader struct {
-	br  *bufio.Reader
-	r   io.Reader
-	err error
+	br   *bufio.Reader
+	r    io.Reader
+	resp *fasthttp.ResponseHeader
+	err  error
 }
 
-func newChunkedReader(br *bufio.Reader) *chunkedReader {
-	return &chunkedReader{br: br, r: httputil.NewChunkedReader(br)}
+func newChunkedReader(br *bufio.Reader, resp *fasthttp.ResponseHeader) *chunkedReader {
+	return &chunkedReader{br: br, r: httputil.NewChunkedReader(br), resp: resp}
 }
 
 func (c *chunkedReader) Read(p []byte) (int, error) {
@@ -333,29 +331,13 @@ func (c *chunkedReader) Read(p []byte) (int, error) {
 	}
 	n, err := c.r.Read(p)
 	if err == io.EOF {
-		err = c.trailer()
-	}
-	c.err = err
-	return n, err
-}
-
-// trailer reads the trailer section up to its empty line.
-func (c *chunkedReader) trailer() error {
-	total := 0
-	for {
-		line, err := c.br.ReadSlice('\n')
-		if err != nil {
+		if terr := c.resp.ReadTrailer(c.br); terr != nil {
+			err = terr
 			if err == io.EOF {
 				err = io.ErrUnexpectedEOF
 			}
-			return err
-		}
-		total += len(line)
-		if total > maxTrailerBytes {
-			return errors.New("lanes gateway: the upstream's trailer section is too large")
-		}
-		if len(line) <= 2 && (len(line) == 1 || line[0] == '\r') {
-			return io.EOF
 		}
 	}
+	c.err = err
+	return n, err
 }
