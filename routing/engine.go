@@ -6,7 +6,7 @@
 //
 // The state of each service is an immutable snapshot, rebuilt when its
 // instances, the policy or an instance's health changes, and published through
-// an atomic pointer. A pick is a map lookup in the snapshot plus one atomic
+// an atomic pointer. A pick is a table lookup in the snapshot plus one atomic
 // counter step: it does not allocate, does not grow with the number of
 // instances, and never waits for a rebuild.
 //
@@ -60,8 +60,7 @@ type Result struct {
 	// Reason says why the request went where it went.
 	Reason Reason
 
-	m   *member
-	svc *Service
+	m *member
 }
 
 // Probe reports whether this pick is a half-open probe.
@@ -75,7 +74,7 @@ func (r Result) Report(ok bool) {
 	if r.m == nil {
 		return
 	}
-	r.svc.report(r.m.health, ok)
+	r.m.health.svc.report(r.m.health, ok)
 }
 
 // Option configures an Engine.

@@ -23,6 +23,7 @@ var stateNames = [...]string{"healthy", "ejected", "half-open", "probing"}
 // registered. Its map is guarded by the service's mutex (snapshot builds
 // read it); each health is safe for concurrent use.
 type detector struct {
+	svc     *Service // the service whose instances these are
 	healths map[string]*health
 	gen     uint64 // the build in progress; a health it did not see is forgotten
 	seen    int    // healths seen by the build in progress
@@ -36,7 +37,7 @@ func (d *detector) begin() { d.gen++; d.seen = 0 }
 func (d *detector) of(id string) *health {
 	h := d.healths[id]
 	if h == nil {
-		h = &health{}
+		h = &health{svc: d.svc}
 		d.healths[id] = h
 	}
 	if h.gen != d.gen {
@@ -74,7 +75,8 @@ func (d *detector) end() {
 // under mu, except the half-open -> probing claim, which is a CAS.
 type health struct {
 	state atomic.Uint32
-	gen   uint64 // the last build that saw the instance; under the service's mutex
+	svc   *Service // the instance's service, which rebuilds its snapshot
+	gen   uint64   // the last build that saw the instance; under the service's mutex
 
 	mu       sync.Mutex
 	failures []int64 // failure times (ns), oldest first, at most cfg.Errors of them

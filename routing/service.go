@@ -36,7 +36,8 @@ type Service struct {
 }
 
 func newService(e *Engine, name string) *Service {
-	s := &Service{e: e, name: name, det: detector{healths: map[string]*health{}}, ready: make(chan struct{}), changed: make(chan struct{})}
+	s := &Service{e: e, name: name, ready: make(chan struct{}), changed: make(chan struct{})}
+	s.det = detector{svc: s, healths: map[string]*health{}}
 	s.rebuild()
 	return s
 }
@@ -161,35 +162,67 @@ func (s *Service) Instances() []registry.Instance {
 // Pick routes req to one instance. It fails with an *Error when no instance
 // may serve the request. It does not allocate, and does not wait: its answer
 // comes from the snapshot in force when it starts.
-func (s *Service) Pick(req Request) (Result, error) {
+func (s *Service) Pick(req Request) (res Result, err error) {
 	sn := s.snap.Load()
-	// The route: a lane found as it came needs no check, as the lanes of
+	// The route. A lane found as it came needs no check, as the lanes of
 	// the routes are valid names (the transports checked it at the edge).
-	var r *route
-	l := req.Lane
-	if l == "" {
-		r = &sn.baseline
-		if sn.canaries != nil {
-			r, l = sn.split(req.Key, r)
+	r := &sn.baseline
+	if l := req.Lane; len(l) > 16 {
+		r = sn.lanes.get(l)
+	} else if l != "" {
+		// sn.lanes.get(l) by hand, as calls would cost a tenth of the
+		// pick: laneWords, then the probe.
+		var a, b uint64
+		switch n := len(l); {
+		case n >= 8:
+			a, b = le64(l), le64(l[n-8:])
+		case n >= 4:
+			a, b = le32(l), le32(l[n-4:])
+		default:
+			a = uint64(l[0])<<16 | uint64(l[n>>1])<<8 | uint64(l[n-1])
 		}
-	} else if r = sn.routes[l]; r == nil {
-		r, l = sn.route(req, &s.e.invalidLanes)
+		t := &sn.lanes
+		for i := t.slot(a, b, len(l)); ; i = (i + 1) & t.mask {
+			if e := &t.slots[i]; e.route == nil || e.a == a && e.b == b && len(e.key) == len(l) {
+				r = e.route
+				break
+			}
+		}
 	}
-	// The fast path: no error, no transition due, no probe in the group.
-	if g := r.group; g != nil && sn.due == 0 {
-		if req.Host != "" && g.hosts != nil || req.Zone != "" && g.zones != nil {
+	// The fast path: a route whose group answers alone (route.ready).
+	var g *group
+	if r != nil {
+		g = r.ready
+	}
+	if g == nil {
+		res, err = s.pickSlow(req)
+		return res, err
+	}
+	if r.local && (req.Host != "" || req.Zone != "") {
+		// The caller's host sub-group found last, else narrow.
+		if h := g.hosts.lastOf(req.Host); h != nil {
+			g = h
+		} else {
 			g = g.narrow(req.Zone, req.Host)
 		}
-		if len(g.halfOpen) == 0 {
-			m := g.pickReady()
-			return Result{Instance: m.inst, Lane: r.lane, RequestLane: l, Reason: r.reason, m: m, svc: s}, nil
-		}
 	}
-	return s.pickSlow(sn, req, r, l)
+	var m *member
+	if g.alias == nil {
+		m = g.pickRoundRobin()
+	} else {
+		m = g.pickReady()
+	}
+	// Field by field, into the named result: a composite literal would be
+	// built in a temporary first.
+	res.Instance, res.Lane, res.RequestLane, res.Reason, res.m = m.inst, r.lane, r.requestLane, r.reason, m
+	return res, nil
 }
 
-// pickSlow is the rest of Pick: an error, a transition due, a probe.
-func (s *Service) pickSlow(sn *snapshot, req Request, r *route, l string) (Result, error) {
+// pickSlow is the rest of Pick: a lane to check, a canary split, an error,
+// a transition due, a probe.
+func (s *Service) pickSlow(req Request) (Result, error) {
+	sn := s.snap.Load()
+	r, l := sn.route(req, &s.e.invalidLanes)
 	due := sn.due != 0 && s.now() >= sn.due
 	if due {
 		s.rebuildLater()
@@ -199,10 +232,10 @@ func (s *Service) pickSlow(sn *snapshot, req Request, r *route, l string) (Resul
 	case err != nil:
 		return Result{}, err
 	case probe != nil:
-		return Result{Instance: probe.inst, Lane: r.lane, RequestLane: l, Reason: ReasonProbe, m: probe, svc: s}, nil
+		return Result{Instance: probe.inst, Lane: r.lane, RequestLane: l, Reason: ReasonProbe, m: probe}, nil
 	}
 	m := g.pickReady()
-	return Result{Instance: m.inst, Lane: r.lane, RequestLane: l, Reason: r.reason, m: m, svc: s}, nil
+	return Result{Instance: m.inst, Lane: r.lane, RequestLane: l, Reason: r.reason, m: m}, nil
 }
 
 // eligible finds the group of instances that may serve req from route r,

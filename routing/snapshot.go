@@ -63,14 +63,19 @@ func (g *group) empty() bool { return g == nil || len(g.ready) == 0 && len(g.hal
 // pickReady chooses among g.ready by weight: a counter step, then either a
 // round-robin index or an alias-table lookup. It is O(1) in the group size.
 func (g *group) pickReady() *member {
-	i := g.next.Add(1)
-	if g.alias == nil {
-		// i mod len(ready), by Lemire's fastmod on the counter's low 32
-		// bits: two multiplications instead of a division.
-		hi, _ := bits.Mul64(g.mod*uint64(uint32(i)), uint64(len(g.ready)))
-		return g.ready[hi]
+	if g.alias != nil {
+		return g.ready[g.alias.pick(g.next.Add(1))]
 	}
-	return g.ready[g.alias.pick(i)]
+	return g.pickRoundRobin()
+}
+
+// pickRoundRobin is pickReady for uniform weights (g.alias is nil): the
+// counter step, then i mod len(ready) by Lemire's fastmod on the counter's
+// low 32 bits, two multiplications instead of a division. It inlines.
+func (g *group) pickRoundRobin() *member {
+	i := g.next.Add(1)
+	hi, _ := bits.Mul64(g.mod*uint64(uint32(i)), uint64(len(g.ready)))
+	return g.ready[hi]
 }
 
 // route is the precomputed answer for requests of one lane.
@@ -87,6 +92,17 @@ type route struct {
 	// chain, as the next snapshot will say. Set only when group has no
 	// ready instance.
 	next *route
+	// ready is group when a pick can take its answer from it and the
+	// route alone: no error, no half-open instance to probe, no
+	// time-driven transition due, no canary split. nil sends the pick
+	// the long way (Service.pickSlow).
+	ready *group
+	// requestLane is the lane of the requests that take the route from the
+	// lane table, which they carry downstream.
+	requestLane string
+	// local is set when group has zone or host sub-groups, which a
+	// request from a zone or a host narrows the pick to.
+	local bool
 }
 
 // errFor returns the route's error for a request of lane l. Routes are
@@ -114,6 +130,7 @@ type snapshot struct {
 	byID     map[string]*member
 	groups   map[string]*group // by effective lane; "" is the baseline
 	routes   map[string]*route // lane requests, by request lane
+	lanes    laneTable         // routes, for the lookup of a pick
 	unknown  route             // a lane request whose lane is nowhere in the snapshot or the policy
 	baseline route             // a baseline request
 	invalid  route             // a request with an invalid lane
@@ -132,7 +149,7 @@ func (s *snapshot) route(req Request, invalid *atomic.Uint64) (*route, string) {
 	}
 	// The lanes of the routes are valid names: a lane found as it came
 	// needs no check (the transports checked it at the edge).
-	if r := s.routes[l]; r != nil {
+	if r := s.lanes.get(l); r != nil {
 		return r, l
 	}
 	n, ok := lane.Normalize(l)
@@ -140,7 +157,7 @@ func (s *snapshot) route(req Request, invalid *atomic.Uint64) (*route, string) {
 		invalid.Add(1)
 		return s.split(req.Key, &s.invalid)
 	}
-	if r := s.routes[n]; r != nil {
+	if r := s.lanes.get(n); r != nil {
 		return r, n
 	}
 	return &s.unknown, n
@@ -264,7 +281,26 @@ func build(svc string, insts []registry.Instance, det *detector, cp *compiled, n
 		}
 		from = to
 	}
+	s.fastPaths()
+	s.lanes = newLaneTable(s.routes)
 	return s
+}
+
+// fastPaths marks the routes that Pick answers from alone (route.ready).
+func (s *snapshot) fastPaths() {
+	mark := func(r *route) {
+		if g := r.group; r.err == nil && g != nil && len(g.ready) > 0 && len(g.halfOpen) == 0 && s.due == 0 {
+			r.ready = g
+			r.local = g.hosts != nil || g.zones != nil
+		}
+	}
+	for l, r := range s.routes {
+		mark(r)
+		r.requestLane = l
+	}
+	if len(s.canaries) == 0 {
+		mark(&s.baseline)
+	}
 }
 
 // chainRoute walks lane l's chain: l, its fallbacks, then the baseline unless
@@ -427,6 +463,18 @@ type subgroups struct {
 type subgroup struct {
 	key string
 	g   *group
+}
+
+// lastOf returns the sub-group found last when its key is key, or nil. It
+// inlines, and s may be nil.
+func (s *subgroups) lastOf(key string) *group {
+	if s == nil || key == "" {
+		return nil
+	}
+	if e := s.last.Load(); e != nil && e.key == key {
+		return e.g
+	}
+	return nil
 }
 
 // get returns the sub-group of key, or nil.
