@@ -1,14 +1,15 @@
 // Command smuggle sends the request-smuggling table of
-// internal/testkit/smuggletest to the lanes gateway and to nginx, each a
+// internal/testkit/smuggletest to the lanes gateway, on each of its HTTP/1.1
+// stacks (fast: fasthttp; std: net/http), and to nginx, each a
 // reverse proxy on loopback in front of the same recording backend, and
-// prints both answers side by side: the statuses of the answers on the
+// prints the answers side by side: the statuses of the answers on the
 // connection, and whether the case passed (its first answer is one that RFC
 // 9112 allows, and no smuggled request reached the backend).
 //
 //	go run ./bench/smuggle [-nginx /usr/sbin/nginx]
 //
 // bench/smuggling.sh installs nginx from Debian and runs it. Without nginx
-// it prints the gateway's column only.
+// it prints the gateway's columns only.
 package main
 
 import (
@@ -57,22 +58,25 @@ func run(nginxBin string) error {
 	defer lease.Close()
 	e := routing.New(routing.WithRegistry(reg))
 	defer e.Close()
-	g, err := gateway.New(gateway.Config{Engine: e, Routes: []gateway.Route{{Prefix: "/", Service: "rec"}},
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		return err
-	}
-	defer g.Close()
 	if err := e.Service("rec").WaitReady(ctx); err != nil {
 		return err
 	}
-	gl, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return err
+	// The gateway on each of its HTTP/1.1 stacks (gateway.Config.HTTP1).
+	var proxies []struct{ name, addr string }
+	for _, stack := range []string{gateway.HTTP1Fast, gateway.HTTP1Std} {
+		g, err := gateway.New(gateway.Config{Engine: e, Routes: []gateway.Route{{Prefix: "/", Service: "rec"}},
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), HTTP1: stack})
+		if err != nil {
+			return err
+		}
+		defer g.Close()
+		gl, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return err
+		}
+		go g.Serve(gl)
+		proxies = append(proxies, struct{ name, addr string }{"lanes-" + stack, gl.Addr().String()})
 	}
-	go g.Serve(gl)
-
-	proxies := []struct{ name, addr string }{{"lanes", gl.Addr().String()}}
 	if bin := findNginx(nginxBin); bin != "" {
 		addr, stop, err := startNginx(bin, rec.Addr)
 		if err != nil {

@@ -9,6 +9,33 @@
 // content-type application/grpc goes to the upstream over h2c, streams in both
 // directions and brings its trailers back.
 //
+// # Two HTTP/1.1 paths
+//
+// [Config.HTTP1] chooses the stack that serves HTTP/1.1; the rules of this
+// documentation hold on both, written once (fields.go: the lane, trust,
+// forwarding-header, routed-call and error rules read and write headers
+// through small interfaces that each stack adapts):
+//
+//   - "fast" (the default): fasthttp's server parses the request, and the
+//     attempts go to the instance over the gateway's own keep-alive pools
+//     (one per instance address, on fasthttp's request writer and response
+//     parser; upstream.go), which read the answer straight into the
+//     response that fasthttp writes. A lane request allocates nothing. 1xx
+//     answers (103 Early Hints) are passed on as they come; an answer body
+//     of unknown length, or larger than 1 MiB, streams, with its trailers; a
+//     request body is read whole first (up to 64 MiB; larger: 413), and
+//     100-continue is answered by the server. Upgrades (WebSocket),
+//     requests with a TE header and request targets that are not an
+//     origin-form path are handed to the net/http handler through
+//     fasthttpadaptor, on the same connection. A request whose framing
+//     fasthttp refuses gets fasthttp's 400, before any routing.
+//   - "std": net/http's server, httputil.ReverseProxy and net/http's
+//     transport ([Gateway.ServeHTTP], which a server of your own may also
+//     serve).
+//
+// On both, a connection that opens with the HTTP/2 preface is served by
+// net/http (h2c, gRPC), on the same port.
+//
 // # Routes
 //
 // [Config.Routes] map requests to services. A route matches on an exact host
@@ -161,9 +188,10 @@
 // # Outlier detection and retries
 //
 // The gateway routes with the same routed-call step as laneshttp.Transport
-// (pick, outcome, report, retry): its handler decides the route and the lane,
-// the proxy's Rewrite names the service, and the proxy's Transport picks the
-// instance and sends the attempts. Every proxied call's outcome is reported
+// (pick, outcome, report, retry; Gateway.routed drives it on both paths):
+// its handler decides the route and the lane, and the routed call picks the
+// instance and sends the attempts (on the net/http path, the proxy's
+// Rewrite names the service and its Transport makes the call). Every proxied call's outcome is reported
 // to the engine: a connection error, an HTTP 5xx or, for gRPC, status
 // Unavailable counts as a failure; a 5xx that carries x-lanes-error does not
 // (it is a routing failure further downstream, answered by a healthy
@@ -183,11 +211,12 @@
 // # Request smuggling
 //
 // The upstream request is written anew, with one framing; a request whose
-// body breaks its framing gets 400 bad_request_body, and every chunked
-// HTTP/1.1 request closes its connection after the answer (RFC 9112 6.1 asks
-// it of a request that carried Content-Length too, which net/http does not
-// tell the handler). docs/security.md has the table of cases
-// (internal/testkit/smuggletest) and nginx's answers beside the gateway's.
+// body breaks its framing gets 400 (bad_request_body on the net/http path),
+// and every chunked HTTP/1.1 request closes its connection after the answer
+// (RFC 9112 6.1 asks it of a request that carried Content-Length too, which
+// net/http does not tell the handler). docs/security.md has the table of
+// cases (internal/testkit/smuggletest), run on both paths, and nginx's
+// answers beside the gateway's.
 //
 // # Metrics
 //

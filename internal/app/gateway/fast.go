@@ -154,31 +154,49 @@ func newFastPath(g *Gateway) *fastPath {
 	return &fastPath{g: g, std: fasthttpadaptor.NewFastHTTPHandler(g)}
 }
 
-// viaStd reports whether the fast path hands the request to the net/http
-// handler: an upgrade, a request for trailers, a request target that is not
-// an origin-form path, or a path whose escapes net/http must judge. It
-// returns the request's path (percent-decoded, as net/http's URL.Path) when
-// the fast path serves it.
-func viaStd(ctx *fasthttp.RequestCtx) (path string, std bool) {
+// route is what the fast path does with a request (see classify).
+type fastRoute uint8
+
+const (
+	fastServe fastRoute = iota // serve it here
+	fastStd                    // hand it to the net/http handler
+	fastBad                    // refuse its request target with 400
+)
+
+// classify tells what the fast path does with the request of ctx: it hands
+// an upgrade, a request with a TE header and a request target other than an
+// origin-form path to the net/http handler, refuses a target that net/http
+// refuses (control characters, bad escapes) as net/http does, with 400, and
+// serves the rest. For those it returns the request's path, percent-decoded
+// as net/http's URL.Path.
+func classify(ctx *fasthttp.RequestCtx) (path string, r fastRoute) {
 	h := &ctx.Request.Header
-	if len(h.Peek("Upgrade")) > 0 || len(h.Peek("Te")) > 0 {
-		return "", true
-	}
 	uri := h.RequestURI()
 	if len(uri) == 0 || uri[0] != '/' {
-		return "", true
+		if _, err := url.ParseRequestURI(string(uri)); err != nil {
+			return "", fastBad
+		}
+		return "", fastStd
+	}
+	for _, c := range uri {
+		if c < 0x20 || c == 0x7f {
+			return "", fastBad // net/url: invalid control character in URL
+		}
+	}
+	if len(h.Peek("Upgrade")) > 0 || len(h.Peek("Te")) > 0 {
+		return "", fastStd
 	}
 	if i := bytes.IndexByte(uri, '?'); i >= 0 {
 		uri = uri[:i]
 	}
 	if bytes.IndexByte(uri, '%') < 0 {
-		return b2s(uri), false
+		return b2s(uri), fastServe
 	}
 	p, err := url.PathUnescape(string(uri))
 	if err != nil {
-		return "", true
+		return "", fastBad
 	}
-	return p, false
+	return p, fastServe
 }
 
 // hopHeaders are the hop-by-hop headers that a proxy does not forward (RFC
@@ -212,9 +230,17 @@ func delHop(h interface {
 
 // serve is the fast path's fasthttp handler.
 func (f *fastPath) serve(ctx *fasthttp.RequestCtx) {
-	path, std := viaStd(ctx)
-	if std {
+	path, how := classify(ctx)
+	switch how {
+	case fastStd:
 		f.std(ctx)
+		return
+	case fastBad:
+		// As net/http's server answers a target it cannot parse.
+		ctx.SetConnectionClose()
+		ctx.Response.Header.Set("Content-Type", "text/plain; charset=utf-8")
+		ctx.SetStatusCode(http.StatusBadRequest)
+		ctx.SetBodyString("400 Bad Request")
 		return
 	}
 	g := f.g
@@ -225,6 +251,16 @@ func (f *fastPath) serve(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	defer g.exit()
+	// The client's Connection: close, and every chunked request (as on the
+	// net/http path; see Request smuggling in the package documentation),
+	// close the connection after the answer; so does a closing gateway.
+	// The answer is read into ctx.Response, which resets it: this is set last.
+	closeAfter := ctx.Request.Header.ConnectionClose() || ctx.Request.Header.ContentLength() == -1
+	defer func() {
+		if closeAfter || g.closing.Load() {
+			ctx.SetConnectionClose()
+		}
+	}()
 	st := g.pool.Get().(*reqState)
 	defer g.release(st)
 	st.g = g
@@ -233,7 +269,6 @@ func (f *fastPath) serve(ctx *fasthttp.RequestCtx) {
 	if !g.admit(ctx, st, &fs.in, path, out) {
 		return
 	}
-	closeAfter := ctx.Request.Header.ConnectionClose()
 	resp := &ctx.Response
 	var span trace.Span
 	var callCtx context.Context = ctx
@@ -295,9 +330,6 @@ func (f *fastPath) serve(ctx *fasthttp.RequestCtx) {
 	delHop(&resp.Header, true)
 	g.laneHeaders(st, out.header())
 	g.m.served(st.pick().Lane)
-	if closeAfter || g.closing.Load() {
-		ctx.SetConnectionClose()
-	}
 }
 
 func (s *fastSend) methodString() string { return string(s.ctx.Method()) }

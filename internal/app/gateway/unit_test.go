@@ -9,11 +9,13 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/valyala/fasthttp"
 
 	"github.com/lanesdev/lanes/routing"
 )
@@ -315,4 +317,54 @@ func TestFastPathAllocs(t *testing.T) {
 			t.Errorf("%s: %.1f allocations per request, want %.0f", c.name, n, c.allocs)
 		}
 	}
+}
+
+// FuzzFastTarget: the fast path reads a request target as net/http does.
+// When it serves the target itself, its path is net/http's URL.Path, and
+// the target it sends upstream after removing a route's prefix names the
+// path that net/http's stripURL leaves, with the same query.
+func FuzzFastTarget(f *testing.F) {
+	for _, s := range []string{"/", "/orders/1?x=1", "/api/v1", "/api", "/api/%2e%2e/x", "/a%2Fb?q", "/%zz", "*", "http://h/p", "/api?", "//api/x", "/api%2F"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, target string) {
+		ctx := new(fasthttp.RequestCtx)
+		var req fasthttp.Request
+		req.Header.SetRequestURI(target)
+		ctx.Init(&req, nil, nil)
+		target = string(req.Header.RequestURI()) // as the server holds it
+		var h fasthttp.RequestHeader
+		h.SetRequestURI(target)
+		path, how := classify(ctx)
+		if how == fastBad {
+			if _, err := url.ParseRequestURI(target); err == nil && strings.HasPrefix(target, "/") {
+				t.Fatalf("%q: the fast path refuses it, net/http takes it", target)
+			}
+			return
+		}
+		if how == fastStd {
+			return
+		}
+		u, err := url.ParseRequestURI(target)
+		if err != nil {
+			t.Fatalf("%q: the fast path serves it, net/http refuses it: %v", target, err)
+		}
+		if path != u.Path {
+			t.Fatalf("%q: fast path %q, net/http %q", target, path, u.Path)
+		}
+		const prefix = "/api"
+		if !matchPath(u.Path, prefix) {
+			return
+		}
+		stripFast(&h, prefix)
+		got, err := url.ParseRequestURI(string(h.RequestURI()))
+		if err != nil {
+			t.Fatalf("%q: stripped to %q, which does not parse: %v", target, h.RequestURI(), err)
+		}
+		want := *u
+		stripURL(&want, prefix)
+		if got.Path != want.Path || got.RawQuery != want.RawQuery {
+			t.Fatalf("%q: stripped to path %q query %q, want %q %q", target, got.Path, got.RawQuery, want.Path, want.RawQuery)
+		}
+	})
 }
