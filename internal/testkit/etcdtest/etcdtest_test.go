@@ -46,3 +46,34 @@ func TestRestartKeepsData(t *testing.T) {
 		}
 	})
 }
+
+// TestProcessCPUTime reads the CPU time of a running etcd process, which
+// grows as it works, and fails on a stopped one.
+func TestProcessCPUTime(t *testing.T) {
+	p := etcdtest.Process(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := etcdtest.Client(t, p.Endpoints())
+	before, err := p.CPUTime()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		for range 100 {
+			if _, err := c.Put(ctx, "k", "v"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		after, err := p.CPUTime()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if after > before {
+			break
+		}
+	}
+	p.Stop()
+	if _, err := p.CPUTime(); err == nil {
+		t.Error("CPUTime of a stopped process: no error")
+	}
+}
