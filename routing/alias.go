@@ -11,33 +11,44 @@ type alias struct {
 
 func newAlias(weights []int) *alias {
 	n := len(weights)
-	a := &alias{prob: make([]uint32, n), other: make([]uint32, n)}
+	cols := make([]uint32, 2*n) // prob and other, in one allocation
+	a := &alias{prob: cols[:n:n], other: cols[n:]}
 	var sum float64
 	for _, w := range weights {
 		sum += float64(w)
 	}
 	scaled := make([]float64, n)
-	var small, large []int
+	// The small columns stack up from the start of work, the large ones
+	// down from its end: every column is in one of them.
+	work := make([]int, n)
+	ns, nl := 0, n
 	for i, w := range weights {
 		scaled[i] = float64(w) * float64(n) / sum
 		if scaled[i] < 1 {
-			small = append(small, i)
+			work[ns] = i
+			ns++
 		} else {
-			large = append(large, i)
+			nl--
+			work[nl] = i
 		}
 	}
-	for len(small) > 0 && len(large) > 0 {
-		s, l := small[len(small)-1], large[len(large)-1]
-		small = small[:len(small)-1]
+	for ns > 0 && nl < n {
+		s, l := work[ns-1], work[nl]
+		ns--
 		a.prob[s] = uint32(scaled[s] * (1 << 32))
 		a.other[s] = uint32(l)
 		scaled[l] -= 1 - scaled[s]
 		if scaled[l] < 1 {
-			large = large[:len(large)-1]
-			small = append(small, l)
+			nl++
+			work[ns] = l
+			ns++
 		}
 	}
-	for _, i := range append(small, large...) {
+	for _, i := range work[:ns] {
+		a.prob[i] = 1<<32 - 1
+		a.other[i] = uint32(i)
+	}
+	for _, i := range work[nl:] {
 		a.prob[i] = 1<<32 - 1
 		a.other[i] = uint32(i)
 	}

@@ -188,6 +188,23 @@ func BenchmarkSnapshotRebuild(b *testing.B) {
 	}
 }
 
+// BenchmarkSnapshotRebuildSmall is the rebuild of a small service (10
+// baseline instances in 3 zones, weights all different), the one that each
+// of a thousand watching engines makes when an instance changes.
+func BenchmarkSnapshotRebuildSmall(b *testing.B) {
+	e := New()
+	b.Cleanup(func() { e.Close() })
+	insts := make([]registry.Instance, 10)
+	for i := range insts {
+		insts[i] = registry.Instance{ID: fmt.Sprintf("i%02d", i), Service: "orders", Addr: fmt.Sprintf("10.0.0.%d:8080", i), Zone: fmt.Sprintf("az%d", i%3), Host: fmt.Sprintf("h%d", i), Weight: 1 + i}
+	}
+	svc := e.Service("orders")
+	b.ReportAllocs()
+	for b.Loop() {
+		svc.setInstances(insts)
+	}
+}
+
 func TestPickDoesNotAllocate(t *testing.T) {
 	e := fleet(t, 1000, 100)
 	e.SetPolicy(mustPolicy(t, "lanes:\n  ghost: {fallback: [lane-0]}\n  strict: {strict: true}\ncanary:\n  - {service: orders, lane: lane-1, percent: 10}\n"))

@@ -197,8 +197,8 @@ func build(svc string, insts []registry.Instance, det *detector, cp *compiled, n
 		routes:  map[string]*route{},
 		outlier: cp.outlier,
 	}
-	lanes := map[string][]*member{}
 	pool := make([]member, 0, len(insts)) // one allocation for every member
+	perLane := map[string]int{}
 	det.begin()
 	defer det.end()
 	for i := range insts {
@@ -223,8 +223,17 @@ func build(svc string, insts []registry.Instance, det *detector, cp *compiled, n
 			s.due = due
 		}
 		pool = append(pool, member{inst: in, lane: lane, weight: w, health: h, state: st})
-		m := &pool[len(pool)-1]
-		s.byID[in.ID] = m
+		s.byID[in.ID] = &pool[len(pool)-1]
+		perLane[lane]++
+	}
+	// The members of each lane, in id order, in one allocation.
+	lanes := make(map[string][]*member, len(perLane))
+	all := make([]*member, len(pool))
+	for l, n := range perLane {
+		lanes[l], all = all[:0:n], all[n:]
+	}
+	for i := range pool {
+		m := &pool[i]
 		lanes[m.lane] = append(lanes[m.lane], m)
 	}
 	byHost := cp.policy.Locality.Host
@@ -347,7 +356,7 @@ func (s *snapshot) fallbackToBaseline(l string) route {
 // will be once the probes of its half-open members are claimed (they then
 // count as probing).
 func newGroup(l string, ms []*member, baseline, byHost, claimed bool) *group {
-	g := &group{lane: l}
+	g := &group{lane: l, ready: make([]*member, 0, len(ms))}
 	probing := func(m *member) bool { return m.state == stateProbing || claimed && m.state == stateHalfOpen }
 	for _, m := range ms {
 		switch {
@@ -396,18 +405,35 @@ func hostOf(m *member) string { return m.inst.Host }
 // sub-group: such instances do not count as being there.
 func (g *group) split(key func(*member) string) *subgroups {
 	type count struct{ ready, halfOpen int }
-	index := map[string]int{}
-	var keys []string
-	var counts []count
+	// A few keys (zones) are found by comparing them; many (hosts) through
+	// a map, made once there are more than the buffers hold.
+	var keyBuf [8]string
+	var countBuf [8]count
+	keys, counts := keyBuf[:0], countBuf[:0]
+	var index map[string]int
 	slot := func(k string) int {
-		i, ok := index[k]
-		if !ok {
-			i = len(keys)
-			index[k] = i
-			keys = append(keys, k)
-			counts = append(counts, count{})
+		if index == nil {
+			for i, o := range keys {
+				if o == k {
+					return i
+				}
+			}
+			if len(keys) == len(keyBuf) {
+				index = make(map[string]int, 2*len(keys))
+				for i, o := range keys {
+					index[o] = i
+				}
+			}
 		}
-		return i
+		if index != nil {
+			if i, ok := index[k]; ok {
+				return i
+			}
+			index[k] = len(keys)
+		}
+		keys = append(keys, k)
+		counts = append(counts, count{})
+		return len(keys) - 1
 	}
 	nr, nh := 0, 0
 	for _, m := range g.ready {
@@ -436,13 +462,13 @@ func (g *group) split(key func(*member) string) *subgroups {
 	}
 	for _, m := range g.ready {
 		if k := key(m); k != "" {
-			sg := &groups[index[k]]
+			sg := &groups[slot(k)]
 			sg.ready = append(sg.ready, m)
 		}
 	}
 	for _, m := range g.halfOpen {
 		if k := key(m); k != "" {
-			sg := &groups[index[k]]
+			sg := &groups[slot(k)]
 			sg.halfOpen = append(sg.halfOpen, m)
 		}
 	}
