@@ -3,7 +3,6 @@ package etcdstore
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -133,7 +132,7 @@ func (s *Store) decode(kv *mvccpb.KeyValue) (registry.Instance, error) {
 		return registry.Instance{}, errInstanceKey
 	}
 	var in registry.Instance
-	if err := json.Unmarshal(kv.Value, &in); err != nil {
+	if err := unmarshalInstance(kv.Value, &in); err != nil {
 		return registry.Instance{}, fmt.Errorf("value is not an instance in JSON: %w", err)
 	}
 	in, err := registry.Normalize(in)
