@@ -113,9 +113,11 @@ func BenchmarkPickZone(b *testing.B) {
 	svc := fleet(b, 10000, 100).Service("orders")
 	req := Request{Lane: "lane-0", Zone: "az1"}
 	b.ReportAllocs()
+	cpu := cpuTime()
 	for b.Loop() {
 		svc.Pick(req)
 	}
+	b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N), "cpu-ns/op")
 }
 
 func BenchmarkPickWeighted(b *testing.B) {
@@ -128,9 +130,11 @@ func BenchmarkPickWeighted(b *testing.B) {
 	e.SetInstances("orders", insts)
 	svc := e.Service("orders")
 	b.ReportAllocs()
+	cpu := cpuTime()
 	for b.Loop() {
 		svc.Pick(Request{})
 	}
+	b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N), "cpu-ns/op")
 }
 
 func BenchmarkPickCanaryKey(b *testing.B) {
@@ -139,9 +143,11 @@ func BenchmarkPickCanaryKey(b *testing.B) {
 	svc := e.Service("orders")
 	req := Request{Key: "user-42"}
 	b.ReportAllocs()
+	cpu := cpuTime()
 	for b.Loop() {
 		svc.Pick(req)
 	}
+	b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N), "cpu-ns/op")
 }
 
 // BenchmarkPickParallel shows the pick under contention on all cores.
@@ -255,7 +261,7 @@ type floorSnapshot struct{ groups map[string]*floorGroup }
 // BenchmarkPickFloor is the floor that BenchmarkPick is measured against,
 // on the same fleets: every BenchmarkPick case must stay within 2x of it.
 func BenchmarkPickFloor(b *testing.B) {
-	for _, n := range []int{10, 10000} {
+	for _, n := range []int{10, 100, 1000, 10000} {
 		b.Run(fmt.Sprintf("instances=%d", n), func(b *testing.B) {
 			insts := fleetInstances(b, n, 100)
 			fs := &floorSnapshot{groups: map[string]*floorGroup{}}

@@ -188,6 +188,8 @@ func (s *Service) Pick(req Request) (res Result, err error) {
 				break
 			}
 		}
+	} else if sn.canaries != nil {
+		r, _ = sn.split(req.Key, r)
 	}
 	// The fast path: a route whose group answers alone (route.ready).
 	var g *group

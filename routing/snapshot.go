@@ -94,11 +94,11 @@ type route struct {
 	next *route
 	// ready is group when a pick can take its answer from it and the
 	// route alone: no error, no half-open instance to probe, no
-	// time-driven transition due, no canary split. nil sends the pick
-	// the long way (Service.pickSlow).
+	// time-driven transition due. nil sends the pick the long way
+	// (Service.pickSlow).
 	ready *group
-	// requestLane is the lane of the requests that take the route from the
-	// lane table, which they carry downstream.
+	// requestLane is the lane that the requests Pick sends this way carry
+	// downstream: the lane they came with, or the canary lane.
 	requestLane string
 	// local is set when group has zone or host sub-groups, which a
 	// request from a zone or a host narrows the pick to.
@@ -295,20 +295,22 @@ func build(svc string, insts []registry.Instance, det *detector, cp *compiled, n
 	return s
 }
 
-// fastPaths marks the routes that Pick answers from alone (route.ready).
+// fastPaths marks the routes that Pick answers from alone (route.ready),
+// and gives each the lane its requests carry downstream.
 func (s *snapshot) fastPaths() {
-	mark := func(r *route) {
+	mark := func(r *route, requestLane string) {
+		r.requestLane = requestLane
 		if g := r.group; r.err == nil && g != nil && len(g.ready) > 0 && len(g.halfOpen) == 0 && s.due == 0 {
 			r.ready = g
 			r.local = g.hosts != nil || g.zones != nil
 		}
 	}
 	for l, r := range s.routes {
-		mark(r)
-		r.requestLane = l
+		mark(r, l)
 	}
-	if len(s.canaries) == 0 {
-		mark(&s.baseline)
+	mark(&s.baseline, "")
+	for _, c := range s.canaries {
+		mark(c.route, c.lane)
 	}
 }
 
