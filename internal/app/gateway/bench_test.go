@@ -108,18 +108,44 @@ var benchCases = []struct {
 	{"request=lane", http.Header{"X-Lane": {"alice"}}, "alice"},
 }
 
+// serveGateway serves g with Gateway.Serve on a loopback port until the
+// benchmark ends.
+func serveGateway(b *testing.B, g *Gateway) string {
+	b.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		g.Serve(l)
+	}()
+	b.Cleanup(func() {
+		g.Close()
+		<-done
+	})
+	return "http://" + l.Addr().String()
+}
+
 // BenchmarkGateway sends requests through the gateway over loopback, one at a
-// time, next to a plain httputil.ReverseProxy to the same backend. The
+// time, next to a plain httputil.ReverseProxy to the same backend: the
+// gateway on net/http (proxy=lanes, ServeHTTP on an http.Server) and on its
+// fast path (proxy=lanes-fast, Serve with Config.HTTP1 fast). The
 // difference per request is the gateway's own cost (assignment, pick, lane
-// headers); the rest is HTTP on loopback, twice.
+// headers) and its stack's; the rest is HTTP on loopback, twice.
 func BenchmarkGateway(b *testing.B) {
 	baseAddr, aliceAddr := benchBackend(b, ""), benchBackend(b, "alice")
 	e := benchEngine(b, baseAddr, aliceAddr)
-	g, err := New(Config{Engine: e, Routes: []Route{{Prefix: "/", Service: "orders"}}})
+	g, err := New(Config{Engine: e, Routes: []Route{{Prefix: "/", Service: "orders"}}, HTTP1: HTTP1Std})
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { g.Close() })
+	fast, err := New(Config{Engine: e, Routes: []Route{{Prefix: "/", Service: "orders"}}, HTTP1: HTTP1Fast})
+	if err != nil {
+		b.Fatal(err)
+	}
 	h1, _ := newTransports(DefaultMaxIdleConnsPerHost, 0)
 	b.Cleanup(h1.CloseIdleConnections)
 
@@ -129,6 +155,7 @@ func BenchmarkGateway(b *testing.B) {
 	}{
 		{"proxy=reverseproxy", serve(b, plainProxy(baseAddr, h1))},
 		{"proxy=lanes", serve(b, g)},
+		{"proxy=lanes-fast", serveGateway(b, fast)},
 	}
 	client := &http.Client{Transport: &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 64, DisableCompression: true}}
 	b.Cleanup(client.CloseIdleConnections)
@@ -311,10 +338,18 @@ func cannedBackend(tb testing.TB, ln string) string {
 	return l.Addr().String()
 }
 
-// fastCtx is a fasthttp request context for a GET of /orders/1 with header,
-// from 192.0.2.1, as the fast path's server would hand it over.
-func fastCtx(header http.Header) *fasthttp.RequestCtx {
-	var req fasthttp.Request
+// fastReq is a request of the fast path's benchmark: a context, and the
+// request as the server parsed it, which each run starts from (the fast
+// path rewrites the request in place).
+type fastReq struct {
+	ctx  *fasthttp.RequestCtx
+	orig *fasthttp.Request
+}
+
+// fastCtx is a fasthttp request for a GET of /orders/1 with header, from
+// 192.0.2.1, as the fast path's server would hand it over.
+func fastCtx(header http.Header) fastReq {
+	req := new(fasthttp.Request)
 	req.Header.SetMethod(http.MethodGet)
 	req.Header.SetRequestURI("/orders/1")
 	req.Header.SetHost("gw.example")
@@ -324,8 +359,8 @@ func fastCtx(header http.Header) *fasthttp.RequestCtx {
 		}
 	}
 	ctx := new(fasthttp.RequestCtx)
-	ctx.Init(&req, &net.TCPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 1234}, nil)
-	return ctx
+	ctx.Init(req, &net.TCPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 1234}, nil)
+	return fastReq{ctx: ctx, orig: req}
 }
 
 // fastGateway is a fast-path gateway routing orders to canned backends.
@@ -366,11 +401,14 @@ var fastCases = []struct {
 }{
 	{"request=baseline", http.Header{"X-Lanes-Key": {"user-1"}}, "", 1},
 	{"request=lane", http.Header{"X-Lane": {"alice"}}, "alice", 0},
+	{"request=baseline-newkey", http.Header{}, "", 2},
 }
 
 // serveFastOnce runs one request through the fast path's handler and
 // checks its answer.
-func serveFastOnce(tb testing.TB, g *Gateway, ctx *fasthttp.RequestCtx, want string) {
+func serveFastOnce(tb testing.TB, g *Gateway, r fastReq, want string) {
+	ctx := r.ctx
+	r.orig.CopyTo(&ctx.Request)
 	ctx.Response.Reset()
 	g.fastPath.serve(ctx)
 	if ctx.Response.StatusCode() != 200 || string(ctx.Response.Header.Peek("X-Backend-Lane")) != want {

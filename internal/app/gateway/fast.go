@@ -205,26 +205,62 @@ func classify(ctx *fasthttp.RequestCtx) (path string, r fastRoute) {
 var hopHeaders = [...]string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
 	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade", "Expect"}
 
-// delHop removes the hop-by-hop headers from h, and the headers that its
-// Connection header names. An answer keeps its Trailer header, which
+// delHop removes the hop-by-hop headers from a request's headers h, and
+// the headers that its Connection header names. One pass finds them; most
+// requests have none.
+func delHop(h *fasthttp.RequestHeader) {
+	var found [len(hopHeaders)]bool
+	n := 0
+	for k := range h.All() {
+		n += findHop(&found, k, false)
+	}
+	if n > 0 {
+		dropHop(h, &found)
+	}
+}
+
+// delHopAnswer is delHop for an answer, which keeps its Trailer header: it
 // announces the trailers that the fast path passes on (as ReverseProxy
 // announces them).
-func delHop(h interface {
+func delHopAnswer(h *fasthttp.ResponseHeader) {
+	var found [len(hopHeaders)]bool
+	n := 0
+	for k := range h.All() {
+		n += findHop(&found, k, true)
+	}
+	if n > 0 {
+		dropHop(h, &found)
+	}
+}
+
+// findHop marks the hop-by-hop header named k in found.
+func findHop(found *[len(hopHeaders)]bool, k []byte, answer bool) int {
+	for i, name := range hopHeaders {
+		if len(k) == len(name) && strings.EqualFold(b2s(k), name) && !(answer && name == "Trailer") {
+			found[i] = true
+			return 1
+		}
+	}
+	return 0
+}
+
+// dropHop removes the headers that found marks, and those that Connection
+// names.
+func dropHop(h interface {
 	Peek(key string) []byte
 	Del(key string)
-}, answer bool) {
-	if c := h.Peek("Connection"); len(c) > 0 {
-		for _, f := range bytes.Split(c, []byte{','}) { // rare: allocates
+}, found *[len(hopHeaders)]bool) {
+	if found[0] {
+		for _, f := range bytes.Split(h.Peek("Connection"), []byte{','}) { // rare: allocates
 			if f = bytes.TrimSpace(f); len(f) > 0 {
 				h.Del(string(f))
 			}
 		}
 	}
-	for _, k := range hopHeaders {
-		if answer && k == "Trailer" {
-			continue
+	for i, k := range hopHeaders {
+		if found[i] {
+			h.Del(k)
 		}
-		h.Del(k)
 	}
 }
 
@@ -281,14 +317,23 @@ func (f *fastPath) serve(ctx *fasthttp.RequestCtx) {
 		}()
 	}
 
-	// The outbound request: the client's headers less the hop-by-hop and
-	// lane headers, with the forwarding headers; the body is shared.
-	req := fasthttp.AcquireRequest()
-	defer fasthttp.ReleaseRequest(req)
-	ctx.Request.Header.CopyTo(&req.Header)
+	// The outbound request is the client's, rewritten in place once the
+	// rules above have read it: less the hop-by-hop and lane headers, with
+	// the forwarding headers, in HTTP/1.1. Nothing reads the client's
+	// request after this but the attempts.
+	bodyless := len(ctx.Request.Body()) == 0
+	preserve := g.preserve && len(ctx.Request.Header.Host()) > 0
+	idem := routedcall.Idempotent(b2s(ctx.Method()), len(ctx.Request.Header.Peek("Idempotency-Key")) > 0 || len(ctx.Request.Header.Peek("X-Idempotency-Key")) > 0)
+	req := &ctx.Request
+	// The target and Host go as the header holds them, not as the server's
+	// parsed URI would write them again.
+	req.SetRequestURIBytes(req.Header.RequestURI())
+	req.UseHostHeader = true
 	req.Header.SetNoDefaultContentType(true)
-	req.SetBodyRaw(ctx.Request.Body())
-	delHop(&req.Header, false)
+	if !req.Header.IsHTTP11() {
+		req.Header.SetProtocol("HTTP/1.1")
+	}
+	delHop(&req.Header)
 	fs.out.h = &req.Header
 	g.stripFast(&req.Header)
 	g.forward(&fs.out, &fs.in, st, false)
@@ -298,8 +343,7 @@ func (f *fastPath) serve(ctx *fasthttp.RequestCtx) {
 
 	var cspan trace.Span
 	s := &fs.send
-	*s = fastSend{g: g, st: st, req: req, resp: resp, out: &fs.out, ctx: ctx,
-		bodyless: len(ctx.Request.Body()) == 0, preserve: g.preserve && len(ctx.Request.Header.Host()) > 0}
+	*s = fastSend{g: g, st: st, req: req, resp: resp, out: &fs.out, ctx: ctx, bodyless: bodyless, preserve: preserve}
 	if span != nil {
 		cctx, cs := g.tracer.Start(callCtx, s.methodString(), trace.WithSpanKind(trace.SpanKindClient),
 			trace.WithAttributes(semconv.HTTPRequestMethodKey.String(string(ctx.Method())), semconv.ServerAddress(st.route.Service)))
@@ -309,7 +353,6 @@ func (f *fastPath) serve(ctx *fasthttp.RequestCtx) {
 			cs.End()
 		}
 	}
-	idem := routedcall.Idempotent(b2s(ctx.Method()), len(ctx.Request.Header.Peek("Idempotency-Key")) > 0 || len(ctx.Request.Header.Peek("X-Idempotency-Key")) > 0)
 	err := g.routed(ctx, st, idem, s)
 	if err == nil {
 		err = s.err
@@ -327,7 +370,7 @@ func (f *fastPath) serve(ctx *fasthttp.RequestCtx) {
 		g.callFailed(out, st, err, false)
 		return
 	}
-	delHop(&resp.Header, true)
+	delHopAnswer(&resp.Header)
 	g.laneHeaders(st, out.header())
 	g.m.served(st.pick().Lane)
 }
