@@ -500,9 +500,12 @@ func (l *liveness) check() {
 	l.timer.Reset(progressTimeout)
 }
 
+// stop ends the checks. It cancels the stream first, so that a check
+// blocked in Send returns.
 func (l *liveness) stop() {
+	l.timer.Stop()
+	l.cancel(nil)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.done = true
-	l.timer.Stop()
 }
