@@ -85,7 +85,7 @@ func (s *Store) list(ctx context.Context, prefix string, invalid map[string]stru
 		return registry.Batch{}, err
 	}
 	clear(invalid)
-	b := registry.Batch{Reset: true, Revision: resp.Header.Revision}
+	b := registry.Batch{Reset: true, Revision: resp.Header.Revision, Events: make([]registry.Event, 0, len(resp.Kvs))}
 	for _, kv := range resp.Kvs {
 		inst, err := s.decode(kv)
 		if err != nil {
@@ -272,7 +272,7 @@ func (w *watcher) run(rev int64) {
 		return b.Revision, nil
 	}
 	w.s.follow(w.ctx, w.prefix, true, rev, false, relist, func(evs []*mvccpb.Event) bool {
-		b := registry.Batch{Revision: evs[len(evs)-1].Kv.ModRevision}
+		b := registry.Batch{Revision: evs[len(evs)-1].Kv.ModRevision, Events: make([]registry.Event, 0, len(evs))}
 		for _, ev := range evs {
 			if e, ok := w.event(ev); ok {
 				b.Events = append(b.Events, e)
