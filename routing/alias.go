@@ -17,10 +17,16 @@ func newAlias(weights []int) *alias {
 	for _, w := range weights {
 		sum += float64(w)
 	}
-	scaled := make([]float64, n)
+	// The scratch of a small table stays on the stack.
+	var scaledBuf [16]float64
+	var workBuf [16]int
+	scaled, work := scaledBuf[:0], workBuf[:0]
+	if n > len(scaledBuf) {
+		scaled, work = make([]float64, 0, n), make([]int, 0, n)
+	}
+	scaled, work = scaled[:n], work[:n]
 	// The small columns stack up from the start of work, the large ones
 	// down from its end: every column is in one of them.
-	work := make([]int, n)
 	ns, nl := 0, n
 	for i, w := range weights {
 		scaled[i] = float64(w) * float64(n) / sum

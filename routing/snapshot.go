@@ -555,9 +555,13 @@ func (g *group) finish() {
 		g.mod = ^uint64(0)/n + 1
 	}
 	if !uniform {
-		ws := make([]int, len(g.ready))
-		for i, m := range g.ready {
-			ws[i] = m.weight
+		var buf [16]int // on the stack for a small group
+		ws := buf[:0]
+		if len(g.ready) > len(buf) {
+			ws = make([]int, 0, len(g.ready))
+		}
+		for _, m := range g.ready {
+			ws = append(ws, m.weight)
 		}
 		g.alias = newAlias(ws)
 	}
