@@ -109,9 +109,10 @@ const (
 	HTTP1Std = "std"
 )
 
-// Gateway is the lanes edge proxy: an http.Handler. Serve it with
-// Gateway.Serve (HTTP/1.1 and h2c), or with a server of your own that enables
-// unencrypted HTTP/2 for gRPC. Close it when done.
+// Gateway is the lanes edge proxy. Serve it with Gateway.Serve (HTTP/1.1 on
+// the stack that Config.HTTP1 chooses, and h2c), or, as an http.Handler (the
+// net/http path), with a server of your own that enables unencrypted HTTP/2
+// for gRPC. Close it when done.
 type Gateway struct {
 	engine     *routing.Engine
 	routes     []route

@@ -26,7 +26,7 @@ import (
 // testHTTP1 is the HTTP/1.1 stack (Config.HTTP1) that the tests' gateways
 // serve on: every test runs on both. TestMain runs the tests on the fast
 // path, then runs the test binary again, with the same flags, on the
-// net/http path (envHTTP1=std), unless -short.
+// net/http path (envHTTP1=std), unless -short or -bench.
 var testHTTP1 = HTTP1Fast
 
 const envHTTP1 = "LANES_GATEWAY_TEST_HTTP1"
@@ -52,7 +52,8 @@ func TestMain(m *testing.M) {
 			code = 1
 		}
 	}
-	if !testing.Short() {
+	// Benchmarks name the stack they measure: they are not run twice.
+	if !testing.Short() && flag.Lookup("test.bench").Value.String() == "" {
 		fmt.Printf("gateway tests on the HTTP/1.1 path %q\n", HTTP1Std)
 		cmd := exec.Command(os.Args[0], os.Args[1:]...)
 		cmd.Env = append(os.Environ(), envHTTP1+"="+HTTP1Std)
