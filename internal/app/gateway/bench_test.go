@@ -45,24 +45,11 @@ func benchBackend(b *testing.B, ln string) string {
 	return l.Addr().String()
 }
 
-// serve serves h on a loopback port until the benchmark ends.
+// serve serves h on a loopback port until the benchmark ends and returns
+// its URL.
 func serve(b *testing.B, h http.Handler) string {
 	b.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	srv := &http.Server{Handler: h}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		srv.Serve(l)
-	}()
-	b.Cleanup(func() {
-		srv.Close()
-		<-done
-	})
-	return "http://" + l.Addr().String()
+	return "http://" + serveBackend(b, h)
 }
 
 // benchEngine is an engine with a baseline and an alice instance of orders.

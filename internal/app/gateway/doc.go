@@ -28,7 +28,8 @@
 //     requests with a TE header and request targets that are not an
 //     origin-form path are handed to the net/http handler through
 //     fasthttpadaptor, on the same connection. A request whose framing
-//     fasthttp refuses gets fasthttp's 400, before any routing.
+//     fasthttp refuses gets fasthttp's 400, before any routing, and a
+//     request head over 16 KiB gets 431 (net/http's limit is 1 MiB).
 //   - "std": net/http's server, httputil.ReverseProxy and net/http's
 //     transport ([Gateway.ServeHTTP], which a server of your own may also
 //     serve).

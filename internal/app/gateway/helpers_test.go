@@ -394,3 +394,29 @@ func (stuckWatcher) Next(ctx context.Context) (policy.Document, error) {
 	return policy.Document{}, ctx.Err()
 }
 func (stuckWatcher) Close() error { return nil }
+
+// serveBackend serves h on a loopback port until the test ends and returns
+// its address.
+func serveBackend(tb testing.TB, h http.Handler) string {
+	tb.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	serveOn(tb, l, h)
+	return l.Addr().String()
+}
+
+// serveOn serves h on l until the test ends.
+func serveOn(tb testing.TB, l net.Listener, h http.Handler) {
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		srv.Serve(l)
+	}()
+	tb.Cleanup(func() {
+		srv.Close()
+		<-done
+	})
+}

@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/http"
 	"testing"
-	"time"
 
 	"github.com/lanesdev/lanes/laneshttp"
 	"github.com/lanesdev/lanes/registry"
@@ -47,16 +46,7 @@ func TestLaneTravelsWithLaneshttp(t *testing.T) {
 		rw.Header().Set("Content-Type", "application/json")
 		io.Copy(rw, res.Body)
 	}), laneshttp.WithGuard(webGuard))
-	srv := &http.Server{Handler: web, ReadHeaderTimeout: 10 * time.Second}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		srv.Serve(l)
-	}()
-	t.Cleanup(func() {
-		srv.Close()
-		<-done
-	})
+	serveOn(t, l, web)
 	w.register(t, "web", webInst.ID, webInst.Addr, "")
 
 	get := func(h map[string]string) echo {

@@ -12,27 +12,6 @@ import (
 	"time"
 )
 
-// serveBackend serves h on a loopback port until the test ends and returns
-// its address.
-func serveBackend(t *testing.T, h http.Handler) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		srv.Serve(l)
-	}()
-	t.Cleanup(func() {
-		srv.Close()
-		<-done
-	})
-	return l.Addr().String()
-}
-
 // TestStreamingResponse: an answer of unknown length reaches the client as
 // the instance writes it, not when it ends (server-sent events, say).
 func TestStreamingResponse(t *testing.T) {
