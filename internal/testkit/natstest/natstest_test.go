@@ -15,6 +15,28 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
+// publishAcked publishes id (the message and its Nats-Msg-Id) to subject
+// until JetStream acknowledges it, or fails the test when ctx is done. A
+// publish may go unanswered: one written while the client has not yet seen
+// its connection close (a restarted server) is lost with that connection,
+// and one sent during an election may get no answer. The message id makes
+// asking again safe: JetStream stores a repeated id once.
+func publishAcked(ctx context.Context, t testing.TB, js jetstream.JetStream, subject, id string) {
+	t.Helper()
+	for {
+		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := js.Publish(actx, subject, []byte(id), jetstream.WithMsgID(id))
+		cancel()
+		if err == nil {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("publish %s: %v", id, err)
+		}
+		time.Sleep(50 * time.Millisecond) // a pause before asking again
+	}
+}
+
 // TestRestartKeepsMessages: each kind of server keeps a stream's messages
 // over a clean restart, and the process over a SIGKILL too, on the same URL.
 func TestRestartKeepsMessages(t *testing.T) {
@@ -32,9 +54,7 @@ func TestRestartKeepsMessages(t *testing.T) {
 		if err := srv.Restart(); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := js.Publish(ctx, "t.a", []byte("two")); err != nil {
-			t.Fatal(err)
-		}
+		publishAcked(ctx, t, js, "t.a", "two")
 		if err := srv.Kill(); err != nil {
 			t.Fatal(err)
 		}
@@ -103,19 +123,7 @@ func TestCluster(t *testing.T) {
 			publish := func(n int) {
 				t.Helper()
 				for range n {
-					id := fmt.Sprint(published)
-					for {
-						actx, cancel := context.WithTimeout(ctx, 2*time.Second)
-						_, err := js.Publish(actx, "t.a", []byte(id), jetstream.WithMsgID(id))
-						cancel()
-						if err == nil {
-							break
-						}
-						if ctx.Err() != nil {
-							t.Fatalf("publish %s: %v", id, err)
-						}
-						time.Sleep(50 * time.Millisecond) // an election: try again
-					}
+					publishAcked(ctx, t, js, "t.a", fmt.Sprint(published))
 					published++
 				}
 			}
