@@ -15,6 +15,7 @@ import (
 
 	"github.com/lanesdev/lanes/etcdstore"
 	"github.com/lanesdev/lanes/internal/testkit/etcdtest"
+	"github.com/lanesdev/lanes/internal/testkit/leaktest"
 	"github.com/lanesdev/lanes/internal/testkit/registrytest"
 	"github.com/lanesdev/lanes/registry"
 )
@@ -28,7 +29,7 @@ func TestMain(m *testing.M) {
 	// Make idle watches check that they are alive every half second, so
 	// that every test exercises that path (5s in production).
 	etcdstore.SetProgressTimes(500*time.Millisecond, 2*time.Second)
-	goleak.VerifyTestMain(m, etcdtest.LeakOptions()...)
+	goleak.VerifyTestMain(m, leaktest.Options()...)
 }
 
 // testLogger logs the stores' diagnostics at warn and above, to stderr, so

@@ -20,13 +20,13 @@ import (
 	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/internal/app/gateway"
 	"github.com/lanesdev/lanes/internal/lib/strictyaml"
-	"github.com/lanesdev/lanes/internal/testkit/etcdtest"
+	"github.com/lanesdev/lanes/internal/testkit/leaktest"
 	"github.com/lanesdev/lanes/internal/testkit/natstest"
 )
 
 func TestMain(m *testing.M) {
 	natstest.RunChild()
-	goleak.VerifyTestMain(m, etcdtest.LeakOptions()...)
+	goleak.VerifyTestMain(m, leaktest.Options()...)
 }
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }

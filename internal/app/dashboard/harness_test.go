@@ -13,10 +13,11 @@ import (
 	"github.com/lanesdev/lanes/adminclient"
 	"github.com/lanesdev/lanes/internal/app/controlplane"
 	"github.com/lanesdev/lanes/internal/app/demo"
+	"github.com/lanesdev/lanes/internal/testkit/leaktest"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	goleak.VerifyTestMain(m, leaktest.Options()...)
 }
 
 // world is `lanes demo` in the test: a control plane with embedded etcd,

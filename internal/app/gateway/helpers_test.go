@@ -18,6 +18,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/lanesdev/lanes/internal/testkit/leaktest"
 	"github.com/lanesdev/lanes/policy"
 	"github.com/lanesdev/lanes/registry"
 	"github.com/lanesdev/lanes/routing"
@@ -33,11 +34,9 @@ const envHTTP1 = "LANES_GATEWAY_TEST_HTTP1"
 
 // net/http lingers 500ms on a connection it closes with a request body
 // unread (the smuggling tests leave many): that goroutine ends by itself.
-// fasthttp keeps one goroutine per process that updates the date it
-// writes; it is not the gateway's.
+// (leaktest.Options has fasthttp's process-wide date updater.)
 func TestMain(m *testing.M) {
-	opts := []goleak.Option{goleak.IgnoreAnyFunction("net/http.(*conn).closeWriteAndWait"),
-		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1")}
+	opts := leaktest.Options(goleak.IgnoreAnyFunction("net/http.(*conn).closeWriteAndWait"))
 	if v := os.Getenv(envHTTP1); v != "" {
 		testHTTP1 = v
 		goleak.VerifyTestMain(m, opts...)

@@ -32,6 +32,7 @@ import (
 	"github.com/lanesdev/lanes/adminclient"
 	"github.com/lanesdev/lanes/etcdstore"
 	"github.com/lanesdev/lanes/internal/testkit/etcdtest"
+	"github.com/lanesdev/lanes/internal/testkit/leaktest"
 	"github.com/lanesdev/lanes/registry"
 )
 
@@ -54,7 +55,7 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	os.RemoveAll(dir)
 	if code == 0 {
-		if err := goleak.Find(etcdtest.LeakOptions()...); err != nil {
+		if err := goleak.Find(leaktest.Options()...); err != nil {
 			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
 			code = 1
 		}

@@ -24,6 +24,7 @@ import (
 
 	"github.com/lanesdev/lanes/etcdstore"
 	"github.com/lanesdev/lanes/internal/testkit/etcdtest"
+	"github.com/lanesdev/lanes/internal/testkit/leaktest"
 	"github.com/lanesdev/lanes/lane"
 	"github.com/lanesdev/lanes/lanesgrpc"
 	"github.com/lanesdev/lanes/laneshttp"
@@ -51,7 +52,7 @@ func TestMain(m *testing.M) {
 		runChild()
 		return
 	}
-	goleak.VerifyTestMain(m, etcdtest.LeakOptions()...)
+	goleak.VerifyTestMain(m, leaktest.Options()...)
 }
 
 // hop is one service's part of the answer.

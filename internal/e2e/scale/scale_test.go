@@ -23,6 +23,7 @@ import (
 
 	"github.com/lanesdev/lanes/etcdstore"
 	"github.com/lanesdev/lanes/internal/testkit/etcdtest"
+	"github.com/lanesdev/lanes/internal/testkit/leaktest"
 	"github.com/lanesdev/lanes/registry"
 	"github.com/lanesdev/lanes/routing"
 )
@@ -41,7 +42,7 @@ func TestMain(m *testing.M) {
 		runEngine()
 		return
 	}
-	goleak.VerifyTestMain(m, etcdtest.LeakOptions()...)
+	goleak.VerifyTestMain(m, leaktest.Options()...)
 }
 
 var quiet = slog.New(slog.DiscardHandler)

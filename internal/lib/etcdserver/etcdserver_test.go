@@ -11,11 +11,11 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/lanesdev/lanes/internal/lib/etcdserver"
-	"github.com/lanesdev/lanes/internal/testkit/etcdtest"
+	"github.com/lanesdev/lanes/internal/testkit/leaktest"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, etcdtest.LeakOptions()...)
+	goleak.VerifyTestMain(m, leaktest.Options()...)
 }
 
 func TestStartPersistsAcrossRestart(t *testing.T) {

@@ -16,7 +16,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/goleak"
 	"go.uber.org/zap"
 
 	"github.com/lanesdev/lanes/internal/lib/etcdserver"
@@ -25,17 +24,6 @@ import (
 
 // StartTimeout bounds how long a helper waits for etcd to serve clients.
 const StartTimeout = 30 * time.Second
-
-// LeakOptions returns the goleak options for the TestMain of a package whose
-// tests use etcd, plus extra.
-//
-// The list is empty today: the etcd client and the embedded server stop all
-// of their goroutines on Close. Add an IgnoreTopFunction here, with the
-// reason, only for a goroutine that a library starts once per process and
-// never stops.
-func LeakOptions(extra ...goleak.Option) []goleak.Option {
-	return append([]goleak.Option{}, extra...)
-}
 
 // Server is an etcd a test runs against.
 type Server interface {

@@ -8,10 +8,11 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/lanesdev/lanes/internal/testkit/etcdtest"
+	"github.com/lanesdev/lanes/internal/testkit/leaktest"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, etcdtest.LeakOptions()...)
+	goleak.VerifyTestMain(m, leaktest.Options()...)
 }
 
 // TestRestartKeepsData checks both kinds of server: a value written before a
