@@ -188,6 +188,31 @@ type prefixConn struct {
 	prefix []byte
 	buf    [len(h2Preface)]byte
 	s      *fastServer // untracks the connection when closed
+	armed  time.Time   // the read deadline set, on fasthttp's connections
+}
+
+// SetReadDeadline sets the read deadline, but on fasthttp's connections keeps
+// one already set that falls at most a second before t: fasthttp sets two
+// each request (the idle timeout, then the read timeout, both minutes long),
+// and setting one is a runtime timer update. Its timeouts thus last up to a
+// second less than configured, never more.
+func (c *prefixConn) SetReadDeadline(t time.Time) error {
+	if c.s != nil && !t.IsZero() && !c.armed.IsZero() && !c.armed.After(t) && t.Sub(c.armed) <= time.Second {
+		return nil
+	}
+	err := c.Conn.SetReadDeadline(t)
+	if c.s != nil {
+		c.armed = t
+	}
+	return err
+}
+
+// SetDeadline sets both deadlines, as net.Conn's does.
+func (c *prefixConn) SetDeadline(t time.Time) error {
+	if c.s != nil {
+		c.armed = t
+	}
+	return c.Conn.SetDeadline(t)
 }
 
 func (c *prefixConn) Close() error {

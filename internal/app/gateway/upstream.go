@@ -103,10 +103,39 @@ type upPool struct {
 
 // upConn is one upstream connection.
 type upConn struct {
-	c    net.Conn
-	br   *bufio.Reader
-	bw   *bufio.Writer
-	used time.Time // when it went idle
+	c     net.Conn
+	br    *bufio.Reader
+	bw    *bufio.Writer
+	used  time.Time // when it went idle
+	armed time.Time // the read deadline set on c, zero for none
+}
+
+// headerDeadline bounds the wait for the answer's headers, from now, by d:
+// a read deadline already set that falls at most deadlineSlack(d) before
+// now+d is kept, so that a busy connection sets one about once a second
+// rather than twice a request (setting one is a runtime timer update). The
+// wait is thus bounded by d, and lasts at least d less the slack.
+func (c *upConn) headerDeadline(now time.Time, d time.Duration) {
+	want := now.Add(d)
+	if !c.armed.IsZero() && !c.armed.After(want) && want.Sub(c.armed) <= deadlineSlack(d) {
+		return
+	}
+	c.c.SetReadDeadline(want)
+	c.armed = want
+}
+
+// noDeadline removes the read deadline of c.
+func (c *upConn) noDeadline() {
+	if !c.armed.IsZero() {
+		c.c.SetReadDeadline(time.Time{})
+		c.armed = time.Time{}
+	}
+}
+
+// deadlineSlack is how much earlier than asked a kept deadline may fall: a
+// tenth of d, at most a second.
+func deadlineSlack(d time.Duration) time.Duration {
+	return min(d/10, time.Second)
 }
 
 func (c *upConn) close() { c.c.Close() }
@@ -118,8 +147,7 @@ func (e *unsentError) Error() string { return e.err.Error() }
 func (e *unsentError) Unwrap() error { return e.err }
 
 // get returns an idle connection, or a new one (reused false).
-func (p *upPool) get() (c *upConn, reused bool, err error) {
-	now := time.Now()
+func (p *upPool) get(now time.Time) (c *upConn, reused bool, err error) {
 	p.mu.Lock()
 	for len(p.idle) > 0 {
 		c = p.idle[len(p.idle)-1]
@@ -139,9 +167,9 @@ func (p *upPool) get() (c *upConn, reused bool, err error) {
 	return &upConn{c: nc, br: bufio.NewReaderSize(nc, upBufSize), bw: bufio.NewWriterSize(nc, upBufSize)}, false, nil
 }
 
-// put keeps c for the next request, or closes it.
-func (p *upPool) put(c *upConn) {
-	c.used = time.Now()
+// put keeps c, idle since now, for the next request, or closes it.
+func (p *upPool) put(c *upConn, now time.Time) {
+	c.used = now
 	p.mu.Lock()
 	if p.closed || len(p.idle) >= p.u.idle {
 		p.mu.Unlock()
@@ -179,11 +207,12 @@ var errHeaderTimeout = errors.New("timeout awaiting response headers")
 // does.
 func (p *upPool) do(req *fasthttp.Request, resp *fasthttp.Response, headerTimeout time.Duration, ctx *fasthttp.RequestCtx) (err error, unsent bool) {
 	for try := 0; ; try++ {
-		c, reused, err := p.get()
+		now := time.Now()
+		c, reused, err := p.get(now)
 		if err != nil {
 			return err, true
 		}
-		retry, err := p.roundTrip(c, req, resp, headerTimeout, ctx)
+		retry, err := p.roundTrip(c, req, resp, now, headerTimeout, ctx)
 		if err == nil {
 			return nil, false
 		}
@@ -201,7 +230,10 @@ func (p *upPool) do(req *fasthttp.Request, resp *fasthttp.Response, headerTimeou
 
 // roundTrip is one exchange on c; on an error c is the caller's to close.
 // retry reports an error of a connection that gave no byte of answer.
-func (p *upPool) roundTrip(c *upConn, req *fasthttp.Request, resp *fasthttp.Response, headerTimeout time.Duration, ctx *fasthttp.RequestCtx) (retry bool, err error) {
+// now is when the exchange started (the deadline for the answer's headers
+// counts from it, and the connection counts as idle from it when it comes
+// back: sooner than it is).
+func (p *upPool) roundTrip(c *upConn, req *fasthttp.Request, resp *fasthttp.Response, now time.Time, headerTimeout time.Duration, ctx *fasthttp.RequestCtx) (retry bool, err error) {
 	if err := req.Write(c.bw); err != nil {
 		return true, err
 	}
@@ -209,7 +241,9 @@ func (p *upPool) roundTrip(c *upConn, req *fasthttp.Request, resp *fasthttp.Resp
 		return true, err
 	}
 	if headerTimeout > 0 {
-		c.c.SetReadDeadline(time.Now().Add(headerTimeout))
+		c.headerDeadline(now, headerTimeout)
+	} else {
+		c.noDeadline()
 	}
 	for first := true; ; first = false {
 		if err := resp.Header.Read(c.br); err != nil {
@@ -230,36 +264,40 @@ func (p *upPool) roundTrip(c *upConn, req *fasthttp.Request, resp *fasthttp.Resp
 			}
 		}
 	}
-	if headerTimeout > 0 {
-		c.c.SetReadDeadline(time.Time{})
-	}
+	// The body is not bounded by the header deadline: it is removed before
+	// any read of the body from the connection (a body that came with the
+	// headers, already buffered, needs none).
 	code := resp.StatusCode()
 	if req.Header.IsHead() || code == fasthttp.StatusNoContent || code == fasthttp.StatusNotModified || code == fasthttp.StatusSwitchingProtocols {
 		resp.SkipBody = true
-		p.done(c, req, resp, true)
+		p.done(c, req, resp, now)
 		return false, nil
 	}
 	n := resp.Header.ContentLength()
 	if n >= 0 && n <= maxBufferedBody {
+		if c.br.Buffered() < n {
+			c.noDeadline()
+		}
 		if err := resp.ReadBody(c.br, 0); err != nil {
 			return false, err
 		}
-		p.done(c, req, resp, true)
+		p.done(c, req, resp, now)
 		return false, nil
 	}
 	// Stream the rest: chunked, unknown length (until close) or large.
+	c.noDeadline()
 	resp.SetBodyStream(newUpBody(p, c, req, resp, n), n)
 	return false, nil
 }
 
 // done returns c to the pool after a whole exchange, unless either side
 // closes it.
-func (p *upPool) done(c *upConn, req *fasthttp.Request, resp *fasthttp.Response, ok bool) {
-	if !ok || req.Header.ConnectionClose() || resp.Header.ConnectionClose() {
+func (p *upPool) done(c *upConn, req *fasthttp.Request, resp *fasthttp.Response, now time.Time) {
+	if req.Header.ConnectionClose() || resp.Header.ConnectionClose() {
 		c.close()
 		return
 	}
-	p.put(c)
+	p.put(c, now)
 }
 
 // upBody streams a response body from its upstream connection, and gives
@@ -304,7 +342,7 @@ func (b *upBody) Close() error {
 	}
 	b.closed = true
 	if b.eof && b.reuse {
-		b.p.put(b.c)
+		b.p.put(b.c, time.Now())
 	} else {
 		b.c.close()
 	}
