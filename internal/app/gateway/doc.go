@@ -201,7 +201,8 @@
 // body (gRPC calls included), moves on to the next eligible instance or along
 // the lane's fallback chain. When the call fails after it was sent (reset,
 // or no response headers within [Config.ResponseHeaderTimeout], 10s by
-// default) and the request has no body and is idempotent (GET, HEAD,
+// default; on the fast path up to a tenth of it, at most a second, sooner:
+// a connection keeps a deadline that close to the one asked) and the request has no body and is idempotent (GET, HEAD,
 // OPTIONS, TRACE, PUT, DELETE, or any method with an Idempotency-Key or
 // X-Idempotency-Key header), the gateway picks another instance for the same
 // request lane and tries once more; otherwise, or when the retry fails too,
