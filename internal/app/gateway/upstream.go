@@ -20,6 +20,15 @@ import (
 // response headers (the response-header timeout) but not the body, hands
 // 1xx answers to the client as they come, and streams a body that is large
 // or of unknown length.
+//
+// It is written here rather than taken from fasthttp.HostClient, which
+// does the same job in the library, because HostClient does not fit the
+// routed call: it drops 1xx answers (Early Hints would not reach the
+// client), retries idempotent requests on its own beneath the routed call
+// (a retry must go to another instance and be reported), and keeps a
+// goroutine that cleans idle connections for up to its idle time after the
+// gateway closes. The wire format is still fasthttp's: requests are
+// written by fasthttp.Request and answers parsed by fasthttp.Response.
 
 const (
 	// idleConnTimeout is how long an idle upstream connection is kept, as
