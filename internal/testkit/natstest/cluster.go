@@ -303,35 +303,36 @@ func (c *Cluster) WaitJetStream(ctx context.Context) error {
 // waitPlacement creates and deletes a memory stream of replicas replicas until that succeeds:
 // until then, a member has not yet joined the meta group ("no suitable peers for placement").
 func waitPlacement(ctx context.Context, url string, replicas int) error {
-	nc, err := nats.Connect(url, nats.Timeout(time.Second), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
-	if err != nil {
-		return err
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
-	}
-	for {
-		actx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	err := untilJS(ctx, url, 5*time.Second, 100*time.Millisecond, func(actx context.Context, js jetstream.JetStream) error {
 		_, err := js.CreateStream(actx, jetstream.StreamConfig{Name: "natstest_placement", Subjects: []string{"natstest.placement"},
 			Storage: jetstream.MemoryStorage, Replicas: replicas})
 		if err == nil {
 			err = js.DeleteStream(actx, "natstest_placement")
 		}
-		cancel()
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("JetStream does not place %d replicas: %w (last: %v)", replicas, ctx.Err(), err)
-		case <-time.After(100 * time.Millisecond):
-		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("JetStream does not place %d replicas: %w", replicas, err)
 	}
+	return nil
 }
 
+// waitAccountInfo waits until the server at url answers JetStream requests.
 func waitAccountInfo(ctx context.Context, url string) error {
+	err := untilJS(ctx, url, 2*time.Second, 50*time.Millisecond, func(actx context.Context, js jetstream.JetStream) error {
+		_, err := js.AccountInfo(actx)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("JetStream not available: %w", err)
+	}
+	return nil
+}
+
+// untilJS connects to url and calls try, each call bounded by attempt and
+// the next one pause later, until try succeeds. When ctx is done first, the
+// error wraps ctx's and names try's last error.
+func untilJS(ctx context.Context, url string, attempt, pause time.Duration, try func(context.Context, jetstream.JetStream) error) error {
 	nc, err := nats.Connect(url, nats.Timeout(time.Second), nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
 	if err != nil {
 		return err
@@ -342,16 +343,16 @@ func waitAccountInfo(ctx context.Context, url string) error {
 		return err
 	}
 	for {
-		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		_, err := js.AccountInfo(actx)
+		actx, cancel := context.WithTimeout(ctx, attempt)
+		err := try(actx, js)
 		cancel()
 		if err == nil {
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("JetStream not available: %w (last: %v)", ctx.Err(), err)
-		case <-time.After(50 * time.Millisecond):
+			return fmt.Errorf("%w (last: %v)", ctx.Err(), err)
+		case <-time.After(pause):
 		}
 	}
 }
