@@ -275,19 +275,28 @@ func (g *Gateway) serveStd(ln net.Listener) error {
 		IdleTimeout:       2 * time.Minute,
 		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
 	}
-	g.mu.Lock()
-	if g.closing.Load() {
-		g.mu.Unlock()
-		ln.Close()
+	if !g.register(ln, func() { g.servers[srv] = struct{}{} }) {
 		return http.ErrServerClosed
 	}
-	g.servers[srv] = struct{}{}
-	g.mu.Unlock()
 	err := srv.Serve(ln)
 	g.mu.Lock()
 	delete(g.servers, srv)
 	g.mu.Unlock()
 	return err
+}
+
+// register runs add, which records a server of ln, under g.mu, unless the
+// gateway is closing: then it closes ln and reports false, so that a Serve
+// that comes after Close or Shutdown serves nothing.
+func (g *Gateway) register(ln net.Listener, add func()) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closing.Load() {
+		ln.Close()
+		return false
+	}
+	add()
+	return true
 }
 
 // Shutdown stops the servers that Serve started gracefully, as

@@ -51,14 +51,9 @@ func (g *Gateway) serveFast(ln net.Listener) error {
 		MaxRequestBodySize:           maxRequestBody,
 		Logger:                       fastLogger{g.log},
 	}
-	g.mu.Lock()
-	if g.closing.Load() {
-		g.mu.Unlock()
-		ln.Close()
+	if !g.register(ln, func() { g.fastSrv[s] = struct{}{} }) {
 		return http.ErrServerClosed
 	}
-	g.fastSrv[s] = struct{}{}
-	g.mu.Unlock()
 
 	h2done := make(chan struct{})
 	go func() {
