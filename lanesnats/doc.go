@@ -5,7 +5,7 @@
 // carries the message's lane, so what the handler calls and publishes stays
 // in the lane. No message is lost when consumers come, go or crash, and a
 // message is handled twice only when a consumer crashed while holding it,
-// within a bounded window.
+// within a bounded window, or when a NATS server died.
 //
 // # Publishing
 //
