@@ -28,14 +28,16 @@
 //     requests with a TE header and request targets that are not an
 //     origin-form path are handed to the net/http handler through
 //     fasthttpadaptor, on the same connection. A request whose framing
-//     fasthttp refuses gets fasthttp's 400, before any routing, and a
-//     request head over 16 KiB gets 431 (net/http's limit is 1 MiB).
+//     fasthttp refuses gets fasthttp's 400, before any routing.
 //   - "std": net/http's server, httputil.ReverseProxy and net/http's
 //     transport ([Gateway.ServeHTTP], which a server of your own may also
 //     serve).
 //
 // On both, a connection that opens with the HTTP/2 preface is served by
-// net/http (h2c, gRPC), on the same port.
+// net/http (h2c, gRPC), on the same port, and a request head (the request
+// line and the header fields) of up to 16 KiB is taken: the fast path
+// answers 431 to a longer one, net/http to one longer than 16 KiB by more
+// than the up to 4 KiB it had read ahead.
 //
 // # Routes
 //

@@ -273,6 +273,7 @@ func (g *Gateway) serveStd(ln net.Listener) error {
 		Protocols:         &p,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    stdMaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
 	}
 	if !g.register(ln, func() { g.servers[srv] = struct{}{} }) {

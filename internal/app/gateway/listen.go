@@ -44,7 +44,7 @@ func (g *Gateway) serveFast(ln net.Listener) error {
 		NoDefaultContentType:         true,
 		NoDefaultDate:                true,
 		DisablePreParseMultipartForm: true,
-		ReadBufferSize:               16 << 10,
+		ReadBufferSize:               maxHeaderBytes, // fasthttp's bound on a request head
 		WriteBufferSize:              16 << 10,
 		ReadTimeout:                  2 * time.Minute,
 		IdleTimeout:                  2 * time.Minute,
@@ -91,6 +91,24 @@ func (g *Gateway) serveFast(ln net.Listener) error {
 	}
 	return err
 }
+
+// maxHeaderBytes bounds a request head (the request line and the header
+// fields, with their line ends) on both HTTP/1.1 paths. fasthttp's server
+// bounds a head by its read buffer, which is this size, and answers 431 to
+// a longer one. net/http's server counts a head from where its 4 KiB read
+// buffer stands and lets it run MaxHeaderBytes and 4 KiB more (its "bufio
+// slop"); with MaxHeaderBytes at stdMaxHeaderBytes it takes every head of
+// up to maxHeaderBytes too, and answers 431 to those over it by more than
+// what it had read ahead (the buffer's 4 KiB at most: on a new connection
+// it reads ahead to look for the HTTP/2 preface).
+const maxHeaderBytes = 16 << 10
+
+// stdHeaderSlack is what net/http's server adds to MaxHeaderBytes.
+const stdHeaderSlack = 4 << 10
+
+// stdMaxHeaderBytes is net/http's Server.MaxHeaderBytes: HTTP/2's header
+// list limit, which net/http derives from it, is then about 12 KiB.
+const stdMaxHeaderBytes = maxHeaderBytes - stdHeaderSlack
 
 // maxRequestBody bounds a request body on the fast path, which reads it
 // whole before routing the request.

@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/lanesdev/lanes/internal/testkit/smuggletest"
@@ -68,4 +69,42 @@ func TestBadBodyIsTheClients(t *testing.T) {
 		t.Errorf("after broken request bodies, instance one took %d and two %d of 10 requests: one was ejected",
 			one.hits.Load()-h1, two.hits.Load()-h2)
 	}
+}
+
+// TestHeadSizeLimit: both HTTP/1.1 paths take a request head of
+// maxHeaderBytes; the fast path answers 431 to one a byte longer, net/http
+// to one longer by more than its read-ahead (see maxHeaderBytes).
+func TestHeadSizeLimit(t *testing.T) {
+	w := newWorld(t, "", Config{})
+	b := newBackend(t, "one", "")
+	w.register(t, "orders", b.id, b.addr, "")
+	over := maxHeaderBytes + 1
+	if testHTTP1 == HTTP1Std {
+		over += stdHeaderSlack
+	}
+	for _, tc := range []struct {
+		size int
+		want int
+	}{
+		{maxHeaderBytes - 1, http.StatusOK},
+		{maxHeaderBytes, http.StatusOK},
+		{over, http.StatusRequestHeaderFieldsTooLarge},
+		{over + 1, http.StatusRequestHeaderFieldsTooLarge},
+		{4 * maxHeaderBytes, http.StatusRequestHeaderFieldsTooLarge},
+	} {
+		raw := headOfSize(tc.size)
+		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+		res := smuggletest.Send(ctx, w.addr, smuggletest.Case{Raw: raw})
+		cancel()
+		if res.Status != tc.want {
+			t.Errorf("a head of %d bytes (the limit %+d): answered %v, want %d", len(raw), tc.size-maxHeaderBytes, res, tc.want)
+		}
+	}
+}
+
+// headOfSize is a GET request whose head is n bytes long, its last CRLF
+// included.
+func headOfSize(n int) string {
+	const start, end = "GET / HTTP/1.1\r\nHost: x\r\nX-Pad: ", "\r\n\r\n"
+	return start + strings.Repeat("a", n-len(start)-len(end)) + end
 }
