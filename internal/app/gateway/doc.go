@@ -27,8 +27,11 @@
 //     100-continue is answered by the server. Upgrades (WebSocket),
 //     requests with a TE header and request targets that are not an
 //     origin-form path are handed to the net/http handler through
-//     fasthttpadaptor, on the same connection. A request whose framing
-//     fasthttp refuses gets fasthttp's 400, before any routing.
+//     fasthttpadaptor, on the same connection. A request that fasthttp's
+//     server refuses gets the gateway's error (x-lanes-error, below) with
+//     the status net/http gives the same bytes, before any routing
+//     (net/http's server answers a head it refuses with its own text,
+//     without x-lanes-error).
 //   - "std": net/http's server, httputil.ReverseProxy and net/http's
 //     transport ([Gateway.ServeHTTP], which a server of your own may also
 //     serve).
@@ -175,6 +178,10 @@
 //	400 invalid_lane      a lane source held an invalid lane name
 //	400 bad_request_body  the request body broke its framing (a bad chunk);
 //	                      the connection is closed, the instance not blamed
+//	400 bad_request       the fast path refused the request head or target
+//	431 header_too_large  the fast path refused a head over 16 KiB
+//	413 body_too_large    the fast path refused a body over 64 MiB
+//	408 request_timeout   the fast path timed out reading the request
 //	404 no_route          no route matches the host and path
 //	503 no_instance       the routing engine found no instance (routing.Error)
 //	503 lane_unavailable  a strict lane chain has no instance (routing.Error)

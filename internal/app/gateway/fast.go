@@ -272,11 +272,11 @@ func (f *fastPath) serve(ctx *fasthttp.RequestCtx) {
 		f.std(ctx)
 		return
 	case fastBad:
-		// As net/http's server answers a target it cannot parse.
+		// As net/http's server refuses a target it cannot parse, and as
+		// the fast path's server refuses a head (refuse).
 		ctx.SetConnectionClose()
-		ctx.Response.Header.Set("Content-Type", "text/plain; charset=utf-8")
-		ctx.SetStatusCode(http.StatusBadRequest)
-		ctx.SetBodyString("400 Bad Request")
+		f.g.m.errors(codeBadRequest)
+		f.g.fail((*fastOut)(ctx), false, http.StatusBadRequest, codeBadRequest, "lanes: malformed request target")
 		return
 	}
 	g := f.g

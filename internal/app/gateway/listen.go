@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -49,6 +50,7 @@ func (g *Gateway) serveFast(ln net.Listener) error {
 		ReadTimeout:                  2 * time.Minute,
 		IdleTimeout:                  2 * time.Minute,
 		MaxRequestBodySize:           maxRequestBody,
+		ErrorHandler:                 g.refuse,
 		Logger:                       fastLogger{g.log},
 	}
 	if !g.register(ln, func() { g.fastSrv[s] = struct{}{} }) {
@@ -275,6 +277,51 @@ func (l *chanListener) Accept() (net.Conn, error) {
 
 func (l *chanListener) Close() error   { l.once.Do(func() { close(l.done) }); return nil }
 func (l *chanListener) Addr() net.Addr { return l.addr }
+
+// refuse answers a request that fasthttp's server refused before the
+// handler ran (a head it cannot parse or that is too long, a body that
+// breaks its framing or is too long, a timeout) with the gateway's error
+// (Gateway.fail: x-lanes-error and a text body), and the status net/http's
+// server, or the std path's handler, gives the same bytes. fasthttp closes
+// the connection after it.
+func (g *Gateway) refuse(ctx *fasthttp.RequestCtx, err error) {
+	status, code, msg := refusal(err)
+	g.m.errors(code)
+	g.fail((*fastOut)(ctx), false, status, code, msg)
+}
+
+// refusal is the status, x-lanes-error code and message of a request that
+// fasthttp's server refused with err.
+func refusal(err error) (status int, code, msg string) {
+	var small *fasthttp.ErrSmallBuffer
+	var ne net.Error
+	switch {
+	case errors.As(err, &small):
+		return http.StatusRequestHeaderFieldsTooLarge, codeHeadTooLarge,
+			fmt.Sprintf("lanes: the request head is over %d bytes", maxHeaderBytes)
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
+		return http.StatusRequestEntityTooLarge, codeBodyTooLarge,
+			fmt.Sprintf("lanes: the request body is over %d bytes", maxRequestBody)
+	case errors.Is(err, fasthttp.ErrTimeout) || errors.As(err, &ne) && ne.Timeout():
+		return http.StatusRequestTimeout, codeTimeout, "lanes: timed out reading the request"
+	case headRefused(err):
+		return http.StatusBadRequest, codeBadRequest, "lanes: malformed request"
+	}
+	return http.StatusBadRequest, codeBadBody, "lanes: reading the request body: " + err.Error()
+}
+
+// headRefused reports whether fasthttp's server refused a request's head
+// with err, rather than its body: it wraps every error of a head it cannot
+// parse as "error when reading request headers: ...", refuses a bad Host
+// or target with ErrorInvalidURI, and an absolute-form target's scheme
+// with "invalid scheme ...". The body's errors (a bad chunk size, a body
+// shorter than its Content-Length) have no type to tell them by, and the
+// server resets the request, head included, on any error.
+func headRefused(err error) bool {
+	m := err.Error()
+	return errors.Is(err, fasthttp.ErrorInvalidURI) ||
+		strings.HasPrefix(m, "error when reading request headers") || strings.HasPrefix(m, "invalid scheme")
+}
 
 // fastLogger sends fasthttp's messages to the gateway's logger.
 type fastLogger struct{ log *slog.Logger }

@@ -42,6 +42,12 @@ const (
 	codeClosed      = "closed"
 	codeNotReady    = "not_ready"
 	codeBadBody     = "bad_request_body"
+	// The fast path's answers to requests that its server refuses (see
+	// refuse); net/http's server gives its own, without x-lanes-error.
+	codeBadRequest   = "bad_request"
+	codeHeadTooLarge = "header_too_large"
+	codeBodyTooLarge = "body_too_large"
+	codeTimeout      = "request_timeout"
 )
 
 // reqState is what the proxy hooks need to know about one request. It is

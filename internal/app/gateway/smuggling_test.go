@@ -30,7 +30,26 @@ func TestSmuggling(t *testing.T) {
 			if err := smuggletest.Check(c, res, rec.Requests()); err != nil {
 				t.Errorf("%s (RFC %s): %v\nupstream bytes: %q", c.Name, c.RFC, err, trim(rec.Raw()))
 			}
+			checkRefusal(t, res)
 		})
+	}
+}
+
+// checkRefusal checks the x-lanes-error of a refused request: the fast path
+// answers every refusal with the gateway's error; net/http's server answers
+// a head it refuses with its own, and the std path's handler a body that
+// breaks its framing with bad_request_body.
+func checkRefusal(t *testing.T, res smuggletest.Result) {
+	t.Helper()
+	if res.Status < 400 {
+		return
+	}
+	code := res.Header.Get(hError)
+	switch {
+	case testHTTP1 == HTTP1Fast && code == "":
+		t.Errorf("refused with %d without %s", res.Status, hError)
+	case testHTTP1 == HTTP1Std && code != "" && code != codeBadBody:
+		t.Errorf("refused with %d, %s %q; want none or %s", res.Status, hError, code, codeBadBody)
 	}
 }
 
@@ -59,6 +78,9 @@ func TestBadBodyIsTheClients(t *testing.T) {
 		cancel()
 		if len(res.Statuses) != 1 || res.Status != http.StatusBadRequest {
 			t.Fatalf("a bad chunk: answers %v, want one 400 and the connection closed", res)
+		}
+		if got := res.Header.Get(hError); got != codeBadBody {
+			t.Fatalf("a bad chunk: %s %q, want %s", hError, got, codeBadBody)
 		}
 	}
 	h1, h2 := one.hits.Load(), two.hits.Load()
@@ -98,6 +120,9 @@ func TestHeadSizeLimit(t *testing.T) {
 		cancel()
 		if res.Status != tc.want {
 			t.Errorf("a head of %d bytes (the limit %+d): answered %v, want %d", len(raw), tc.size-maxHeaderBytes, res, tc.want)
+		}
+		if got := res.Header.Get(hError); testHTTP1 == HTTP1Fast && res.Status == http.StatusRequestHeaderFieldsTooLarge && got != codeHeadTooLarge {
+			t.Errorf("a head of %d bytes: %s %q, want %s", len(raw), hError, got, codeHeadTooLarge)
 		}
 	}
 }

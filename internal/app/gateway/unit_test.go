@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
 	"net/url"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -367,4 +369,28 @@ func FuzzFastTarget(f *testing.F) {
 			t.Fatalf("%q: stripped to path %q query %q, want %q %q", target, got.Path, got.RawQuery, want.Path, want.RawQuery)
 		}
 	})
+}
+
+// TestRefusal: the fast path's server refusals get the statuses net/http
+// gives the same bytes, and the gateway's error codes.
+func TestRefusal(t *testing.T) {
+	for _, tc := range []struct {
+		err    error
+		status int
+		code   string
+	}{
+		{&fasthttp.ErrSmallBuffer{}, 431, codeHeadTooLarge},
+		{fmt.Errorf("reading: %w", fasthttp.ErrBodyTooLarge), 413, codeBodyTooLarge},
+		{&net.OpError{Op: "read", Err: os.ErrDeadlineExceeded}, 408, codeTimeout},
+		{io.ErrUnexpectedEOF, 400, codeBadBody},
+		{errors.New("empty hex number"), 400, codeBadBody},
+		{fasthttp.ErrorInvalidURI, 400, codeBadRequest},
+		{fmt.Errorf("error when reading request headers: %w", io.ErrUnexpectedEOF), 400, codeBadRequest},
+		{fmt.Errorf("error when reading request headers: %w", errors.New("cannot find http request method")), 400, codeBadRequest},
+	} {
+		status, code, msg := refusal(tc.err)
+		if status != tc.status || code != tc.code || !strings.HasPrefix(msg, "lanes: ") {
+			t.Errorf("refusal(%v) = %d %s %q, want %d %s", tc.err, status, code, msg, tc.status, tc.code)
+		}
+	}
 }

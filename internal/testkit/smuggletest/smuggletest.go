@@ -223,6 +223,8 @@ func (c teeConn) Read(p []byte) (int, error) {
 type Result struct {
 	// Status is the first answer's status, 0 when there was none.
 	Status int
+	// Header is the first answer's header, nil when there was none.
+	Header http.Header
 	// Statuses are every answer's status, in order.
 	Statuses []int
 	// Err is why reading the answers stopped, if not at the end of the
@@ -284,7 +286,7 @@ func Send(ctx context.Context, addr string, c Case) Result {
 		resp.Body.Close()
 		res.Statuses = append(res.Statuses, resp.StatusCode)
 		if res.Status == 0 {
-			res.Status = resp.StatusCode
+			res.Status, res.Header = resp.StatusCode, resp.Header
 		}
 		if resp.Close {
 			break
