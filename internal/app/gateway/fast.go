@@ -3,6 +3,8 @@ package gateway
 import (
 	"bytes"
 	"context"
+	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/netip"
@@ -24,11 +26,14 @@ import (
 // gateway's rules run over it as they do for net/http (admit, assign,
 // forward, writeLane, routed, callFailed, fail), and the attempts go to the
 // instance over the gateway's own keep-alive pools (upstream.go), which read
-// the answer straight into the response that fasthttp writes. Requests that
-// the path does not serve itself go to the net/http handler (ServeHTTP)
-// through fasthttpadaptor: upgrades (WebSocket), requests that ask for
-// trailers (TE: trailers), and request targets other than an origin-form
-// path.
+// the answer straight into the response that fasthttp writes. The server
+// streams request bodies (Server.StreamRequestBody): the handler runs once
+// the head is in, reads a small body of known length whole, and hands a
+// larger or chunked one to the attempt, which copies it upstream as the
+// client sends it (fastPath.takeBody). Requests that the path does not serve
+// itself go to the net/http handler (ServeHTTP) through fasthttpadaptor:
+// upgrades (WebSocket), requests that ask for trailers (TE: trailers), and
+// request targets other than an origin-form path.
 
 // fastState is the part of a request's state that the fast path uses.
 type fastState struct {
@@ -201,18 +206,21 @@ func classify(ctx *fasthttp.RequestCtx) (path string, r fastRoute) {
 
 // hopHeaders are the hop-by-hop headers that a proxy does not forward (RFC
 // 9110 7.6.1), as httputil.ReverseProxy removes them; Expect is answered by
-// the fast path's server, which reads the body before the handler runs.
+// the fast path's server, which asks for the body before the handler runs.
 var hopHeaders = [...]string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
 	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade", "Expect"}
 
 // delHop removes the hop-by-hop headers from a request's headers h, and
 // the headers that its Connection header names. One pass finds them; most
-// requests have none.
-func delHop(h *fasthttp.RequestHeader) {
+// requests have none. With keepTrailer it keeps the Trailer header of a
+// chunked body that streams: it announces the trailers that follow the
+// body, which go on after it (as net/http's transport announces the
+// trailers of a request that ReverseProxy forwards).
+func delHop(h *fasthttp.RequestHeader, keepTrailer bool) {
 	var found [len(hopHeaders)]bool
 	n := 0
 	for k := range h.All() {
-		n += findHop(&found, k, false)
+		n += findHop(&found, k, keepTrailer)
 	}
 	if n > 0 {
 		dropHop(h, &found)
@@ -233,10 +241,11 @@ func delHopAnswer(h *fasthttp.ResponseHeader) {
 	}
 }
 
-// findHop marks the hop-by-hop header named k in found.
-func findHop(found *[len(hopHeaders)]bool, k []byte, answer bool) int {
+// findHop marks the hop-by-hop header named k in found, but Trailer with
+// keepTrailer.
+func findHop(found *[len(hopHeaders)]bool, k []byte, keepTrailer bool) int {
 	for i, name := range hopHeaders {
-		if len(k) == len(name) && strings.EqualFold(b2s(k), name) && !(answer && name == "Trailer") {
+		if len(k) == len(name) && strings.EqualFold(b2s(k), name) && !(keepTrailer && name == "Trailer") {
 			found[i] = true
 			return 1
 		}
@@ -269,7 +278,9 @@ func (f *fastPath) serve(ctx *fasthttp.RequestCtx) {
 	path, how := classify(ctx)
 	switch how {
 	case fastStd:
-		f.std(ctx)
+		if f.adaptBody(ctx) {
+			f.std(ctx)
+		}
 		return
 	case fastBad:
 		// As net/http's server refuses a target it cannot parse, and as
@@ -305,6 +316,19 @@ func (f *fastPath) serve(ctx *fasthttp.RequestCtx) {
 	if !g.admit(ctx, st, &fs.in, path, out) {
 		return
 	}
+	bodyless, ok := f.takeBody(ctx, st)
+	if !ok {
+		closeAfter = true
+		return
+	}
+	defer func() {
+		if st.body.r != nil && !st.body.eof {
+			// A body that streams and was not read through (the
+			// instance failed, or answered, before its end): the rest
+			// is not waited for.
+			closeAfter = true
+		}
+	}()
 	resp := &ctx.Response
 	var span trace.Span
 	var callCtx context.Context = ctx
@@ -321,7 +345,6 @@ func (f *fastPath) serve(ctx *fasthttp.RequestCtx) {
 	// rules above have read it: less the hop-by-hop and lane headers, with
 	// the forwarding headers, in HTTP/1.1. Nothing reads the client's
 	// request after this but the attempts.
-	bodyless := len(ctx.Request.Body()) == 0
 	preserve := g.preserve && len(ctx.Request.Header.Host()) > 0
 	idem := routedcall.Idempotent(b2s(ctx.Method()), len(ctx.Request.Header.Peek("Idempotency-Key")) > 0 || len(ctx.Request.Header.Peek("X-Idempotency-Key")) > 0)
 	req := &ctx.Request
@@ -333,7 +356,7 @@ func (f *fastPath) serve(ctx *fasthttp.RequestCtx) {
 	if !req.Header.IsHTTP11() {
 		req.Header.SetProtocol("HTTP/1.1")
 	}
-	delHop(&req.Header)
+	delHop(&req.Header, st.body.r != nil && st.body.size == -1)
 	fs.out.h = &req.Header
 	g.stripFast(&req.Header)
 	g.forward(&fs.out, &fs.in, st, false)
@@ -438,8 +461,14 @@ func (s *fastSend) send(pick routing.Result) (routedcall.Attempt, bool) {
 	if s.trace != nil {
 		traceContext.Inject(s.trace, s.out)
 	}
+	if !s.st.body.rewind(s.req) {
+		// Not reached: replayable allows no attempt after one that read
+		// the body.
+		s.err = errBodyGone
+		return attempt(s.st, 0, "", s.err, false), false
+	}
 	var unsent bool
-	s.err, unsent = s.g.up.pool(pick.Instance.Addr).do(s.req, s.resp, s.g.headerTimeout, s.ctx)
+	s.err, unsent = s.g.up.pool(pick.Instance.Addr).do(s.req, s.resp, s.g.headerTimeout, s.ctx, &s.st.body)
 	if s.err != nil {
 		return attempt(s.st, 0, "", s.err, unsent), false
 	}
@@ -447,7 +476,97 @@ func (s *fastSend) send(pick routing.Result) (routedcall.Attempt, bool) {
 }
 
 func (s *fastSend) replayable(o routedcall.Outcome) bool {
-	return s.bodyless || o == routedcall.Unreachable
+	return replayable(o, s.bodyless, &s.st.body)
+}
+
+// errBodyGone is an attempt of a request whose streamed body an earlier
+// attempt read.
+var errBodyGone = errors.New("the request body was partly sent already")
+
+// bufferedRequestBody is the largest request body of known length that the
+// fast path reads whole before the attempts, as it fits the server's read
+// buffer: it can be sent again after an attempt that did not send it.
+// Larger bodies, and chunked ones, stream.
+const bufferedRequestBody = 16 << 10
+
+// takeBody readies the body of the request of ctx for the attempts, and
+// reports whether there is none: a body of known length up to
+// bufferedRequestBody is read whole, into st (the server has read its first
+// part with the head); a larger one, or a chunked one, goes on the request
+// as a stream, through st.body, which the attempt copies upstream as the
+// client sends it (keeping its framing: Content-Length, or chunks and their
+// trailers). When a small body does not arrive whole, it answers as the
+// server answers a body it cannot read (Gateway.refuse) and returns ok
+// false.
+func (f *fastPath) takeBody(ctx *fasthttp.RequestCtx, st *reqState) (bodyless, ok bool) {
+	req := &ctx.Request
+	stream := req.BodyStream()
+	if stream == nil {
+		return len(req.Body()) == 0, true
+	}
+	switch n := req.Header.ContentLength(); {
+	case n == 0:
+		req.ResetBody()
+		return true, true
+	case n > 0 && n <= bufferedRequestBody:
+		if cap(st.bodyBuf) < n {
+			st.bodyBuf = make([]byte, n, bufferedRequestBody)
+		}
+		b := st.bodyBuf[:n]
+		if _, err := io.ReadFull(stream, b); err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			f.g.refuse(ctx, err)
+			return false, false
+		}
+		req.SetBodyRaw(b)
+	default:
+		st.body = keptBody{r: stream, size: n}
+		req.SetBodyStream(&st.body, n)
+	}
+	return false, true
+}
+
+// rewind puts a body that streams back on req for an attempt (writing the
+// request takes it off), unless an attempt read some of it; a body that
+// does not stream needs nothing.
+func (b *keptBody) rewind(req *fasthttp.Request) bool {
+	if b.r == nil {
+		return true
+	}
+	if b.read {
+		return false
+	}
+	req.SetBodyStream(b, b.size)
+	return true
+}
+
+// adaptBody reads the body of a request for the net/http handler whole, as
+// fasthttpadaptor wants it, up to maxRequestBody; it answers a larger body,
+// or one it cannot read, as the server answers those (Gateway.refuse: 413,
+// 400), and then returns false.
+func (f *fastPath) adaptBody(ctx *fasthttp.RequestCtx) bool {
+	req := &ctx.Request
+	stream := req.BodyStream()
+	if stream == nil {
+		return true
+	}
+	var b []byte
+	err := fasthttp.ErrBodyTooLarge
+	if req.Header.ContentLength() <= maxRequestBody {
+		b, err = io.ReadAll(io.LimitReader(stream, maxRequestBody+1))
+		if err == nil && len(b) > maxRequestBody {
+			err = fasthttp.ErrBodyTooLarge
+		}
+	}
+	if err != nil {
+		ctx.SetConnectionClose()
+		f.g.refuse(ctx, err)
+		return false
+	}
+	req.SetBodyRaw(b)
+	return true
 }
 
 func (s *fastSend) drop() {

@@ -49,9 +49,13 @@ func (g *Gateway) serveFast(ln net.Listener) error {
 		WriteBufferSize:              16 << 10,
 		ReadTimeout:                  2 * time.Minute,
 		IdleTimeout:                  2 * time.Minute,
-		MaxRequestBodySize:           maxRequestBody,
-		ErrorHandler:                 g.refuse,
-		Logger:                       fastLogger{g.log},
+		// Request bodies stream: the handler runs once the head is in
+		// (fastPath.takeBody); with streaming, MaxRequestBodySize is no
+		// limit, only how much of a body fasthttp may read with the head.
+		StreamRequestBody:  true,
+		MaxRequestBodySize: bufferedRequestBody,
+		ErrorHandler:       g.refuse,
+		Logger:             fastLogger{g.log},
 	}
 	if !g.register(ln, func() { g.fastSrv[s] = struct{}{} }) {
 		return http.ErrServerClosed
@@ -112,8 +116,10 @@ const stdHeaderSlack = 4 << 10
 // list limit, which net/http derives from it, is then about 12 KiB.
 const stdMaxHeaderBytes = maxHeaderBytes - stdHeaderSlack
 
-// maxRequestBody bounds a request body on the fast path, which reads it
-// whole before routing the request.
+// maxRequestBody bounds the body of a request that the fast path hands to
+// the net/http handler (fasthttpadaptor reads it whole first; see
+// fastPath.adaptBody): a larger one gets 413. Other bodies stream, and
+// neither path bounds them.
 const maxRequestBody = 64 << 20
 
 func (s *fastServer) track(c net.Conn) bool {

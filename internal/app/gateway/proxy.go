@@ -70,6 +70,9 @@ type reqState struct {
 	body keptBody
 	// buf is scratch space for header values (see forward).
 	buf []byte
+	// bodyBuf holds a small request body on the fast path (see
+	// fastPath.takeBody).
+	bodyBuf []byte
 	// std sends the attempts of a net/http request; fast is the state of a
 	// fasthttp one.
 	std  stdSend
@@ -193,8 +196,8 @@ const (
 )
 
 func (g *Gateway) release(st *reqState) {
-	buf := st.buf[:0]
-	*st = reqState{buf: buf}
+	buf, bodyBuf := st.buf[:0], st.bodyBuf[:0]
+	*st = reqState{buf: buf, bodyBuf: bodyBuf}
 	g.pool.Put(st)
 }
 
@@ -270,6 +273,10 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	} else {
 		out.Host = ""
 	}
+	// The trailers of a chunked body: the server fills the client's map in
+	// once the body is read, which the transport then writes after the
+	// body; a copy (as ProxyRequest's Out has) would stay empty.
+	out.Trailer = pr.In.Trailer
 
 	// Lane headers: nothing the client sent; the transport writes what the
 	// gateway decided, once the pick tells the request lane.
@@ -514,7 +521,7 @@ func (u *upstream) RoundTrip(req *http.Request) (res *http.Response, rerr error)
 	// The first attempt sends req itself, which the proxy made for it.
 	bodyless := req.Body == nil || req.Body == http.NoBody
 	if !bodyless {
-		st.body = keptBody{rc: req.Body}
+		st.body = keptBody{r: req.Body}
 		req.Body = &st.body
 	}
 	s := &st.std
@@ -560,7 +567,19 @@ func (s *stdSend) send(pick routing.Result) (routedcall.Attempt, bool) {
 }
 
 func (s *stdSend) replayable(o routedcall.Outcome) bool {
-	return s.bodyless || o == routedcall.Unreachable && !s.st.body.read
+	return replayable(o, s.bodyless, &s.st.body)
+}
+
+// replayable is the rule, on both paths, for sending a request again after
+// an attempt that ended o: one without a body can always be sent again (the
+// retry rules decide whether it is); one with a body only after Unreachable
+// (nothing was sent), and only while no attempt has read any of its body
+// from the client (b). A body that streams from the client is read once: a
+// request part of whose body went to one instance is never sent to another
+// with the rest. A body held whole in memory (the fast path's small ones)
+// is never read from the client by an attempt, and can be sent again.
+func replayable(o routedcall.Outcome, bodyless bool, b *keptBody) bool {
+	return bodyless || o == routedcall.Unreachable && !b.read
 }
 
 func (s *stdSend) drop() {
@@ -605,21 +624,29 @@ func attempt(st *reqState, status int, code string, err error, unsent bool) rout
 // idempotent reports whether req may be sent twice.
 func idempotent(req *http.Request) bool { return laneshttp.IsIdempotent(req) }
 
-// keptBody lends the client's request body to the attempts: it does not
-// close it (the server does, when the handler returns), and tells whether
-// any of it was read, so that a request whose connection was refused can
-// move on to another instance with its body intact, and whether reading it
-// failed (a malformed chunked body, a client gone mid-body).
+// keptBody lends the client's request body, as it streams, to the
+// attempts: it does not close it (the server does, when the handler
+// returns), and tells whether any of it was read, so that a request whose
+// connection was refused can move on to another instance with its body
+// intact (see replayable), whether it was read to its end, and whether
+// reading it failed (a malformed chunked body, a client gone mid-body).
 type keptBody struct {
-	rc   io.ReadCloser
+	r    io.Reader
 	read bool
-	err  error // the first error reading rc, other than io.EOF
+	eof  bool  // r was read to its end
+	err  error // the first error reading r, other than io.EOF
+	// size is, on the fast path, the body's Content-Length, or -1 for a
+	// chunked body.
+	size int
 }
 
 func (b *keptBody) Read(p []byte) (int, error) {
 	b.read = true
-	n, err := b.rc.Read(p)
-	if err != nil && err != io.EOF && b.err == nil {
+	n, err := b.r.Read(p)
+	switch {
+	case err == io.EOF:
+		b.eof = true
+	case err != nil && b.err == nil:
 		b.err = err
 	}
 	return n, err

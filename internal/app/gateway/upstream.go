@@ -213,8 +213,9 @@ var errHeaderTimeout = errors.New("timeout awaiting response headers")
 // through). unsent reports an error before any byte of req left. A request
 // on a reused connection that the instance had closed, which got no byte of
 // answer, is sent once more on a new connection, as net/http's transport
-// does.
-func (p *upPool) do(req *fasthttp.Request, resp *fasthttp.Response, headerTimeout time.Duration, ctx *fasthttp.RequestCtx) (err error, unsent bool) {
+// does, unless its body streams from the client (body) and some of it was
+// read: that is not sent twice.
+func (p *upPool) do(req *fasthttp.Request, resp *fasthttp.Response, headerTimeout time.Duration, ctx *fasthttp.RequestCtx, body *keptBody) (err error, unsent bool) {
 	for try := 0; ; try++ {
 		now := time.Now()
 		c, reused, err := p.get(now)
@@ -226,7 +227,7 @@ func (p *upPool) do(req *fasthttp.Request, resp *fasthttp.Response, headerTimeou
 			return nil, false
 		}
 		c.close()
-		if retry && reused && try == 0 {
+		if retry && reused && try == 0 && body.rewind(req) {
 			resp.Reset()
 			continue
 		}

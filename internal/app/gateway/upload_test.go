@@ -1,0 +1,264 @@
+package gateway
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// The request bodies of these tests: uploadHead is sent first, and the
+// client holds the rest back until the instance has read uploadSeen of it.
+// Both are well above the fast path's bufferedRequestBody.
+const (
+	uploadHead = 256 << 10
+	uploadSeen = 64 << 10
+	uploadRest = 256 << 10
+)
+
+// TestUploadStreams: a large request body, of known length or chunked,
+// reaches the instance while the client still holds the rest of it back,
+// and then arrives whole, with the trailers of a chunked one.
+func TestUploadStreams(t *testing.T) {
+	w := newWorld(t, "", Config{})
+	seen := make(chan struct{}, 1)
+	addr := serveBackend(t, http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		if _, err := io.CopyN(io.Discard, r.Body, uploadSeen); err != nil {
+			http.Error(rw, err.Error(), http.StatusBadRequest)
+			return
+		}
+		seen <- struct{}{}
+		n, err := io.Copy(io.Discard, r.Body)
+		if err != nil {
+			http.Error(rw, err.Error(), http.StatusBadRequest)
+			return
+		}
+		fmt.Fprintf(rw, "%d %q %q", uploadSeen+n, r.Header.Get("Content-Length"), r.Trailer.Get("X-Sum"))
+	}))
+	w.register(t, "orders", "up", addr, "")
+	total := uploadHead + uploadRest
+	for _, c := range []struct {
+		name    string
+		length  int64
+		trailer bool
+		want    string
+	}{
+		{"content-length", int64(total), false, fmt.Sprintf("%d %q %q", total, fmt.Sprint(total), "")},
+		{"chunked", -1, false, fmt.Sprintf("%d %q %q", total, "", "")},
+		{"chunked with trailers", -1, true, fmt.Sprintf("%d %q %q", total, "", "42")},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			pr, pw := io.Pipe()
+			req, err := http.NewRequest(http.MethodPost, w.url+"/upload", pr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.ContentLength = c.length
+			if c.trailer {
+				req.Trailer = http.Header{"X-Sum": {"42"}}
+			}
+			wrote := make(chan error, 1)
+			go func() {
+				defer pw.Close()
+				if _, err := pw.Write(bytes.Repeat([]byte("a"), uploadHead)); err != nil {
+					wrote <- err
+					return
+				}
+				select {
+				case <-seen:
+				case <-time.After(waitFor):
+					wrote <- fmt.Errorf("the instance had not read %d bytes of the body %s after the client sent %d", uploadSeen, waitFor, uploadHead)
+					return
+				}
+				_, err := pw.Write(bytes.Repeat([]byte("b"), uploadRest))
+				wrote <- err
+			}()
+			res, err := w.client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			if err := <-wrote; err != nil {
+				t.Fatal(err)
+			}
+			if res.StatusCode != http.StatusOK || string(got) != c.want {
+				t.Errorf("%d %s, want 200 %s", res.StatusCode, got, c.want)
+			}
+		})
+	}
+}
+
+// TestUploadToDyingInstance: an instance that dies with a streamed body half
+// read fails the request with 502 (or, when the gateway closes the
+// connection while the client still writes, with no answer), and the body
+// is sent to no other instance, although PUT is idempotent: its first part
+// is gone.
+func TestUploadToDyingInstance(t *testing.T) {
+	w := newWorld(t, "outlier: {errors: 1000, window: 1m, ejection: 10m}\n", Config{})
+	var hits atomic.Int32
+	seen := make(chan struct{}, 2)
+	dying := http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		io.CopyN(io.Discard, r.Body, uploadSeen)
+		c, _, err := http.NewResponseController(rw).Hijack()
+		if err == nil {
+			c.(*net.TCPConn).SetLinger(0)
+			c.Close()
+		}
+		seen <- struct{}{}
+	})
+	w.register(t, "orders", "one", serveBackend(t, dying), "")
+	w.register(t, "orders", "two", serveBackend(t, dying), "")
+	for _, length := range []int64{uploadHead + uploadRest, -1} {
+		hits.Store(0)
+		pr, pw := io.Pipe()
+		req, err := http.NewRequest(http.MethodPut, w.url+"/upload", pr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.ContentLength = length
+		go func() {
+			pw.Write(bytes.Repeat([]byte("a"), uploadHead))
+			select {
+			case <-seen:
+			case <-time.After(waitFor):
+			}
+			pw.Write(bytes.Repeat([]byte("b"), uploadRest))
+			pw.Close()
+		}()
+		res, err := w.client.Do(req)
+		if err == nil {
+			body, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			if res.StatusCode != http.StatusBadGateway || res.Header.Get("X-Lanes-Error") != "upstream" {
+				t.Errorf("length %d: %d %q %s, want 502 upstream", length, res.StatusCode, res.Header.Get("X-Lanes-Error"), body)
+			}
+		}
+		pr.CloseWithError(io.ErrClosedPipe) // ends the writer, whatever the client did
+		// Both instances count a request when it arrives; a retry, on
+		// either, would arrive before the gateway answered.
+		if n := hits.Load(); n != 1 {
+			t.Errorf("length %d: the instances got %d requests, want 1 (no retry of a half-sent body)", length, n)
+		}
+		select {
+		case <-seen:
+		default:
+		}
+	}
+}
+
+// TestUploadMovesOnWhenRefused: an instance that refuses the connection got
+// nothing, so a streamed body that no attempt has read yet moves on to
+// another instance, whole.
+func TestUploadMovesOnWhenRefused(t *testing.T) {
+	w := newWorld(t, "outlier: {errors: 1000, window: 1m, ejection: 10m}\n", Config{})
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := l.Addr().String()
+	l.Close()
+	addr := serveBackend(t, http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		n, _ := io.Copy(io.Discard, r.Body)
+		fmt.Fprintf(rw, "%d", n)
+	}))
+	w.register(t, "orders", "dead", dead, "")
+	w.register(t, "orders", "good", addr, "")
+	body := strings.Repeat("x", 100<<10)
+	for _, chunked := range []bool{false, true, false, true} {
+		req, err := http.NewRequest(http.MethodPost, w.url+"/", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if chunked {
+			req.ContentLength, req.Body = -1, io.NopCloser(req.Body)
+		}
+		r := doReq(t, w.client, req)
+		if r.status != http.StatusOK || r.body != fmt.Sprint(len(body)) {
+			t.Fatalf("chunked %v: %d %q, want 200 %d", chunked, r.status, r.body, len(body))
+		}
+	}
+}
+
+// TestExpectContinueStreams: a client that waits for 100 Continue gets it
+// before it sends a large body, which then streams to the instance.
+func TestExpectContinueStreams(t *testing.T) {
+	w := newWorld(t, "", Config{})
+	addr := serveBackend(t, http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		n, _ := io.Copy(io.Discard, r.Body)
+		fmt.Fprintf(rw, "got %d", n)
+	}))
+	w.register(t, "orders", "up", addr, "")
+	const size = 200 << 10
+	for _, chunked := range []bool{false, true} {
+		c, err := net.DialTimeout("tcp", w.addr, waitFor)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(waitFor))
+		framing := fmt.Sprintf("Content-Length: %d", size)
+		if chunked {
+			framing = "Transfer-Encoding: chunked"
+		}
+		fmt.Fprintf(c, "POST / HTTP/1.1\r\nHost: x\r\n%s\r\nExpect: 100-continue\r\n\r\n", framing)
+		br := bufio.NewReader(c)
+		res, err := http.ReadResponse(br, nil)
+		if err != nil || res.StatusCode != http.StatusContinue {
+			c.Close()
+			t.Fatalf("chunked %v, before the body: %v, %v; want 100 Continue", chunked, res, err)
+		}
+		go func() {
+			b := strings.Repeat("z", size)
+			if chunked {
+				fmt.Fprintf(c, "%x\r\n%s\r\n0\r\n\r\n", size, b)
+			} else {
+				io.WriteString(c, b)
+			}
+		}()
+		res, err = http.ReadResponse(br, nil)
+		if err != nil {
+			c.Close()
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(res.Body)
+		c.Close()
+		if want := fmt.Sprintf("got %d", size); res.StatusCode != 200 || string(b) != want {
+			t.Errorf("chunked %v: answer %d %q, want 200 %q", chunked, res.StatusCode, b, want)
+		}
+	}
+}
+
+// TestAdaptedBodyTooLarge: a request that the fast path hands to the
+// net/http handler (here, one with a TE header) has its body read whole
+// first, up to maxRequestBody: a larger one gets 413 body_too_large at once.
+func TestAdaptedBodyTooLarge(t *testing.T) {
+	if testHTTP1 != HTTP1Fast {
+		t.Skip("the fast path's own limit")
+	}
+	w := newWorld(t, "", Config{})
+	w.register(t, "orders", "up", newBackend(t, "up", "").addr, "")
+	c, err := net.DialTimeout("tcp", w.addr, waitFor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(waitFor))
+	// The head, and the first part of the body, which fasthttp's server
+	// reads with it.
+	fmt.Fprintf(c, "POST / HTTP/1.1\r\nHost: x\r\nTE: trailers\r\nContent-Length: %d\r\n\r\n%s", maxRequestBody+1, strings.Repeat("a", 16<<10))
+	res, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusRequestEntityTooLarge || res.Header.Get("X-Lanes-Error") != codeBodyTooLarge || !res.Close {
+		t.Errorf("answer %d %q (close %v), want 413 %s and the connection closed", res.StatusCode, res.Header.Get("X-Lanes-Error"), res.Close, codeBodyTooLarge)
+	}
+}
