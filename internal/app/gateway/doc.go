@@ -22,16 +22,21 @@
 //     parser; upstream.go), which read the answer straight into the
 //     response that fasthttp writes. A lane request allocates nothing. 1xx
 //     answers (103 Early Hints) are passed on as they come; an answer body
-//     of unknown length, or larger than 1 MiB, streams, with its trailers; a
-//     request body is read whole first (up to 64 MiB; larger: 413), and
-//     100-continue is answered by the server. Upgrades (WebSocket),
-//     requests with a TE header and request targets that are not an
-//     origin-form path are handed to the net/http handler through
-//     fasthttpadaptor, on the same connection. A request that fasthttp's
-//     server refuses gets the gateway's error (x-lanes-error, below) with
-//     the status net/http gives the same bytes, before any routing
-//     (net/http's server answers a head it refuses with its own text,
-//     without x-lanes-error).
+//     of unknown length, or larger than 1 MiB, streams, with its trailers. A
+//     request body streams too, as on net/http: one of known length over
+//     16 KiB, and every chunked one (with its trailers), is copied to the
+//     instance as the client sends it, with its framing (Content-Length
+//     kept; chunks re-framed); a smaller one of known length is read whole
+//     before the attempt. Neither path bounds a body's size. 100-continue
+//     is answered by the server. Upgrades (WebSocket), requests with a TE
+//     header and request targets that are not an origin-form path are
+//     handed to the net/http handler through fasthttpadaptor, on the same
+//     connection, which reads their body whole first (up to 64 MiB;
+//     larger: 413 body_too_large). A request that fasthttp's server
+//     refuses gets the gateway's error (x-lanes-error, below) with the
+//     status net/http gives the same bytes, before any routing (net/http's
+//     server answers a head it refuses with its own text, without
+//     x-lanes-error).
 //   - "std": net/http's server, httputil.ReverseProxy and net/http's
 //     transport ([Gateway.ServeHTTP], which a server of your own may also
 //     serve).
@@ -176,11 +181,14 @@
 // Errors of the gateway itself carry x-lanes-error with a code:
 //
 //	400 invalid_lane      a lane source held an invalid lane name
-//	400 bad_request_body  the request body broke its framing (a bad chunk);
-//	                      the connection is closed, the instance not blamed
+//	400 bad_request_body  the request body broke its framing (a bad chunk)
+//	                      or ended early; the connection is closed, the
+//	                      instance not blamed
 //	400 bad_request       the fast path refused the request head or target
 //	431 header_too_large  the fast path refused a head over 16 KiB
-//	413 body_too_large    the fast path refused a body over 64 MiB
+//	413 body_too_large    the fast path refused a body over 64 MiB, which
+//	                      only a request it hands to net/http (upgrade, TE
+//	                      header, absolute target) can have: others stream
 //	408 request_timeout   the fast path timed out reading the request
 //	404 no_route          no route matches the host and path
 //	503 no_instance       the routing engine found no instance (routing.Error)
@@ -215,14 +223,18 @@
 // OPTIONS, TRACE, PUT, DELETE, or any method with an Idempotency-Key or
 // X-Idempotency-Key header), the gateway picks another instance for the same
 // request lane and tries once more; otherwise, or when the retry fails too,
-// the client gets 502. A request whose client went away is not reported,
+// the client gets 502. A request body streams from the client (on the fast
+// path, a small one of known length is read whole first): a request with a
+// body moves on from a refused connection only while no attempt has read
+// any of its body, so that a body part of which went to one instance is
+// never sent, truncated, to another (replayable, one rule for both paths). A request whose client went away is not reported,
 // unless the instance had already taken longer than the response-header
 // timeout: that counts as a failure.
 //
 // # Request smuggling
 //
 // The upstream request is written anew, with one framing; a request whose
-// body breaks its framing gets 400 (bad_request_body on the net/http path),
+// body breaks its framing gets 400 bad_request_body,
 // and every chunked HTTP/1.1 request closes its connection after the answer
 // (RFC 9112 6.1 asks it of a request that carried Content-Length too, which
 // net/http does not tell the handler). docs/security.md has the table of

@@ -112,7 +112,10 @@ func TestUploadToDyingInstance(t *testing.T) {
 			c.(*net.TCPConn).SetLinger(0)
 			c.Close()
 		}
-		seen <- struct{}{}
+		select {
+		case seen <- struct{}{}:
+		default:
+		}
 	})
 	w.register(t, "orders", "one", serveBackend(t, dying), "")
 	w.register(t, "orders", "two", serveBackend(t, dying), "")
@@ -124,11 +127,15 @@ func TestUploadToDyingInstance(t *testing.T) {
 			t.Fatal(err)
 		}
 		req.ContentLength = length
+		stop, wrote := make(chan struct{}), make(chan struct{})
 		go func() {
-			pw.Write(bytes.Repeat([]byte("a"), uploadHead))
+			defer close(wrote)
+			if _, err := pw.Write(bytes.Repeat([]byte("a"), uploadHead)); err != nil {
+				return
+			}
 			select {
 			case <-seen:
-			case <-time.After(waitFor):
+			case <-stop:
 			}
 			pw.Write(bytes.Repeat([]byte("b"), uploadRest))
 			pw.Close()
@@ -142,6 +149,8 @@ func TestUploadToDyingInstance(t *testing.T) {
 			}
 		}
 		pr.CloseWithError(io.ErrClosedPipe) // ends the writer, whatever the client did
+		close(stop)
+		<-wrote
 		// Both instances count a request when it arrives; a retry, on
 		// either, would arrive before the gateway answered.
 		if n := hits.Load(); n != 1 {
