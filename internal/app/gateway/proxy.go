@@ -636,13 +636,19 @@ type keptBody struct {
 	eof  bool  // r was read to its end
 	err  error // the first error reading r, other than io.EOF
 	// size is, on the fast path, the body's Content-Length, or -1 for a
-	// chunked body.
+	// chunked body; got counts what was read of it. (net/http's body
+	// tells a body shorter than its Content-Length itself.)
 	size int
+	got  int
 }
 
 func (b *keptBody) Read(p []byte) (int, error) {
 	b.read = true
 	n, err := b.r.Read(p)
+	b.got += n
+	if err == io.EOF && b.got < b.size {
+		err = io.ErrUnexpectedEOF // the client closed before the end
+	}
 	switch {
 	case err == io.EOF:
 		b.eof = true

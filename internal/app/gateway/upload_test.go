@@ -271,3 +271,35 @@ func TestAdaptedBodyTooLarge(t *testing.T) {
 		t.Errorf("answer %d %q (close %v), want 413 %s and the connection closed", res.StatusCode, res.Header.Get("X-Lanes-Error"), res.Close, codeBodyTooLarge)
 	}
 }
+
+// TestTruncatedUpload: a client that ends its side of the connection before
+// the end of a streamed body of known length is at fault: 400
+// bad_request_body, and the instance, which got a broken request, is not
+// ejected for it.
+func TestTruncatedUpload(t *testing.T) {
+	w := newWorld(t, "outlier: {errors: 2, window: 1m, ejection: 10m}\n", Config{})
+	one := newBackend(t, "one", "")
+	w.register(t, "orders", one.id, one.addr, "")
+	for range 4 {
+		c, err := net.DialTimeout("tcp", w.addr, waitFor)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(waitFor))
+		fmt.Fprintf(c, "POST / HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s", 2*uploadHead, strings.Repeat("a", uploadHead))
+		c.(*net.TCPConn).CloseWrite()
+		res, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			c.Close()
+			t.Fatalf("a truncated body: %v, want 400", err)
+		}
+		res.Body.Close()
+		c.Close()
+		if res.StatusCode != http.StatusBadRequest || res.Header.Get(hError) != codeBadBody {
+			t.Fatalf("a truncated body: %d %q, want 400 %s", res.StatusCode, res.Header.Get(hError), codeBadBody)
+		}
+	}
+	if r := w.get(t, "/", nil); r.status != http.StatusOK {
+		t.Errorf("after truncated bodies: %d %s: the instance was ejected", r.status, r.body)
+	}
+}
