@@ -19,7 +19,9 @@
 //   - "fast" (the default): fasthttp's server parses the request, and the
 //     attempts go to the instance over the gateway's own keep-alive pools
 //     (one per instance address, on fasthttp's request writer and response
-//     parser; upstream.go), which read the answer straight into the
+//     parser; upstream.go; one sweeper goroutine, from Serve to Close,
+//     closes connections idle for 90 s and drops the pools of instances
+//     unused as long), which read the answer straight into the
 //     response that fasthttp writes. A lane request allocates nothing. 1xx
 //     answers (103 Early Hints) are passed on as they come; an answer body
 //     of unknown length, or larger than 1 MiB, streams, with its trailers. A

@@ -331,13 +331,15 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 		s.stop()
 		s.wg.Wait()
 	}
+	g.up.stopSweeper()
 	g.closeIdle()
 	return nil
 }
 
 // Close closes the servers that Serve started and their connections, which
 // cancels their requests, waits for every request in flight through the
-// gateway to end, and closes the idle upstream connections. Requests that
+// gateway to end, stops the sweeper of the fast path's upstream pools and
+// closes the idle upstream connections. Requests that
 // arrive later get 503. The engine is left open. Close a server of your own
 // that serves the gateway before calling Close.
 func (g *Gateway) Close() error {
@@ -358,6 +360,7 @@ func (g *Gateway) Close() error {
 		s.closeConns() // any hijacked since
 		s.wg.Wait()
 	}
+	g.up.stopSweeper()
 	g.closeIdle()
 	g.up.closeIdle(true)
 	return errors.Join(errs...)

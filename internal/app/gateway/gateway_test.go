@@ -13,6 +13,7 @@ import (
 	"net/textproto"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -697,4 +698,57 @@ func TestHungInstanceEjected(t *testing.T) {
 		expectServed(t, w.get(t, fmt.Sprintf("/%d", i), nil), good.id, "")
 	}
 	t.Logf("the hung instance was ejected %v after the first request", time.Since(start).Round(time.Millisecond))
+}
+
+// TestIdleUpstreamConnsClose: the gateway closes its idle connections to an
+// instance after the idle timeout, though no request comes again (the fast
+// path's sweeper, net/http's transport), and the fast path then drops the
+// instance's pool.
+func TestIdleUpstreamConnsClose(t *testing.T) {
+	const idle = 100 * time.Millisecond
+	w := newWorldWith(t, "", Config{}, func(g *Gateway) {
+		g.up.idleTimeout = idle
+		g.h1.(*http.Transport).IdleConnTimeout = idle
+	})
+	var opened, open atomic.Int64
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &backend{id: "one", addr: l.Addr().String()}
+	srv := &http.Server{Handler: b, ReadHeaderTimeout: 10 * time.Second,
+		ConnState: func(_ net.Conn, s http.ConnState) {
+			switch s {
+			case http.StateNew:
+				opened.Add(1)
+				open.Add(1)
+			case http.StateClosed, http.StateHijacked:
+				open.Add(-1)
+			}
+		}}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		srv.Serve(l)
+	}()
+	t.Cleanup(func() {
+		srv.Close()
+		<-done
+	})
+	w.register(t, "orders", b.id, b.addr, "")
+	for range 3 {
+		expectServed(t, w.get(t, "/", nil), b.id, "")
+	}
+	if opened.Load() == 0 {
+		t.Fatal("the backend saw no connection")
+	}
+	eventually(t, "the gateway to close its idle connections to the backend", func() bool { return open.Load() == 0 })
+	if testHTTP1 == HTTP1Fast {
+		eventually(t, "the fast path to drop the backend's pool", func() bool {
+			m := w.gw.up.m.Load()
+			return m != nil && (*m)[b.addr] == nil
+		})
+	}
+	// The instance serves again, on a new connection.
+	expectServed(t, w.get(t, "/", nil), b.id, "")
 }

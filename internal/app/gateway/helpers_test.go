@@ -164,6 +164,12 @@ type world struct {
 // "/" -> orders).
 func newWorld(t testing.TB, doc string, cfg Config) *world {
 	t.Helper()
+	return newWorldWith(t, doc, cfg, nil)
+}
+
+// newWorldWith is newWorld, with prep run on the gateway before it serves.
+func newWorldWith(t testing.TB, doc string, cfg Config, prep func(*Gateway)) *world {
+	t.Helper()
 	w := &world{reg: registry.NewMemory(), store: policy.NewMemory()}
 	t.Cleanup(func() { w.reg.Close() })
 	if doc != "" {
@@ -185,6 +191,9 @@ func newWorld(t testing.TB, doc string, cfg Config) *world {
 		t.Fatalf("New: %v", err)
 	}
 	w.gw = gw
+	if prep != nil {
+		prep(gw)
+	}
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

@@ -57,7 +57,10 @@ func (g *Gateway) serveFast(ln net.Listener) error {
 		ErrorHandler:       g.refuse,
 		Logger:             fastLogger{g.log},
 	}
-	if !g.register(ln, func() { g.fastSrv[s] = struct{}{} }) {
+	if !g.register(ln, func() {
+		g.fastSrv[s] = struct{}{}
+		g.up.startSweeper() // Close stops it
+	}) {
 		return http.ErrServerClosed
 	}
 

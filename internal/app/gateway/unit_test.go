@@ -394,3 +394,41 @@ func TestRefusal(t *testing.T) {
 		}
 	}
 }
+
+// TestPoolSweep: the sweeper keeps a pool whose connection is in use, closes
+// an idle connection past the timeout, and then drops the pool.
+func TestPoolSweep(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	u := newUpstreams(4)
+	addr := l.Addr().String()
+	p := u.pool(addr)
+	now := time.Now()
+	c, _, err := p.get(now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	later := now.Add(2 * u.idleTimeout)
+	u.sweep(later)
+	if (*u.m.Load())[addr] != p {
+		t.Fatal("the sweeper dropped a pool with a connection in use")
+	}
+	p.put(c, now)
+	u.sweep(now.Add(u.idleTimeout / 2))
+	if (*u.m.Load())[addr] != p || len(p.idle) != 1 {
+		t.Fatalf("the sweeper dropped a connection idle for half the timeout (idle %d)", len(p.idle))
+	}
+	u.sweep(later)
+	if _, err := c.c.Read(make([]byte, 1)); !errors.Is(err, net.ErrClosed) {
+		t.Errorf("after the idle timeout, reading the idle connection: %v, want net.ErrClosed", err)
+	}
+	if (*u.m.Load())[addr] != nil {
+		t.Error("the sweeper kept the pool of an unused instance")
+	}
+	if u.pool(addr) == p {
+		t.Error("the dropped pool came back")
+	}
+}

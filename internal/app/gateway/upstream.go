@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"io"
 	"net"
@@ -15,9 +16,12 @@ import (
 
 // The fast path's upstream side: a keep-alive pool of HTTP/1.1 connections
 // per instance address, on fasthttp's request writer and response parser.
-// It starts no goroutine (idle connections past their time are closed when
-// the pool is next used, and all of them at Close), bounds the wait for the
-// response headers (the response-header timeout) but not the body, hands
+// One sweeper goroutine, which Serve starts and Close stops, closes the
+// connections idle past the idle timeout, as net/http's transport does, and
+// drops the pools that have had neither a request nor an idle connection
+// for as long (those of instances that left); a pool starts no goroutine of
+// its own. The pool bounds the wait for the response headers (the
+// response-header timeout) but not the body, hands
 // 1xx answers to the client as they come, and streams a body that is large
 // or of unknown length.
 //
@@ -32,7 +36,8 @@ import (
 
 const (
 	// idleConnTimeout is how long an idle upstream connection is kept, as
-	// the net/http path's transport keeps it.
+	// the net/http path's transport keeps it (IdleConnTimeout), and how
+	// long a pool without requests or idle connections is.
 	idleConnTimeout = 90 * time.Second
 	// maxBufferedBody is the largest response body of known length read
 	// whole before it is written; larger ones, and chunked ones, stream.
@@ -44,15 +49,90 @@ const (
 
 // upstreams are the pools of a gateway, by instance address; copy on write.
 type upstreams struct {
-	m      atomic.Pointer[map[string]*upPool]
-	mu     sync.Mutex
-	idle   int // idle connections kept per pool
-	dialer *net.Dialer
-	closed bool
+	m           atomic.Pointer[map[string]*upPool]
+	mu          sync.Mutex
+	idle        int           // idle connections kept per pool
+	idleTimeout time.Duration // idleConnTimeout, but in tests
+	dialer      *net.Dialer
+	closed      bool
+	// The sweeper (sweep), while it runs: stop cancels it, done closes
+	// when it has returned.
+	stop context.CancelFunc
+	done chan struct{}
 }
 
 func newUpstreams(idle int) *upstreams {
-	return &upstreams{idle: idle, dialer: &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}}
+	return &upstreams{idle: idle, idleTimeout: idleConnTimeout,
+		dialer: &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}}
+}
+
+// startSweeper starts the sweeper unless it runs or the pools are closed.
+// It sweeps every tenth of the idle timeout, so that an idle connection is
+// closed within a tenth more than the timeout.
+func (u *upstreams) startSweeper() {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.stop != nil || u.closed {
+		return
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	u.stop, u.done = stop, make(chan struct{})
+	every := max(u.idleTimeout/10, time.Millisecond)
+	go func(done chan struct{}) {
+		defer close(done)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case now := <-t.C:
+				u.sweep(now)
+			}
+		}
+	}(u.done)
+}
+
+// stopSweeper stops the sweeper and waits for it to return.
+func (u *upstreams) stopSweeper() {
+	u.mu.Lock()
+	stop, done := u.stop, u.done
+	u.stop, u.done = nil, nil
+	u.mu.Unlock()
+	if stop != nil {
+		stop()
+		<-done
+	}
+}
+
+// sweep closes the connections idle since before now less the idle
+// timeout, and drops the pools that have had no request since then and
+// keep no connection.
+func (u *upstreams) sweep(now time.Time) {
+	m := u.m.Load()
+	if m == nil {
+		return
+	}
+	var gone []string
+	for addr, p := range *m {
+		if p.sweep(now, u.idleTimeout) {
+			gone = append(gone, addr)
+		}
+	}
+	if len(gone) == 0 {
+		return
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	old := *u.m.Load()
+	next := make(map[string]*upPool, len(old))
+	for k, v := range old {
+		next[k] = v
+	}
+	for _, addr := range gone {
+		delete(next, addr)
+	}
+	u.m.Store(&next)
 }
 
 // pool returns the pool of the instance at addr.
@@ -76,7 +156,7 @@ func (u *upstreams) pool(addr string) *upPool {
 			m[k] = v
 		}
 	}
-	p := &upPool{addr: addr, u: u, closed: u.closed}
+	p := &upPool{addr: addr, u: u, closed: u.closed, last: time.Now()}
 	m[addr] = p
 	u.m.Store(&m)
 	return p
@@ -107,6 +187,8 @@ type upPool struct {
 	u      *upstreams
 	mu     sync.Mutex
 	idle   []*upConn // most recently used last
+	out    int       // connections in use
+	last   time.Time // the last get or put
 	closed bool
 }
 
@@ -158,19 +240,25 @@ func (e *unsentError) Unwrap() error { return e.err }
 // get returns an idle connection, or a new one (reused false).
 func (p *upPool) get(now time.Time) (c *upConn, reused bool, err error) {
 	p.mu.Lock()
+	p.last = now
 	for len(p.idle) > 0 {
 		c = p.idle[len(p.idle)-1]
 		p.idle[len(p.idle)-1] = nil
 		p.idle = p.idle[:len(p.idle)-1]
-		if now.Sub(c.used) < idleConnTimeout {
+		if now.Sub(c.used) < p.u.idleTimeout {
+			p.out++
 			p.mu.Unlock()
 			return c, true, nil
 		}
 		c.close()
 	}
+	p.out++
 	p.mu.Unlock()
 	nc, err := p.u.dialer.Dial("tcp", p.addr)
 	if err != nil {
+		p.mu.Lock()
+		p.out--
+		p.mu.Unlock()
 		return nil, false, &unsentError{err}
 	}
 	return &upConn{c: nc, br: bufio.NewReaderSize(nc, upBufSize), bw: bufio.NewWriterSize(nc, upBufSize)}, false, nil
@@ -180,6 +268,8 @@ func (p *upPool) get(now time.Time) (c *upConn, reused bool, err error) {
 func (p *upPool) put(c *upConn, now time.Time) {
 	c.used = now
 	p.mu.Lock()
+	p.last = now
+	p.out--
 	if p.closed || len(p.idle) >= p.u.idle {
 		p.mu.Unlock()
 		c.close()
@@ -187,6 +277,38 @@ func (p *upPool) put(c *upConn, now time.Time) {
 	}
 	p.idle = append(p.idle, c)
 	p.mu.Unlock()
+}
+
+// discard closes c, a connection of p in use that does not come back.
+func (p *upPool) discard(c *upConn) {
+	p.mu.Lock()
+	p.out--
+	p.mu.Unlock()
+	c.close()
+}
+
+// sweep closes the connections idle since before now less timeout and
+// reports whether the pool is done with: no connection kept or in use, and
+// no request since then. A pool done with is closed (a connection that comes back to
+// it is closed) and is the caller's to drop.
+func (p *upPool) sweep(now time.Time, timeout time.Duration) (done bool) {
+	p.mu.Lock()
+	n := 0 // the expired ones, the least recently used, come first
+	for n < len(p.idle) && now.Sub(p.idle[n].used) >= timeout {
+		n++
+	}
+	expired := p.idle[:n:n]
+	if n > 0 {
+		p.idle = append(make([]*upConn, 0, cap(p.idle)), p.idle[n:]...)
+	}
+	if len(p.idle) == 0 && p.out == 0 && now.Sub(p.last) >= timeout {
+		p.closed, done = true, true
+	}
+	p.mu.Unlock()
+	for _, c := range expired {
+		c.close()
+	}
+	return done
 }
 
 func (p *upPool) closeIdle(final bool) {
@@ -226,7 +348,7 @@ func (p *upPool) do(req *fasthttp.Request, resp *fasthttp.Response, headerTimeou
 		if err == nil {
 			return nil, false
 		}
-		c.close()
+		p.discard(c)
 		if retry && reused && try == 0 && body.rewind(req) {
 			resp.Reset()
 			continue
@@ -238,7 +360,7 @@ func (p *upPool) do(req *fasthttp.Request, resp *fasthttp.Response, headerTimeou
 	}
 }
 
-// roundTrip is one exchange on c; on an error c is the caller's to close.
+// roundTrip is one exchange on c; on an error c is the caller's to discard.
 // retry reports an error of a connection that gave no byte of answer.
 // now is when the exchange started (the deadline for the answer's headers
 // counts from it, and the connection counts as idle from it when it comes
@@ -304,7 +426,7 @@ func (p *upPool) roundTrip(c *upConn, req *fasthttp.Request, resp *fasthttp.Resp
 // closes it.
 func (p *upPool) done(c *upConn, req *fasthttp.Request, resp *fasthttp.Response, now time.Time) {
 	if req.Header.ConnectionClose() || resp.Header.ConnectionClose() {
-		c.close()
+		p.discard(c)
 		return
 	}
 	p.put(c, now)
@@ -354,7 +476,7 @@ func (b *upBody) Close() error {
 	if b.eof && b.reuse {
 		b.p.put(b.c, time.Now())
 	} else {
-		b.c.close()
+		b.p.discard(b.c)
 	}
 	return nil
 }
