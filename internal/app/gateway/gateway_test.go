@@ -726,15 +726,7 @@ func TestIdleUpstreamConnsClose(t *testing.T) {
 				open.Add(-1)
 			}
 		}}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		srv.Serve(l)
-	}()
-	t.Cleanup(func() {
-		srv.Close()
-		<-done
-	})
+	serveServer(t, l, srv)
 	w.register(t, "orders", b.id, b.addr, "")
 	for range 3 {
 		expectServed(t, w.get(t, "/", nil), b.id, "")

@@ -417,7 +417,11 @@ func serveBackend(tb testing.TB, h http.Handler) string {
 
 // serveOn serves h on l until the test ends.
 func serveOn(tb testing.TB, l net.Listener, h http.Handler) {
-	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	serveServer(tb, l, &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second})
+}
+
+// serveServer serves srv on l until the test ends.
+func serveServer(tb testing.TB, l net.Listener, srv *http.Server) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
