@@ -322,11 +322,12 @@ func (f *fastPath) serve(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	defer func() {
-		if st.body.r != nil && !st.body.eof {
+		if st.body != nil && !st.body.eof {
 			// A body that streams and was not read through (the
 			// instance failed, or answered, before its end): the rest
 			// is not waited for.
 			closeAfter = true
+			lingerClose(ctx)
 		}
 	}()
 	resp := &ctx.Response
@@ -356,7 +357,7 @@ func (f *fastPath) serve(ctx *fasthttp.RequestCtx) {
 	if !req.Header.IsHTTP11() {
 		req.Header.SetProtocol("HTTP/1.1")
 	}
-	delHop(&req.Header, st.body.r != nil && st.body.size == -1)
+	delHop(&req.Header, st.body != nil && st.body.size == -1)
 	fs.out.h = &req.Header
 	g.stripFast(&req.Header)
 	g.forward(&fs.out, &fs.in, st, false)
@@ -468,7 +469,7 @@ func (s *fastSend) send(pick routing.Result) (routedcall.Attempt, bool) {
 		return attempt(s.st, 0, "", s.err, false), false
 	}
 	var unsent bool
-	s.err, unsent = s.g.up.pool(pick.Instance.Addr).do(s.req, s.resp, s.g.headerTimeout, s.ctx, &s.st.body)
+	s.err, unsent = s.g.up.pool(pick.Instance.Addr).do(s.req, s.resp, s.g.headerTimeout, s.ctx, s.st.body)
 	if s.err != nil {
 		return attempt(s.st, 0, "", s.err, unsent), false
 	}
@@ -476,7 +477,7 @@ func (s *fastSend) send(pick routing.Result) (routedcall.Attempt, bool) {
 }
 
 func (s *fastSend) replayable(o routedcall.Outcome) bool {
-	return replayable(o, s.bodyless, &s.st.body)
+	return replayable(o, s.bodyless, s.st.body)
 }
 
 // errBodyGone is an attempt of a request whose streamed body an earlier
@@ -493,7 +494,7 @@ const bufferedRequestBody = 16 << 10
 // reports whether there is none: a body of known length up to
 // bufferedRequestBody is read whole, into st (the server has read its first
 // part with the head); a larger one, or a chunked one, goes on the request
-// as a stream, through st.body, which the attempt copies upstream as the
+// as a stream, through st.body (held in st), which the attempt copies upstream as the
 // client sends it (keeping its framing: Content-Length, or chunks and their
 // trailers). When a small body does not arrive whole, it answers as the
 // server answers a body it cannot read (Gateway.refuse) and returns ok
@@ -522,17 +523,18 @@ func (f *fastPath) takeBody(ctx *fasthttp.RequestCtx, st *reqState) (bodyless, o
 		}
 		req.SetBodyRaw(b)
 	default:
-		st.body = keptBody{r: stream, size: n}
-		req.SetBodyStream(&st.body, n)
+		st.fastBody = keptBody{r: stream, size: n}
+		st.body = &st.fastBody
+		req.SetBodyStream(st.body, n)
 	}
 	return false, true
 }
 
 // rewind puts a body that streams back on req for an attempt (writing the
 // request takes it off), unless an attempt read some of it; a body that
-// does not stream needs nothing.
+// does not stream (b nil) needs nothing.
 func (b *keptBody) rewind(req *fasthttp.Request) bool {
-	if b.r == nil {
+	if b == nil {
 		return true
 	}
 	if b.read {
@@ -561,7 +563,7 @@ func (f *fastPath) adaptBody(ctx *fasthttp.RequestCtx) bool {
 		}
 	}
 	if err != nil {
-		ctx.SetConnectionClose()
+		lingerClose(ctx)
 		f.g.refuse(ctx, err)
 		return false
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -213,6 +214,9 @@ type prefixConn struct {
 	buf    [len(h2Preface)]byte
 	s      *fastServer // untracks the connection when closed
 	armed  time.Time   // the read deadline set, on fasthttp's connections
+	// linger has Close end the connection as net/http's server ends one
+	// whose request body it did not read through (see lingerClose).
+	linger bool
 }
 
 // SetReadDeadline sets the read deadline, but on fasthttp's connections keeps
@@ -240,10 +244,36 @@ func (c *prefixConn) SetDeadline(t time.Time) error {
 }
 
 func (c *prefixConn) Close() error {
+	if c.linger {
+		c.linger = false
+		if tc, ok := c.Conn.(*net.TCPConn); ok {
+			// Still tracked: the gateway's Close ends the wait.
+			tc.CloseWrite()
+			tc.SetReadDeadline(time.Now().Add(lingerTimeout))
+			io.Copy(io.Discard, tc)
+		}
+	}
 	if c.s != nil {
 		c.s.untrack(c.Conn)
 	}
 	return c.Conn.Close()
+}
+
+// lingerTimeout bounds how long a connection closed with its request body
+// unread waits for the client to stop sending (as net/http's server waits
+// 500ms).
+const lingerTimeout = 500 * time.Millisecond
+
+// lingerClose closes the connection of ctx after the answer, which is sent
+// before all of the request's body was read (the instance answered early,
+// or failed): it closes its side first and reads what the client still
+// sends, for up to lingerTimeout or until the client closes, so that the
+// connection does not reset under the answer before the client reads it.
+func lingerClose(ctx *fasthttp.RequestCtx) {
+	ctx.SetConnectionClose()
+	if pc, ok := ctx.Conn().(*prefixConn); ok && pc.s != nil {
+		pc.linger = true
+	}
 }
 
 func (c *prefixConn) Read(p []byte) (int, error) {

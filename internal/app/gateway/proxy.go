@@ -66,8 +66,12 @@ type reqState struct {
 	call routedcall.Call
 	// picked is set once the call has an instance.
 	picked bool
-	// body lends the request body to the attempts (see keptBody).
-	body keptBody
+	// body lends the request body to the attempts (see keptBody); nil
+	// when none streams. On the net/http path it is the request's own (the
+	// transport may read it after the handler returned, when an instance
+	// answered before it read the body); on the fast path it is fastBody.
+	body     *keptBody
+	fastBody keptBody
 	// buf is scratch space for header values (see forward).
 	buf []byte
 	// bodyBuf holds a small request body on the fast path (see
@@ -401,7 +405,7 @@ func (g *Gateway) callFailed(out responder, st *reqState, err error, clientGone 
 		g.fail(out, st.grpc, http.StatusInternalServerError, "internal", "lanes: "+err.Error())
 		return
 	}
-	if st.body.err != nil {
+	if st.body.failed() != nil {
 		// The client's body broke its framing (a bad chunk, say): the
 		// client's fault, and its connection cannot be read further.
 		g.m.errors(codeBadBody)
@@ -521,8 +525,8 @@ func (u *upstream) RoundTrip(req *http.Request) (res *http.Response, rerr error)
 	// The first attempt sends req itself, which the proxy made for it.
 	bodyless := req.Body == nil || req.Body == http.NoBody
 	if !bodyless {
-		st.body = keptBody{r: req.Body}
-		req.Body = &st.body
+		st.body = &keptBody{r: req.Body}
+		req.Body = st.body
 	}
 	s := &st.std
 	*s = stdSend{g: g, st: st, rt: rt, req: req, traced: span != nil, bodyless: bodyless}
@@ -567,7 +571,7 @@ func (s *stdSend) send(pick routing.Result) (routedcall.Attempt, bool) {
 }
 
 func (s *stdSend) replayable(o routedcall.Outcome) bool {
-	return replayable(o, s.bodyless, &s.st.body)
+	return replayable(o, s.bodyless, s.st.body)
 }
 
 // replayable is the rule, on both paths, for sending a request again after
@@ -579,7 +583,7 @@ func (s *stdSend) replayable(o routedcall.Outcome) bool {
 // with the rest. A body held whole in memory (the fast path's small ones)
 // is never read from the client by an attempt, and can be sent again.
 func replayable(o routedcall.Outcome, bodyless bool, b *keptBody) bool {
-	return bodyless || o == routedcall.Unreachable && !b.read
+	return bodyless || o == routedcall.Unreachable && (b == nil || !b.read)
 }
 
 func (s *stdSend) drop() {
@@ -612,7 +616,7 @@ func attempt(st *reqState, status int, code string, err error, unsent bool) rout
 	if err != nil {
 		// A request body that failed to read is the client's failure, not
 		// the instance's: it counts as the caller gone.
-		return routedcall.Attempt{Err: err, Unsent: unsent, CallerGone: st.call.CallerGone() || st.body.err != nil}
+		return routedcall.Attempt{Err: err, Unsent: unsent, CallerGone: st.call.CallerGone() || st.body.failed() != nil}
 	}
 	return routedcall.Attempt{
 		Status:      status,
@@ -659,6 +663,14 @@ func (b *keptBody) Read(p []byte) (int, error) {
 }
 
 func (b *keptBody) Close() error { return nil }
+
+// failed is the error reading the body broke on, if any; b may be nil.
+func (b *keptBody) failed() error {
+	if b == nil {
+		return nil
+	}
+	return b.err
+}
 
 func closeBody(req *http.Request) {
 	if req.Body != nil && req.Body != http.NoBody {

@@ -303,3 +303,27 @@ func TestTruncatedUpload(t *testing.T) {
 		t.Errorf("after truncated bodies: %d %s: the instance was ejected", r.status, r.body)
 	}
 }
+
+// TestEarlyAnswerToUpload: an instance that answers a large upload before it
+// reads it (401, say) and closes the connection has its answer reach the
+// client, as net/http's transport and server pass it on: the gateway takes
+// the answer although writing the body failed, and closes the client's
+// connection without resetting it under the answer.
+func TestEarlyAnswerToUpload(t *testing.T) {
+	w := newWorld(t, "", Config{})
+	addr := serveBackend(t, http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		http.Error(rw, "no", http.StatusUnauthorized)
+	}))
+	w.register(t, "orders", "up", addr, "")
+	body := make([]byte, 8<<20) // more than the instance's server discards before it closes
+	for range 3 {
+		req, err := http.NewRequest(http.MethodPost, w.url+"/", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := doReq(t, w.client, req)
+		if r.status != http.StatusUnauthorized || r.body != "no\n" {
+			t.Fatalf("%d %q, want the instance's 401", r.status, r.body)
+		}
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"net/http/httputil"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -344,7 +345,7 @@ func (p *upPool) do(req *fasthttp.Request, resp *fasthttp.Response, headerTimeou
 		if err != nil {
 			return err, true
 		}
-		retry, err := p.roundTrip(c, req, resp, now, headerTimeout, ctx)
+		retry, err := p.roundTrip(c, req, resp, now, headerTimeout, ctx, body)
 		if err == nil {
 			return nil, false
 		}
@@ -365,12 +366,26 @@ func (p *upPool) do(req *fasthttp.Request, resp *fasthttp.Response, headerTimeou
 // now is when the exchange started (the deadline for the answer's headers
 // counts from it, and the connection counts as idle from it when it comes
 // back: sooner than it is).
-func (p *upPool) roundTrip(c *upConn, req *fasthttp.Request, resp *fasthttp.Response, now time.Time, headerTimeout time.Duration, ctx *fasthttp.RequestCtx) (retry bool, err error) {
-	if err := req.Write(c.bw); err != nil {
-		return true, err
+func (p *upPool) roundTrip(c *upConn, req *fasthttp.Request, resp *fasthttp.Response, now time.Time, headerTimeout time.Duration, ctx *fasthttp.RequestCtx, body *keptBody) (retry bool, err error) {
+	werr := req.Write(c.bw)
+	if werr == nil {
+		werr = c.bw.Flush()
 	}
-	if err := c.bw.Flush(); err != nil {
-		return true, err
+	if werr != nil {
+		if body.failed() != nil || !peerClosed(werr) || req.Header.ConnectionClose() {
+			return true, werr
+		}
+		// The instance closed its side before it took the whole request:
+		// it may have answered first (a 401 or 413 to a large upload,
+		// say), and that answer stands, as net/http's transport takes it.
+		// The connection is not used again.
+		req.Header.SetConnectionClose()
+		defer func() {
+			if err != nil {
+				req.Header.ResetConnectionClose()
+				retry, err = true, werr
+			}
+		}()
 	}
 	if headerTimeout > 0 {
 		c.headerDeadline(now, headerTimeout)
@@ -420,6 +435,12 @@ func (p *upPool) roundTrip(c *upConn, req *fasthttp.Request, resp *fasthttp.Resp
 	c.noDeadline()
 	resp.SetBodyStream(newUpBody(p, c, req, resp, n), n)
 	return false, nil
+}
+
+// peerClosed reports whether err, writing to an instance, says that it
+// closed the connection (or reset it).
+func peerClosed(err error) bool {
+	return errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET)
 }
 
 // done returns c to the pool after a whole exchange, unless either side
