@@ -78,11 +78,7 @@ func TestTrailers(t *testing.T) {
 // whole, and a large body of known length too.
 func TestStreamingRequestBody(t *testing.T) {
 	w := newWorld(t, "", Config{})
-	addr := serveBackend(t, http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
-		n, _ := io.Copy(io.Discard, r.Body)
-		fmt.Fprintf(rw, "%d", n)
-	}))
-	w.register(t, "orders", "up", addr, "")
+	w.register(t, "orders", "up", byteCounter(t), "")
 	for _, c := range []struct {
 		name  string
 		body  io.Reader

@@ -174,12 +174,8 @@ func TestUploadMovesOnWhenRefused(t *testing.T) {
 	}
 	dead := l.Addr().String()
 	l.Close()
-	addr := serveBackend(t, http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
-		n, _ := io.Copy(io.Discard, r.Body)
-		fmt.Fprintf(rw, "%d", n)
-	}))
 	w.register(t, "orders", "dead", dead, "")
-	w.register(t, "orders", "good", addr, "")
+	w.register(t, "orders", "good", byteCounter(t), "")
 	body := strings.Repeat("x", 100<<10)
 	for _, chunked := range []bool{false, true, false, true} {
 		req, err := http.NewRequest(http.MethodPost, w.url+"/", strings.NewReader(body))
@@ -200,11 +196,7 @@ func TestUploadMovesOnWhenRefused(t *testing.T) {
 // before it sends a large body, which then streams to the instance.
 func TestExpectContinueStreams(t *testing.T) {
 	w := newWorld(t, "", Config{})
-	addr := serveBackend(t, http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
-		n, _ := io.Copy(io.Discard, r.Body)
-		fmt.Fprintf(rw, "got %d", n)
-	}))
-	w.register(t, "orders", "up", addr, "")
+	w.register(t, "orders", "up", byteCounter(t), "")
 	const size = 200 << 10
 	for _, chunked := range []bool{false, true} {
 		c, err := net.DialTimeout("tcp", w.addr, waitFor)
@@ -238,7 +230,7 @@ func TestExpectContinueStreams(t *testing.T) {
 		}
 		b, _ := io.ReadAll(res.Body)
 		c.Close()
-		if want := fmt.Sprintf("got %d", size); res.StatusCode != 200 || string(b) != want {
+		if want := fmt.Sprint(size); res.StatusCode != 200 || string(b) != want {
 			t.Errorf("chunked %v: answer %d %q, want 200 %q", chunked, res.StatusCode, b, want)
 		}
 	}
@@ -326,4 +318,13 @@ func TestEarlyAnswerToUpload(t *testing.T) {
 			t.Fatalf("%d %q, want the instance's 401", r.status, r.body)
 		}
 	}
+}
+
+// byteCounter is a backend that answers with the length of the request body
+// it read.
+func byteCounter(t testing.TB) string {
+	return serveBackend(t, http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		n, _ := io.Copy(io.Discard, r.Body)
+		fmt.Fprintf(rw, "%d", n)
+	}))
 }
