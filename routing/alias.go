@@ -9,10 +9,15 @@ type alias struct {
 	other []uint32 // the column's alias
 }
 
-func newAlias(weights []int) *alias {
+// makeAlias makes the table of weights in cols, which holds the 2n columns
+// (prob and other, in one allocation; made here when nil) and is the
+// table's from then on.
+func makeAlias(weights []int, cols []uint32) alias {
 	n := len(weights)
-	cols := make([]uint32, 2*n) // prob and other, in one allocation
-	a := &alias{prob: cols[:n:n], other: cols[n:]}
+	if cols == nil {
+		cols = make([]uint32, 2*n)
+	}
+	a := alias{prob: cols[:n:n], other: cols[n : 2*n : 2*n]}
 	var sum float64
 	for _, w := range weights {
 		sum += float64(w)

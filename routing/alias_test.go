@@ -23,7 +23,7 @@ func TestAliasShares(t *testing.T) {
 
 func checkAlias(t *testing.T, ws []int) {
 	t.Helper()
-	a := newAlias(ws)
+	a := makeAlias(ws, nil)
 	n := float64(len(ws))
 	sum := 0.0
 	for _, w := range ws {

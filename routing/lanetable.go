@@ -30,8 +30,15 @@ type laneSlot struct {
 // seed (it keeps the last table if none does better).
 const maxProbe = 8
 
+// noLanes is the table of a snapshot without lane routes, shared, as
+// tables are only read.
+var noLanes [4]laneSlot
+
 // newLaneTable makes the table of routes.
 func newLaneTable(routes map[string]*route) laneTable {
+	if len(routes) == 0 {
+		return laneTable{slots: noLanes[:], mask: uint64(len(noLanes) - 1)}
+	}
 	size := 4
 	for size < 2*len(routes) {
 		size *= 2

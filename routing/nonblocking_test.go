@@ -72,7 +72,7 @@ func TestPickDoesNotWaitForRebuild(t *testing.T) {
 	}
 	s.mu.Unlock()
 	waitUntil(t, "the snapshot with b1's probe in flight", func() bool {
-		m := s.snap.Load().byID["b1"]
+		m := s.snap.Load().member("b1")
 		return m != nil && m.state == stateProbing
 	})
 	r.Report(true)

@@ -25,8 +25,11 @@ type Service struct {
 	name string
 	snap atomic.Pointer[snapshot]
 
-	mu      sync.Mutex // serialises rebuilds; guards insts, det and changed
-	insts   []registry.Instance
+	mu sync.Mutex // serialises rebuilds; guards insts, det and changed
+	// insts are the instances, in id order. Each is immutable once here:
+	// snapshots point at them, and a change replaces the pointer, so that a
+	// publication copies pointers, not instances.
+	insts   []*registry.Instance
 	det     detector
 	pending atomic.Bool // a rebuild asked by a pick has not started yet
 
@@ -101,17 +104,20 @@ func (s *Service) current() *snapshot {
 
 // setInstances replaces the instances with a copy of insts.
 func (s *Service) setInstances(insts []registry.Instance) {
-	own := make([]registry.Instance, len(insts))
+	own := make([]registry.Instance, len(insts)) // one allocation for every instance
+	ptrs := make([]*registry.Instance, len(insts))
 	for i, in := range insts {
 		own[i] = in.Clone()
+		ptrs[i] = &own[i]
 	}
-	s.replace(own)
+	s.replace(ptrs)
 }
 
-// replace makes insts, which the caller no longer uses, the instances, in id
-// order (once: the groups of every snapshot keep this order).
-func (s *Service) replace(insts []registry.Instance) {
-	insts = byID(insts)
+// replace makes insts, which the caller no longer changes, the instances, in
+// id order (once: the groups of every snapshot keep this order). The
+// instances they point at must never change.
+func (s *Service) replace(insts []*registry.Instance) {
+	byID(insts)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.insts = insts
@@ -120,23 +126,12 @@ func (s *Service) replace(insts []registry.Instance) {
 	s.changed = make(chan struct{})
 }
 
-// byID returns insts in id order. It sorts positions rather than the
-// instances, which are large to move.
-func byID(insts []registry.Instance) []registry.Instance {
-	cmp := func(a, b registry.Instance) int { return strings.Compare(a.ID, b.ID) }
-	if slices.IsSortedFunc(insts, cmp) {
-		return insts
+// byID puts insts in id order.
+func byID(insts []*registry.Instance) {
+	cmp := func(a, b *registry.Instance) int { return strings.Compare(a.ID, b.ID) }
+	if !slices.IsSortedFunc(insts, cmp) {
+		slices.SortFunc(insts, cmp)
 	}
-	idx := make([]int32, len(insts))
-	for i := range idx {
-		idx[i] = int32(i)
-	}
-	slices.SortFunc(idx, func(a, b int32) int { return strings.Compare(insts[a].ID, insts[b].ID) })
-	out := make([]registry.Instance, len(insts))
-	for i, j := range idx {
-		out[i] = insts[j]
-	}
-	return out
 }
 
 // Changed returns a channel that is closed at the next change of the
@@ -209,7 +204,7 @@ func (s *Service) Pick(req Request) (res Result, err error) {
 		}
 	}
 	var m *member
-	if g.alias == nil {
+	if g.alias.prob == nil {
 		m = g.pickRoundRobin()
 	} else {
 		m = g.pickReady()
@@ -341,7 +336,7 @@ func (s *Service) report(h *health, ok bool) {
 // ReportID feeds the outcome of a call to the instance with the given id to
 // outlier detection, as Result.Report does. Unknown ids are ignored.
 func (s *Service) ReportID(id string, ok bool) {
-	if m := s.snap.Load().byID[id]; m != nil {
+	if m := s.snap.Load().member(id); m != nil {
 		s.report(m.health, ok)
 	}
 }

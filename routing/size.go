@@ -10,7 +10,7 @@ func (s *Service) LaneSize(lane string) (ready, members int) {
 	if sn == nil {
 		return 0, 0
 	}
-	g := sn.groups[lane]
+	g := sn.group(lane)
 	if g == nil {
 		return 0, 0
 	}

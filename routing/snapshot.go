@@ -3,6 +3,8 @@ package routing
 import (
 	"math/bits"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"sync/atomic"
 
 	"github.com/lanesdev/lanes/lane"
@@ -33,7 +35,7 @@ type group struct {
 	// member; nil unless the policy turns on locality.host.
 	hosts *subgroups
 	zones *subgroups
-	alias *alias // nil when the ready weights are uniform
+	alias alias  // no columns (prob nil) when the ready weights are uniform
 	mod   uint64 // 2^64 / len(ready), rounded up: the fastmod of pickReady
 
 	_    [64]byte // next, written by every pick, on a cache line of its own
@@ -63,13 +65,13 @@ func (g *group) empty() bool { return g == nil || len(g.ready) == 0 && len(g.hal
 // pickReady chooses among g.ready by weight: a counter step, then either a
 // round-robin index or an alias-table lookup. It is O(1) in the group size.
 func (g *group) pickReady() *member {
-	if g.alias != nil {
+	if g.alias.prob != nil {
 		return g.ready[g.alias.pick(g.next.Add(1))]
 	}
 	return g.pickRoundRobin()
 }
 
-// pickRoundRobin is pickReady for uniform weights (g.alias is nil): the
+// pickRoundRobin is pickReady for uniform weights (no g.alias): the
 // counter step, then i mod len(ready) by Lemire's fastmod on the counter's
 // low 32 bits, two multiplications instead of a division. It inlines.
 func (g *group) pickRoundRobin() *member {
@@ -127,9 +129,10 @@ type canarySplit struct {
 // published through Service.snap.
 type snapshot struct {
 	service  string
-	byID     map[string]*member
-	groups   map[string]*group // by effective lane; "" is the baseline
-	routes   map[string]*route // lane requests, by request lane
+	members  []member          // in id order, for member
+	groups   []*group          // one per effective lane ("" is the baseline), for group
+	byLane   map[string]*group // the groups by lane, when there are many; nil for a few
+	routes   map[string]*route // lane requests, by request lane; nil when none
 	lanes    laneTable         // routes, for the lookup of a pick
 	unknown  route             // a lane request whose lane is nowhere in the snapshot or the policy
 	baseline route             // a baseline request
@@ -137,6 +140,28 @@ type snapshot struct {
 	canaries []canarySplit
 	due      int64 // when a time-driven change is due (ns): a health transition or a lane expiry; 0 for never
 	outlier  policy.Outlier
+}
+
+// group returns the group of effective lane l, or nil.
+func (s *snapshot) group(l string) *group {
+	if s.byLane != nil {
+		return s.byLane[l]
+	}
+	for _, g := range s.groups {
+		if g.lane == l {
+			return g
+		}
+	}
+	return nil
+}
+
+// member returns the member of instance id, or nil.
+func (s *snapshot) member(id string) *member {
+	i, ok := slices.BinarySearchFunc(s.members, id, func(m member, id string) int { return strings.Compare(m.inst.ID, id) })
+	if !ok {
+		return nil
+	}
+	return &s.members[i]
 }
 
 // route finds the precomputed route of req, and the lane the request
@@ -189,20 +214,24 @@ const buckets = 10000
 // build makes a snapshot of svc's instances under cp at time now. insts are
 // in id order. It advances the health of every instance and so must run with
 // the service's mutex held.
-func build(svc string, insts []registry.Instance, det *detector, cp *compiled, now int64) *snapshot {
+//
+// A thousand engines that watch a small service each rebuild its snapshot
+// at every change, so the build counts its allocations: the members in one,
+// the lanes of a few found without a map, no route map or lane table
+// without lanes, the alias columns of a group's sub-groups in one.
+func build(svc string, insts []*registry.Instance, det *detector, cp *compiled, now int64) *snapshot {
 	s := &snapshot{
 		service: svc,
-		byID:    make(map[string]*member, len(insts)),
-		groups:  map[string]*group{},
-		routes:  map[string]*route{},
 		outlier: cp.outlier,
 	}
 	pool := make([]member, 0, len(insts)) // one allocation for every member
-	perLane := map[string]int{}
+	var laneBuf [8]string
+	var countBuf [8]int
+	lanes := keySlots{keys: laneBuf[:0]}
+	perLane := countBuf[:0]
 	det.begin()
 	defer det.end()
-	for i := range insts {
-		in := &insts[i]
+	for _, in := range insts {
 		w := in.EffectiveWeight()
 		if w == 0 {
 			det.keep(in.ID)
@@ -223,25 +252,43 @@ func build(svc string, insts []registry.Instance, det *detector, cp *compiled, n
 			s.due = due
 		}
 		pool = append(pool, member{inst: in, lane: lane, weight: w, health: h, state: st})
-		s.byID[in.ID] = &pool[len(pool)-1]
-		perLane[lane]++
+		var i int
+		if lanes, i = lanes.slot(lane); i < len(perLane) {
+			perLane[i]++
+		} else {
+			perLane = append(perLane, 1)
+		}
 	}
+	s.members = pool
 	// The members of each lane, in id order, in one allocation.
-	lanes := make(map[string][]*member, len(perLane))
+	var msBuf [8][]*member
+	ms := msBuf[:0]
 	all := make([]*member, len(pool))
-	for l, n := range perLane {
-		lanes[l], all = all[:0:n], all[n:]
+	for _, n := range perLane {
+		ms, all = append(ms, all[:0:n]), all[n:]
 	}
 	for i := range pool {
 		m := &pool[i]
-		lanes[m.lane] = append(lanes[m.lane], m)
+		_, l := lanes.slot(m.lane)
+		ms[l] = append(ms[l], m)
 	}
 	byHost := cp.policy.Locality.Host
-	for l, ms := range lanes {
-		s.groups[l] = newGroup(l, ms, l == "", byHost, false)
+	baseMembers := []*member(nil)
+	s.groups = make([]*group, len(lanes.keys))
+	if len(lanes.keys) > len(laneBuf) {
+		s.byLane = make(map[string]*group, len(lanes.keys))
+	}
+	for i, l := range lanes.keys {
+		s.groups[i] = newGroup(l, ms[i], l == "", byHost, false)
+		if s.byLane != nil {
+			s.byLane[l] = s.groups[i]
+		}
+		if l == "" {
+			baseMembers = ms[i]
+		}
 	}
 
-	base := s.groups[""]
+	base := s.group("")
 	if base.empty() {
 		s.baseline = route{err: &Error{Code: CodeNoInstance, Service: svc}}
 	} else {
@@ -253,7 +300,7 @@ func build(svc string, insts []registry.Instance, det *detector, cp *compiled, n
 		if len(base.ready) == 0 {
 			// Only half-open instances: once their probes are claimed,
 			// the baseline is in panic mode.
-			s.baseline.next = &route{group: newGroup("", lanes[""], true, byHost, true), reason: ReasonPanic}
+			s.baseline.next = &route{group: newGroup("", baseMembers, true, byHost, true), reason: ReasonPanic}
 		}
 	}
 	s.invalid = s.baseline
@@ -263,27 +310,29 @@ func build(svc string, insts []registry.Instance, det *detector, cp *compiled, n
 
 	// Every lane that has instances here or settings in the policy gets its
 	// own route; any other lane goes straight to the baseline.
-	named := make([]string, 0, len(lanes)+len(cp.policy.Lanes))
-	for l := range lanes {
-		if l != "" {
-			named = append(named, l)
-		}
-	}
-	for l := range cp.policy.Lanes {
-		named = append(named, l)
-	}
-	for _, l := range named {
+	addRoute := func(l string) {
 		if _, ok := s.routes[l]; !ok {
+			if s.routes == nil {
+				s.routes = make(map[string]*route, len(lanes.keys)+len(cp.policy.Lanes))
+			}
 			r := s.chainRoute(l, cp)
 			s.routes[l] = &r
 		}
+	}
+	for _, l := range lanes.keys {
+		if l != "" {
+			addRoute(l)
+		}
+	}
+	for l := range cp.policy.Lanes {
+		addRoute(l)
 	}
 	s.unknown = s.fallbackToBaseline("")
 
 	var from uint64
 	for _, c := range cp.canaries[svc] {
 		to := from + uint64(c.Percent*buckets/100+0.5)
-		g := s.groups[c.Lane]
+		g := s.group(c.Lane)
 		if !g.empty() && to > from {
 			s.canaries = append(s.canaries, canarySplit{from: from, to: to, lane: c.Lane,
 				route: &route{group: g, lane: c.Lane, reason: ReasonCanary, split: true, next: &s.baseline}})
@@ -324,7 +373,7 @@ func (s *snapshot) chainRoute(l string, cp *compiled) route {
 // chainFrom is the route of lane l from position from of its chain on.
 func (s *snapshot) chainFrom(l string, chain []string, strict bool, from int) route {
 	for i := from; i < len(chain); i++ {
-		if g := s.groups[chain[i]]; !g.empty() {
+		if g := s.group(chain[i]); !g.empty() {
 			r := route{group: g, lane: chain[i], reason: ReasonLane}
 			if i > 0 {
 				r.reason = ReasonFallback
@@ -383,7 +432,7 @@ func newGroup(l string, ms []*member, baseline, byHost, claimed bool) *group {
 		}
 		g.panic = true
 	}
-	g.finish()
+	g.finish(nil)
 	if spread(ms, zoneOf) {
 		g.zones = g.split(zoneOf)
 	}
@@ -391,7 +440,7 @@ func newGroup(l string, ms []*member, baseline, byHost, claimed bool) *group {
 		// Every host gets its sub-group, even when all members share one:
 		// the host's sub-group has no zone preference, as the host rule
 		// comes before the zone rule.
-		if hosts := g.split(hostOf); len(hosts.byKey) > 0 {
+		if hosts := g.split(hostOf); len(hosts.entries) > 0 {
 			g.hosts = hosts
 		}
 	}
@@ -407,35 +456,15 @@ func hostOf(m *member) string { return m.inst.Host }
 // sub-group: such instances do not count as being there.
 func (g *group) split(key func(*member) string) *subgroups {
 	type count struct{ ready, halfOpen int }
-	// A few keys (zones) are found by comparing them; many (hosts) through
-	// a map, made once there are more than the buffers hold.
 	var keyBuf [8]string
 	var countBuf [8]count
-	keys, counts := keyBuf[:0], countBuf[:0]
-	var index map[string]int
+	keys, counts := keySlots{keys: keyBuf[:0]}, countBuf[:0]
 	slot := func(k string) int {
-		if index == nil {
-			for i, o := range keys {
-				if o == k {
-					return i
-				}
-			}
-			if len(keys) == len(keyBuf) {
-				index = make(map[string]int, 2*len(keys))
-				for i, o := range keys {
-					index[o] = i
-				}
-			}
+		var i int
+		if keys, i = keys.slot(k); i == len(counts) {
+			counts = append(counts, count{})
 		}
-		if index != nil {
-			if i, ok := index[k]; ok {
-				return i
-			}
-			index[k] = len(keys)
-		}
-		keys = append(keys, k)
-		counts = append(counts, count{})
-		return len(keys) - 1
+		return i
 	}
 	nr, nh := 0, 0
 	for _, m := range g.ready {
@@ -450,47 +479,94 @@ func (g *group) split(key func(*member) string) *subgroups {
 			nh++
 		}
 	}
-	groups := make([]group, len(keys))
-	entries := make([]subgroup, len(keys))
+	entries := make([]subgroup, len(keys.keys)) // the sub-groups too
 	ready, halfOpen := make([]*member, 0, nr), make([]*member, 0, nh)
-	subs := &subgroups{byKey: make(map[string]*subgroup, len(keys))}
-	for i, k := range keys {
-		sg := &groups[i]
+	subs := &subgroups{entries: entries}
+	if len(entries) > len(keyBuf) {
+		subs.byKey = make(map[string]*subgroup, len(entries))
+	}
+	for i, k := range keys.keys {
+		entries[i].key = k
+		sg := &entries[i].g
 		sg.lane, sg.panic = g.lane, g.panic
 		sg.ready, ready = ready[len(ready):len(ready):len(ready)+counts[i].ready], ready[:len(ready)+counts[i].ready]
 		sg.halfOpen, halfOpen = halfOpen[len(halfOpen):len(halfOpen):len(halfOpen)+counts[i].halfOpen], halfOpen[:len(halfOpen)+counts[i].halfOpen]
-		entries[i] = subgroup{key: k, g: sg}
-		subs.byKey[k] = &entries[i]
+		if subs.byKey != nil {
+			subs.byKey[k] = &entries[i]
+		}
 	}
 	for _, m := range g.ready {
 		if k := key(m); k != "" {
-			sg := &groups[slot(k)]
+			_, i := keys.slot(k)
+			sg := &entries[i].g
 			sg.ready = append(sg.ready, m)
 		}
 	}
 	for _, m := range g.halfOpen {
 		if k := key(m); k != "" {
-			sg := &groups[slot(k)]
+			_, i := keys.slot(k)
+			sg := &entries[i].g
 			sg.halfOpen = append(sg.halfOpen, m)
 		}
 	}
-	for i := range groups {
-		groups[i].finish()
+	var cols []uint32 // the alias columns of every sub-group, made when one needs them
+	for i := range entries {
+		sg := &entries[i].g
+		if cols == nil && !sg.uniform() {
+			cols = make([]uint32, 2*nr)
+		}
+		cols = sg.finish(cols)
 	}
 	return subs
+}
+
+// keySlots numbers the distinct keys it is given (zones, hosts, lanes), in
+// the order it first sees them: a few are found by comparing them, more
+// through a map, made once there are more than the buffer that keys starts
+// on holds. It is a value, updated by slot's result, so that a buffer on
+// its maker's stack stays there.
+type keySlots struct {
+	keys  []string
+	index map[string]int
+}
+
+// slot returns k with key added when it is new, and the number of key.
+func (k keySlots) slot(key string) (keySlots, int) {
+	if k.index == nil {
+		for i, o := range k.keys {
+			if o == key {
+				return k, i
+			}
+		}
+		if len(k.keys) < cap(k.keys) {
+			k.keys = append(k.keys, key)
+			return k, len(k.keys) - 1
+		}
+		k.index = make(map[string]int, 2*len(k.keys))
+		for i, o := range k.keys {
+			k.index[o] = i
+		}
+	}
+	if i, ok := k.index[key]; ok {
+		return k, i
+	}
+	k.index[key] = len(k.keys)
+	k.keys = append(k.keys, key)
+	return k, len(k.keys) - 1
 }
 
 // subgroups are the sub-groups of a group by host or by zone. A process
 // calls from one host and one zone, so the sub-group found last is kept, to
 // be found again by comparing the key instead of hashing it.
 type subgroups struct {
-	byKey map[string]*subgroup
-	last  atomic.Pointer[subgroup]
+	entries []subgroup
+	byKey   map[string]*subgroup // nil for a few entries, which are compared
+	last    atomic.Pointer[subgroup]
 }
 
 type subgroup struct {
 	key string
-	g   *group
+	g   group
 }
 
 // lastOf returns the sub-group found last when its key is key, or nil. It
@@ -500,7 +576,7 @@ func (s *subgroups) lastOf(key string) *group {
 		return nil
 	}
 	if e := s.last.Load(); e != nil && e.key == key {
-		return e.g
+		return &e.g
 	}
 	return nil
 }
@@ -508,14 +584,24 @@ func (s *subgroups) lastOf(key string) *group {
 // get returns the sub-group of key, or nil.
 func (s *subgroups) get(key string) *group {
 	if e := s.last.Load(); e != nil && e.key == key {
-		return e.g
+		return &e.g
 	}
-	e := s.byKey[key]
+	var e *subgroup
+	if s.byKey != nil {
+		e = s.byKey[key]
+	} else {
+		for i := range s.entries {
+			if s.entries[i].key == key {
+				e = &s.entries[i]
+				break
+			}
+		}
+	}
 	if e == nil {
 		return nil
 	}
 	s.last.Store(e)
-	return e.g
+	return &e.g
 }
 
 // spread reports whether the members of ms differ by key: two keys, or one
@@ -539,22 +625,26 @@ func spread(ms []*member, key func(*member) string) bool {
 	return false
 }
 
+// uniform reports whether the ready members all have the same weight.
+func (g *group) uniform() bool {
+	for _, m := range g.ready {
+		if m.weight != g.ready[0].weight {
+			return false
+		}
+	}
+	return true
+}
+
 // finish computes the alias table, the fastmod constant and a random
 // starting point, so that callers do not all begin with the same instance.
 // The start is below 2^31, so that the counter's low 32 bits wrap only after
-// two billion picks.
-func (g *group) finish() {
-	uniform := true
-	for _, m := range g.ready {
-		if m.weight != g.ready[0].weight {
-			uniform = false
-			break
-		}
-	}
+// two billion picks. The alias columns are taken from the start of cols
+// (made here when too short); finish returns the rest.
+func (g *group) finish(cols []uint32) []uint32 {
 	if n := uint64(len(g.ready)); n > 0 {
 		g.mod = ^uint64(0)/n + 1
 	}
-	if !uniform {
+	if !g.uniform() {
 		var buf [16]int // on the stack for a small group
 		ws := buf[:0]
 		if len(g.ready) > len(buf) {
@@ -563,9 +653,15 @@ func (g *group) finish() {
 		for _, m := range g.ready {
 			ws = append(ws, m.weight)
 		}
-		g.alias = newAlias(ws)
+		n := 2 * len(ws)
+		if len(cols) < n {
+			cols = make([]uint32, n)
+		}
+		g.alias = makeAlias(ws, cols[:n:n])
+		cols = cols[n:]
 	}
 	g.next.Store(rand.Uint64N(1 << 31))
+	return cols
 }
 
 // ids returns the ids of the ready members, for Decision.Eligible.

@@ -83,12 +83,16 @@ const (
 
 // instanceStream applies a registry watch of one service to its Service.
 type instanceStream struct {
-	w     registry.Watcher
-	svc   *Service
-	insts []registry.Instance // the service's instances, in id order; the stream's own
-	dirty bool                // insts has changes that svc does not have yet
-	calm  time.Time           // no publication before then
-	cost  time.Duration       // d of the last rebuild (see calmFactor)
+	w   registry.Watcher
+	svc *Service
+	// insts are the service's instances, in id order: the stream's own
+	// slice, of instances that are never changed once here (a change puts
+	// a new one in), so that a publication copies the pointers only, and
+	// the snapshots in force keep the instances they point at.
+	insts []*registry.Instance
+	dirty bool          // insts has changes that svc does not have yet
+	calm  time.Time     // no publication before then
+	cost  time.Duration // d of the last rebuild (see calmFactor)
 }
 
 func (s *instanceStream) next(ctx context.Context) error {
@@ -124,27 +128,43 @@ func (s *instanceStream) next(ctx context.Context) error {
 // watcher's time under churn at 10,000 instances).
 func (s *instanceStream) apply(b registry.Batch) {
 	if b.Reset {
+		n := 0
+		for _, ev := range b.Events {
+			if ev.Type == registry.EventPut && ev.Instance.Service == s.svc.name {
+				n++
+			}
+		}
+		all := make([]registry.Instance, 0, n) // one allocation for every instance
 		s.insts = s.insts[:0]
 		for _, ev := range b.Events {
 			if ev.Type == registry.EventPut && ev.Instance.Service == s.svc.name {
-				s.insts = append(s.insts, ev.Instance)
+				all = append(all, ev.Instance)
+				s.insts = append(s.insts, &all[len(all)-1])
 			}
 		}
-		s.insts = byID(s.insts)
+		byID(s.insts)
 		return
 	}
+	var fresh []registry.Instance // the batch's new instances, in one allocation
 	for _, ev := range b.Events {
 		if ev.Instance.Service != s.svc.name {
 			continue
 		}
-		i, found := slices.BinarySearchFunc(s.insts, ev.Instance.ID, func(in registry.Instance, id string) int { return strings.Compare(in.ID, id) })
-		switch {
-		case ev.Type == registry.EventPut && found:
-			s.insts[i] = ev.Instance
-		case ev.Type == registry.EventPut:
-			s.insts = slices.Insert(s.insts, i, ev.Instance)
-		case ev.Type == registry.EventDelete && found:
-			s.insts = slices.Delete(s.insts, i, i+1)
+		i, found := slices.BinarySearchFunc(s.insts, ev.Instance.ID, func(in *registry.Instance, id string) int { return strings.Compare(in.ID, id) })
+		if ev.Type == registry.EventDelete {
+			if found {
+				s.insts = slices.Delete(s.insts, i, i+1)
+			}
+			continue
+		}
+		if fresh == nil {
+			fresh = make([]registry.Instance, 0, len(b.Events))
+		}
+		fresh = append(fresh, ev.Instance)
+		if in := &fresh[len(fresh)-1]; found {
+			s.insts[i] = in
+		} else {
+			s.insts = slices.Insert(s.insts, i, in)
 		}
 	}
 }
