@@ -22,7 +22,7 @@ import (
 //	<prefix>registrations/<owner>/<lease>   {"service", "id"}: who made a registration, attached to its lease
 
 // InstancesPrefix is the key prefix under which every instance is stored.
-func (s *Store) InstancesPrefix() string { return s.prefix + "instances/" }
+func (s *Store) InstancesPrefix() string { return string(s.instances) }
 
 // InstanceKey is the key of one instance: <prefix>instances/<service>/<id>.
 func (s *Store) InstanceKey(service, id string) string {

@@ -125,8 +125,11 @@ type Store struct {
 	client *clientv3.Client
 	owned  bool // Close closes client
 	prefix string
-	log    *slog.Logger
-	policy *policyStore
+	// instances is InstancesPrefix, made once: every watch event's key is
+	// checked against it.
+	instances []byte
+	log       *slog.Logger
+	policy    *policyStore
 	// members checks the cluster's members (Open's clients only).
 	members *members
 
@@ -236,10 +239,11 @@ func New(client *clientv3.Client, opts Options) (*Store, error) {
 		log = slog.Default()
 	}
 	s := &Store{
-		client: client,
-		prefix: prefix,
-		log:    log.With("component", "etcdstore"),
-		g:      gogroup.New(),
+		client:    client,
+		prefix:    prefix,
+		instances: []byte(prefix + "instances/"),
+		log:       log.With("component", "etcdstore"),
+		g:         gogroup.New(),
 	}
 	s.policy = &policyStore{s: s, key: s.PolicyKey()}
 	return s, nil

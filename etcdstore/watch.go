@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -110,7 +111,7 @@ func (s *Store) splitKey(key []byte) (service, id string, ok bool) {
 // splitKeyBytes is splitKey without copying: the service and ID are parts of
 // key.
 func (s *Store) splitKeyBytes(key []byte) (service, id []byte, ok bool) {
-	rest, ok := bytes.CutPrefix(key, []byte(s.InstancesPrefix()))
+	rest, ok := bytes.CutPrefix(key, s.instances)
 	if !ok {
 		return nil, nil, false
 	}
@@ -411,8 +412,7 @@ func followKeys(ctx context.Context, c *clientv3.Client, key string, prefix bool
 	if err := ws.Send(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_CreateRequest{CreateRequest: create}}); err != nil {
 		return false, watchErr(ctx, wctx, err)
 	}
-	live := &liveness{ws: ws, cancel: cancel}
-	live.timer = time.AfterFunc(progressAfter, live.check)
+	live := newLiveness(ws, cancel)
 	defer live.stop()
 	for {
 		wr, err := ws.Recv()
@@ -459,38 +459,51 @@ func watchErr(ctx, wctx context.Context, err error) error {
 }
 
 // liveness asks a silent watch stream for progress (progressAfter), and
-// gives it up when no answer comes (progressTimeout).
+// gives it up when no answer comes (progressTimeout). heard, called for
+// every response, only stores the time: the timer is set again when it
+// fires, to progressAfter after the last response.
 type liveness struct {
 	ws     pb.Watch_WatchClient
 	cancel context.CancelCauseFunc
+	start  time.Time    // the clock of last and asked, which count from it
+	last   atomic.Int64 // when the stream last delivered something
 	mu     sync.Mutex
 	timer  *time.Timer
-	asked  bool // a progress request is unanswered
+	asked  int64 // when the unanswered progress request went; -1 for none
 	done   bool
 }
 
-// heard notes that the stream delivered something.
-func (l *liveness) heard() {
-	l.mu.Lock()
+func newLiveness(ws pb.Watch_WatchClient, cancel context.CancelCauseFunc) *liveness {
+	l := &liveness{ws: ws, cancel: cancel, start: time.Now(), asked: -1}
+	l.mu.Lock() // a check that comes at once waits for timer
 	defer l.mu.Unlock()
-	if !l.done {
-		l.asked = false
-		l.timer.Reset(progressAfter)
-	}
+	l.timer = time.AfterFunc(progressAfter, l.check)
+	return l
 }
 
-// check runs when the stream has been silent for the timer's time.
+// heard notes that the stream delivered something.
+func (l *liveness) heard() { l.last.Store(int64(time.Since(l.start))) }
+
+// check runs when the timer fires.
 func (l *liveness) check() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.done {
 		return
 	}
-	if l.asked {
-		l.cancel(errUnresponsive)
+	now, last := int64(time.Since(l.start)), l.last.Load()
+	if l.asked >= 0 {
+		if last < l.asked {
+			l.cancel(errUnresponsive)
+			return
+		}
+		l.asked = -1 // answered
+	}
+	if silent := time.Duration(now - last); silent < progressAfter {
+		l.timer.Reset(progressAfter - silent)
 		return
 	}
-	l.asked = true
+	l.asked = now
 	// The only Send after the create request; a stream that takes no
 	// progress request is given up at the next check.
 	if err := l.ws.Send(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_ProgressRequest{ProgressRequest: &pb.WatchProgressRequest{}}}); err != nil {
