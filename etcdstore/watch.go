@@ -389,7 +389,8 @@ var errUnresponsive = errors.New("no answer to a progress request")
 // stream between watches and hands each response through two goroutines of
 // its own before this one: with a thousand watches in a process those
 // hand-offs were a fifth of the cost of a change. A stream of its own also
-// means that giving up a stuck watch gives up its stream. The watch
+// means that giving up a stuck watch gives up its stream. Its responses
+// are decoded by watchCodec, for the same reason. The watch
 // requires a leader, so that a member cut off from its cluster ends the
 // watch with ErrNoLeader instead of leaving it silent forever. Progress
 // notifications are used only as a sign of life, not to advance *rev: etcd
@@ -398,7 +399,7 @@ var errUnresponsive = errors.New("no answer to a progress request")
 func followKeys(ctx context.Context, c *clientv3.Client, key string, prefix bool, rev *int64, deliver func([]*mvccpb.Event) bool) (progressed bool, err error) {
 	wctx, cancel := context.WithCancelCause(clientv3.WithRequireLeader(ctx))
 	defer cancel(nil)
-	ws, err := pb.NewWatchClient(c.ActiveConnection()).Watch(wctx, grpc.WaitForReady(true), grpc.MaxCallRecvMsgSize(math.MaxInt32))
+	ws, err := pb.NewWatchClient(c.ActiveConnection()).Watch(wctx, grpc.WaitForReady(true), grpc.MaxCallRecvMsgSize(math.MaxInt32), grpc.ForceCodecV2(watchCodec{}))
 	if err != nil {
 		return false, watchErr(ctx, wctx, err)
 	}
