@@ -14,10 +14,10 @@ import (
 
 // watchCodec is the gRPC codec of the Store's watch streams. It decodes a
 // watch response by hand, in four allocations whatever its events (the
-// response with its header, the events with their key-values, the list of
-// the events, and one copy of the message that every key and value is a
-// part of), where protobuf's generic decoder makes about eight for one
-// event and walks the message by reflection: a thousand watches in a
+// header, the events with their key-values, the list of the events, and
+// one copy of the message that every key and value is a part of), where
+// protobuf's generic decoder makes seven for one event and walks the
+// message by reflection: a thousand watches in a
 // process decode each change a thousand times. Anything else (the
 // requests it sends) goes to gRPC's protobuf codec. decodeWatchResponse
 // gives protobuf's answers (FuzzWatchResponse holds it to them), except
