@@ -17,8 +17,12 @@ func unmarshalInstance(data []byte, in *registry.Instance) error {
 	if fastInstance(data, in) {
 		return nil
 	}
-	*in = registry.Instance{}
-	return json.Unmarshal(data, in)
+	// Into an instance of its own, so that in, which json.Unmarshal
+	// would make escape, can stay on the caller's stack.
+	var slow registry.Instance
+	err := json.Unmarshal(data, &slow)
+	*in = slow
+	return err
 }
 
 // fastInstance decodes data into in when it is an object whose keys are
