@@ -407,9 +407,24 @@ func (s *snapshot) fallbackToBaseline(l string) route {
 // will be once the probes of its half-open members are claimed (they then
 // count as probing).
 func newGroup(l string, ms []*member, baseline, byHost, claimed bool) *group {
-	g := &group{lane: l, ready: make([]*member, 0, len(ms))}
+	g := &group{lane: l}
 	probing := func(m *member) bool { return m.state == stateProbing || claimed && m.state == stateHalfOpen }
+	healthy := true
 	for _, m := range ms {
+		if m.state != stateHealthy {
+			healthy = false
+			break
+		}
+	}
+	if healthy {
+		g.ready = ms // the usual case, without a copy: ms is the snapshot's too
+	} else {
+		g.ready = make([]*member, 0, len(ms))
+	}
+	for _, m := range ms {
+		if healthy {
+			break
+		}
 		switch {
 		case m.state == stateHealthy:
 			g.ready = append(g.ready, m)
@@ -432,15 +447,29 @@ func newGroup(l string, ms []*member, baseline, byHost, claimed bool) *group {
 		}
 		g.panic = true
 	}
-	g.finish(nil)
-	if spread(ms, zoneOf) {
-		g.zones = g.split(zoneOf)
+	// The alias columns of the group and of its sub-groups, whose ready
+	// members are some of the group's, in one allocation.
+	zones := spread(ms, zoneOf)
+	var cols []uint32
+	if !g.uniform() {
+		tables := 1
+		if zones {
+			tables++
+		}
+		if byHost {
+			tables++
+		}
+		cols = make([]uint32, 2*len(g.ready)*tables)
+	}
+	cols = g.finish(cols)
+	if zones {
+		g.zones, cols = g.split(zoneOf, cols)
 	}
 	if byHost {
 		// Every host gets its sub-group, even when all members share one:
 		// the host's sub-group has no zone preference, as the host rule
 		// comes before the zone rule.
-		if hosts := g.split(hostOf); len(hosts.entries) > 0 {
+		if hosts, _ := g.split(hostOf, cols); len(hosts.entries) > 0 {
 			g.hosts = hosts
 		}
 	}
@@ -453,8 +482,10 @@ func hostOf(m *member) string { return m.inst.Host }
 // split makes the sub-groups of g by the key of each member (its zone or its
 // host), in two passes over the members and a few allocations whatever the
 // number of keys. A key whose members are all ejected or probing gets no
-// sub-group: such instances do not count as being there.
-func (g *group) split(key func(*member) string) *subgroups {
+// sub-group: such instances do not count as being there. The sub-groups'
+// alias columns are taken from cols (made when too short); split returns
+// the rest.
+func (g *group) split(key func(*member) string, cols []uint32) (*subgroups, []uint32) {
 	type count struct{ ready, halfOpen int }
 	var keyBuf [8]string
 	var countBuf [8]count
@@ -509,7 +540,9 @@ func (g *group) split(key func(*member) string) *subgroups {
 			sg.halfOpen = append(sg.halfOpen, m)
 		}
 	}
-	var cols []uint32 // the alias columns of every sub-group, made when one needs them
+	if len(cols) < 2*nr {
+		cols = nil // too short for every sub-group: made when one needs them
+	}
 	for i := range entries {
 		sg := &entries[i].g
 		if cols == nil && !sg.uniform() {
@@ -517,7 +550,7 @@ func (g *group) split(key func(*member) string) *subgroups {
 		}
 		cols = sg.finish(cols)
 	}
-	return subs
+	return subs, cols
 }
 
 // keySlots numbers the distinct keys it is given (zones, hosts, lanes), in
