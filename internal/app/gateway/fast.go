@@ -523,7 +523,7 @@ func (f *fastPath) takeBody(ctx *fasthttp.RequestCtx, st *reqState) (bodyless, o
 		}
 		req.SetBodyRaw(b)
 	default:
-		st.fastBody = keptBody{r: stream, size: n}
+		st.fastBody = keptBody{r: stream, size: n, conn: ctx}
 		st.body = &st.fastBody
 		req.SetBodyStream(st.body, n)
 	}

@@ -48,7 +48,7 @@ func (g *Gateway) serveFast(ln net.Listener) error {
 		DisablePreParseMultipartForm: true,
 		ReadBufferSize:               maxHeaderBytes, // fasthttp's bound on a request head
 		WriteBufferSize:              16 << 10,
-		ReadTimeout:                  2 * time.Minute,
+		ReadTimeout:                  readTimeout,
 		IdleTimeout:                  2 * time.Minute,
 		// Request bodies stream: the handler runs once the head is in
 		// (fastPath.takeBody); with streaming, MaxRequestBodySize is no
@@ -258,6 +258,12 @@ func (c *prefixConn) Close() error {
 	}
 	return c.Conn.Close()
 }
+
+// readTimeout bounds the read of a request on the fast path: its head and
+// a small body; a body that streams gets as long again for each of its
+// reads (keptBody.conn), so that an upload lasts as long as it keeps
+// coming.
+const readTimeout = 2 * time.Minute
 
 // lingerTimeout bounds how long a connection closed with its request body
 // unread waits for the client to stop sending (as net/http's server waits

@@ -644,10 +644,16 @@ type keptBody struct {
 	// tells a body shorter than its Content-Length itself.)
 	size int
 	got  int
+	// conn, on the fast path, sets the read deadline of the client's
+	// connection before each read (see readTimeout).
+	conn interface{ SetReadDeadline(time.Time) error }
 }
 
 func (b *keptBody) Read(p []byte) (int, error) {
 	b.read = true
+	if b.conn != nil {
+		b.conn.SetReadDeadline(time.Now().Add(readTimeout))
+	}
 	n, err := b.r.Read(p)
 	b.got += n
 	if err == io.EOF && b.got < b.size {
