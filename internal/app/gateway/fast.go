@@ -494,9 +494,9 @@ const bufferedRequestBody = 16 << 10
 // reports whether there is none: a body of known length up to
 // bufferedRequestBody is read whole, into st (the server has read its first
 // part with the head); a larger one, or a chunked one, goes on the request
-// as a stream, through st.body (held in st), which the attempt copies upstream as the
-// client sends it (keeping its framing: Content-Length, or chunks and their
-// trailers). When a small body does not arrive whole, it answers as the
+// as a stream, through st.body (st.fastBody), which the attempt copies
+// upstream as the client sends it (keeping its framing: Content-Length, or
+// chunks and their trailers). When a small body does not arrive whole, it answers as the
 // server answers a body it cannot read (Gateway.refuse) and returns ok
 // false.
 func (f *fastPath) takeBody(ctx *fasthttp.RequestCtx, st *reqState) (bodyless, ok bool) {

@@ -277,6 +277,10 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 	} else {
 		out.Host = ""
 	}
+	// Expect: 100-continue is the gateway's server's to answer (it does,
+	// on the handler's first read of the body), as on the fast path: sent
+	// on, the instance's 100 would reach the client as a second one.
+	delete(out.Header, "Expect")
 	// The trailers of a chunked body: the server fills the client's map in
 	// once the body is read, which the transport then writes after the
 	// body; a copy (as ProxyRequest's Out has) would stay empty.
