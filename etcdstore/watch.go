@@ -224,13 +224,43 @@ func (l *watchLife) Close() error {
 	return nil
 }
 
-// watcher is a registry.Watcher on etcd.
+// watcher is a registry.Watcher on etcd, and a registry.Pusher.
 type watcher struct {
 	watchLife
 	s       *Store
 	prefix  string
 	out     chan registry.Batch // run sends here; capacity 1 for the first list
 	invalid map[string]struct{} // the keys whose values are not valid instances; run's
+
+	// push is the function of Push, nil before. Every call of it, and
+	// every read of out once it is set, is made under pushMu, so that the
+	// batches that went to out before Push reach push first, in order.
+	pushMu sync.Mutex
+	push   func(registry.Batch)
+}
+
+// Push implements registry.Pusher. The batches that wait in out (the first
+// list, and one that run was sending) are handed to fn at once, here or by
+// run; every later one by run.
+func (w *watcher) Push(fn func(registry.Batch)) <-chan struct{} {
+	w.pushMu.Lock()
+	defer w.pushMu.Unlock()
+	w.push = fn
+	w.drain()
+	return w.done
+}
+
+// drain hands the batches waiting in out to push. w.pushMu must be held,
+// and push set.
+func (w *watcher) drain() {
+	for {
+		select {
+		case b := <-w.out:
+			w.push(b)
+		default:
+			return
+		}
+	}
 }
 
 // Next implements registry.Watcher.
@@ -248,14 +278,36 @@ func (w *watcher) Next(ctx context.Context) (registry.Batch, error) {
 	}
 }
 
-// send hands b to Next; it returns false when the watcher is closing.
+// send hands b to push, or else to Next; it returns false when the
+// watcher is closing.
 func (w *watcher) send(b registry.Batch) bool {
+	if w.pushed(&b) {
+		return w.ctx.Err() == nil
+	}
 	select {
 	case w.out <- b:
-		return true
 	case <-w.ctx.Done():
 		return false
 	}
+	// Push may have come while b waited: b must not wait for the next
+	// batch.
+	w.pushed(nil)
+	return true
+}
+
+// pushed hands the batches in out, then *b (when b is not nil), to push,
+// and reports whether it could: whether Push was called.
+func (w *watcher) pushed(b *registry.Batch) bool {
+	w.pushMu.Lock()
+	defer w.pushMu.Unlock()
+	if w.push == nil {
+		return false
+	}
+	w.drain()
+	if b != nil {
+		w.push(*b)
+	}
+	return true
 }
 
 // run follows the keys from revision rev (exclusive) until the watcher is

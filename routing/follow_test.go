@@ -33,10 +33,59 @@ func servedBy(s *routing.Service, req routing.Request) string {
 	return r.Instance.ID
 }
 
-func TestEngineFollowsRegistryAndPolicy(t *testing.T) {
+// registries runs fn on a memory registry, as it is and with watchers that
+// are registry.Pushers (whose batches an engine takes in the watcher's
+// goroutine).
+func registries(t *testing.T, fn func(t *testing.T, reg registry.Registry)) {
+	t.Run("next", func(t *testing.T) { fn(t, registry.NewMemory()) })
+	t.Run("push", func(t *testing.T) { fn(t, pushRegistry{registry.NewMemory()}) })
+}
+
+// pushRegistry is a registry whose watchers are registry.Pushers: Push
+// hands over what a goroutine of the watcher reads from Next.
+type pushRegistry struct{ registry.Registry }
+
+func (r pushRegistry) Watch(ctx context.Context, service string) (registry.Watcher, error) {
+	w, err := r.Registry.Watch(ctx, service)
+	if err != nil {
+		return nil, err
+	}
+	return &pushWatcher{Watcher: w}, nil
+}
+
+type pushWatcher struct {
+	registry.Watcher
+	done chan struct{} // closed when the goroutine of Push returns
+}
+
+func (w *pushWatcher) Push(fn func(registry.Batch)) <-chan struct{} {
+	w.done = make(chan struct{})
+	go func() {
+		defer close(w.done)
+		for {
+			b, err := w.Watcher.Next(context.Background())
+			if err != nil {
+				return // closed
+			}
+			fn(b)
+		}
+	}()
+	return w.done
+}
+
+func (w *pushWatcher) Close() error {
+	err := w.Watcher.Close()
+	if w.done != nil {
+		<-w.done
+	}
+	return err
+}
+
+func TestEngineFollowsRegistryAndPolicy(t *testing.T) { registries(t, testEngineFollows) }
+
+func testEngineFollows(t *testing.T, reg registry.Registry) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	reg := registry.NewMemory()
 	defer reg.Close()
 	store := policy.NewMemory()
 
@@ -84,10 +133,11 @@ func TestEngineFollowsRegistryAndPolicy(t *testing.T) {
 
 // Changes that arrive while the engine waits out the calm after a rebuild
 // are published together, and the last one is always published.
-func TestEngineCoalescesChurn(t *testing.T) {
+func TestEngineCoalescesChurn(t *testing.T) { registries(t, testEngineCoalesces) }
+
+func testEngineCoalesces(t *testing.T, reg registry.Registry) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	reg := registry.NewMemory()
 	defer reg.Close()
 	const n, changes = 2000, 100
 	leases := make([]registry.Lease, n)

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/lanesdev/lanes/policy"
@@ -93,9 +94,73 @@ type instanceStream struct {
 	dirty bool          // insts has changes that svc does not have yet
 	calm  time.Time     // no publication before then
 	cost  time.Duration // d of the last rebuild (see calmFactor)
+
+	// With a registry.Pusher, the batches are applied, and published when
+	// the calm allows, in the watcher's goroutine (onBatch), and next
+	// only waits for the end of a calm: mu then guards the fields above.
+	mu   sync.Mutex
+	done <-chan struct{} // the Pusher's; nil for a plain Watcher
+	kick chan struct{}   // a batch came within a calm; capacity 1
+}
+
+// newInstanceStream starts the stream of w.
+func newInstanceStream(w registry.Watcher, svc *Service) *instanceStream {
+	s := &instanceStream{w: w, svc: svc}
+	if p, ok := w.(registry.Pusher); ok {
+		s.kick = make(chan struct{}, 1)
+		s.done = p.Push(s.onBatch)
+	}
+	return s
+}
+
+// onBatch applies b, in the Pusher's goroutine.
+func (s *instanceStream) onBatch(b registry.Batch) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.apply(b)
+	s.dirty = true
+	if !time.Now().Before(s.calm) {
+		s.publish()
+		return
+	}
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
+}
+
+// nextPushed is next with a Pusher: it publishes at the end of a calm
+// that held changes back.
+func (s *instanceStream) nextPushed(ctx context.Context) error {
+	var end <-chan time.Time
+	s.mu.Lock()
+	if s.dirty {
+		wait := time.Until(s.calm)
+		if wait <= 0 {
+			s.publish()
+			s.mu.Unlock()
+			return nil
+		}
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		end = t.C
+	}
+	s.mu.Unlock()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.done:
+		return registry.ErrClosed
+	case <-s.kick:
+	case <-end:
+	}
+	return nil
 }
 
 func (s *instanceStream) next(ctx context.Context) error {
+	if s.done != nil {
+		return s.nextPushed(ctx)
+	}
 	wctx := ctx
 	if s.dirty {
 		wait := time.Until(s.calm)
@@ -198,7 +263,7 @@ func watchInstances(reg registry.Registry, log *slog.Logger, svc *Service) *foll
 		if err != nil {
 			return nil, err
 		}
-		return &instanceStream{w: w, svc: svc}, nil
+		return newInstanceStream(w, svc), nil
 	}}
 }
 

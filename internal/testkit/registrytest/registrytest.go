@@ -6,7 +6,9 @@
 // growing revisions; the service filter; validation errors that name the
 // field; replacement of an ID by a newer registration; and Close semantics
 // (idempotent, ErrClosed afterwards). It does not check lease expiry, which
-// only a backend with other processes can show.
+// only a backend with other processes can show. When the backend's watchers
+// are registry.Pushers, every test runs again with the batches taken
+// through Push (the push/ subtests).
 package registrytest
 
 import (
@@ -54,6 +56,104 @@ func Run(t *testing.T, newRegistry func(t *testing.T) registry.Registry) {
 			tc.fn(t, r)
 		})
 	}
+	if !pushes(t, newRegistry) {
+		return
+	}
+	for _, tc := range tests {
+		t.Run("push/"+tc.name, func(t *testing.T) {
+			r := newRegistry(t)
+			t.Cleanup(func() { r.Close() })
+			tc.fn(t, pushRegistry{r})
+		})
+	}
+}
+
+// pushes reports whether the watchers of newRegistry's registries are
+// registry.Pushers.
+func pushes(t *testing.T, newRegistry func(t *testing.T) registry.Registry) bool {
+	r := newRegistry(t)
+	defer r.Close()
+	w, err := r.Watch(ctx(t), "orders")
+	if err != nil {
+		t.Fatalf("Watch: %v", err)
+	}
+	defer w.Close()
+	_, ok := w.(registry.Pusher)
+	return ok
+}
+
+// pushRegistry is a registry whose watchers are read through Push: their
+// Next returns what Push handed over.
+type pushRegistry struct{ registry.Registry }
+
+func (r pushRegistry) Watch(ctx context.Context, service string) (registry.Watcher, error) {
+	w, err := r.Registry.Watch(ctx, service)
+	if err != nil {
+		return nil, err
+	}
+	p := &pushed{w: w, more: make(chan struct{}, 1)}
+	p.done = w.(registry.Pusher).Push(p.add)
+	return p, nil
+}
+
+// pushed is a registry.Watcher made of a Pusher: Push's batches queue up
+// for Next.
+type pushed struct {
+	w    registry.Watcher
+	done <-chan struct{}
+	more chan struct{} // a batch was queued; capacity 1
+
+	mu     sync.Mutex
+	queue  []registry.Batch
+	closed bool
+}
+
+// add queues b, in the Pusher's goroutine, without waiting.
+func (p *pushed) add(b registry.Batch) {
+	p.mu.Lock()
+	p.queue = append(p.queue, b)
+	p.mu.Unlock()
+	select {
+	case p.more <- struct{}{}:
+	default:
+	}
+}
+
+func (p *pushed) Next(ctx context.Context) (registry.Batch, error) {
+	for {
+		p.mu.Lock()
+		closed, n := p.closed, len(p.queue)
+		var b registry.Batch
+		if !closed && n > 0 {
+			b, p.queue = p.queue[0], p.queue[1:]
+		}
+		p.mu.Unlock()
+		switch {
+		case closed:
+			return registry.Batch{}, registry.ErrClosed
+		case n > 0:
+			return b, nil
+		}
+		select {
+		case <-p.more:
+		case <-p.done:
+			p.mu.Lock()
+			n := len(p.queue)
+			p.mu.Unlock()
+			if n == 0 {
+				return registry.Batch{}, registry.ErrClosed
+			}
+		case <-ctx.Done():
+			return registry.Batch{}, ctx.Err()
+		}
+	}
+}
+
+func (p *pushed) Close() error {
+	p.mu.Lock()
+	p.closed = true
+	p.mu.Unlock()
+	return p.w.Close()
 }
 
 func ctx(t *testing.T) context.Context {
