@@ -334,10 +334,6 @@ func runChurn(t *testing.T, natsURL string, replicas int, faults func(ch *churn,
 	bases := []*child{ch.start("base-1", ""), ch.start("base-2", "")}
 
 	// Producers: one per lane and one for the baseline, at an even pace.
-	type pub struct {
-		msg  string
-		lane string
-	}
 	var pmu sync.Mutex
 	var published []pub
 	var wg sync.WaitGroup
@@ -360,9 +356,10 @@ func runChurn(t *testing.T, natsURL string, replicas int, faults func(ch *churn,
 					<-tick.C
 				}
 				id := fmt.Sprintf("p%d-%d", i, k)
+				var ack *jetstream.PubAck
 				for deadline := time.Now().Add(30 * time.Second); ; {
 					actx, cancel := context.WithTimeout(lctx, 2*time.Second)
-					_, err = p.Publish(actx, "msg", []byte(id), jetstream.WithMsgID(id))
+					ack, err = p.Publish(actx, "msg", []byte(id), jetstream.WithMsgID(id))
 					cancel()
 					if err == nil || time.Now().After(deadline) {
 						break
@@ -374,7 +371,7 @@ func runChurn(t *testing.T, natsURL string, replicas int, faults func(ch *churn,
 					return
 				}
 				pmu.Lock()
-				published = append(published, pub{id, l})
+				published = append(published, pub{id, l, ack.Sequence})
 				pmu.Unlock()
 			}
 		}()
@@ -443,6 +440,7 @@ func runChurn(t *testing.T, natsURL string, replicas int, faults func(ch *churn,
 		}
 		if time.Now().After(deadline) {
 			t.Errorf("%d of %d messages never handled", missing, len(want))
+			ch.explainMissing(js, published, seen)
 			break
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -457,6 +455,70 @@ func runChurn(t *testing.T, natsURL string, replicas int, faults func(ch *churn,
 
 	ch.analyse(want, pubDone)
 	t.Logf("all handled %v after the last publish; total %v", allDone.Sub(pubDone).Round(time.Millisecond), time.Since(begin).Round(time.Millisecond))
+}
+
+// pub is a message a churn producer published.
+type pub struct {
+	msg  string
+	lane string
+	seq  uint64 // the stream sequence of its (last) acknowledgement
+}
+
+// explainMissing logs, for the first few published messages never
+// handled, whether the stream still holds them at the sequence their
+// acknowledgement gave, and the state of their lane's durable: the
+// difference between a message the servers lost and one left unconsumed.
+func (ch *churn) explainMissing(js jetstream.JetStream, published []pub, seen map[string]bool) {
+	t := ch.t
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	stream, err := js.Stream(ctx, churnTopic)
+	if err != nil {
+		t.Logf("cannot look at the stream: %v", err)
+		return
+	}
+	if info, err := stream.Info(ctx); err == nil {
+		t.Logf("stream: %d messages, sequences %d to %d, leader %s", info.State.Msgs, info.State.FirstSeq, info.State.LastSeq, leaderOf(info.Cluster))
+	}
+	lanes := map[string]bool{}
+	n := 0
+	for _, p := range published {
+		if seen[p.msg] {
+			continue
+		}
+		if n++; n > 5 {
+			break
+		}
+		lanes[p.lane] = true
+		held := "no message there"
+		if m, err := stream.GetMsg(ctx, p.seq); err != nil {
+			held = err.Error()
+		} else if string(m.Data) == p.msg {
+			held = "held there"
+		} else {
+			held = fmt.Sprintf("%q there instead", m.Data)
+		}
+		t.Logf("never handled: %s of lane %q, acknowledged as sequence %d: %s", p.msg, p.lane, p.seq, held)
+	}
+	for l := range lanes {
+		name := lanesnats.ConsumerName("g", lanesnats.Token(l))
+		cons, err := stream.Consumer(ctx, name)
+		if err != nil {
+			t.Logf("durable %s: %v", name, err)
+			continue
+		}
+		if ci, err := cons.Info(ctx); err == nil {
+			t.Logf("durable %s: pending %d, ack pending %d, redelivered %d, waiting pulls %d, delivered up to %d, ack floor %d, leader %s",
+				name, ci.NumPending, ci.NumAckPending, ci.NumRedelivered, ci.NumWaiting, ci.Delivered.Stream, ci.AckFloor.Stream, leaderOf(ci.Cluster))
+		}
+	}
+}
+
+func leaderOf(c *jetstream.ClusterInfo) string {
+	if c == nil {
+		return "(not clustered)"
+	}
+	return c.Leader
 }
 
 // analyse checks what the children reported and logs the figures.

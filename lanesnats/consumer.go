@@ -89,7 +89,7 @@ type Consumer struct {
 	err       error
 	closeOnce sync.Once
 
-	handled, failed, deadLettered atomic.Uint64
+	handled, failed, deadLettered, ackedAgain atomic.Uint64
 }
 
 // Stats counts what a Consumer did.
@@ -97,6 +97,10 @@ type Stats struct {
 	Handled      uint64 // messages handled and acknowledged
 	Failed       uint64 // handler errors (the message is delivered again or dead-lettered)
 	DeadLettered uint64 // messages sent to the dead-letter topic
+	// AckedAgain counts copies of messages this consumer had handled and
+	// acknowledged, delivered again because the ack reached JetStream
+	// after AckWait: acknowledged again, not handled.
+	AckedAgain uint64
 }
 
 // NewConsumer registers a consumer instance of cfg.Service for cfg.Group and
@@ -277,7 +281,7 @@ func (c *Consumer) Owned() []string {
 
 // Stats returns the consumer's counters.
 func (c *Consumer) Stats() Stats {
-	return Stats{Handled: c.handled.Load(), Failed: c.failed.Load(), DeadLettered: c.deadLettered.Load()}
+	return Stats{Handled: c.handled.Load(), Failed: c.failed.Load(), DeadLettered: c.deadLettered.Load(), AckedAgain: c.ackedAgain.Load()}
 }
 
 // Done is closed once the consumer has stopped: after Close, or when its

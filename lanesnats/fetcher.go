@@ -64,6 +64,8 @@ type fetcher struct {
 	cur      heldMsg // the message in the handler, when curSet
 	curSet   bool
 	rescued  []heldMsg // taken out of the iterator behind a slow handler, in order
+
+	acked recentAcks // the loop's: what it acknowledged lately
 }
 
 // heldMsg is a message the fetcher holds, with when its ack deadline was
@@ -330,6 +332,16 @@ func (f *fetcher) handle(m jetstream.Msg) {
 	if !ok {
 		return
 	}
+	if f.acked.has(d) {
+		// Handled and acknowledged already, by this fetcher: the ack
+		// reached JetStream after AckWait. Acknowledge the copy too.
+		f.c.log.Debug("lanes: a message handled already was delivered again; acknowledging it", "token", f.tok, "seq", d.Seq, "deliveries", d.NumDelivered)
+		if err := m.Ack(); err != nil {
+			f.c.log.Warn("lanes: ack failed; the message comes back after AckWait", "seq", d.Seq, "err", err)
+		}
+		f.c.ackedAgain.Add(1)
+		return
+	}
 	if d.NumDelivered > uint64(f.c.o.maxDeliver) {
 		// Every earlier delivery ended without an ack or a failure: its
 		// holder died (perhaps because of this message).
@@ -471,5 +483,6 @@ func (f *fetcher) settle(d *Delivery, err error) {
 		c.log.Warn("lanes: ack failed; the message comes back after AckWait", "seq", d.Seq, "err", err)
 		return
 	}
+	f.acked.add(d, 4*c.o.batch)
 	c.handled.Add(1)
 }
