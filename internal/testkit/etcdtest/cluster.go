@@ -110,8 +110,8 @@ func NewCluster(t testing.TB, cfg ClusterConfig) *Cluster {
 			LogPath: filepath.Join(tmp, m.Name+".log"),
 			Args:    m.args,
 			Env:     childEnv(),
-			Ready: func(ctx context.Context, _ int, exited <-chan struct{}) error {
-				return waitHealthy(ctx, c.hc, m.ClientURL(), exited)
+			Ready: func(ctx context.Context, pid int, exited <-chan struct{}) error {
+				return waitHealthy(ctx, c.hc, pid, m.clientAddr, m.ClientURL(), exited)
 			},
 			Timeout: StartTimeout,
 		})

@@ -59,10 +59,10 @@ func Process(t testing.TB) *Proc {
 		LogPath: filepath.Join(tmp, "etcd.log"),
 		Args:    p.args,
 		Env:     childEnv(),
-		Ready: func(ctx context.Context, _ int, exited <-chan struct{}) error {
+		Ready: func(ctx context.Context, pid int, exited <-chan struct{}) error {
 			hc := &http.Client{Timeout: time.Second} //lanes:ignore the health probe of an etcd process, outside lanes
 			defer hc.CloseIdleConnections()
-			return waitHealthy(ctx, hc, "http://"+p.clientAddr, exited)
+			return waitHealthy(ctx, hc, pid, p.clientAddr, "http://"+p.clientAddr, exited)
 		},
 		Timeout: StartTimeout,
 	})
@@ -132,8 +132,12 @@ func childEnv() []string {
 }
 
 // waitHealthy polls the member's /health with hc until it says true (the
-// member serves and its cluster has a leader).
-func waitHealthy(ctx context.Context, hc *http.Client, curl string, exited <-chan struct{}) error {
+// member serves and its cluster has a leader), and checks that the process
+// pid is the one listening on clientAddr: if another process took the port
+// first, it answers the health check while the member fails to bind, and
+// the member's start is an error once it has exited (its log then says
+// "address already in use", and the caller picks other ports).
+func waitHealthy(ctx context.Context, hc *http.Client, pid int, clientAddr, curl string, exited <-chan struct{}) error {
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -142,7 +146,15 @@ func waitHealthy(ctx context.Context, hc *http.Client, curl string, exited <-cha
 			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK && bytes.Contains(body, []byte(`"true"`)) {
-				return nil
+				if ours, _ := proctest.Listens(pid, clientAddr); ours {
+					return nil
+				} // not ours, or pid gone from /proc: it exits, or has
+				select {
+				case <-exited:
+					return fmt.Errorf("another process answers on its client address %s", clientAddr)
+				case <-ctx.Done():
+					return fmt.Errorf("another process answers on its client address %s: %w", clientAddr, ctx.Err())
+				}
 			}
 		}
 		select {
