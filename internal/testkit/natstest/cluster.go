@@ -83,17 +83,28 @@ func (m *Member) env() ([]string, error) {
 
 // ready waits until the member accepts clients; a member outside a cluster
 // must also answer JetStream requests.
-func (m *Member) ready(ctx context.Context, _ int, exited <-chan struct{}) error {
+func (m *Member) ready(ctx context.Context, pid int, exited <-chan struct{}) error {
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		if m.cluster == "" && jetStreamUp(m.URL()) {
-			return nil
-		}
+		up := m.cluster == "" && jetStreamUp(m.URL())
 		if m.cluster != "" {
 			if nc, err := nats.Connect(m.URL(), nats.Timeout(time.Second), nats.NoReconnect()); err == nil {
 				nc.Close()
+				up = true
+			}
+		}
+		if up {
+			// Whoever answers must be the member: another process that
+			// took its port first answers while the member fails to bind.
+			if ours, _ := proctest.Listens(pid, m.clientAddr); ours {
 				return nil
+			}
+			select {
+			case <-exited:
+				return fmt.Errorf("another process answers on its client address %s", m.clientAddr)
+			case <-ctx.Done():
+				return fmt.Errorf("another process answers on its client address %s: %w", m.clientAddr, ctx.Err())
 			}
 		}
 		select {
