@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -137,7 +138,14 @@ func NewCluster(t testing.TB, cfg ClusterConfig) *Cluster {
 			break
 		}
 		// Another process took a port between our check and etcd's bind:
-		// start afresh on other ports.
+		// start afresh on other ports, with empty data directories (the
+		// members that had started keep the old peer URLs in theirs, and
+		// would call on them forever).
+		for _, m := range c.Members {
+			if err := os.RemoveAll(m.dir); err != nil {
+				t.Fatalf("etcdtest: cluster: %v", err)
+			}
+		}
 		rand.Read(token)
 	}
 	if err != nil {

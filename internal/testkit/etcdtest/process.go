@@ -78,9 +78,13 @@ func Process(t testing.TB) *Proc {
 			return p
 		}
 		// Another process may have taken a port between our check and
-		// etcd's bind; try other ports.
+		// etcd's bind; try other ports, on an empty data directory (a
+		// member that had started keeps its old peer URL there).
 		if !p.LogContains("address already in use") {
 			break
+		}
+		if err := os.RemoveAll(p.dir); err != nil {
+			t.Fatalf("etcdtest: %v", err)
 		}
 	}
 	t.Fatalf("etcdtest: %v", err)
