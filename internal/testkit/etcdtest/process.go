@@ -150,15 +150,7 @@ func waitHealthy(ctx context.Context, hc *http.Client, pid int, clientAddr, curl
 			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK && bytes.Contains(body, []byte(`"true"`)) {
-				if ours, _ := proctest.Listens(pid, clientAddr); ours {
-					return nil
-				} // not ours, or pid gone from /proc: it exits, or has
-				select {
-				case <-exited:
-					return fmt.Errorf("another process answers on its client address %s", clientAddr)
-				case <-ctx.Done():
-					return fmt.Errorf("another process answers on its client address %s: %w", clientAddr, ctx.Err())
-				}
+				return proctest.WaitOwner(ctx, pid, clientAddr, exited)
 			}
 		}
 		select {

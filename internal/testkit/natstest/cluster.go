@@ -97,15 +97,7 @@ func (m *Member) ready(ctx context.Context, pid int, exited <-chan struct{}) err
 		if up {
 			// Whoever answers must be the member: another process that
 			// took its port first answers while the member fails to bind.
-			if ours, _ := proctest.Listens(pid, m.clientAddr); ours {
-				return nil
-			}
-			select {
-			case <-exited:
-				return fmt.Errorf("another process answers on its client address %s", m.clientAddr)
-			case <-ctx.Done():
-				return fmt.Errorf("another process answers on its client address %s: %w", m.clientAddr, ctx.Err())
-			}
+			return proctest.WaitOwner(ctx, pid, m.clientAddr, exited)
 		}
 		select {
 		case <-exited:

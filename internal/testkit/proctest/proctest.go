@@ -264,3 +264,20 @@ func (p *Proc) CPUTime() (time.Duration, error) {
 	}
 	return time.Duration(ticks) * 10 * time.Millisecond, nil
 }
+
+// WaitOwner returns nil when the process pid listens on addr (see
+// Listens). Otherwise another process answers there, having taken the
+// port first, and pid is failing to bind it: WaitOwner waits until pid has
+// exited (or ctx ends) and says so. A child's readiness check calls it
+// once the child's port answers.
+func WaitOwner(ctx context.Context, pid int, addr string, exited <-chan struct{}) error {
+	if ours, _ := Listens(pid, addr); ours {
+		return nil
+	} // not ours, or pid gone from /proc: it exits, or has
+	select {
+	case <-exited:
+		return fmt.Errorf("another process answers on %s", addr)
+	case <-ctx.Done():
+		return fmt.Errorf("another process answers on %s: %w", addr, ctx.Err())
+	}
+}
