@@ -40,15 +40,7 @@ func (emptyServer) EmptyCall(context.Context, *testpb.Empty) (*testpb.Empty, err
 // loaded machine; and x_round_robin_cpu, the same ratio of the process's CPU
 // time, which a loaded machine disturbs least.
 func BenchmarkUnary(b *testing.B) {
-	srv := grpc.NewServer(lanesgrpc.ServerOptions()...)
-	testpb.RegisterTestServiceServer(srv, emptyServer{})
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	go srv.Serve(lis)
-	defer srv.Stop()
-	addr := lis.Addr().String()
+	addr := serveEmpty(b, lanesgrpc.ServerOptions()...)
 
 	reg := registry.NewMemory()
 	defer reg.Close()
@@ -150,15 +142,7 @@ func BenchmarkUnaryLaneMetadata(b *testing.B) {
 		{"lanes_server", lanesgrpc.ServerOptions()},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
-			srv := grpc.NewServer(tc.opts...)
-			testpb.RegisterTestServiceServer(srv, emptyServer{})
-			lis, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				b.Fatal(err)
-			}
-			go srv.Serve(lis)
-			defer srv.Stop()
-			conn, err := grpc.NewClient(lis.Addr().String(), creds)
+			conn, err := grpc.NewClient(serveEmpty(b, tc.opts...), creds)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -167,4 +151,18 @@ func BenchmarkUnaryLaneMetadata(b *testing.B) {
 			benchCalls(b, rr, md, rr)
 		})
 	}
+}
+
+// serveEmpty serves the test service with empty answers on a loopback
+// port, with opts, until the benchmark ends, and returns its address.
+func serveEmpty(b *testing.B, opts ...grpc.ServerOption) string {
+	srv := grpc.NewServer(opts...)
+	testpb.RegisterTestServiceServer(srv, emptyServer{})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	go srv.Serve(lis)
+	b.Cleanup(srv.Stop)
+	return lis.Addr().String()
 }
