@@ -33,15 +33,7 @@ func benchBackend(b *testing.B, ln string) string {
 		h["Content-Type"] = []string{"text/plain"}
 		w.Write(body)
 	})}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		srv.Serve(l)
-	}()
-	b.Cleanup(func() {
-		srv.Close()
-		<-done
-	})
+	serveServer(b, l, srv)
 	return l.Addr().String()
 }
 
@@ -103,15 +95,7 @@ func serveGateway(b *testing.B, g *Gateway) string {
 	if err != nil {
 		b.Fatal(err)
 	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		g.Serve(l)
-	}()
-	b.Cleanup(func() {
-		g.Close()
-		<-done
-	})
+	serveServer(b, l, g)
 	return "http://" + l.Addr().String()
 }
 

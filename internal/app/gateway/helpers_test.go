@@ -420,8 +420,14 @@ func serveOn(tb testing.TB, l net.Listener, h http.Handler) {
 	serveServer(tb, l, &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second})
 }
 
+// server is what serveServer serves: an *http.Server or a *Gateway.
+type server interface {
+	Serve(net.Listener) error
+	Close() error
+}
+
 // serveServer serves srv on l until the test ends.
-func serveServer(tb testing.TB, l net.Listener, srv *http.Server) {
+func serveServer(tb testing.TB, l net.Listener, srv server) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
