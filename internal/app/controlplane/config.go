@@ -112,6 +112,11 @@ type GatewaySettings struct {
 	// with its response headers (0: the gateway's default, 10s; negative,
 	// or "off" in a flag or variable: none).
 	ResponseHeaderTimeout time.Duration `yaml:"response_header_timeout"`
+	// UpstreamWriteTimeout bounds how long an instance may take to take
+	// each write of a request: the head, each part of an upload as it
+	// streams (0: the gateway's default, 10s; negative, or "off" in a flag
+	// or variable: none).
+	UpstreamWriteTimeout time.Duration `yaml:"upstream_write_timeout"`
 	// HTTP1 is the stack that serves HTTP/1.1: "fast" (fasthttp, the
 	// default) or "std" (net/http).
 	HTTP1 string `yaml:"http1"`
@@ -201,6 +206,22 @@ func duration(p func(c *Config) *time.Duration) func(*Config, []string) error {
 	})
 }
 
+// durationOrOff sets a timeout: a duration, or "off" for none (-1).
+func durationOrOff(p func(c *Config) *time.Duration) func(*Config, []string) error {
+	return one(func(c *Config, v string) error {
+		if v == "off" {
+			*p(c) = -1
+			return nil
+		}
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			return fmt.Errorf("want a duration such as 10s, or off")
+		}
+		*p(c) = d
+		return nil
+	})
+}
+
 func integer(p func(c *Config) *int) func(*Config, []string) error {
 	return one(func(c *Config, v string) error {
 		n, err := strconv.Atoi(v)
@@ -244,18 +265,8 @@ var Settings = []Setting{
 	{Flag: "gateway-preserve-host", Env: "LANES_GATEWAY_PRESERVE_HOST", Key: "gateway.preserve_host", Bool: true, Usage: "send the client's Host header upstream instead of the instance's address", set: boolean(func(c *Config) *bool { return &c.Gateway.PreserveHost })},
 	{Flag: "gateway-max-idle-conns-per-host", Env: "LANES_GATEWAY_MAX_IDLE_CONNS_PER_HOST", Key: "gateway.max_idle_conns_per_host", Usage: "idle connections the gateway keeps to each instance (0: 512)", set: integer(func(c *Config) *int { return &c.Gateway.MaxIdleConnsPerHost })},
 	{Flag: "gateway-ready-timeout", Env: "LANES_GATEWAY_READY_TIMEOUT", Key: "gateway.ready_timeout", Usage: "how long the first requests wait for the routing engine to know a service (0: 5s)", set: duration(func(c *Config) *time.Duration { return &c.Gateway.ReadyTimeout })},
-	{Flag: "gateway-response-header-timeout", Env: "LANES_GATEWAY_RESPONSE_HEADER_TIMEOUT", Key: "gateway.response_header_timeout", Usage: "how long an instance may take to send its response headers before the attempt fails and counts against it (0: 10s; off: no limit)", set: one(func(c *Config, v string) error {
-		if v == "off" {
-			c.Gateway.ResponseHeaderTimeout = -1
-			return nil
-		}
-		d, err := time.ParseDuration(v)
-		if err != nil || d < 0 {
-			return fmt.Errorf("want a duration such as 10s, or off")
-		}
-		c.Gateway.ResponseHeaderTimeout = d
-		return nil
-	})},
+	{Flag: "gateway-response-header-timeout", Env: "LANES_GATEWAY_RESPONSE_HEADER_TIMEOUT", Key: "gateway.response_header_timeout", Usage: "how long an instance may take to send its response headers before the attempt fails and counts against it (0: 10s; off: no limit)", set: durationOrOff(func(c *Config) *time.Duration { return &c.Gateway.ResponseHeaderTimeout })},
+	{Flag: "gateway-upstream-write-timeout", Env: "LANES_GATEWAY_UPSTREAM_WRITE_TIMEOUT", Key: "gateway.upstream_write_timeout", Usage: "how long an instance may take to take each write of a request (the head, each part of an upload) before the attempt fails and counts against it (0: 10s; off: no limit)", set: durationOrOff(func(c *Config) *time.Duration { return &c.Gateway.UpstreamWriteTimeout })},
 	{Flag: "gateway-http1", Env: "LANES_GATEWAY_HTTP1", Key: "gateway.http1", Usage: "the stack that serves HTTP/1.1 at the gateway: fast (fasthttp) or std (net/http)", set: str(func(c *Config) *string { return &c.Gateway.HTTP1 })},
 	{Flag: "log-level", Env: "LANES_LOG_LEVEL", Key: "log_level", Usage: "debug, info, warn or error", set: str(func(c *Config) *string { return &c.LogLevel })},
 	{Flag: "log-format", Env: "LANES_LOG_FORMAT", Key: "log_format", Usage: "text or json", set: str(func(c *Config) *string { return &c.LogFormat })},

@@ -203,7 +203,7 @@ gateway:
 	if err := c.LoadFile(file); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.ApplyEnv(env(map[string]string{"LANES_GATEWAY_KEY_COOKIE": "uid", "LANES_GATEWAY_RESPONSE_HEADER_TIMEOUT": "off"})); err != nil {
+	if err := c.ApplyEnv(env(map[string]string{"LANES_GATEWAY_KEY_COOKIE": "uid", "LANES_GATEWAY_RESPONSE_HEADER_TIMEOUT": "off", "LANES_GATEWAY_UPSTREAM_WRITE_TIMEOUT": "30s"})); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Set("gateway-ready-timeout", []string{"4s"}); err != nil {
@@ -223,7 +223,7 @@ gateway:
 		LaneCookie: "mylane", KeyHeader: "x-user", KeyCookie: "uid",
 		Disable:      []gateway.Source{gateway.SourceCookie, gateway.SourceHost},
 		PreserveHost: true, MaxIdleConnsPerHost: 7, ReadyTimeout: 4 * time.Second, ResponseHeaderTimeout: -1,
-		HTTP1: gateway.HTTP1Std,
+		UpstreamWriteTimeout: 30 * time.Second, HTTP1: gateway.HTTP1Std,
 	}
 	if !reflect.DeepEqual(gc, want) {
 		t.Errorf("gateway config\n got %+v\nwant %+v", gc, want)

@@ -31,6 +31,7 @@ func (c *Config) GatewayConfig() (gateway.Config, error) {
 		ReadyTimeout:        c.Gateway.ReadyTimeout,
 
 		ResponseHeaderTimeout: c.Gateway.ResponseHeaderTimeout,
+		UpstreamWriteTimeout:  c.Gateway.UpstreamWriteTimeout,
 		HTTP1:                 c.Gateway.HTTP1,
 	}
 	for i, r := range c.Routes {

@@ -218,10 +218,14 @@
 // instance). When an instance refuses the connection, nothing was sent: the
 // instance is ejected at once and the same request, whatever its method and
 // body (gRPC calls included), moves on to the next eligible instance or along
-// the lane's fallback chain. When the call fails after it was sent (reset,
-// or no response headers within [Config.ResponseHeaderTimeout], 10s by
-// default; on the fast path up to a tenth of it, at most a second, sooner:
-// a connection keeps a deadline that close to the one asked) and the request has no body and is idempotent (GET, HEAD,
+// the lane's fallback chain. When the call fails after it was sent (reset;
+// an instance that takes none of a write of the request, the head or a
+// part of its body, within [Config.UpstreamWriteTimeout], 10s by default:
+// hung, paused with SIGSTOP, or not reading an upload; or no response
+// headers within [Config.ResponseHeaderTimeout], 10s by default, counted
+// from the end of the request's write; each up to a tenth of it, at most a
+// second, sooner: a connection keeps a deadline that close to the one
+// asked) and the request has no body and is idempotent (GET, HEAD,
 // OPTIONS, TRACE, PUT, DELETE, or any method with an Idempotency-Key or
 // X-Idempotency-Key header), the gateway picks another instance for the same
 // request lane and tries once more; otherwise, or when the retry fails too,

@@ -28,6 +28,9 @@ const (
 	DefaultKeyCookie           = "lanes-key"
 	DefaultMaxIdleConnsPerHost = 512
 	DefaultReadyTimeout        = 5 * time.Second
+	// DefaultUpstreamWriteTimeout is how long an instance may take to take
+	// each write of a request (Config.UpstreamWriteTimeout).
+	DefaultUpstreamWriteTimeout = 10 * time.Second
 )
 
 // Config is what a Gateway needs. Engine is required.
@@ -79,7 +82,8 @@ type Config struct {
 	// to have read the policy and a service's instances; default 5s.
 	ReadyTimeout time.Duration
 	// ResponseHeaderTimeout bounds how long an instance may take to send
-	// the response headers of an HTTP/1.1 request: the attempt then fails
+	// the response headers of an HTTP/1.1 request, from the end of the
+	// request's write (an upload may take longer): the attempt then fails
 	// with 502 (or is retried, see the package documentation) and counts
 	// as a failure for outlier detection, as does a call that the client
 	// abandons after the instance took that long. gRPC calls, whose streams
@@ -88,6 +92,18 @@ type Config struct {
 	// its calls (a paused instance). 0 means
 	// laneshttp.DefaultResponseHeaderTimeout (10s); negative: none.
 	ResponseHeaderTimeout time.Duration
+	// UpstreamWriteTimeout bounds each write of an HTTP/1.1 request to an
+	// instance (the head, and each part of a body as it streams): an
+	// instance that takes none of it for that long (hung, paused, or not
+	// reading an upload) fails the attempt, which counts as a failure for
+	// outlier detection; the client gets 502 upstream (a request without a
+	// body may be retried, see the package documentation). It bounds the
+	// time between two writes that the instance takes, not the whole
+	// upload, which lasts as long as the client and the instance keep it
+	// going. An h2c connection (gRPC) on which nothing can be written for
+	// that long is closed. 0 means DefaultUpstreamWriteTimeout (10s);
+	// negative: none.
+	UpstreamWriteTimeout time.Duration
 	// HTTP1 chooses the stack that serves HTTP/1.1 requests: HTTP1Fast
 	// (the default, "fast") or HTTP1Std ("std"); see the package
 	// documentation. HTTP/2 is served by net/http on both.
@@ -133,7 +149,9 @@ type Gateway struct {
 	on         sourceSet // the sources that Config.Disable leaves on
 	// headerTimeout is the response-header timeout, 0 for none.
 	headerTimeout time.Duration
-	tracer        trace.Tracer
+	// writeTimeout bounds each write to an instance, 0 for none.
+	writeTimeout time.Duration
+	tracer       trace.Tracer
 	// fast is set when HTTP/1.1 is served on fasthttp (Config.HTTP1).
 	fast bool
 
@@ -179,8 +197,9 @@ func New(cfg Config) (*Gateway, error) {
 		idle = DefaultMaxIdleConnsPerHost
 	}
 	g.headerTimeout = routedcall.HeaderTimeout(cfg.ResponseHeaderTimeout)
+	g.writeTimeout = writeTimeout(cfg.UpstreamWriteTimeout)
 	g.tracer = cfg.Tracer
-	g.h1, g.h2c = newTransports(idle, g.headerTimeout)
+	g.h1, g.h2c = newTransports(idle, g.headerTimeout, g.writeTimeout)
 	g.proxy = &httputil.ReverseProxy{
 		Rewrite:        g.rewrite,
 		Transport:      &upstream{g: g},
@@ -190,7 +209,7 @@ func New(cfg Config) (*Gateway, error) {
 		BufferPool:     bufferPool{},
 	}
 	g.pool.New = func() any { return new(reqState) }
-	g.up = newUpstreams(idle)
+	g.up = newUpstreams(idle, g.writeTimeout)
 	g.fastPath = newFastPath(g)
 	for i := range g.routes {
 		g.routes[i].svc = g.engine.Service(g.routes[i].Service)
@@ -214,14 +233,37 @@ func validHeader(s string) bool {
 	return true
 }
 
-func newTransports(idle int, headerTimeout time.Duration) (h1, h2c *http.Transport) {
+// writeTimeout returns the upstream write timeout of the setting d: 0 means
+// DefaultUpstreamWriteTimeout, a negative value none (0).
+func writeTimeout(d time.Duration) time.Duration {
+	switch {
+	case d == 0:
+		return DefaultUpstreamWriteTimeout
+	case d < 0:
+		return 0
+	}
+	return d
+}
+
+// newTransports returns the net/http path's transports: h1 bounds the wait
+// for the response headers by headerTimeout and each write of a request by
+// writeTimeout (boundedConn); h2c closes a connection that answers no ping
+// within headerTimeout or takes no byte for writeTimeout.
+func newTransports(idle int, headerTimeout, writeTimeout time.Duration) (h1, h2c *http.Transport) {
 	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
+	dialBounded := func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := dialer.DialContext(ctx, network, addr)
+		if err != nil || writeTimeout <= 0 {
+			return c, err
+		}
+		return &boundedConn{Conn: c, w: writeBound{c: c, d: writeTimeout}}, nil
+	}
 	var p1, p2 http.Protocols
 	p1.SetHTTP1(true)
 	p2.SetUnencryptedHTTP2(true)
 	h1 = &http.Transport{
 		Proxy:                 nil, // never an environment proxy
-		DialContext:           dialer.DialContext,
+		DialContext:           dialBounded,
 		MaxIdleConnsPerHost:   idle,
 		IdleConnTimeout:       90 * time.Second,
 		ExpectContinueTimeout: time.Second,
@@ -236,9 +278,10 @@ func newTransports(idle int, headerTimeout time.Duration) (h1, h2c *http.Transpo
 		DisableCompression: true,
 		Protocols:          &p2,
 	}
-	if headerTimeout > 0 {
-		// A paused instance answers no ping: its connection is closed.
-		h2c.HTTP2 = &http.HTTP2Config{SendPingTimeout: headerTimeout, PingTimeout: headerTimeout}
+	if headerTimeout > 0 || writeTimeout > 0 {
+		// A paused instance answers no ping, and takes no byte: its
+		// connection is closed.
+		h2c.HTTP2 = &http.HTTP2Config{SendPingTimeout: headerTimeout, PingTimeout: headerTimeout, WriteByteTimeout: writeTimeout}
 	}
 	return h1, h2c
 }

@@ -3,6 +3,7 @@ package gateway
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -11,6 +12,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/lanesdev/lanes/routing"
 )
 
 // The request bodies of these tests: uploadHead is sent first, and the
@@ -327,4 +330,128 @@ func byteCounter(t testing.TB) string {
 		n, _ := io.Copy(io.Discard, r.Body)
 		fmt.Fprintf(rw, "%d", n)
 	}))
+}
+
+// deafUpload is larger than what the kernel buffers of a connection take
+// (tcp_wmem and tcp_rmem allow a few MiB), so that an instance that reads
+// nothing blocks the writer.
+const deafUpload = 16 << 20
+
+// TestUploadToDeafInstance: an instance that accepts the connection but
+// reads nothing of the request (hung, or paused with SIGSTOP, whose kernel
+// still accepts connections and buffers what it can) fails the attempt once
+// it has taken none of an upload for the upstream write timeout: the client
+// gets 502 upstream that names the timeout, with the lane headers, never a
+// hang, and the instance is ejected. The response-header timeout is far
+// off: the write bound alone ends the attempt.
+func TestUploadToDeafInstance(t *testing.T) {
+	const timeout = 200 * time.Millisecond
+	for _, length := range []int64{deafUpload, -1} {
+		t.Run(fmt.Sprintf("length=%d", length), func(t *testing.T) {
+			w := newWorld(t, "outlier: {errors: 1, window: 1m, ejection: 10m}\n",
+				Config{UpstreamWriteTimeout: timeout, ResponseHeaderTimeout: time.Hour})
+			w.register(t, "orders", "deaf", deaf(t), "")
+			req, err := http.NewRequest(http.MethodPut, w.url+"/upload", bytes.NewReader(make([]byte, deafUpload)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if length < 0 {
+				req.ContentLength, req.Body = -1, io.NopCloser(req.Body)
+			}
+			r := doReq(t, w.client, req)
+			if r.status != http.StatusBadGateway || r.header.Get(hError) != codeUpstream ||
+				!strings.Contains(r.body, `"deaf"`) || !strings.Contains(r.body, "upstream write timeout") {
+				t.Fatalf("%d %q %q, want 502 upstream naming the instance and the upstream write timeout", r.status, r.header.Get(hError), r.body)
+			}
+			if got := r.header.Get(hLaneServed); got != "baseline" {
+				t.Errorf("x-lane-served %q, want baseline", got)
+			}
+			// Reported: the instance is out of the eligible set.
+			w.register(t, "orders", "good", byteCounter(t), "")
+			eventually(t, "the deaf instance to be ejected", func() bool {
+				d, err := w.engine.Service("orders").Resolve(routing.Request{})
+				return err == nil && strings.Join(d.Eligible, " ") == "good"
+			})
+		})
+	}
+}
+
+// TestLongUploadThenAnswer: the wait for the answer's headers starts once the
+// request is written, on both paths: an upload that takes longer than the
+// response-header timeout is answered. The client sends the rest of the
+// body once a request to a silent instance, sent after the upload started,
+// has timed out.
+func TestLongUploadThenAnswer(t *testing.T) {
+	const timeout = 500 * time.Millisecond
+	w := newWorld(t, "", Config{ResponseHeaderTimeout: timeout, Routes: []Route{
+		{Prefix: "/silent", Service: "silent"}, {Prefix: "/", Service: "orders"}}})
+	w.register(t, "silent", "silent", deaf(t), "")
+	seen := make(chan struct{}, 1)
+	w.register(t, "orders", "up", serveBackend(t, http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		n, _ := io.CopyN(io.Discard, r.Body, uploadSeen)
+		seen <- struct{}{}
+		m, _ := io.Copy(io.Discard, r.Body)
+		fmt.Fprintf(rw, "%d", n+m)
+	})), "")
+	pr, pw := io.Pipe()
+	req, err := http.NewRequest(http.MethodPost, w.url+"/upload", pr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.ContentLength = uploadHead + uploadRest
+	wrote := make(chan error, 1)
+	go func() {
+		defer pw.Close()
+		if _, err := pw.Write(bytes.Repeat([]byte("a"), uploadHead)); err != nil {
+			wrote <- err
+			return
+		}
+		select {
+		case <-seen:
+		case <-time.After(waitFor):
+			wrote <- errors.New("the instance got none of the upload")
+			return
+		}
+		if r := do(t, w.client, http.MethodGet, w.url+"/silent", nil); r.status != http.StatusBadGateway {
+			wrote <- fmt.Errorf("the silent instance: %d %q, want 502 after the response-header timeout", r.status, r.body)
+			return
+		}
+		_, err := pw.Write(bytes.Repeat([]byte("b"), uploadRest))
+		wrote <- err
+	}()
+	r := doReq(t, w.client, req)
+	if err := <-wrote; err != nil {
+		t.Fatal(err)
+	}
+	if want := fmt.Sprint(uploadHead + uploadRest); r.status != http.StatusOK || r.body != want {
+		t.Errorf("%d %q, want 200 %s", r.status, r.body, want)
+	}
+}
+
+// deaf is an instance that accepts connections and never reads them, until
+// the test ends; it returns its address.
+func deaf(t testing.TB) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var conns []net.Conn
+		defer func() {
+			for _, c := range conns {
+				c.Close()
+			}
+		}()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			conns = append(conns, c)
+		}
+	}()
+	t.Cleanup(func() { l.Close(); <-done })
+	return l.Addr().String()
 }

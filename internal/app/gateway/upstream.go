@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http/httputil"
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -21,8 +23,9 @@ import (
 // connections idle past the idle timeout, as net/http's transport does, and
 // drops the pools that have had neither a request nor an idle connection
 // for as long (those of instances that left); a pool starts no goroutine of
-// its own. The pool bounds the wait for the response headers (the
-// response-header timeout) but not the body, hands
+// its own. The pool bounds each write of a request (the upstream write
+// timeout, writeBound) and the wait for the response headers (the
+// response-header timeout) but not the response body, hands
 // 1xx answers to the client as they come, and streams a body that is large
 // or of unknown length.
 //
@@ -54,6 +57,7 @@ type upstreams struct {
 	mu          sync.Mutex
 	idle        int           // idle connections kept per pool
 	idleTimeout time.Duration // idleConnTimeout, but in tests
+	write       time.Duration // the upstream write timeout, 0 for none
 	dialer      *net.Dialer
 	closed      bool
 	// The sweeper (sweep), while it runs: stop cancels it, done closes
@@ -62,8 +66,8 @@ type upstreams struct {
 	done chan struct{}
 }
 
-func newUpstreams(idle int) *upstreams {
-	return &upstreams{idle: idle, idleTimeout: idleConnTimeout,
+func newUpstreams(idle int, writeTimeout time.Duration) *upstreams {
+	return &upstreams{idle: idle, idleTimeout: idleConnTimeout, write: writeTimeout,
 		dialer: &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}}
 }
 
@@ -197,10 +201,63 @@ type upPool struct {
 type upConn struct {
 	c     net.Conn
 	br    *bufio.Reader
-	bw    *bufio.Writer
+	bw    *bufio.Writer // writes through w
+	w     writeBound
 	used  time.Time // when it went idle
 	armed time.Time // the read deadline set on c, zero for none
 }
+
+// writeBound writes to an instance's connection c, each write within the
+// upstream write timeout d (0: none): an instance that takes nothing of a
+// write for that long (hung, paused with SIGSTOP, or not reading an
+// upload) fails it with a *writeTimeoutError, as nginx's proxy_send_timeout
+// bounds the time between two writes. Both HTTP/1.1 paths write requests
+// through one: the fast path's upstream connections (upConn) and the
+// net/http path's transport (boundedConn). A write deadline already set
+// that falls at most deadlineSlack(d) before the one asked is kept, so
+// that a busy connection sets one about once a second rather than each
+// write (setting one is a runtime timer update).
+type writeBound struct {
+	c     net.Conn
+	d     time.Duration
+	armed time.Time // the write deadline set on c
+}
+
+func (w *writeBound) Write(p []byte) (int, error) {
+	if w.d > 0 {
+		if want := time.Now().Add(w.d); !keepDeadline(w.armed, want, w.d) {
+			w.c.SetWriteDeadline(want)
+			w.armed = want
+		}
+	}
+	n, err := w.c.Write(p)
+	if err != nil && w.d > 0 && errors.Is(err, os.ErrDeadlineExceeded) {
+		err = &writeTimeoutError{d: w.d, err: err}
+	}
+	return n, err
+}
+
+// boundedConn is a connection of the net/http path's transport whose
+// writes go through a writeBound.
+type boundedConn struct {
+	net.Conn
+	w writeBound
+}
+
+func (c *boundedConn) Write(p []byte) (int, error) { return c.w.Write(p) }
+
+// writeTimeoutError is a write to an instance that it did not take within
+// the upstream write timeout.
+type writeTimeoutError struct {
+	d   time.Duration
+	err error
+}
+
+func (e *writeTimeoutError) Error() string {
+	return fmt.Sprintf("the instance took none of the request for %s (the upstream write timeout)", e.d)
+}
+func (e *writeTimeoutError) Unwrap() error { return e.err }
+func (e *writeTimeoutError) Timeout() bool { return true }
 
 // headerDeadline bounds the wait for the answer's headers, from now, by d:
 // a read deadline already set that falls at most deadlineSlack(d) before
@@ -209,11 +266,18 @@ type upConn struct {
 // wait is thus bounded by d, and lasts at least d less the slack.
 func (c *upConn) headerDeadline(now time.Time, d time.Duration) {
 	want := now.Add(d)
-	if !c.armed.IsZero() && !c.armed.After(want) && want.Sub(c.armed) <= deadlineSlack(d) {
+	if keepDeadline(c.armed, want, d) {
 		return
 	}
 	c.c.SetReadDeadline(want)
 	c.armed = want
+}
+
+// keepDeadline reports whether a deadline armed (zero: none) may stay for
+// one asked at want, of a timeout d: it falls at most deadlineSlack(d)
+// before want.
+func keepDeadline(armed, want time.Time, d time.Duration) bool {
+	return !armed.IsZero() && !armed.After(want) && want.Sub(armed) <= deadlineSlack(d)
 }
 
 // noDeadline removes the read deadline of c.
@@ -231,6 +295,18 @@ func deadlineSlack(d time.Duration) time.Duration {
 }
 
 func (c *upConn) close() { c.c.Close() }
+
+// answered reports whether the instance has sent any of an answer, waiting
+// up to d for it.
+func (c *upConn) answered(d time.Duration) bool {
+	if c.br.Buffered() > 0 {
+		return true
+	}
+	c.armed = time.Now().Add(d)
+	c.c.SetReadDeadline(c.armed)
+	_, err := c.br.Peek(1)
+	return err == nil
+}
 
 // unsentError is a dial that failed: nothing was sent.
 type unsentError struct{ err error }
@@ -262,7 +338,9 @@ func (p *upPool) get(now time.Time) (c *upConn, reused bool, err error) {
 		p.mu.Unlock()
 		return nil, false, &unsentError{err}
 	}
-	return &upConn{c: nc, br: bufio.NewReaderSize(nc, upBufSize), bw: bufio.NewWriterSize(nc, upBufSize)}, false, nil
+	c = &upConn{c: nc, br: bufio.NewReaderSize(nc, upBufSize), w: writeBound{c: nc, d: p.u.write}}
+	c.bw = bufio.NewWriterSize(&c.w, upBufSize)
+	return c, false, nil
 }
 
 // put keeps c, idle since now, for the next request, or closes it.
@@ -363,29 +441,52 @@ func (p *upPool) do(req *fasthttp.Request, resp *fasthttp.Response, headerTimeou
 
 // roundTrip is one exchange on c; on an error c is the caller's to discard.
 // retry reports an error of a connection that gave no byte of answer.
-// now is when the exchange started (the deadline for the answer's headers
-// counts from it, and the connection counts as idle from it when it comes
-// back: sooner than it is).
+// now is when the exchange started: the deadline for the answer's headers
+// counts from it, or, when a body streamed from the client, from the end of
+// the write; and the connection counts as idle from it when it comes back
+// (sooner than it is).
 func (p *upPool) roundTrip(c *upConn, req *fasthttp.Request, resp *fasthttp.Response, now time.Time, headerTimeout time.Duration, ctx *fasthttp.RequestCtx, body *keptBody) (retry bool, err error) {
 	werr := req.Write(c.bw)
 	if werr == nil {
 		werr = c.bw.Flush()
 	}
 	if werr != nil {
-		if body.failed() != nil || !peerClosed(werr) || req.Header.ConnectionClose() {
+		// A write that timed out is not sent again on a new connection
+		// (retry): the instance that did not take it is hung, or reads
+		// nothing more of this request.
+		var wt *writeTimeoutError
+		timedOut := errors.As(werr, &wt)
+		switch {
+		case body.failed() != nil || req.Header.ConnectionClose():
+			return !timedOut, werr
+		case timedOut:
+			// The instance stopped taking the request. It may have
+			// answered first and read no more (a 413 to an upload it
+			// refuses), and that answer stands, as below and as net/http's
+			// transport takes it; else the attempt fails now.
+			if !c.answered(deadlineSlack(wt.d)) {
+				return false, werr
+			}
+		case !peerClosed(werr):
 			return true, werr
 		}
-		// The instance closed its side before it took the whole request:
-		// it may have answered first (a 401 or 413 to a large upload,
-		// say), and that answer stands, as net/http's transport takes it.
-		// The connection is not used again.
+		// The instance closed its side, or stopped reading, before it took
+		// the whole request: it may have answered first (a 401 or 413 to a
+		// large upload, say), and that answer stands, as net/http's
+		// transport takes it. The connection is not used again.
 		req.Header.SetConnectionClose()
 		defer func() {
 			if err != nil {
 				req.Header.ResetConnectionClose()
-				retry, err = true, werr
+				retry, err = !timedOut, werr
 			}
 		}()
+	}
+	if body != nil && body.read {
+		// The wait for the answer starts once the request is written, as
+		// on net/http: an upload that streams may take longer than the
+		// response-header timeout.
+		now = time.Now()
 	}
 	if headerTimeout > 0 {
 		c.headerDeadline(now, headerTimeout)
