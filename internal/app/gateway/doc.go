@@ -47,7 +47,12 @@
 // net/http (h2c, gRPC), on the same port, and a request head (the request
 // line and the header fields) of up to 16 KiB is taken: the fast path
 // answers 431 to a longer one, net/http to one longer than 16 KiB by more
-// than the up to 4 KiB it had read ahead.
+// than the up to 4 KiB it had read ahead. An instance's answer head (each
+// 1xx head on its own) is bounded alike, at 16 KiB exactly on both paths:
+// a longer one fails the attempt as the instance's (502 upstream, "the
+// instance's response head is over 16384 bytes", logged, and a failure for
+// outlier detection), as nginx refuses an upstream head over its
+// proxy_buffer_size.
 //
 // # Routes
 //

@@ -270,6 +270,8 @@ func newTransports(idle int, headerTimeout, writeTimeout time.Duration) (h1, h2c
 		DisableCompression:    true, // pass encodings through untouched
 		Protocols:             &p1,
 		ResponseHeaderTimeout: headerTimeout,
+		// As the fast path bounds a head (maxResponseHead).
+		MaxResponseHeaderBytes: maxResponseHead,
 	}
 	h2c = &http.Transport{
 		Proxy:              nil,

@@ -569,6 +569,9 @@ func (s *stdSend) send(pick routing.Result) (routedcall.Attempt, bool) {
 		return routedcall.Attempt{}, true
 	}
 	if s.err != nil {
+		if responseHeadTooLarge(s.err) {
+			s.err = errResponseHeadTooLarge // in the fast path's words
+		}
 		return attempt(s.st, 0, "", s.err, laneshttp.Unsent(s.err)), false
 	}
 	return attempt(s.st, s.res.StatusCode, s.res.Header.Get(hError), nil, false), false

@@ -1,10 +1,14 @@
 package gateway
 
 import (
+	"bufio"
 	"context"
+	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/lanesdev/lanes/internal/testkit/smuggletest"
 )
@@ -125,6 +129,71 @@ func TestHeadSizeLimit(t *testing.T) {
 			t.Errorf("a head of %d bytes: %s %q, want %s", len(raw), hError, got, codeHeadTooLarge)
 		}
 	}
+}
+
+// TestResponseHeadSizeLimit: both HTTP/1.1 paths take an instance's answer
+// whose head is maxResponseHead bytes long, and fail one a byte longer with
+// 502 upstream that names the limit, as they log it.
+func TestResponseHeadSizeLimit(t *testing.T) {
+	w := newWorld(t, "outlier: {errors: 1000, window: 1m, ejection: 10m}\n", Config{})
+	size := make(chan int, 1)
+	w.register(t, "orders", "big", rawBackend(t, func() string {
+		const start, end = "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 2\r\nX-Pad: ", "\r\n\r\n"
+		return start + strings.Repeat("a", <-size-len(start)-len(end)) + end + "ok"
+	}), "")
+	for _, tc := range []struct {
+		size int
+		want int
+	}{
+		{maxResponseHead - 1, http.StatusOK},
+		{maxResponseHead, http.StatusOK},
+		{maxResponseHead + 1, http.StatusBadGateway},
+		{4 * maxResponseHead, http.StatusBadGateway},
+	} {
+		size <- tc.size
+		r := w.get(t, "/", nil)
+		if r.status != tc.want {
+			t.Errorf("an answer head of %d bytes (the limit %+d): %d %q, want %d", tc.size, tc.size-maxResponseHead, r.status, r.body, tc.want)
+			continue
+		}
+		if tc.want == http.StatusOK {
+			if r.body != "ok" || len(r.header.Get("X-Pad")) == 0 {
+				t.Errorf("an answer head of %d bytes: %q, X-Pad of %d bytes; want the answer whole", tc.size, r.body, len(r.header.Get("X-Pad")))
+			}
+			continue
+		}
+		if r.header.Get(hError) != codeUpstream || !strings.Contains(r.body, errResponseHeadTooLarge.Error()) {
+			t.Errorf("an answer head of %d bytes: %s %q, %q; want %s and %q", tc.size, hError, r.header.Get(hError), r.body, codeUpstream, errResponseHeadTooLarge)
+		}
+	}
+}
+
+// rawBackend is an instance that answers each request, one per connection,
+// with the bytes that answer returns, and closes the connection.
+func rawBackend(t testing.TB, answer func() string) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.SetDeadline(time.Now().Add(waitFor))
+			if req, err := http.ReadRequest(bufio.NewReader(c)); err == nil {
+				io.Copy(io.Discard, req.Body)
+				io.WriteString(c, answer())
+			}
+			c.Close()
+		}
+	}()
+	t.Cleanup(func() { l.Close(); <-done })
+	return l.Addr().String()
 }
 
 // headOfSize is a GET request whose head is n bytes long, its last CRLF

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http/httputil"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -47,9 +48,32 @@ const (
 	// whole before it is written; larger ones, and chunked ones, stream.
 	maxBufferedBody = 1 << 20
 	// upBufSize is the size of each upstream connection's read and write
-	// buffers.
-	upBufSize = 16 << 10
+	// buffers; the read buffer holds a response head whole.
+	upBufSize = maxResponseHead
+	// maxResponseHead bounds the head of an instance's answer (its status
+	// line and header fields, with their line ends; each 1xx head on its
+	// own) on both HTTP/1.1 paths, as maxHeaderBytes bounds a request's:
+	// the fast path parses a head in its upstream read buffer, and the
+	// net/http path's transport is given the same bound
+	// (MaxResponseHeaderBytes). A longer head fails the attempt with
+	// errResponseHeadTooLarge (502 upstream, logged, and a failure for
+	// outlier detection), as nginx refuses an upstream's head larger than
+	// its proxy_buffer_size.
+	maxResponseHead = 16 << 10
 )
+
+// errResponseHeadTooLarge is an answer whose head is over maxResponseHead.
+var errResponseHeadTooLarge = fmt.Errorf("the instance's response head is over %d bytes (the gateway's limit)", maxResponseHead)
+
+// responseHeadTooLarge reports whether err, reading an answer's head, says
+// that it is over maxResponseHead: fasthttp's parser found it larger than
+// the read buffer, or net/http's transport larger than
+// MaxResponseHeaderBytes (an error without a type of its own, told by its
+// text).
+func responseHeadTooLarge(err error) bool {
+	var small *fasthttp.ErrSmallBuffer
+	return errors.As(err, &small) || strings.Contains(err.Error(), "server response headers exceeded")
+}
 
 // upstreams are the pools of a gateway, by instance address; copy on write.
 type upstreams struct {
@@ -498,6 +522,9 @@ func (p *upPool) roundTrip(c *upConn, req *fasthttp.Request, resp *fasthttp.Resp
 			var ne net.Error
 			if errors.Is(err, fasthttp.ErrTimeout) || errors.As(err, &ne) && ne.Timeout() {
 				return false, errHeaderTimeout
+			}
+			if responseHeadTooLarge(err) {
+				return false, errResponseHeadTooLarge
 			}
 			return first && c.br.Buffered() == 0, err
 		}
