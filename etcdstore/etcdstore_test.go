@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 
@@ -192,12 +193,18 @@ func TestOpenWithAuth(t *testing.T) {
 			bad.Close()
 			t.Fatal("Open with a wrong password succeeded")
 		}
+		if !errors.Is(err, rpctypes.ErrAuthFailed) {
+			t.Fatalf("Open with a wrong password: %v; want %v", err, rpctypes.ErrAuthFailed)
+		}
 		// Outside its prefix the user has no rights: Open reads
 		// <prefix>policy to report that early.
 		other, err := etcdstore.Open(ctx, etcdstore.Config{Endpoints: srv.Endpoints(), Username: "lanes", Password: "s3cret", DialTimeout: 2 * time.Second, Options: etcdstore.Options{Prefix: "/elsewhere/"}})
 		if err == nil {
 			other.Close()
 			t.Fatal("Open on a prefix the user may not read succeeded")
+		}
+		if !errors.Is(err, rpctypes.ErrPermissionDenied) {
+			t.Fatalf("Open on a prefix the user may not read: %v; want %v", err, rpctypes.ErrPermissionDenied)
 		}
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -61,6 +62,10 @@ func TestStartRejectsBadConfig(t *testing.T) {
 	}
 	if _, err := etcdserver.Start(ctx, etcdserver.Config{Dir: t.TempDir(), ClientAddr: "http://127.0.0.1:2379"}); err == nil {
 		t.Fatal("Start with a URL as ClientAddr succeeded")
+	}
+	_, err := etcdserver.Start(ctx, etcdserver.Config{Dir: t.TempDir(), BcryptCost: 3})
+	if err == nil || !strings.Contains(err.Error(), "BcryptCost 3") {
+		t.Fatalf("Start with BcryptCost 3: %v; want an error naming it", err)
 	}
 }
 

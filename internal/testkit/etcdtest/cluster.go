@@ -389,6 +389,7 @@ func (m *Member) args() []string {
 		"--logger", "zap",
 		"--log-outputs", "stderr",
 		"--log-level", "warn",
+		"--bcrypt-cost", fmt.Sprint(bcryptCost),
 		"--heartbeat-interval", fmt.Sprint(c.cfg.HeartbeatInterval.Milliseconds()),
 		"--election-timeout", fmt.Sprint(c.cfg.ElectionTimeout.Milliseconds()),
 	}

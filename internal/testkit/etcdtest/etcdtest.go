@@ -25,6 +25,12 @@ import (
 // StartTimeout bounds how long a helper waits for etcd to serve clients.
 const StartTimeout = 30 * time.Second
 
+// bcryptCost is the cost of the password hashes of the kit's etcds, bcrypt's
+// least. At etcd's default (10) each user added and each log-in takes 1 to 5
+// seconds in an embedded member of a test binary built with -race on a
+// loaded machine: longer than a client's dial timeout, in which it logs in.
+const bcryptCost = 4
+
 // Server is an etcd a test runs against.
 type Server interface {
 	// Kind is "embedded" or "process".
@@ -128,6 +134,7 @@ func (e *EmbeddedServer) Start() error {
 		ClientAddr:    e.clientAddr,
 		PeerAddr:      e.peerAddr,
 		UnsafeNoFsync: true,
+		BcryptCost:    bcryptCost,
 	})
 	if err != nil {
 		return err

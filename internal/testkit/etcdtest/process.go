@@ -113,6 +113,7 @@ func (p *Proc) args() []string {
 		"--logger", "zap",
 		"--log-outputs", "stderr",
 		"--log-level", "warn",
+		"--bcrypt-cost", fmt.Sprint(bcryptCost),
 		// A fast election makes starts and restarts take a fraction of a
 		// second instead of two; a single member has no peers to miss.
 		"--heartbeat-interval", "10",
