@@ -436,11 +436,9 @@ func (c *Consumer) reconcile() bool {
 			c.mu.Unlock()
 			return true
 		}
-		var prev <-chan struct{}
-		if old := c.fetchers[tok]; old != nil {
-			prev = old.done // let it finish its messages first: order per lane
-		}
-		f := c.newFetcher(tok, cons, prev)
+		// The token's previous fetcher, if any, finishes its messages
+		// first: order per lane.
+		f := c.newFetcher(tok, cons, c.fetchers[tok])
 		c.fetchers[tok] = f
 		c.mu.Unlock()
 		c.log.Info("lanes: lane owned", "token", tok, "consumer", ConsumerName(c.group, tok))

@@ -49,8 +49,8 @@ type fetcher struct {
 	ackWait time.Duration
 	ctx     context.Context // the handlers' context, in the lane
 	cancel  context.CancelFunc
-	prev    <-chan struct{} // the previous fetcher of the token, to wait for
-	done    chan struct{}   // closed when the loop has exited
+	prev    *fetcher      // the previous fetcher of the token, to wait for (the loop's; nil once it has)
+	done    chan struct{} // closed when the loop has exited
 
 	takeMu sync.Mutex // held to take messages out of the iterator: the loop or the keeper
 
@@ -65,7 +65,7 @@ type fetcher struct {
 	curSet   bool
 	rescued  []heldMsg // taken out of the iterator behind a slow handler, in order
 
-	acked recentAcks // the loop's: what it acknowledged lately
+	acked recentAcks // the loop's: what it and the fetchers of the token before it acknowledged lately
 }
 
 // heldMsg is a message the fetcher holds, with when its ack deadline was
@@ -75,8 +75,9 @@ type heldMsg struct {
 	touched time.Time
 }
 
-// newFetcher starts a fetcher of tok. c.mu must be held.
-func (c *Consumer) newFetcher(tok string, cons jetstream.Consumer, prev <-chan struct{}) *fetcher {
+// newFetcher starts a fetcher of tok, after prev (the token's previous
+// fetcher, or nil) has exited. c.mu must be held.
+func (c *Consumer) newFetcher(tok string, cons jetstream.Consumer, prev *fetcher) *fetcher {
 	l, _ := tokenLane(tok) // a foreign token is handled as baseline
 	ackWait := c.o.ackWait
 	if info := cons.CachedInfo(); info != nil && info.Config.AckWait > 0 {
@@ -146,9 +147,7 @@ func (f *fetcher) finished() bool {
 func (f *fetcher) loop() {
 	defer close(f.done)
 	defer f.cancel()
-	if f.prev != nil {
-		<-f.prev // order within the lane: the previous fetcher finishes first
-	}
+	f.follow()
 	f.mu.Lock()
 	f.keeper = time.AfterFunc(f.ackWait/6, f.keep)
 	f.mu.Unlock()
@@ -179,6 +178,18 @@ func (f *fetcher) loop() {
 			continue
 		}
 		backoff = minBackoff
+	}
+}
+
+// follow waits until the token's previous fetcher, if any, has exited (order
+// within the lane: it finishes its messages first), and takes over what it
+// acknowledged lately: a copy of a message it acknowledged late can come to
+// this fetcher when the lane came back to this consumer within AckWait.
+func (f *fetcher) follow() {
+	if p := f.prev; p != nil {
+		<-p.done
+		f.acked = p.acked
+		f.prev = nil
 	}
 }
 

@@ -38,3 +38,27 @@ func TestRecentAcks(t *testing.T) {
 		t.Error("the latest ack is not known")
 	}
 }
+
+// TestRecentAcksFollow: a lane's next fetcher in the same consumer knows
+// what the one before it acknowledged, once that one has exited.
+func TestRecentAcksFollow(t *testing.T) {
+	d := &Delivery{Seq: 7, NumDelivered: 1, Subject: "created", MsgID: "a", Data: []byte("a")}
+	prev := &fetcher{done: make(chan struct{})}
+	prev.acked.add(d, 4)
+	next := &fetcher{prev: prev, done: make(chan struct{})}
+	followed := make(chan struct{})
+	go func() {
+		defer close(followed)
+		next.follow()
+	}()
+	close(prev.done)
+	<-followed
+	again := *d
+	again.NumDelivered = 2
+	if !next.acked.has(&again) {
+		t.Fatal("the next fetcher does not know a message its predecessor acknowledged")
+	}
+	if next.prev != nil {
+		t.Fatal("the next fetcher still holds its predecessor")
+	}
+}
