@@ -16,6 +16,7 @@ import (
 	"os/exec"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -68,6 +69,7 @@ type Proc struct {
 	mu     sync.Mutex
 	cmd    *exec.Cmd     // nil while stopped
 	exited chan struct{} // closed when cmd has been waited for
+	sent   *atomic.Value // the syscall.Signal that Stop or Kill sent to cmd
 	paused bool          // SIGSTOPped by Pause
 }
 
@@ -106,11 +108,24 @@ func (p *Proc) Start() error {
 		return fmt.Errorf("start %s: %w", p.spec.Bin, err)
 	}
 	exited := make(chan struct{})
+	// The signal that stopLocked sent, if any.
+	sent := new(atomic.Value)
 	go func() { // owned by p: Stop and Kill wait for it
-		cmd.Wait()
+		err := cmd.Wait()
+		// How the process ended, in its log: a death that no one here
+		// asked for (another program's signal, the OOM killer, a crash)
+		// is told apart from a Stop or Kill.
+		by := "not by proctest"
+		if sig, ok := sent.Load().(syscall.Signal); ok {
+			by = fmt.Sprintf("after proctest sent signal %d (%v)", int(sig), sig)
+		}
+		if f, ferr := os.OpenFile(p.spec.LogPath, os.O_WRONLY|os.O_APPEND, 0o600); ferr == nil {
+			fmt.Fprintf(f, "--- proctest: pid %d ended at %s, %s: %v\n", cmd.Process.Pid, time.Now().Format(time.RFC3339Nano), by, exitText(cmd, err))
+			f.Close()
+		}
 		close(exited)
 	}()
-	p.cmd, p.exited = cmd, exited
+	p.cmd, p.exited, p.sent = cmd, exited, sent
 
 	ctx, cancel := context.WithTimeout(context.Background(), p.spec.Timeout)
 	defer cancel()
@@ -119,6 +134,15 @@ func (p *Proc) Start() error {
 		return fmt.Errorf("%s: %w (log: %s)", p.spec.Name, err, p.LogTail(2048))
 	}
 	return nil
+}
+
+// exitText says how cmd ended: its exit status or the signal that ended it
+// (with the error of Wait when there is no status).
+func exitText(cmd *exec.Cmd, err error) string {
+	if cmd.ProcessState == nil {
+		return fmt.Sprint(err)
+	}
+	return cmd.ProcessState.String()
 }
 
 // Stop sends SIGTERM and waits for the process to exit.
@@ -139,6 +163,7 @@ func (p *Proc) stopLocked(sig syscall.Signal) error {
 	if p.cmd == nil {
 		return nil
 	}
+	p.sent.Store(sig)
 	p.cmd.Process.Signal(sig)
 	if p.paused {
 		// A stopped process acts on SIGTERM only once it runs again.
@@ -148,6 +173,7 @@ func (p *Proc) stopLocked(sig syscall.Signal) error {
 	select {
 	case <-p.exited:
 	case <-time.After(10 * time.Second):
+		p.sent.Store(syscall.SIGKILL)
 		p.cmd.Process.Kill()
 		<-p.exited
 	}
