@@ -33,8 +33,10 @@
 //     is answered by the server. Upgrades (WebSocket), requests with a TE
 //     header and request targets that are not an origin-form path are
 //     handed to the net/http handler through fasthttpadaptor, on the same
-//     connection, which reads their body whole first (up to 64 MiB;
-//     larger: 413 body_too_large). A request that fasthttp's server
+//     connection; their bodies stream there too, unbounded (the adaptor
+//     would read them whole: the fast path lends the handler the stream
+//     instead), and so does an answer over 1 MiB (the adaptor would hold
+//     it whole: the fast path flushes it). A request that fasthttp's server
 //     refuses gets the gateway's error (x-lanes-error, below) with the
 //     status net/http gives the same bytes, before any routing (net/http's
 //     server answers a head it refuses with its own text, without
@@ -193,9 +195,6 @@
 //	                      instance not blamed
 //	400 bad_request       the fast path refused the request head or target
 //	431 header_too_large  the fast path refused a head over 16 KiB
-//	413 body_too_large    the fast path refused a body over 64 MiB, which
-//	                      only a request it hands to net/http (upgrade, TE
-//	                      header, absolute target) can have: others stream
 //	408 request_timeout   the fast path timed out reading the request
 //	404 no_route          no route matches the host and path
 //	503 no_instance       the routing engine found no instance (routing.Error)

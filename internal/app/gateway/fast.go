@@ -10,6 +10,8 @@ import (
 	"net/netip"
 	"net/url"
 	"strings"
+	"sync"
+	"time"
 	"unsafe"
 
 	"github.com/valyala/fasthttp"
@@ -156,7 +158,9 @@ type fastPath struct {
 }
 
 func newFastPath(g *Gateway) *fastPath {
-	return &fastPath{g: g, std: fasthttpadaptor.NewFastHTTPHandler(g)}
+	f := &fastPath{g: g}
+	f.std = fasthttpadaptor.NewFastHTTPHandler(http.HandlerFunc(f.serveAdapted))
+	return f
 }
 
 // route is what the fast path does with a request (see classify).
@@ -278,9 +282,7 @@ func (f *fastPath) serve(ctx *fasthttp.RequestCtx) {
 	path, how := classify(ctx)
 	switch how {
 	case fastStd:
-		if f.adaptBody(ctx) {
-			f.std(ctx)
-		}
+		f.adapt(ctx)
 		return
 	case fastBad:
 		// As net/http's server refuses a target it cannot parse, and as
@@ -544,32 +546,134 @@ func (b *keptBody) rewind(req *fasthttp.Request) bool {
 	return true
 }
 
-// adaptBody reads the body of a request for the net/http handler whole, as
-// fasthttpadaptor wants it, up to maxRequestBody; it answers a larger body,
-// or one it cannot read, as the server answers those (Gateway.refuse: 413,
-// 400), and then returns false.
-func (f *fastPath) adaptBody(ctx *fasthttp.RequestCtx) bool {
+// adapt hands the request of ctx to the net/http handler (ServeHTTP)
+// through fasthttpadaptor, with its body as it streams: the adaptor would
+// read it whole first (ctx.PostBody), so a body that streams is taken off
+// the request, where the adaptor finds none, and lent to the handler as an
+// adaptedBody (serveAdapted). The server still owns the stream: after the
+// answer it drains what the handler left of it, or closes the connection.
+func (f *fastPath) adapt(ctx *fasthttp.RequestCtx) {
 	req := &ctx.Request
-	stream := req.BodyStream()
-	if stream == nil {
-		return true
+	if stream := req.BodyStream(); stream != nil {
+		b := &adaptedBody{ctx: ctx}
+		b.kb = keptBody{r: stream, size: req.Header.ContentLength(), conn: b}
+		req.ResetBody()
+		ctx.SetUserValue(adaptedKey{}, b)
 	}
-	var b []byte
-	err := fasthttp.ErrBodyTooLarge
-	if req.Header.ContentLength() <= maxRequestBody {
-		b, err = io.ReadAll(io.LimitReader(stream, maxRequestBody+1))
-		if err == nil && len(b) > maxRequestBody {
-			err = fasthttp.ErrBodyTooLarge
+	f.std(ctx)
+}
+
+// adaptedKey is the user value of a request's adaptedBody.
+type adaptedKey struct{}
+
+// serveAdapted is the net/http handler of the requests that the fast path
+// hands over (adapt): the gateway's, with the request's body as it streams,
+// and with an answer that streams once it is over maxBufferedBody
+// (streamingWriter), where fasthttpadaptor would hold it whole.
+func (f *fastPath) serveAdapted(w http.ResponseWriter, r *http.Request) {
+	if b, ok := r.Context().Value(adaptedKey{}).(*adaptedBody); ok {
+		r.Body, r.ContentLength, b.trailer = b, int64(b.kb.size), r.Trailer
+		defer b.Close()
+	}
+	f.g.ServeHTTP(&streamingWriter{ResponseWriter: w}, r)
+}
+
+// adaptedBody is the body of a request that the fast path hands to the
+// net/http handler, read as it streams from the client (keptBody: each read
+// within readTimeout; a body shorter than its Content-Length fails). Like
+// net/http's server, it is closed when the handler returns (Close): the
+// transport may still be reading it then (an instance answered before it
+// took the whole body), and that read is cut short, and waited for, since
+// the server reads the connection again once the handler is done. The
+// trailers of a chunked body are filled in once it is read through, as
+// net/http's server fills them.
+type adaptedBody struct {
+	ctx     *fasthttp.RequestCtx
+	mu      sync.Mutex // held by a read
+	kb      keptBody
+	trailer http.Header // the request's trailers, announced
+	dl      sync.Mutex  // orders SetReadDeadline and Close
+	closed  bool        // under dl
+}
+
+// errBodyClosed is a read of an adaptedBody after its handler returned.
+var errBodyClosed = errors.New("lanes gateway: read of a request body after its handler returned")
+
+func (b *adaptedBody) Read(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.dl.Lock()
+	closed := b.closed
+	b.dl.Unlock()
+	if closed {
+		return 0, errBodyClosed
+	}
+	n, err := b.kb.Read(p)
+	if err == io.EOF {
+		for k := range b.trailer {
+			if v := b.ctx.Request.Header.PeekTrailer(k); v != nil {
+				b.trailer[k] = []string{string(v)}
+			}
 		}
 	}
-	if err != nil {
-		lingerClose(ctx)
-		f.g.refuse(ctx, err)
-		return false
-	}
-	req.SetBodyRaw(b)
-	return true
+	return n, err
 }
+
+// SetReadDeadline sets the client connection's read deadline before each
+// read (keptBody.conn): once the body is closed, to now, so that a read
+// that starts then ends at once.
+func (b *adaptedBody) SetReadDeadline(t time.Time) error {
+	b.dl.Lock()
+	defer b.dl.Unlock()
+	if b.closed {
+		t = time.Now()
+	}
+	return b.ctx.SetReadDeadline(t)
+}
+
+// Close ends the body: later reads fail, and a read in flight is cut short
+// (its connection closes after the answer, the body unread) and waited for.
+func (b *adaptedBody) Close() error {
+	b.dl.Lock()
+	if b.closed {
+		b.dl.Unlock()
+		return nil
+	}
+	b.closed = true
+	cut := !b.mu.TryLock()
+	if cut {
+		b.ctx.SetReadDeadline(time.Now())
+	}
+	b.dl.Unlock()
+	if cut {
+		b.mu.Lock()
+	}
+	b.mu.Unlock()
+	return nil
+}
+
+// streamingWriter is the net/http handler's ResponseWriter on the fast
+// path: fasthttpadaptor holds an answer whole until the handler flushes or
+// returns, and this flushes once the body written is over maxBufferedBody,
+// so that a large answer streams, as the fast path's own answers do. It
+// unwraps (http.ResponseController) to the adaptor's writer, which flushes
+// and hijacks.
+type streamingWriter struct {
+	http.ResponseWriter
+	n int
+}
+
+func (w *streamingWriter) Write(p []byte) (int, error) {
+	n, err := w.ResponseWriter.Write(p)
+	if w.n <= maxBufferedBody {
+		if w.n += n; w.n > maxBufferedBody {
+			http.NewResponseController(w.ResponseWriter).Flush()
+		}
+	}
+	return n, err
+}
+
+func (w *streamingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func (s *fastSend) drop() {
 	s.resp.Reset()

@@ -120,12 +120,6 @@ const stdHeaderSlack = 4 << 10
 // list limit, which net/http derives from it, is then about 12 KiB.
 const stdMaxHeaderBytes = maxHeaderBytes - stdHeaderSlack
 
-// maxRequestBody bounds the body of a request that the fast path hands to
-// the net/http handler (fasthttpadaptor reads it whole first; see
-// fastPath.adaptBody): a larger one gets 413. Other bodies stream, and
-// neither path bounds them.
-const maxRequestBody = 64 << 20
-
 func (s *fastServer) track(c net.Conn) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -325,7 +319,7 @@ func (l *chanListener) Addr() net.Addr { return l.addr }
 
 // refuse answers a request that fasthttp's server refused before the
 // handler ran (a head it cannot parse or that is too long, a body that
-// breaks its framing or is too long, a timeout) with the gateway's error
+// breaks its framing, a timeout) with the gateway's error
 // (Gateway.fail: x-lanes-error and a text body), and the status net/http's
 // server, or the std path's handler, gives the same bytes. fasthttp closes
 // the connection after it.
@@ -344,9 +338,6 @@ func refusal(err error) (status int, code, msg string) {
 	case errors.As(err, &small):
 		return http.StatusRequestHeaderFieldsTooLarge, codeHeadTooLarge,
 			fmt.Sprintf("lanes: the request head is over %d bytes", maxHeaderBytes)
-	case errors.Is(err, fasthttp.ErrBodyTooLarge):
-		return http.StatusRequestEntityTooLarge, codeBodyTooLarge,
-			fmt.Sprintf("lanes: the request body is over %d bytes", maxRequestBody)
 	case errors.Is(err, fasthttp.ErrTimeout) || errors.As(err, &ne) && ne.Timeout():
 		return http.StatusRequestTimeout, codeTimeout, "lanes: timed out reading the request"
 	case headRefused(err):

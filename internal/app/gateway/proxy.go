@@ -46,7 +46,6 @@ const (
 	// refuse); net/http's server gives its own, without x-lanes-error.
 	codeBadRequest   = "bad_request"
 	codeHeadTooLarge = "header_too_large"
-	codeBodyTooLarge = "body_too_large"
 	codeTimeout      = "request_timeout"
 )
 

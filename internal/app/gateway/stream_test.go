@@ -49,6 +49,54 @@ func TestStreamingResponse(t *testing.T) {
 	}
 }
 
+// TestLargeAnswerStreams: an answer of known length larger than
+// maxBufferedBody reaches the client as the instance writes it, on both
+// paths, for a request with a TE header too, which the fast path hands to
+// the net/http handler (whose adaptor would hold the answer whole).
+func TestLargeAnswerStreams(t *testing.T) {
+	w := newWorld(t, "", Config{})
+	// The client reads the first maxBufferedBody bytes before the instance
+	// writes the rest; the gateway's write buffers may hold the end of the
+	// first part (slack).
+	const first, slack, rest = maxBufferedBody + 256<<10, 256 << 10, 256 << 10
+	release := make(chan struct{}, 1)
+	addr := serveBackend(t, http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		rw.Header().Set("Content-Length", fmt.Sprint(first+rest))
+		rw.Write(make([]byte, first))
+		rw.(http.Flusher).Flush()
+		select {
+		case <-release:
+		case <-r.Context().Done():
+			return
+		}
+		rw.Write(make([]byte, rest))
+	}))
+	w.register(t, "orders", "big", addr, "")
+	for _, te := range []bool{false, true} {
+		req, err := http.NewRequest(http.MethodGet, w.url+"/", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if te {
+			req.Header.Set("TE", "trailers")
+		}
+		res, err := w.client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := io.ReadFull(res.Body, make([]byte, first-slack)); err != nil {
+			res.Body.Close()
+			t.Fatalf("te %v: the first %d bytes, before the instance writes the rest: %v", te, first-slack, err)
+		}
+		release <- struct{}{}
+		n, err := io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		if err != nil || n != slack+rest {
+			t.Errorf("te %v: the rest: %d bytes, %v; want %d", te, n, err, slack+rest)
+		}
+	}
+}
+
 // TestTrailers: the trailers of a chunked answer reach the client.
 func TestTrailers(t *testing.T) {
 	w := newWorld(t, "", Config{})

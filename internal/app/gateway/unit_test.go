@@ -380,7 +380,6 @@ func TestRefusal(t *testing.T) {
 		code   string
 	}{
 		{&fasthttp.ErrSmallBuffer{}, 431, codeHeadTooLarge},
-		{fmt.Errorf("reading: %w", fasthttp.ErrBodyTooLarge), 413, codeBodyTooLarge},
 		{&net.OpError{Op: "read", Err: os.ErrDeadlineExceeded}, 408, codeTimeout},
 		{io.ErrUnexpectedEOF, 400, codeBadBody},
 		{errors.New("empty hex number"), 400, codeBadBody},
