@@ -336,7 +336,7 @@ func TestUploadToDeafInstance(t *testing.T) {
 		t.Run(fmt.Sprintf("length=%d", length), func(t *testing.T) {
 			w := newWorld(t, "outlier: {errors: 1, window: 1m, ejection: 10m}\n",
 				Config{UpstreamWriteTimeout: timeout, ResponseHeaderTimeout: time.Hour})
-			w.register(t, "orders", "deaf", deaf(t), "")
+			w.register(t, "orders", "deaf", deaf(t, ""), "")
 			req, err := http.NewRequest(http.MethodPut, w.url+"/upload", bytes.NewReader(make([]byte, deafUpload)))
 			if err != nil {
 				t.Fatal(err)
@@ -371,7 +371,7 @@ func TestLongUploadThenAnswer(t *testing.T) {
 	const timeout = 500 * time.Millisecond
 	w := newWorld(t, "", Config{ResponseHeaderTimeout: timeout, Routes: []Route{
 		{Prefix: "/silent", Service: "silent"}, {Prefix: "/", Service: "orders"}}})
-	w.register(t, "silent", "silent", deaf(t), "")
+	w.register(t, "silent", "silent", deaf(t, ""), "")
 	seen := make(chan struct{}, 1)
 	w.register(t, "orders", "up", serveBackend(t, http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		n, _ := io.CopyN(io.Discard, r.Body, uploadSeen)
@@ -414,9 +414,28 @@ func TestLongUploadThenAnswer(t *testing.T) {
 	}
 }
 
+// TestEarlyAnswerFromDeafInstance: an instance that answers an upload (413)
+// after its head and then reads no more of it, without closing the
+// connection, has its answer reach the client on both paths: net/http's
+// transport reads the answer while it writes; the fast path, whose write
+// then times out, finds the answer there.
+func TestEarlyAnswerFromDeafInstance(t *testing.T) {
+	w := newWorld(t, "", Config{UpstreamWriteTimeout: 200 * time.Millisecond, ResponseHeaderTimeout: time.Hour})
+	w.register(t, "orders", "deaf", deaf(t, "HTTP/1.1 413 Request Entity Too Large\r\nContent-Length: 3\r\n\r\nno\n"), "")
+	req, err := http.NewRequest(http.MethodPost, w.url+"/upload", bytes.NewReader(make([]byte, deafUpload)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := doReq(t, w.client, req)
+	if r.status != http.StatusRequestEntityTooLarge || r.body != "no\n" || r.header.Get(hLaneServed) != "baseline" {
+		t.Errorf("%d %q (x-lane-served %q), want the instance's 413", r.status, r.body, r.header.Get(hLaneServed))
+	}
+}
+
 // deaf is an instance that accepts connections and never reads them, until
-// the test ends; it returns its address.
-func deaf(t testing.TB) string {
+// the test ends; with an answer, it reads the head of the first request of
+// each, answers that, and then reads no more. It returns its address.
+func deaf(t testing.TB, answer string) string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -436,6 +455,12 @@ func deaf(t testing.TB) string {
 				return
 			}
 			conns = append(conns, c)
+			if answer != "" {
+				c.SetReadDeadline(time.Now().Add(waitFor))
+				if _, err := http.ReadRequest(bufio.NewReader(c)); err == nil {
+					io.WriteString(c, answer)
+				}
+			}
 		}
 	}()
 	t.Cleanup(func() { l.Close(); <-done })
