@@ -48,6 +48,9 @@ func (e *exitError) Error() string {
 // writing to stdout and stderr, and returns the process exit code.
 func Main(args []string, stdout, stderr io.Writer) int {
 	root := NewRoot(stdout, stderr)
+	if args == nil {
+		args = []string{} // cobra would read nil as os.Args[1:]
+	}
 	root.SetArgs(args)
 	cmd, err := root.ExecuteC()
 	if err == nil {
