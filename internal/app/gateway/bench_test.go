@@ -265,48 +265,34 @@ func BenchmarkServeHTTP(b *testing.B) {
 // allocation test.
 func cannedBackend(tb testing.TB, ln string) string {
 	tb.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
 	answer := []byte("HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nX-Backend-Lane: " + ln + "\r\nContent-Length: 3\r\n\r\nok\n")
+	// Registered before the accept loop's cleanup, this runs after it: the
+	// connections end when their client closes them.
 	var conns sync.WaitGroup
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			conns.Add(1)
-			go func() {
-				defer conns.Done()
-				defer c.Close()
-				br := bufio.NewReader(c)
+	tb.Cleanup(conns.Wait)
+	return acceptLoop(tb, func(c net.Conn) {
+		conns.Add(1)
+		go func() {
+			defer conns.Done()
+			defer c.Close()
+			br := bufio.NewReader(c)
+			for {
+				// Requests without bodies: the head ends with an empty line.
 				for {
-					// Requests without bodies: the head ends with an empty line.
-					for {
-						line, err := br.ReadSlice('\n')
-						if err != nil {
-							return
-						}
-						if len(line) <= 2 {
-							break
-						}
-					}
-					if _, err := c.Write(answer); err != nil {
+					line, err := br.ReadSlice('\n')
+					if err != nil {
 						return
 					}
+					if len(line) <= 2 {
+						break
+					}
 				}
-			}()
-		}
-	}()
-	tb.Cleanup(func() {
-		l.Close()
-		<-done
+				if _, err := c.Write(answer); err != nil {
+					return
+				}
+			}
+		}()
 	})
-	return l.Addr().String()
 }
 
 // fastReq is a request of the fast path's benchmark: a context, and the

@@ -197,7 +197,7 @@ func New(cfg Config) (*Gateway, error) {
 		idle = DefaultMaxIdleConnsPerHost
 	}
 	g.headerTimeout = routedcall.HeaderTimeout(cfg.ResponseHeaderTimeout)
-	g.writeTimeout = writeTimeout(cfg.UpstreamWriteTimeout)
+	g.writeTimeout = routedcall.Timeout(cfg.UpstreamWriteTimeout, DefaultUpstreamWriteTimeout)
 	g.tracer = cfg.Tracer
 	g.h1, g.h2c = newTransports(idle, g.headerTimeout, g.writeTimeout)
 	g.proxy = &httputil.ReverseProxy{
@@ -231,18 +231,6 @@ func validHeader(s string) bool {
 		}
 	}
 	return true
-}
-
-// writeTimeout returns the upstream write timeout of the setting d: 0 means
-// DefaultUpstreamWriteTimeout, a negative value none (0).
-func writeTimeout(d time.Duration) time.Duration {
-	switch {
-	case d == 0:
-		return DefaultUpstreamWriteTimeout
-	case d < 0:
-		return 0
-	}
-	return d
 }
 
 // newTransports returns the net/http path's transports: h1 bounds the wait

@@ -595,27 +595,13 @@ func TestRetryOnConnectionRefused(t *testing.T) {
 // resetter reads each request and then resets the connection: the request
 // was sent, and no answer comes.
 func resetter(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			conn, err := l.Accept()
-			if err != nil {
-				return
-			}
-			if req, err := http.ReadRequest(bufio.NewReader(conn)); err == nil {
-				io.Copy(io.Discard, req.Body)
-			}
-			conn.(*net.TCPConn).SetLinger(0)
-			conn.Close()
+	return acceptLoop(t, func(conn net.Conn) {
+		if req, err := http.ReadRequest(bufio.NewReader(conn)); err == nil {
+			io.Copy(io.Discard, req.Body)
 		}
-	}()
-	t.Cleanup(func() { l.Close(); <-done })
-	return l.Addr().String()
+		conn.(*net.TCPConn).SetLinger(0)
+		conn.Close()
+	})
 }
 
 // TestNoRetryOfSentPOST: a POST that reached an instance that then failed

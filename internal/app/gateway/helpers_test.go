@@ -438,3 +438,27 @@ func serveServer(tb testing.TB, l net.Listener, srv server) {
 		<-done
 	})
 }
+
+// acceptLoop listens on a loopback port and hands each connection to handle,
+// which owns it, one after another on one goroutine, until the test ends; it
+// returns the address.
+func acceptLoop(tb testing.TB, handle func(net.Conn)) string {
+	tb.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			handle(c)
+		}
+	}()
+	tb.Cleanup(func() { l.Close(); <-done })
+	return l.Addr().String()
+}

@@ -171,29 +171,14 @@ func TestResponseHeadSizeLimit(t *testing.T) {
 // rawBackend is an instance that answers each request, one per connection,
 // with the bytes that answer returns, and closes the connection.
 func rawBackend(t testing.TB, answer func() string) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			c.SetDeadline(time.Now().Add(waitFor))
-			if req, err := http.ReadRequest(bufio.NewReader(c)); err == nil {
-				io.Copy(io.Discard, req.Body)
-				io.WriteString(c, answer())
-			}
-			c.Close()
+	return acceptLoop(t, func(c net.Conn) {
+		c.SetDeadline(time.Now().Add(waitFor))
+		if req, err := http.ReadRequest(bufio.NewReader(c)); err == nil {
+			io.Copy(io.Discard, req.Body)
+			io.WriteString(c, answer())
 		}
-	}()
-	t.Cleanup(func() { l.Close(); <-done })
-	return l.Addr().String()
+		c.Close()
+	})
 }
 
 // headOfSize is a GET request whose head is n bytes long, its last CRLF

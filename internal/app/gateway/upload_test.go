@@ -3,7 +3,6 @@ package gateway
 import (
 	"bufio"
 	"bytes"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -74,22 +73,7 @@ func TestUploadStreams(t *testing.T) {
 			if c.te {
 				req.Header.Set("TE", "trailers")
 			}
-			wrote := make(chan error, 1)
-			go func() {
-				defer pw.Close()
-				if _, err := pw.Write(bytes.Repeat([]byte("a"), uploadHead)); err != nil {
-					wrote <- err
-					return
-				}
-				select {
-				case <-seen:
-				case <-time.After(waitFor):
-					wrote <- fmt.Errorf("the instance had not read %d bytes of the body %s after the client sent %d", uploadSeen, waitFor, uploadHead)
-					return
-				}
-				_, err := pw.Write(bytes.Repeat([]byte("b"), uploadRest))
-				wrote <- err
-			}()
+			wrote := sendHeldBack(pw, seen, nil)
 			res, err := w.client.Do(req)
 			if err != nil {
 				t.Fatal(err)
@@ -385,26 +369,17 @@ func TestLongUploadThenAnswer(t *testing.T) {
 		t.Fatal(err)
 	}
 	req.ContentLength = uploadHead + uploadRest
-	wrote := make(chan error, 1)
-	go func() {
-		defer pw.Close()
-		if _, err := pw.Write(bytes.Repeat([]byte("a"), uploadHead)); err != nil {
-			wrote <- err
-			return
+	wrote := sendHeldBack(pw, seen, func() error {
+		res, err := w.client.Get(w.url + "/silent")
+		if err != nil {
+			return err
 		}
-		select {
-		case <-seen:
-		case <-time.After(waitFor):
-			wrote <- errors.New("the instance got none of the upload")
-			return
+		res.Body.Close()
+		if res.StatusCode != http.StatusBadGateway {
+			return fmt.Errorf("the silent instance: %d, want 502 after the response-header timeout", res.StatusCode)
 		}
-		if r := do(t, w.client, http.MethodGet, w.url+"/silent", nil); r.status != http.StatusBadGateway {
-			wrote <- fmt.Errorf("the silent instance: %d %q, want 502 after the response-header timeout", r.status, r.body)
-			return
-		}
-		_, err := pw.Write(bytes.Repeat([]byte("b"), uploadRest))
-		wrote <- err
-	}()
+		return nil
+	})
 	r := doReq(t, w.client, req)
 	if err := <-wrote; err != nil {
 		t.Fatal(err)
@@ -436,33 +411,49 @@ func TestEarlyAnswerFromDeafInstance(t *testing.T) {
 // the test ends; with an answer, it reads the head of the first request of
 // each, answers that, and then reads no more. It returns its address.
 func deaf(t testing.TB, answer string) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		var conns []net.Conn
-		defer func() {
-			for _, c := range conns {
-				c.Close()
-			}
-		}()
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			conns = append(conns, c)
-			if answer != "" {
-				c.SetReadDeadline(time.Now().Add(waitFor))
-				if _, err := http.ReadRequest(bufio.NewReader(c)); err == nil {
-					io.WriteString(c, answer)
-				}
+	var conns []net.Conn // the accept loop's, then, once it has returned, this cleanup's
+	t.Cleanup(func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	return acceptLoop(t, func(c net.Conn) {
+		conns = append(conns, c)
+		if answer != "" {
+			c.SetReadDeadline(time.Now().Add(waitFor))
+			if _, err := http.ReadRequest(bufio.NewReader(c)); err == nil {
+				io.WriteString(c, answer)
 			}
 		}
+	})
+}
+
+// sendHeldBack writes an upload to pw and closes it: uploadHead bytes, then,
+// once the instance has read some of them (seen) and between (if any) has
+// returned nil, uploadRest more. The channel gets the error that ended it,
+// or nil.
+func sendHeldBack(pw *io.PipeWriter, seen <-chan struct{}, between func() error) <-chan error {
+	wrote := make(chan error, 1)
+	go func() {
+		defer pw.Close()
+		if _, err := pw.Write(bytes.Repeat([]byte("a"), uploadHead)); err != nil {
+			wrote <- err
+			return
+		}
+		select {
+		case <-seen:
+		case <-time.After(waitFor):
+			wrote <- fmt.Errorf("the instance had not read %d bytes of the body %s after the client sent %d", uploadSeen, waitFor, uploadHead)
+			return
+		}
+		if between != nil {
+			if err := between(); err != nil {
+				wrote <- err
+				return
+			}
+		}
+		_, err := pw.Write(bytes.Repeat([]byte("b"), uploadRest))
+		wrote <- err
 	}()
-	t.Cleanup(func() { l.Close(); <-done })
-	return l.Addr().String()
+	return wrote
 }

@@ -47,9 +47,16 @@ const maxRepicks = 8
 // HeaderTimeout returns the response-header timeout of the setting d: 0
 // means DefaultResponseHeaderTimeout, a negative value none (0).
 func HeaderTimeout(d time.Duration) time.Duration {
+	return Timeout(d, DefaultResponseHeaderTimeout)
+}
+
+// Timeout returns the timeout of a setting d whose default is def, as every
+// timeout of a lanes client reads its setting: 0 means def, a negative value
+// none (0).
+func Timeout(d, def time.Duration) time.Duration {
 	switch {
 	case d == 0:
-		return DefaultResponseHeaderTimeout
+		return def
 	case d < 0:
 		return 0
 	}

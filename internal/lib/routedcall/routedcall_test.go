@@ -109,3 +109,20 @@ func TestLateAbandonCounts(t *testing.T) {
 		t.Fatalf("eligible %v after a late abandon of %s, want it ejected", d.Eligible, id)
 	}
 }
+
+// TestTimeout: a timeout setting of 0 is the default, a negative one none.
+func TestTimeout(t *testing.T) {
+	for _, tc := range []struct{ d, want time.Duration }{
+		{0, 7 * time.Second},
+		{-1, 0},
+		{-time.Hour, 0},
+		{time.Millisecond, time.Millisecond},
+	} {
+		if got := routedcall.Timeout(tc.d, 7*time.Second); got != tc.want {
+			t.Errorf("Timeout(%v, 7s) = %v, want %v", tc.d, got, tc.want)
+		}
+	}
+	if got := routedcall.HeaderTimeout(0); got != routedcall.DefaultResponseHeaderTimeout {
+		t.Errorf("HeaderTimeout(0) = %v, want %v", got, routedcall.DefaultResponseHeaderTimeout)
+	}
+}
