@@ -242,6 +242,8 @@ gateway:
 		{"gateway-preserve-host", []string{"maybe"}, `--gateway-preserve-host: "maybe": want true or false`},
 		{"gateway-max-idle-conns-per-host", []string{"-1"}, `--gateway-max-idle-conns-per-host: "-1"`},
 		{"gateway-ready-timeout", []string{"soon"}, `--gateway-ready-timeout: "soon"`},
+		{"gateway-response-header-timeout", []string{"-1s"}, `--gateway-response-header-timeout: "-1s": want a duration such as 10s, or off`},
+		{"gateway-upstream-write-timeout", []string{"soon"}, `--gateway-upstream-write-timeout: "soon": want a duration such as 10s, or off`},
 		{"gateway-http1", []string{"quick"}, `--gateway-http1: "quick": unknown stack "quick": want "fast" or "std"`},
 	} {
 		c := Defaults()
