@@ -320,8 +320,9 @@ func fastCtx(header http.Header) fastReq {
 	return fastReq{ctx: ctx, orig: req}
 }
 
-// fastGateway is a fast-path gateway routing orders to canned backends.
-func fastGateway(tb testing.TB) *Gateway {
+// fastGateway is a fast-path gateway routing orders to canned backends,
+// configured by cfg (Engine and Routes are filled in).
+func fastGateway(tb testing.TB, cfg Config) *Gateway {
 	tb.Helper()
 	e := routing.New()
 	tb.Cleanup(func() { e.Close() })
@@ -338,7 +339,8 @@ func fastGateway(tb testing.TB) *Gateway {
 	}
 	insts[1].Lane = "alice"
 	e.SetInstances("orders", insts)
-	g, err := New(Config{Engine: e, Routes: []Route{{Prefix: "/", Service: "orders"}}})
+	cfg.Engine, cfg.Routes = e, []Route{{Prefix: "/", Service: "orders"}}
+	g, err := New(cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -378,15 +380,23 @@ func serveFastOnce(tb testing.TB, g *Gateway, r fastReq, want string) {
 // per request on the fast path (route, lane, pick, outbound request, answer,
 // lane headers) plus one loopback exchange, allocations included.
 func BenchmarkServeFast(b *testing.B) {
-	g := fastGateway(b)
+	g := fastGateway(b, Config{})
+	// The upstream write deadline's cost, side by side: a gateway without.
+	off := fastGateway(b, Config{UpstreamWriteTimeout: -1})
 	for _, c := range fastCases {
-		b.Run(c.name, func(b *testing.B) {
-			ctx := fastCtx(c.header)
-			serveFastOnce(b, g, ctx, c.want)
-			b.ReportAllocs()
-			for b.Loop() {
+		run := func(name string, g *Gateway) {
+			b.Run(name, func(b *testing.B) {
+				ctx := fastCtx(c.header)
 				serveFastOnce(b, g, ctx, c.want)
-			}
-		})
+				b.ReportAllocs()
+				for b.Loop() {
+					serveFastOnce(b, g, ctx, c.want)
+				}
+			})
+		}
+		run(c.name, g)
+		if c.want != "" {
+			run(c.name+"/upstream-write-timeout=off", off)
+		}
 	}
 }

@@ -311,7 +311,7 @@ func TestFastPathAllocs(t *testing.T) {
 	if testing.CoverMode() != "" || raceEnabled {
 		t.Skip("allocations are not measured under -cover or -race")
 	}
-	g := fastGateway(t)
+	g := fastGateway(t, Config{})
 	for _, c := range fastCases {
 		ctx := fastCtx(c.header)
 		serveFastOnce(t, g, ctx, c.want)
