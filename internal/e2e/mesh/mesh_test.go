@@ -355,14 +355,11 @@ func TestMeshChain(t *testing.T) {
 		// every 100 ms: feature-x falls back to D's baseline, and no call
 		// fails. The refused connection ejects the instance at once; the
 		// lease then takes it out of the registry for good.
-		// Every call counts: the traffic is the only one.
+		// Every call counts: the traffic is the only one. The kill falls
+		// between two calls (see traffic.kill).
 		tr := startTraffic(n, "feature-x")
 		tr.await(t, 3, "a-base b-fx c-fx d-fx")
-		killed := time.Now()
-		if err := dChild.Process.Signal(syscall.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
-		dChild.Wait()
+		killed := tr.kill(t, dChild)
 		took := tr.stopAfter(t, "d-fx (gRPC)", 10, "a-base b-fx c-fx d-base").Sub(killed)
 		t.Logf("%s: feature-x fell back to d-base %v after the SIGKILL (lease TTL %v)", srv.Kind(), took.Round(time.Millisecond), ttl)
 		d := n.engine.Service("d")
@@ -381,10 +378,7 @@ func TestMeshChain(t *testing.T) {
 		// The same for C's feature-x instance (HTTP).
 		tr = startTraffic(n, "feature-x")
 		tr.await(t, 3, "a-base b-fx c-fx d-base")
-		if err := cChild.Process.Signal(syscall.SIGKILL); err != nil {
-			t.Fatal(err)
-		}
-		cChild.Wait()
+		tr.kill(t, cChild)
 		tr.stopAfter(t, "c-fx (HTTP)", 10, "a-base b-fx c-base d-base")
 
 		// A new lane instance takes its lane's traffic as soon as the engine sees it
@@ -411,6 +405,7 @@ func TestMeshChain(t *testing.T) {
 type traffic struct {
 	stop chan struct{}
 	done chan struct{}
+	call sync.Mutex // held for each call, and by kill
 
 	mu     sync.Mutex
 	calls  int
@@ -431,13 +426,15 @@ func startTraffic(n *node, l string) *traffic {
 				return
 			case <-tick.C:
 			}
+			tr.call.Lock()
 			sent := time.Now()
 			hops, err := request(n, l)
+			tr.call.Unlock()
 			tr.mu.Lock()
 			tr.calls++
 			tr.at = append(tr.at, sent)
 			if err != nil {
-				tr.errs = append(tr.errs, err.Error())
+				tr.errs = append(tr.errs, fmt.Sprintf("sent at %s: %v", sent.Format("15:04:05.000"), err))
 				tr.recent = append(tr.recent, "error")
 			} else {
 				tr.recent = append(tr.recent, ids(hops))
@@ -446,6 +443,29 @@ func startTraffic(n *node, l string) *traffic {
 		}
 	}()
 	return tr
+}
+
+// kill kills the child with SIGKILL between two calls, waits until it has
+// exited, and returns when it sent the signal. The calls after the kill
+// find the instance's port closed: a refused connection moves a call on at
+// once, and a call on a kept-alive connection that the kill closed is sent
+// again by net/http, and refused. A call that the instance had already
+// taken when it died fails when its lane has no other instance: a retry
+// goes only to an instance that has not failed the call, and one failure
+// does not eject the lane's instance (docs/http.md, Retries). On a loaded
+// machine a call every 100 ms is in flight at many instants; such a call,
+// reset by the kill, made this test fail.
+func (tr *traffic) kill(t *testing.T, child *exec.Cmd) time.Time {
+	t.Helper()
+	tr.call.Lock()
+	defer tr.call.Unlock()
+	killed := time.Now()
+	if err := child.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	child.Wait()
+	t.Logf("killed at %s", killed.Format("15:04:05.000"))
+	return killed
 }
 
 // await waits until the last k calls took path.
