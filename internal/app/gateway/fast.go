@@ -473,7 +473,11 @@ func (s *fastSend) send(pick routing.Result) (routedcall.Attempt, bool) {
 	var unsent bool
 	s.err, unsent = s.g.up.pool(pick.Instance.Addr).do(s.req, s.resp, s.g.headerTimeout, s.ctx, s.st.body)
 	if s.err != nil {
-		return attempt(s.st, 0, "", s.err, unsent), false
+		a := attempt(s.st, 0, "", s.err, unsent)
+		// An attempt that Close cut short says nothing about the instance,
+		// as on net/http, whose Close cancels the request.
+		a.CallerGone = a.CallerGone || s.g.closing.Load()
+		return a, false
 	}
 	return attempt(s.st, s.resp.StatusCode(), b2s(s.resp.Header.Peek(hError)), nil, false), false
 }

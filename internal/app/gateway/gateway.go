@@ -369,8 +369,10 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 	return nil
 }
 
-// Close closes the servers that Serve started and their connections, which
-// cancels their requests, waits for every request in flight through the
+// Close closes the servers that Serve started and their connections, and
+// the fast path's upstream connections in use, which cancels their
+// requests (an instance that stalls in the middle of an answer holds none
+// of them), waits for every request in flight through the
 // gateway to end, stops the sweeper of the fast path's upstream pools and
 // closes the idle upstream connections. Requests that
 // arrive later get 503. The engine is left open. Close a server of your own
@@ -381,6 +383,9 @@ func (g *Gateway) Close() error {
 	for _, s := range fast {
 		s.stop()
 	}
+	// The fast path's attempts end with their upstream connections (a
+	// closed client connection does not end a read from an instance).
+	g.up.closeIdle(true)
 	var errs []error
 	for _, srv := range g.serversNow() {
 		if err := srv.Close(); err != nil {

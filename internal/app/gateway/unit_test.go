@@ -167,13 +167,26 @@ func TestMetrics(t *testing.T) {
 }
 
 // TestCloseWaitsForRequests checks that Close cancels the requests in
-// flight, waits for them, and that later requests are refused.
+// flight, waits for them, and that later requests are refused: a request
+// whose instance has not answered, and one whose instance stalls in the
+// middle of a small answer (which the fast path reads whole, from a
+// connection that Close must close itself).
 func TestCloseWaitsForRequests(t *testing.T) {
+	for _, midAnswer := range []bool{false, true} {
+		t.Run(fmt.Sprintf("mid-answer=%v", midAnswer), func(t *testing.T) { closeWaits(t, midAnswer) })
+	}
+}
+
+func closeWaits(t *testing.T, midAnswer bool) {
 	reg, e := routingWorld(t)
-	_ = reg
 	entered := make(chan struct{})
 	release := make(chan struct{})
 	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if midAnswer {
+			w.Header().Set("Content-Length", "100")
+			io.WriteString(w, "part")
+			w.(http.Flusher).Flush()
+		}
 		close(entered)
 		select {
 		case <-r.Context().Done():
@@ -184,7 +197,7 @@ func TestCloseWaitsForRequests(t *testing.T) {
 	defer close(release)
 	registerAddr(t, reg, e, "orders", "slow", strings.TrimPrefix(slow.URL, "http://"))
 
-	g, err := New(Config{Engine: e, Routes: []Route{{Prefix: "/", Service: "orders"}}})
+	g, err := New(Config{Engine: e, Routes: []Route{{Prefix: "/", Service: "orders"}}, HTTP1: testHTTP1})
 	if err != nil {
 		t.Fatal(err)
 	}

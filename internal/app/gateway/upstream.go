@@ -185,7 +185,7 @@ func (u *upstreams) pool(addr string) *upPool {
 			m[k] = v
 		}
 	}
-	p := &upPool{addr: addr, u: u, closed: u.closed, last: time.Now()}
+	p := &upPool{addr: addr, u: u, closed: u.closed, final: u.closed, last: time.Now()}
 	m[addr] = p
 	u.m.Store(&m)
 	return p
@@ -217,6 +217,8 @@ type upPool struct {
 	mu     sync.Mutex
 	idle   []*upConn // most recently used last
 	out    int       // connections in use
+	busy   *upConn   // the connections in use, linked (upConn.prev, next)
+	final  bool      // closed by the gateway's Close, not the sweeper
 	last   time.Time // the last get or put
 	closed bool
 }
@@ -229,6 +231,9 @@ type upConn struct {
 	w     writeBound
 	used  time.Time // when it went idle
 	armed time.Time // the read deadline set on c, zero for none
+	// prev and next link c into its pool's connections in use, under the
+	// pool's mutex.
+	prev, next *upConn
 }
 
 // writeBound writes to an instance's connection c, each write within the
@@ -347,7 +352,7 @@ func (p *upPool) get(now time.Time) (c *upConn, reused bool, err error) {
 		p.idle[len(p.idle)-1] = nil
 		p.idle = p.idle[:len(p.idle)-1]
 		if now.Sub(c.used) < p.u.idleTimeout {
-			p.out++
+			p.take(c)
 			p.mu.Unlock()
 			return c, true, nil
 		}
@@ -364,7 +369,45 @@ func (p *upPool) get(now time.Time) (c *upConn, reused bool, err error) {
 	}
 	c = &upConn{c: nc, br: bufio.NewReaderSize(nc, upBufSize), w: writeBound{c: nc, d: p.u.write}}
 	c.bw = bufio.NewWriterSize(&c.w, upBufSize)
+	p.mu.Lock()
+	p.out--
+	p.take(c)
+	if p.final {
+		// Closed by Close while it dialed: it would escape Close.
+		p.release(c)
+		p.mu.Unlock()
+		c.close()
+		return nil, false, errPoolClosed
+	}
+	p.mu.Unlock()
 	return c, false, nil
+}
+
+// errPoolClosed is an attempt that the gateway's Close cut short.
+var errPoolClosed = errors.New("the gateway is closing")
+
+// take counts c in use and links it; p.mu is held.
+func (p *upPool) take(c *upConn) {
+	p.out++
+	c.prev, c.next = nil, p.busy
+	if p.busy != nil {
+		p.busy.prev = c
+	}
+	p.busy = c
+}
+
+// release unlinks c, in use no more; p.mu is held.
+func (p *upPool) release(c *upConn) {
+	p.out--
+	if c.prev != nil {
+		c.prev.next = c.next
+	} else {
+		p.busy = c.next
+	}
+	if c.next != nil {
+		c.next.prev = c.prev
+	}
+	c.prev, c.next = nil, nil
 }
 
 // put keeps c, idle since now, for the next request, or closes it.
@@ -372,7 +415,7 @@ func (p *upPool) put(c *upConn, now time.Time) {
 	c.used = now
 	p.mu.Lock()
 	p.last = now
-	p.out--
+	p.release(c)
 	if p.closed || len(p.idle) >= p.u.idle {
 		p.mu.Unlock()
 		c.close()
@@ -385,7 +428,7 @@ func (p *upPool) put(c *upConn, now time.Time) {
 // discard closes c, a connection of p in use that does not come back.
 func (p *upPool) discard(c *upConn) {
 	p.mu.Lock()
-	p.out--
+	p.release(c)
 	p.mu.Unlock()
 	c.close()
 }
@@ -414,12 +457,19 @@ func (p *upPool) sweep(now time.Time, timeout time.Duration) (done bool) {
 	return done
 }
 
+// closeIdle closes the idle connections; with final it marks the pool
+// closed and closes the connections in use too, which ends the attempts
+// on them (an instance that stalls mid-answer would hold them, and Close
+// waits for them).
 func (p *upPool) closeIdle(final bool) {
 	p.mu.Lock()
 	idle := p.idle
 	p.idle = nil
 	if final {
-		p.closed = true
+		p.closed, p.final = true, true
+		for c := p.busy; c != nil; c = c.next {
+			c.c.Close() // its user discards it
+		}
 	}
 	p.mu.Unlock()
 	for _, c := range idle {
