@@ -7,8 +7,14 @@ import (
 	"sync"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
+	"github.com/lanesdev/lanes/internal/lib/backoff"
 	"github.com/lanesdev/lanes/registry"
 )
 
@@ -26,14 +32,17 @@ import (
 // that gap. It does not overwrite a registration of the same ID made in the
 // meantime by another lease.
 func (s *Store) Register(ctx context.Context, inst registry.Instance, ttl time.Duration) (registry.Lease, error) {
+	granted := time.Now()
 	reg, err := s.Registrations().Create(ctx, inst, ttl, CreateOptions{})
 	if err != nil {
 		return nil, err
 	}
-	k := &keeper{r: s.Registrations(), id: reg.Lease, secs: int64(reg.TTL / time.Second)}
-	if k.secs <= 0 {
-		k.secs, _ = ttlSeconds(ttl)
+	if reg.TTL <= 0 { // etcd always says; the TTL asked for, else
+		secs, _ := ttlSeconds(ttl)
+		reg.TTL = time.Duration(secs) * time.Second
 	}
+	k := &keeper{r: s.Registrations(), key: s.InstanceKey(reg.Instance.Service, reg.Instance.ID), secs: int64(reg.TTL / time.Second)}
+	k.set(reg.Lease, reg.TTL, granted)
 	l := registry.NewKeptLease(s.g.Context(), reg.Instance, k, s.log)
 	if !l.Start(s.g.Go) {
 		s.revoke(reg.Lease)
@@ -46,10 +55,13 @@ func (s *Store) Register(ctx context.Context, inst registry.Instance, ttl time.D
 // registry.Keeper on etcd.
 type keeper struct {
 	r    *Registrations
-	secs int64 // the TTL asked for
+	key  string // the instance's
+	secs int64  // the TTL asked for
 
-	mu sync.Mutex
-	id clientv3.LeaseID
+	mu      sync.Mutex
+	id      clientv3.LeaseID
+	ttl     time.Duration // as etcd last granted it
+	renewed time.Time     // etcd renewed the lease for ttl after this
 }
 
 func (k *keeper) lease() clientv3.LeaseID {
@@ -58,23 +70,167 @@ func (k *keeper) lease() clientv3.LeaseID {
 	return k.id
 }
 
-// Keep implements registry.Keeper with etcd's keep-alive stream, which
-// ends when the lease expired or etcd could not be reached for its TTL.
+// state returns the lease, its TTL and when it was last renewed.
+func (k *keeper) state() (clientv3.LeaseID, time.Duration, time.Time) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.id, k.ttl, k.renewed
+}
+
+// set records that lease was granted or renewed for ttl after at.
+func (k *keeper) set(lease clientv3.LeaseID, ttl time.Duration, at time.Time) {
+	k.mu.Lock()
+	k.id, k.ttl, k.renewed = lease, ttl, at
+	k.mu.Unlock()
+	if f := k.r.s.renewed; f != nil {
+		f(k.key, lease, at)
+	}
+}
+
+// Keep implements registry.Keeper: it renews the lease every third of its
+// TTL (see Registrations.renew) and returns once the lease expired, or
+// could not be renewed within its TTL of the last renewal.
+//
+// It does not use the etcd client's KeepAlive. That sends the renewals of
+// every lease of the client on one stream, which a member serves one
+// renewal at a time, and a follower forwards each to the leader: a
+// renewal that reached a follower just before the leader stopped answering
+// (paused, cut off) waits for it for etcd's request timeout (7s with the
+// default 1s election timeout), although a new leader serves after one or
+// two seconds, and every renewal of the stream waits behind it. The
+// follower answers the member checks all along, so nothing moves the
+// stream; the client gives up on a lease only after its TTL.
 func (k *keeper) Keep(ctx context.Context) error {
 	s := k.r.s
-	ch, err := s.client.KeepAlive(ctx, k.lease())
-	if err == nil {
-		for range ch {
-			// Each response is a renewal; nothing to do.
+	for {
+		lease, ttl, renewed := k.state()
+		if !sleepUntil(ctx, renewed.Add(ttl/3)) {
+			return ctx.Err()
+		}
+		// Past the TTL, etcd may have revoked the lease: Restore finds
+		// out.
+		rctx, cancel := context.WithDeadline(ctx, renewed.Add(ttl))
+		got, sent, err := k.r.renew(rctx, lease, renewAttempt(s.attempt, ttl))
+		cancel()
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if s.client.Ctx().Err() != nil {
+			return fmt.Errorf("%w: the etcd client was closed", registry.ErrLeaseLost)
+		}
+		if err != nil {
+			if errors.Is(err, context.DeadlineExceeded) {
+				return fmt.Errorf("lease %s not renewed within its TTL of %s: %w", FormatLease(lease), ttl, err)
+			}
+			return err
+		}
+		k.set(lease, got, sent)
+	}
+}
+
+// renewAttempt bounds one attempt of a renewal: the request timeout, but
+// no more than a quarter of the TTL (with at least 500ms), so that the
+// attempts after a renewal stuck on one member still fit in the TTL.
+func renewAttempt(request, ttl time.Duration) time.Duration {
+	return min(request, max(ttl/4, 500*time.Millisecond))
+}
+
+// sleepUntil waits until t or until ctx is done (then it returns false).
+func sleepUntil(ctx context.Context, t time.Time) bool {
+	d := time.Until(t)
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-tm.C:
+		return true
+	}
+}
+
+// renew renews lease until etcd answers, or ctx is done: each attempt, on a
+// keep-alive stream of its own, is bounded by attempt and then given up
+// for another, which the client's balancer sends to another member. It
+// returns the TTL etcd granted and when the attempt it answered was sent
+// (the lease lasts for the TTL from then at least); ErrNoRegistration when
+// etcd no longer has the lease.
+func (r *Registrations) renew(ctx context.Context, lease clientv3.LeaseID, attempt time.Duration) (time.Duration, time.Time, error) {
+	s := r.s
+	bo := backoff.New(50*time.Millisecond, 500*time.Millisecond)
+	for {
+		sent := time.Now()
+		actx, cancel := context.WithTimeout(ctx, attempt)
+		secs, err := r.renewOnce(actx, lease)
+		timedOut := actx.Err() != nil
+		cancel()
+		switch {
+		case err == nil && secs > 0:
+			return time.Duration(secs) * time.Second, sent, nil
+		case err == nil || errors.Is(err, rpctypes.ErrLeaseNotFound):
+			return 0, sent, fmt.Errorf("registration %s: %w", FormatLease(lease), ErrNoRegistration)
+		case ctx.Err() != nil:
+			return 0, sent, fmt.Errorf("etcdstore: renew registration %s: %w (last attempt: %v)", FormatLease(lease), ctx.Err(), err)
+		case s.client.Ctx().Err() != nil:
+			return 0, sent, fmt.Errorf("etcdstore: renew registration %s: %w", FormatLease(lease), s.client.Ctx().Err())
+		case !timedOut && !retryable(err):
+			return 0, sent, fmt.Errorf("etcdstore: renew registration %s: %w", FormatLease(lease), err)
+		}
+		// An attempt that failed at once (no leader, no connection) is
+		// tried again after a pause; one that ran out of time, at once.
+		if !timedOut && !bo.Wait(ctx) {
+			return 0, sent, fmt.Errorf("etcdstore: renew registration %s: %w (last attempt: %v)", FormatLease(lease), ctx.Err(), err)
 		}
 	}
-	if ctx.Err() == nil && s.client.Ctx().Err() != nil {
-		return fmt.Errorf("%w: the etcd client was closed", registry.ErrLeaseLost)
+}
+
+// renewOnce asks etcd once to renew lease, on a keep-alive stream of its
+// own that it ends before it returns (which ends the renewal on the member,
+// if it is still waiting for the leader). A member without a leader refuses
+// at once. It returns the TTL etcd granted (0: no such lease).
+func (r *Registrations) renewOnce(ctx context.Context, lease clientv3.LeaseID) (int64, error) {
+	s := r.s
+	if s.leases == nil {
+		ka, err := s.client.KeepAliveOnce(ctx, lease)
+		if err != nil {
+			return 0, err
+		}
+		return ka.TTL, nil
 	}
-	if err == nil {
-		err = errors.New("keep-alive ended (lease expired or etcd unreachable for its TTL)")
+	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	st, err := s.leases.LeaseKeepAlive(ctx, grpc.WaitForReady(true))
+	if err != nil {
+		return 0, rpctypes.Error(err)
 	}
-	return err
+	if err := st.Send(&pb.LeaseKeepAliveRequest{ID: int64(lease)}); err != nil {
+		if _, rerr := st.Recv(); rerr != nil {
+			err = rerr // the stream's own error, not io.EOF
+		}
+		return 0, rpctypes.Error(err)
+	}
+	resp, err := st.Recv()
+	if err != nil {
+		return 0, rpctypes.Error(err)
+	}
+	return resp.TTL, nil
+}
+
+// retryable reports whether another attempt of a renewal may succeed: the
+// member had no leader, lost it, timed out waiting for it, or could not be
+// reached.
+func retryable(err error) bool {
+	var ee rpctypes.EtcdError
+	if errors.As(err, &ee) {
+		return ee.Code() == codes.Unavailable
+	}
+	switch status.Code(err) {
+	case codes.Unavailable, codes.Internal, codes.DeadlineExceeded, codes.Canceled:
+		return true
+	}
+	return errors.Is(err, context.DeadlineExceeded)
 }
 
 // Restore implements registry.Keeper: it makes sure that the key is
@@ -83,14 +239,15 @@ func (k *keeper) Keep(ctx context.Context) error {
 func (k *keeper) Restore(ctx context.Context, inst registry.Instance) error {
 	ctx, cancel := context.WithTimeout(ctx, opTimeout)
 	defer cancel()
-	key := k.r.s.InstanceKey(inst.Service, inst.ID)
+	key := k.key
 	old := k.lease()
 	// Renewing once tells whether etcd still has the lease, and makes sure
 	// it does for another TTL. (A lease that has expired but is not yet
 	// revoked is not renewed: etcd answers once it is revoked.)
-	_, err := k.r.Renew(ctx, old)
+	ttl, sent, err := k.r.renew(ctx, old, k.r.s.attempt)
 	switch {
 	case err == nil:
+		k.set(old, ttl, sent)
 		// Still alive: etcd was only unreachable for a while. Put the
 		// instance back only if someone deleted the key meanwhile.
 		if _, err := k.r.put(ctx, old, inst, clientv3.Compare(clientv3.CreateRevision(key), "=", 0)); err != nil {
@@ -103,6 +260,7 @@ func (k *keeper) Restore(ctx context.Context, inst registry.Instance) error {
 	// Put the instance if the key is gone, or still held by the old lease
 	// (expired, about to be revoked); leave it if another registration has
 	// taken it over since.
+	granted := time.Now()
 	reg, err := k.r.Create(ctx, inst, time.Duration(k.secs)*time.Second, CreateOptions{IfAbsent: true, Previous: old})
 	if errors.Is(err, ErrHeld) {
 		return registry.ErrTakenOver
@@ -110,9 +268,10 @@ func (k *keeper) Restore(ctx context.Context, inst registry.Instance) error {
 	if err != nil {
 		return err
 	}
-	k.mu.Lock()
-	k.id = reg.Lease
-	k.mu.Unlock()
+	if reg.TTL <= 0 {
+		reg.TTL = time.Duration(k.secs) * time.Second
+	}
+	k.set(reg.Lease, reg.TTL, granted)
 	k.r.s.log.Info("lease was lost; registered under a new lease", "key", key, "old_lease", FormatLease(old), "lease", FormatLease(reg.Lease))
 	return nil
 }

@@ -78,8 +78,8 @@ const (
 // watch and lease streams to it. When a member misses a check while another
 // member answers, members closes the client's connections to it, which
 // fails its requests and streams at once (the client retries reads, resumes
-// watches and moves lease keep-alives to the members that answer), and its
-// dialer refuses that member until it answers a check again.
+// watches, and tries lease renewals again on the members that answer), and
+// its dialer refuses that member until it answers a check again.
 //
 // When no member has a leader, or none answers, for longer than
 // quorumTimeout, requests fail with ErrNoQuorum after one check instead of

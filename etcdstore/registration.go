@@ -250,17 +250,13 @@ func (r *Registrations) put(ctx context.Context, lease clientv3.LeaseID, inst re
 	return resp.Succeeded, nil
 }
 
-// Renew renews the lease once and returns its TTL; it wraps
-// ErrNoRegistration when etcd no longer has the lease.
+// Renew renews the lease and returns its TTL; it wraps ErrNoRegistration
+// when etcd no longer has the lease. Each attempt is bounded by the request
+// timeout and then tried again on another member, until ctx is done: a
+// member that waits for a leader that does not answer costs one attempt.
 func (r *Registrations) Renew(ctx context.Context, lease clientv3.LeaseID) (time.Duration, error) {
-	ka, err := r.s.client.KeepAliveOnce(ctx, lease)
-	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-		return 0, fmt.Errorf("registration %s: %w", FormatLease(lease), ErrNoRegistration)
-	}
-	if err != nil {
-		return 0, fmt.Errorf("etcdstore: renew registration %s: %w", FormatLease(lease), err)
-	}
-	return time.Duration(ka.TTL) * time.Second, nil
+	ttl, _, err := r.renew(ctx, lease, r.s.attempt)
+	return ttl, err
 }
 
 // End revokes the lease: the instance it holds (if it still holds it), its

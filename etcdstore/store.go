@@ -23,6 +23,7 @@ import (
 	"strings"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
@@ -95,9 +96,10 @@ type Config struct {
 	KeepAliveTime    time.Duration
 	KeepAliveTimeout time.Duration
 	// RequestTimeout bounds each attempt of an etcd request whose context
-	// allows longer (DefaultRequestTimeout when zero). An attempt that runs
-	// out of time is tried again on another member while the context
-	// lasts.
+	// allows longer, and of a lease renewal (DefaultRequestTimeout when
+	// zero; a renewal's at most a quarter of the lease's TTL). An attempt
+	// that runs out of time is tried again on another member while the
+	// context lasts.
 	RequestTimeout time.Duration
 	// MemberTimeout is how long each member may take to answer the Store's
 	// checks, made on connections of their own twice per MemberTimeout
@@ -105,7 +107,7 @@ type Config struct {
 	// member that misses a check while another answers (one paused,
 	// overloaded or cut off from its cluster) is avoided: the client's
 	// connections to it are closed, which moves its watches, lease
-	// keep-alives and requests to the other members, and none is opened
+	// renewals and requests to the other members, and none is opened
 	// again until it answers. Store.Health reports the checks.
 	MemberTimeout time.Duration
 	// QuorumTimeout is how long the cluster may have no leader (or no
@@ -132,6 +134,16 @@ type Store struct {
 	policy    *policyStore
 	// members checks the cluster's members (Open's clients only).
 	members *members
+	// leases renews leases, one stream per attempt (see renewal); nil
+	// for a client without a connection of its own.
+	leases pb.LeaseClient
+	// attempt bounds each attempt of a renewal: Config.RequestTimeout
+	// for a Store of Open, DefaultRequestTimeout for one of New.
+	attempt time.Duration
+	// renewed, when set (by tests), is told of every grant and renewal of
+	// a Lease of Register: the instance's key, the lease, and when the
+	// request that etcd answered was sent.
+	renewed func(key string, lease clientv3.LeaseID, sent time.Time)
 
 	g *gogroup.Group // the lease and watch goroutines; its context is the parent of every lease and watch
 }
@@ -177,6 +189,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	s.owned = true
+	s.attempt = cfg.RequestTimeout
 	if err := m.start(cfg, s.policy.key, c.ActiveConnection()); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("etcdstore: %w", err)
@@ -243,7 +256,11 @@ func New(client *clientv3.Client, opts Options) (*Store, error) {
 		prefix:    prefix,
 		instances: []byte(prefix + "instances/"),
 		log:       log.With("component", "etcdstore"),
+		attempt:   DefaultRequestTimeout,
 		g:         gogroup.New(),
+	}
+	if conn := client.ActiveConnection(); conn != nil {
+		s.leases = pb.NewLeaseClient(conn)
 	}
 	s.policy = &policyStore{s: s, key: s.PolicyKey()}
 	return s, nil
