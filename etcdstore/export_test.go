@@ -3,6 +3,8 @@ package etcdstore
 import (
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/lanesdev/lanes/policy"
 	"github.com/lanesdev/lanes/registry"
 )
@@ -27,4 +29,12 @@ func PolicyWatchFrom(s *Store, rev int64) (policy.Watcher, error) {
 // watch starts (from TestMain).
 func SetProgressTimes(after, timeout time.Duration) {
 	progressAfter, progressTimeout = after, timeout
+}
+
+// OnRenew has f told of every grant and renewal of the Leases s.Register
+// makes from now on: the instance's key, the lease, and when the request
+// etcd answered was sent (the lease lasts its TTL from then at least).
+// Call it before Register.
+func OnRenew(s *Store, f func(key string, lease clientv3.LeaseID, sent time.Time)) {
+	s.renewed = f
 }
