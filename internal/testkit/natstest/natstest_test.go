@@ -105,10 +105,13 @@ func TestEmbeddedProcessKill(t *testing.T) {
 
 // TestCluster: on each kind of member, a three-server cluster keeps an R3
 // stream available and complete while its leader is killed with SIGKILL,
-// another member is paused with SIGSTOP, and both come back.
+// another member is paused with SIGSTOP, and both come back. The two kinds
+// run at once: each spends most of its 10 to 20 s waiting for JetStream's
+// elections.
 func TestCluster(t *testing.T) {
 	for _, kind := range []string{KindProcess, KindEmbedded} {
 		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
 			if kind == KindProcess && Binary() == "" {
 				t.Skip(SkipMessage)
 			}
