@@ -1,0 +1,5 @@
+//go:build !race
+
+package vet_test
+
+const raceEnabled = false
