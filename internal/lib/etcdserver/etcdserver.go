@@ -191,10 +191,6 @@ func loopbackURL(addr string) (u *url.URL, auto bool, err error) {
 // Endpoints returns the client URLs of the member, for clientv3.Config.
 func (s *Server) Endpoints() []string { return append([]string(nil), s.endpoints...) }
 
-// PeerAddr returns the host:port of the peer listener, so that a restart
-// on the same data directory can reuse it.
-func (s *Server) PeerAddr() string { return s.etcd.Peers[0].Addr().String() }
-
 // Err reports a fatal error of the running member (for example a listener
 // that failed). etcd closes it when the member has stopped.
 func (s *Server) Err() <-chan error { return s.etcd.Err() }

@@ -87,16 +87,17 @@ func Client(t testing.TB, endpoints []string) *clientv3.Client {
 // EmbeddedServer is an etcd member running in the test process. Clients
 // reach it through a proxy on a fixed loopback port, so that Stop cuts
 // their connections at once and Start brings it back on the same endpoint.
+// etcd's own ports are new at every start (a single member's peer URL is
+// not used): reusing them, a restart could find one taken meanwhile by
+// another connection's ephemeral port ("address already in use").
 type EmbeddedServer struct {
 	t        testing.TB
 	dir      string
 	endpoint string // the proxy's host:port, fixed by the first Start
 
-	mu         sync.Mutex
-	srv        *etcdserver.Server // nil while stopped
-	proxy      *proxy
-	clientAddr string // etcd's own, reused by restarts
-	peerAddr   string
+	mu    sync.Mutex
+	srv   *etcdserver.Server // nil while stopped
+	proxy *proxy
 }
 
 var _ Server = (*EmbeddedServer)(nil)
@@ -131,24 +132,17 @@ func (e *EmbeddedServer) Start() error {
 	defer cancel()
 	srv, err := etcdserver.Start(ctx, etcdserver.Config{
 		Dir:           e.dir,
-		ClientAddr:    e.clientAddr,
-		PeerAddr:      e.peerAddr,
 		UnsafeNoFsync: true,
 		BcryptCost:    bcryptCost,
 	})
 	if err != nil {
 		return err
 	}
-	if e.clientAddr == "" {
-		// Keep the ports for restarts.
-		e.clientAddr = strings.TrimPrefix(srv.Endpoints()[0], "http://")
-		e.peerAddr = srv.PeerAddr()
-	}
 	listen := e.endpoint
 	if listen == "" {
 		listen = "127.0.0.1:0"
 	}
-	p, err := newProxy(listen, e.clientAddr)
+	p, err := newProxy(listen, strings.TrimPrefix(srv.Endpoints()[0], "http://"))
 	if err != nil {
 		srv.Close()
 		return err
