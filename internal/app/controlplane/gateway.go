@@ -32,6 +32,7 @@ func (c *Config) GatewayConfig() (gateway.Config, error) {
 
 		ResponseHeaderTimeout: c.Gateway.ResponseHeaderTimeout,
 		UpstreamWriteTimeout:  c.Gateway.UpstreamWriteTimeout,
+		UpstreamReadTimeout:   c.Gateway.UpstreamReadTimeout,
 		HTTP1:                 c.Gateway.HTTP1,
 	}
 	for i, r := range c.Routes {

@@ -479,6 +479,10 @@ func (s *fastSend) send(pick routing.Result) (routedcall.Attempt, bool) {
 		a.CallerGone = a.CallerGone || s.g.closing.Load()
 		return a, false
 	}
+	if b, ok := s.resp.BodyStream().(*upBody); ok {
+		// The body streams after the handler returns, and st with it.
+		b.stall = stallNote{g: s.g, service: s.st.route.Service, pick: pick}
+	}
 	return attempt(s.st, s.resp.StatusCode(), b2s(s.resp.Header.Peek(hError)), nil, false), false
 }
 

@@ -31,6 +31,10 @@ const (
 	// DefaultUpstreamWriteTimeout is how long an instance may take to take
 	// each write of a request (Config.UpstreamWriteTimeout).
 	DefaultUpstreamWriteTimeout = 10 * time.Second
+	// DefaultUpstreamReadTimeout is how long an instance may send nothing
+	// of an answer's body (Config.UpstreamReadTimeout), as nginx's
+	// proxy_read_timeout.
+	DefaultUpstreamReadTimeout = 60 * time.Second
 )
 
 // Config is what a Gateway needs. Engine is required.
@@ -104,6 +108,22 @@ type Config struct {
 	// that long is closed. 0 means DefaultUpstreamWriteTimeout (10s);
 	// negative: none.
 	UpstreamWriteTimeout time.Duration
+	// UpstreamReadTimeout bounds the wait for each read of the body of an
+	// HTTP/1.1 answer from an instance, once its head is in, as nginx's
+	// proxy_read_timeout: an instance that sends nothing of the body for
+	// that long (hung, or paused, in the middle of it) has the answer cut.
+	// Its head has gone to the client, whose connection is then closed
+	// without a valid end of the body (the client sees a broken answer,
+	// never a whole one); the instance is reported failing (outlier
+	// detection) and the gateway logs it. It bounds the time between two
+	// reads, not the whole answer, which streams as long as the instance
+	// keeps sending; but a stream that stays silent longer (a long poll,
+	// server-sent events without heartbeats) needs it raised, or off. On
+	// the fast path a small body of known length is read whole before its
+	// head goes to the client: there the attempt fails with 502 upstream,
+	// as any other attempt without an answer. gRPC calls are not bounded by
+	// it. 0 means DefaultUpstreamReadTimeout (60s); negative: none.
+	UpstreamReadTimeout time.Duration
 	// HTTP1 chooses the stack that serves HTTP/1.1 requests: HTTP1Fast
 	// (the default, "fast") or HTTP1Std ("std"); see the package
 	// documentation. HTTP/2 is served by net/http on both.
@@ -151,7 +171,9 @@ type Gateway struct {
 	headerTimeout time.Duration
 	// writeTimeout bounds each write to an instance, 0 for none.
 	writeTimeout time.Duration
-	tracer       trace.Tracer
+	// readTimeout bounds each read of an answer's body, 0 for none.
+	readTimeout time.Duration
+	tracer      trace.Tracer
 	// fast is set when HTTP/1.1 is served on fasthttp (Config.HTTP1).
 	fast bool
 
@@ -198,6 +220,7 @@ func New(cfg Config) (*Gateway, error) {
 	}
 	g.headerTimeout = routedcall.HeaderTimeout(cfg.ResponseHeaderTimeout)
 	g.writeTimeout = routedcall.Timeout(cfg.UpstreamWriteTimeout, DefaultUpstreamWriteTimeout)
+	g.readTimeout = routedcall.Timeout(cfg.UpstreamReadTimeout, DefaultUpstreamReadTimeout)
 	g.tracer = cfg.Tracer
 	g.h1, g.h2c = newTransports(idle, g.headerTimeout, g.writeTimeout)
 	g.proxy = &httputil.ReverseProxy{
@@ -209,7 +232,7 @@ func New(cfg Config) (*Gateway, error) {
 		BufferPool:     bufferPool{},
 	}
 	g.pool.New = func() any { return new(reqState) }
-	g.up = newUpstreams(idle, g.writeTimeout)
+	g.up = newUpstreams(idle, g.writeTimeout, g.readTimeout)
 	g.fastPath = newFastPath(g)
 	for i := range g.routes {
 		g.routes[i].svc = g.engine.Service(g.routes[i].Service)

@@ -13,6 +13,8 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/lanesdev/lanes/internal/lib/routedcall"
@@ -63,6 +65,9 @@ type reqState struct {
 	hdr     headerView // what the lane propagator reads
 	// call is the routed call: the pick, the retries, the reports.
 	call routedcall.Call
+	// cancel, on the net/http path, cancels the outbound request of an
+	// HTTP/1.1 answer whose body stalls (stallBody); nil for gRPC.
+	cancel context.CancelCauseFunc
 	// picked is set once the call has an instance.
 	picked bool
 	// body lends the request body to the attempts (see keptBody); nil
@@ -117,6 +122,10 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := context.WithValue(r.Context(), stateKey{}, st)
+	if !grpc && g.readTimeout > 0 {
+		ctx, st.cancel = context.WithCancelCause(ctx)
+		defer st.cancel(nil)
+	}
 	if g.tracer != nil {
 		var span trace.Span
 		ctx, span = g.entrySpan(lane.WithLane(ctx, st.req.Lane), r.Method, r.URL.Path, st.req.Lane)
@@ -537,7 +546,98 @@ func (u *upstream) RoundTrip(req *http.Request) (res *http.Response, rerr error)
 		closeBody(req)
 		return nil, err
 	}
+	// An upgrade's body is the connection, which the proxy copies both
+	// ways: not an answer's body, and not bounded.
+	if s.res != nil && st.cancel != nil && s.res.Body != http.NoBody && s.res.StatusCode != http.StatusSwitchingProtocols {
+		s.res.Body = newStallBody(s.res.Body, g.readTimeout, st.cancel, stallNote{g: g, service: st.route.Service, pick: st.pick()})
+	}
 	return s.res, s.err
+}
+
+// stallNote is what the gateway tells of an answer whose body the instance
+// stopped sending for the upstream read timeout, after its head went to the
+// client, on both HTTP/1.1 paths: a log line that names the timeout, and
+// the instance's failure (routedcall.BodyStalled). The client's connection
+// is cut by the path's server (the body's read fails).
+type stallNote struct {
+	g       *Gateway
+	service string
+	pick    routing.Result
+}
+
+func (n *stallNote) report(err error) {
+	inst := n.pick.Instance
+	n.g.log.Warn("lanes gateway: upstream answer cut", "service", n.service, "instance", inst.ID, "addr", inst.Addr,
+		"lane", n.pick.RequestLane, "err", err)
+	routedcall.BodyStalled(n.pick)
+}
+
+// stallBody is the body of an answer on the net/http path, each read of
+// which is bounded by the upstream read timeout d, as the fast path bounds
+// each read of its connections (upConn.Read): a timer checks, every d at
+// most, whether a read has been waiting for d, and then cancels the
+// outbound request (cancel), which makes the transport close the
+// connection and the read fail with a *readTimeoutError. The time the
+// gateway spends writing to the client between two reads does not count.
+type stallBody struct {
+	io.ReadCloser
+	d      time.Duration
+	cancel context.CancelCauseFunc
+	note   stallNote
+	mu     sync.Mutex // orders the setting of t and its use by watch
+	t      *time.Timer
+	since  atomic.Int64 // when the read in flight began, Unix ns; 0: none
+	fired  atomic.Bool
+	closed atomic.Bool
+}
+
+func newStallBody(rc io.ReadCloser, d time.Duration, cancel context.CancelCauseFunc, note stallNote) *stallBody {
+	b := &stallBody{ReadCloser: rc, d: d, cancel: cancel, note: note}
+	b.mu.Lock()
+	b.t = time.AfterFunc(d, b.watch)
+	b.mu.Unlock()
+	return b
+}
+
+func (b *stallBody) watch() {
+	if b.closed.Load() {
+		return
+	}
+	next := b.d
+	if s := b.since.Load(); s != 0 {
+		waited := time.Duration(time.Now().UnixNano() - s)
+		if waited >= b.d {
+			b.fired.Store(true)
+			b.cancel(&readTimeoutError{d: b.d})
+			return
+		}
+		next = b.d - waited
+	}
+	b.mu.Lock()
+	b.t.Reset(next)
+	b.mu.Unlock()
+}
+
+func (b *stallBody) Read(p []byte) (int, error) {
+	b.since.Store(time.Now().UnixNano())
+	n, err := b.ReadCloser.Read(p)
+	b.since.Store(0)
+	if err != nil && err != io.EOF && b.fired.Load() {
+		rt := &readTimeoutError{d: b.d, err: err}
+		if !b.closed.Swap(true) {
+			b.note.report(rt)
+		}
+		return n, rt
+	}
+	return n, err
+}
+
+func (b *stallBody) Close() error {
+	b.closed.Store(true)
+	b.mu.Lock()
+	b.t.Stop()
+	b.mu.Unlock()
+	return b.ReadCloser.Close()
 }
 
 func (s *stdSend) send(pick routing.Result) (routedcall.Attempt, bool) {

@@ -415,7 +415,7 @@ func TestPoolSweep(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	u := newUpstreams(4, 0)
+	u := newUpstreams(4, 0, 0)
 	addr := l.Addr().String()
 	p := u.pool(addr)
 	now := time.Now()

@@ -25,8 +25,9 @@ import (
 // drops the pools that have had neither a request nor an idle connection
 // for as long (those of instances that left); a pool starts no goroutine of
 // its own. The pool bounds each write of a request (the upstream write
-// timeout, writeBound) and the wait for the response headers (the
-// response-header timeout) but not the response body, hands
+// timeout, writeBound), the wait for the response headers (the
+// response-header timeout) and each read of the response body (the upstream
+// read timeout, upConn.Read), hands
 // 1xx answers to the client as they come, and streams a body that is large
 // or of unknown length.
 //
@@ -82,6 +83,7 @@ type upstreams struct {
 	idle        int           // idle connections kept per pool
 	idleTimeout time.Duration // idleConnTimeout, but in tests
 	write       time.Duration // the upstream write timeout, 0 for none
+	read        time.Duration // the upstream read timeout, 0 for none
 	dialer      *net.Dialer
 	closed      bool
 	// The sweeper (sweep), while it runs: stop cancels it, done closes
@@ -90,8 +92,8 @@ type upstreams struct {
 	done chan struct{}
 }
 
-func newUpstreams(idle int, writeTimeout time.Duration) *upstreams {
-	return &upstreams{idle: idle, idleTimeout: idleConnTimeout, write: writeTimeout,
+func newUpstreams(idle int, writeTimeout, readTimeout time.Duration) *upstreams {
+	return &upstreams{idle: idle, idleTimeout: idleConnTimeout, write: writeTimeout, read: readTimeout,
 		dialer: &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}}
 }
 
@@ -226,11 +228,14 @@ type upPool struct {
 // upConn is one upstream connection.
 type upConn struct {
 	c     net.Conn
-	br    *bufio.Reader
+	br    *bufio.Reader // reads through the upConn (Read)
 	bw    *bufio.Writer // writes through w
 	w     writeBound
 	used  time.Time // when it went idle
 	armed time.Time // the read deadline set on c, zero for none
+	// body is the upstream read timeout while the answer's body is read
+	// (each read of c within it), 0 while its head is (or for none).
+	body time.Duration
 	// prev and next link c into its pool's connections in use, under the
 	// pool's mutex.
 	prev, next *upConn
@@ -287,6 +292,36 @@ func (e *writeTimeoutError) Error() string {
 }
 func (e *writeTimeoutError) Unwrap() error { return e.err }
 func (e *writeTimeoutError) Timeout() bool { return true }
+
+// readTimeoutError is a read of an answer's body from an instance that sent
+// nothing of it within the upstream read timeout, on both HTTP/1.1 paths.
+type readTimeoutError struct {
+	d   time.Duration
+	err error
+}
+
+func (e *readTimeoutError) Error() string {
+	return fmt.Sprintf("the instance sent none of the answer's body for %s (the upstream read timeout)", e.d)
+}
+func (e *readTimeoutError) Unwrap() error { return e.err }
+func (e *readTimeoutError) Timeout() bool { return true }
+
+// Read reads c's connection for its read buffer. While the answer's body is
+// read (c.body), each read is bounded by the upstream read timeout, as
+// nginx's proxy_read_timeout bounds the time between two reads: an instance
+// that sends nothing of the body for that long fails the read with a
+// *readTimeoutError. The deadline is kept as the write bound keeps its own
+// (keepDeadline).
+func (c *upConn) Read(p []byte) (int, error) {
+	if c.body > 0 {
+		c.headerDeadline(time.Now(), c.body)
+	}
+	n, err := c.c.Read(p)
+	if err != nil && c.body > 0 && errors.Is(err, os.ErrDeadlineExceeded) {
+		err = &readTimeoutError{d: c.body, err: err}
+	}
+	return n, err
+}
 
 // headerDeadline bounds the wait for the answer's headers, from now, by d:
 // a read deadline already set that falls at most deadlineSlack(d) before
@@ -367,7 +402,8 @@ func (p *upPool) get(now time.Time) (c *upConn, reused bool, err error) {
 		p.mu.Unlock()
 		return nil, false, &unsentError{err}
 	}
-	c = &upConn{c: nc, br: bufio.NewReaderSize(nc, upBufSize), w: writeBound{c: nc, d: p.u.write}}
+	c = &upConn{c: nc, w: writeBound{c: nc, d: p.u.write}}
+	c.br = bufio.NewReaderSize(c, upBufSize)
 	c.bw = bufio.NewWriterSize(&c.w, upBufSize)
 	p.mu.Lock()
 	p.out--
@@ -520,6 +556,7 @@ func (p *upPool) do(req *fasthttp.Request, resp *fasthttp.Response, headerTimeou
 // the write; and the connection counts as idle from it when it comes back
 // (sooner than it is).
 func (p *upPool) roundTrip(c *upConn, req *fasthttp.Request, resp *fasthttp.Response, now time.Time, headerTimeout time.Duration, ctx *fasthttp.RequestCtx, body *keptBody) (retry bool, err error) {
+	c.body = 0 // the head first
 	werr := req.Write(c.bw)
 	if werr == nil {
 		werr = c.bw.Flush()
@@ -589,9 +626,11 @@ func (p *upPool) roundTrip(c *upConn, req *fasthttp.Request, resp *fasthttp.Resp
 			}
 		}
 	}
-	// The body is not bounded by the header deadline: it is removed before
-	// any read of the body from the connection (a body that came with the
-	// headers, already buffered, needs none).
+	// The body is not bounded by the header deadline: each read of it from
+	// the connection is bounded by the upstream read timeout instead
+	// (Read), or by nothing (a body that came with the headers, already
+	// buffered, needs no read).
+	c.body = p.u.read
 	code := resp.StatusCode()
 	if req.Header.IsHead() || code == fasthttp.StatusNoContent || code == fasthttp.StatusNotModified || code == fasthttp.StatusSwitchingProtocols {
 		resp.SkipBody = true
@@ -600,17 +639,23 @@ func (p *upPool) roundTrip(c *upConn, req *fasthttp.Request, resp *fasthttp.Resp
 	}
 	n := resp.Header.ContentLength()
 	if n >= 0 && n <= maxBufferedBody {
-		if c.br.Buffered() < n {
+		if c.br.Buffered() < n && c.body == 0 {
 			c.noDeadline()
 		}
 		if err := resp.ReadBody(c.br, 0); err != nil {
+			var rt *readTimeoutError
+			if errors.As(err, &rt) {
+				err = rt // in its own words, whatever the parser made of it
+			}
 			return false, err
 		}
 		p.done(c, req, resp, now)
 		return false, nil
 	}
 	// Stream the rest: chunked, unknown length (until close) or large.
-	c.noDeadline()
+	if c.body == 0 {
+		c.noDeadline()
+	}
 	resp.SetBodyStream(newUpBody(p, c, req, resp, n), n)
 	return false, nil
 }
@@ -641,6 +686,10 @@ type upBody struct {
 	chunked bool
 	eof     bool
 	closed  bool
+	// stall tells of a read that the upstream read timeout ended (the
+	// answer's head has gone to the client), once; unset (g nil) before
+	// the attempt returns.
+	stall stallNote
 }
 
 func newUpBody(p *upPool, c *upConn, req *fasthttp.Request, resp *fasthttp.Response, n int) *upBody {
@@ -658,6 +707,13 @@ func newUpBody(p *upPool, c *upConn, req *fasthttp.Request, resp *fasthttp.Respo
 
 func (b *upBody) Read(p []byte) (int, error) {
 	n, err := b.r.Read(p)
+	if err != nil && err != io.EOF && b.stall.g != nil {
+		var rt *readTimeoutError
+		if errors.As(err, &rt) {
+			b.stall.report(rt)
+			b.stall.g = nil
+		}
+	}
 	if err == io.EOF {
 		if lr, ok := b.r.(*io.LimitedReader); ok && lr.N > 0 {
 			return n, io.ErrUnexpectedEOF // the instance closed early

@@ -20,6 +20,11 @@
 //   - An answer with a 5xx status is a Failure, unless it names a routing
 //     failure further downstream (X-Lanes-Error): a healthy instance answered.
 //     Every other answer is a Success.
+//   - An answer whose body breaks off because the instance stalled in the
+//     middle of it (it sent nothing for the upstream read timeout) is a
+//     Failure, reported by BodyStalled after the Success that its head
+//     counted: the client got a cut answer. It is never retried: the
+//     answer had started.
 //   - A failed attempt is retried, on an instance that has not failed this
 //     call, when the caller allows it (an idempotent request whose body can be
 //     sent again) and the retry budget is not spent.
@@ -193,6 +198,14 @@ func MarkFailing(e *routing.Engine, pick routing.Result) {
 	for range n {
 		pick.Report(false)
 	}
+}
+
+// BodyStalled reports to outlier detection, as a Failure of the instance of
+// pick, an answer whose body the instance stopped sending in the middle
+// (see the package documentation). It may come after the call's report,
+// and after the call itself has ended (a body that streams on).
+func BodyStalled(pick routing.Result) {
+	pick.Report(false)
 }
 
 // Call is one routed call in progress. The zero value is not ready: Start
