@@ -241,6 +241,20 @@
 // unless the instance had already taken longer than the response-header
 // timeout: that counts as a failure.
 //
+// Once an answer's head is in, each read of its body from the instance is
+// bounded by [Config.UpstreamReadTimeout], 60s by default, as nginx's
+// proxy_read_timeout (the time between two reads, not the whole answer):
+// an instance that stalls in the middle of a body has the answer cut. Its
+// head has gone to the client, so it is not retried: the client's
+// connection is closed before the end of the body, the instance is reported
+// failing (routedcall.BodyStalled, through stallNote on both paths) and the
+// gateway logs it. The fast path bounds each read of its upstream
+// connections (upConn.Read); the net/http path, whose transport reads its
+// connections on goroutines of its own, cancels the outbound request of a
+// body read that has waited that long (stallBody). A small body of known
+// length, which the fast path reads whole before the head goes out, fails
+// the attempt there instead (502, or a retry).
+//
 // # Request smuggling
 //
 // The upstream request is written anew, with one framing; a request whose
