@@ -312,6 +312,10 @@ func (f *fetcher) onError(err error) {
 		if cons, err := c.durable(f.tok); err == nil {
 			f.cons = cons
 		}
+		// A new durable delivers again on purpose, from its own cursor:
+		// what the old one had acknowledged is handled again, not taken
+		// for the copies of late acks (which the memory is for).
+		f.acked = recentAcks{}
 		return
 	}
 	c.log.Warn("lanes: pulling messages failed; retrying", "token", f.tok, "err", err)
