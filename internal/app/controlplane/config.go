@@ -124,6 +124,11 @@ type GatewaySettings struct {
 	// long poll or an event stream that stays silent longer needs it
 	// raised, or off.
 	UpstreamReadTimeout time.Duration `yaml:"upstream_read_timeout"`
+	// ClientWriteTimeout bounds how long a client may take none of a write
+	// of its answer before its connection is closed, as nginx's
+	// send_timeout (0: the gateway's default, 60s; negative, or "off" in a
+	// flag or variable: none). It bounds each write, not the whole answer.
+	ClientWriteTimeout time.Duration `yaml:"client_write_timeout"`
 	// HTTP1 is the stack that serves HTTP/1.1: "fast" (fasthttp, the
 	// default) or "std" (net/http).
 	HTTP1 string `yaml:"http1"`
@@ -275,6 +280,7 @@ var Settings = []Setting{
 	{Flag: "gateway-response-header-timeout", Env: "LANES_GATEWAY_RESPONSE_HEADER_TIMEOUT", Key: "gateway.response_header_timeout", Usage: "how long an instance may take to send its response headers before the attempt fails and counts against it (0: 10s; off: no limit)", set: durationOrOff(func(c *Config) *time.Duration { return &c.Gateway.ResponseHeaderTimeout })},
 	{Flag: "gateway-upstream-write-timeout", Env: "LANES_GATEWAY_UPSTREAM_WRITE_TIMEOUT", Key: "gateway.upstream_write_timeout", Usage: "how long an instance may take to take each write of a request (the head, each part of an upload) before the attempt fails and counts against it (0: 10s; off: no limit)", set: durationOrOff(func(c *Config) *time.Duration { return &c.Gateway.UpstreamWriteTimeout })},
 	{Flag: "gateway-upstream-read-timeout", Env: "LANES_GATEWAY_UPSTREAM_READ_TIMEOUT", Key: "gateway.upstream_read_timeout", Usage: "how long an instance may send nothing of an answer's body, between two reads, before the answer is cut and counts against it; a long poll or an event stream silent for longer needs more (0: 60s; off: no limit)", set: durationOrOff(func(c *Config) *time.Duration { return &c.Gateway.UpstreamReadTimeout })},
+	{Flag: "gateway-client-write-timeout", Env: "LANES_GATEWAY_CLIENT_WRITE_TIMEOUT", Key: "gateway.client_write_timeout", Usage: "how long a client may take none of a write of its answer (it stopped reading) before its connection is closed; each write, not the whole answer (0: 60s; off: no limit)", set: durationOrOff(func(c *Config) *time.Duration { return &c.Gateway.ClientWriteTimeout })},
 	{Flag: "gateway-http1", Env: "LANES_GATEWAY_HTTP1", Key: "gateway.http1", Usage: "the stack that serves HTTP/1.1 at the gateway: fast (fasthttp) or std (net/http)", set: str(func(c *Config) *string { return &c.Gateway.HTTP1 })},
 	{Flag: "log-level", Env: "LANES_LOG_LEVEL", Key: "log_level", Usage: "debug, info, warn or error", set: str(func(c *Config) *string { return &c.LogLevel })},
 	{Flag: "log-format", Env: "LANES_LOG_FORMAT", Key: "log_format", Usage: "text or json", set: str(func(c *Config) *string { return &c.LogFormat })},

@@ -198,6 +198,7 @@ gateway:
   max_idle_conns_per_host: 7
   ready_timeout: 3s
   upstream_read_timeout: 2m
+  client_write_timeout: 90s
   http1: std
 `), 0o644)
 	c := Defaults()
@@ -224,7 +225,8 @@ gateway:
 		LaneCookie: "mylane", KeyHeader: "x-user", KeyCookie: "uid",
 		Disable:      []gateway.Source{gateway.SourceCookie, gateway.SourceHost},
 		PreserveHost: true, MaxIdleConnsPerHost: 7, ReadyTimeout: 4 * time.Second, ResponseHeaderTimeout: -1,
-		UpstreamWriteTimeout: 30 * time.Second, UpstreamReadTimeout: 2 * time.Minute, HTTP1: gateway.HTTP1Std,
+		UpstreamWriteTimeout: 30 * time.Second, UpstreamReadTimeout: 2 * time.Minute,
+		ClientWriteTimeout: 90 * time.Second, HTTP1: gateway.HTTP1Std,
 	}
 	if !reflect.DeepEqual(gc, want) {
 		t.Errorf("gateway config\n got %+v\nwant %+v", gc, want)
@@ -246,6 +248,7 @@ gateway:
 		{"gateway-response-header-timeout", []string{"-1s"}, `--gateway-response-header-timeout: "-1s": want a duration such as 10s, or off`},
 		{"gateway-upstream-write-timeout", []string{"soon"}, `--gateway-upstream-write-timeout: "soon": want a duration such as 10s, or off`},
 		{"gateway-upstream-read-timeout", []string{"-5s"}, `--gateway-upstream-read-timeout: "-5s": want a duration such as 10s, or off`},
+		{"gateway-client-write-timeout", []string{"never"}, `--gateway-client-write-timeout: "never": want a duration such as 10s, or off`},
 		{"gateway-http1", []string{"quick"}, `--gateway-http1: "quick": unknown stack "quick": want "fast" or "std"`},
 	} {
 		c := Defaults()

@@ -33,6 +33,7 @@ func (c *Config) GatewayConfig() (gateway.Config, error) {
 		ResponseHeaderTimeout: c.Gateway.ResponseHeaderTimeout,
 		UpstreamWriteTimeout:  c.Gateway.UpstreamWriteTimeout,
 		UpstreamReadTimeout:   c.Gateway.UpstreamReadTimeout,
+		ClientWriteTimeout:    c.Gateway.ClientWriteTimeout,
 		HTTP1:                 c.Gateway.HTTP1,
 	}
 	for i, r := range c.Routes {

@@ -255,6 +255,14 @@
 // length, which the fast path reads whole before the head goes out, fails
 // the attempt there instead (502, or a retry).
 //
+// Each write of an answer to a client, on the connections that Serve
+// accepts, is bounded by [Config.ClientWriteTimeout], 60s by default, as
+// nginx's send_timeout: a client that takes none of a write for that long
+// has its connection closed, which ends the call. Like the upstream write
+// timeout it goes through writeBound, on the fast path's connections
+// (prefixConn) and the net/http path's (clientConn); neither server's
+// WriteTimeout is set, since both are a deadline for the whole answer.
+//
 // # Request smuggling
 //
 // The upstream request is written anew, with one framing; a request whose

@@ -35,6 +35,10 @@ const (
 	// of an answer's body (Config.UpstreamReadTimeout), as nginx's
 	// proxy_read_timeout.
 	DefaultUpstreamReadTimeout = 60 * time.Second
+	// DefaultClientWriteTimeout is how long a client may take none of a
+	// write of an answer (Config.ClientWriteTimeout), as nginx's
+	// send_timeout.
+	DefaultClientWriteTimeout = 60 * time.Second
 )
 
 // Config is what a Gateway needs. Engine is required.
@@ -124,6 +128,18 @@ type Config struct {
 	// as any other attempt without an answer. gRPC calls are not bounded by
 	// it. 0 means DefaultUpstreamReadTimeout (60s); negative: none.
 	UpstreamReadTimeout time.Duration
+	// ClientWriteTimeout bounds each write of an answer to a client, on
+	// the connections that Serve accepts (HTTP/1.1 on both paths, and
+	// h2c), as nginx's send_timeout: a client that takes none of a write
+	// for that long (it stopped reading, or is gone without a word) has its
+	// connection closed, which ends the call and frees the instance's
+	// connection. It bounds the time between two writes the client takes,
+	// not the whole answer, which streams as long as the client reads.
+	// (Neither server's own WriteTimeout is set: both are a deadline for
+	// the whole answer, which would cut long streams.) A server of your own
+	// that serves the gateway as an http.Handler is not bounded by it. 0
+	// means DefaultClientWriteTimeout (60s); negative: none.
+	ClientWriteTimeout time.Duration
 	// HTTP1 chooses the stack that serves HTTP/1.1 requests: HTTP1Fast
 	// (the default, "fast") or HTTP1Std ("std"); see the package
 	// documentation. HTTP/2 is served by net/http on both.
@@ -173,6 +189,8 @@ type Gateway struct {
 	writeTimeout time.Duration
 	// readTimeout bounds each read of an answer's body, 0 for none.
 	readTimeout time.Duration
+	// clientWrite bounds each write to a client, 0 for none.
+	clientWrite time.Duration
 	tracer      trace.Tracer
 	// fast is set when HTTP/1.1 is served on fasthttp (Config.HTTP1).
 	fast bool
@@ -221,6 +239,7 @@ func New(cfg Config) (*Gateway, error) {
 	g.headerTimeout = routedcall.HeaderTimeout(cfg.ResponseHeaderTimeout)
 	g.writeTimeout = routedcall.Timeout(cfg.UpstreamWriteTimeout, DefaultUpstreamWriteTimeout)
 	g.readTimeout = routedcall.Timeout(cfg.UpstreamReadTimeout, DefaultUpstreamReadTimeout)
+	g.clientWrite = routedcall.Timeout(cfg.ClientWriteTimeout, DefaultClientWriteTimeout)
 	g.tracer = cfg.Tracer
 	g.h1, g.h2c = newTransports(idle, g.headerTimeout, g.writeTimeout)
 	g.proxy = &httputil.ReverseProxy{
@@ -315,6 +334,9 @@ func (bufferPool) Put(b []byte) { buffers.Put(&b) }
 func (g *Gateway) Serve(ln net.Listener) error {
 	if g.fast {
 		return g.serveFast(ln)
+	}
+	if g.clientWrite > 0 {
+		ln = clientListener{Listener: ln, d: g.clientWrite}
 	}
 	return g.serveStd(ln)
 }

@@ -31,6 +31,8 @@ type fastServer struct {
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
 	wg    sync.WaitGroup // the connection goroutines
+	// clientWrite is the client write timeout, 0 for none.
+	clientWrite time.Duration
 }
 
 // serveFast is Serve on the fast path: it accepts connections on ln, hands
@@ -38,7 +40,7 @@ type fastServer struct {
 // gRPC, as the net/http path serves them) and serves the others on
 // fasthttp, each on its own goroutine, until Close or Shutdown.
 func (g *Gateway) serveFast(ln net.Listener) error {
-	s := &fastServer{ln: ln, h2: newChanListener(ln.Addr()), conns: map[net.Conn]struct{}{}}
+	s := &fastServer{ln: ln, h2: newChanListener(ln.Addr()), conns: map[net.Conn]struct{}{}, clientWrite: g.clientWrite}
 	s.fs = &fasthttp.Server{
 		Handler:                      g.fastPath.serve,
 		Name:                         "",
@@ -157,6 +159,9 @@ func (s *fastServer) stop() {
 func (s *fastServer) serveConn(c net.Conn) {
 	defer s.wg.Done()
 	pc, h2, err := sniff(c)
+	if err == nil {
+		pc.w = writeBound{c: c, d: s.clientWrite, client: true}
+	}
 	if err != nil {
 		s.untrack(c)
 		c.Close()
@@ -211,6 +216,44 @@ type prefixConn struct {
 	// linger has Close end the connection as net/http's server ends one
 	// whose request body it did not read through (see lingerClose).
 	linger bool
+	// w bounds each write of an answer by the client write timeout.
+	w writeBound
+}
+
+// Write writes to the client, each write within the client write timeout.
+func (c *prefixConn) Write(p []byte) (int, error) { return c.w.Write(p) }
+
+// clientConn is a client's connection on the net/http path (clientBound):
+// each write within the client write timeout.
+type clientConn struct {
+	net.Conn
+	w writeBound
+}
+
+func (c *clientConn) Write(p []byte) (int, error) { return c.w.Write(p) }
+
+// CloseWrite closes the sending side, as net/http's server does before it
+// closes a connection whose request body it did not read.
+func (c *clientConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
+// clientListener hands the net/http path's server its connections as
+// clientConns.
+type clientListener struct {
+	net.Listener
+	d time.Duration
+}
+
+func (l clientListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &clientConn{Conn: c, w: writeBound{c: c, d: l.d, client: true}}, nil
 }
 
 // SetReadDeadline sets the read deadline, but on fasthttp's connections keeps

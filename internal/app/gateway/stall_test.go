@@ -1,9 +1,12 @@
 package gateway
 
 import (
+	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -79,5 +82,41 @@ func TestStalledAnswer(t *testing.T) {
 				return err == nil && strings.Join(d.Eligible, " ") == "good"
 			})
 		})
+	}
+}
+
+// TestSlowClient: a client that sends a request and then reads none of its
+// answer has its connection closed once it has taken none of a write for the
+// client write timeout, on both paths, which ends the call: the instance,
+// which streams without end, finds its connection closed.
+func TestSlowClient(t *testing.T) {
+	w := newWorld(t, "", Config{ClientWriteTimeout: 200 * time.Millisecond})
+	cut := make(chan error, 1)
+	w.register(t, "orders", "endless", serveBackend(t, http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		buf := make([]byte, 32<<10)
+		for {
+			if _, err := rw.Write(buf); err != nil {
+				cut <- err
+				return
+			}
+		}
+	})), "")
+	c, err := net.Dial("tcp", w.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-cut:
+	case <-time.After(waitFor):
+		t.Fatalf("the instance still writes %s after a client that reads nothing", waitFor)
+	}
+	// The client's connection is closed: what it holds ends.
+	c.SetReadDeadline(time.Now().Add(waitFor))
+	if _, err := io.Copy(io.Discard, c); errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("the client's connection is still open: %v", err)
 	}
 }

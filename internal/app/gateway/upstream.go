@@ -250,11 +250,14 @@ type upConn struct {
 // net/http path's transport (boundedConn). A write deadline already set
 // that falls at most deadlineSlack(d) before the one asked is kept, so
 // that a busy connection sets one about once a second rather than each
-// write (setting one is a runtime timer update).
+// write (setting one is a runtime timer update). The gateway's servers
+// write answers to clients through one too (client set), each write within
+// the client write timeout (clientConn, prefixConn).
 type writeBound struct {
-	c     net.Conn
-	d     time.Duration
-	armed time.Time // the write deadline set on c
+	c      net.Conn
+	d      time.Duration
+	armed  time.Time // the write deadline set on c
+	client bool      // c is a client's connection
 }
 
 func (w *writeBound) Write(p []byte) (int, error) {
@@ -266,7 +269,7 @@ func (w *writeBound) Write(p []byte) (int, error) {
 	}
 	n, err := w.c.Write(p)
 	if err != nil && w.d > 0 && errors.Is(err, os.ErrDeadlineExceeded) {
-		err = &writeTimeoutError{d: w.d, err: err}
+		err = &writeTimeoutError{d: w.d, err: err, client: w.client}
 	}
 	return n, err
 }
@@ -281,13 +284,18 @@ type boundedConn struct {
 func (c *boundedConn) Write(p []byte) (int, error) { return c.w.Write(p) }
 
 // writeTimeoutError is a write to an instance that it did not take within
-// the upstream write timeout.
+// the upstream write timeout, or to a client within the client write
+// timeout.
 type writeTimeoutError struct {
-	d   time.Duration
-	err error
+	d      time.Duration
+	err    error
+	client bool
 }
 
 func (e *writeTimeoutError) Error() string {
+	if e.client {
+		return fmt.Sprintf("the client took none of the answer for %s (the client write timeout)", e.d)
+	}
 	return fmt.Sprintf("the instance took none of the request for %s (the upstream write timeout)", e.d)
 }
 func (e *writeTimeoutError) Unwrap() error { return e.err }
