@@ -250,8 +250,8 @@
 // failing (routedcall.BodyStalled, through stallNote on both paths) and the
 // gateway logs it. The fast path bounds each read of its upstream
 // connections (upConn.Read); the net/http path, whose transport reads its
-// connections on goroutines of its own, cancels the outbound request of a
-// body read that has waited that long (stallBody). A small body of known
+// connections on goroutines of its own, closes the transport's body when a
+// read of it has waited that long (stallBody). A small body of known
 // length, which the fast path reads whole before the head goes out, fails
 // the attempt there instead (502, or a retry).
 //

@@ -65,9 +65,6 @@ type reqState struct {
 	hdr     headerView // what the lane propagator reads
 	// call is the routed call: the pick, the retries, the reports.
 	call routedcall.Call
-	// cancel, on the net/http path, cancels the outbound request of an
-	// HTTP/1.1 answer whose body stalls (stallBody); nil for gRPC.
-	cancel context.CancelCauseFunc
 	// picked is set once the call has an instance.
 	picked bool
 	// body lends the request body to the attempts (see keptBody); nil
@@ -122,10 +119,6 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := context.WithValue(r.Context(), stateKey{}, st)
-	if !grpc && g.readTimeout > 0 {
-		ctx, st.cancel = context.WithCancelCause(ctx)
-		defer st.cancel(nil)
-	}
 	if g.tracer != nil {
 		var span trace.Span
 		ctx, span = g.entrySpan(lane.WithLane(ctx, st.req.Lane), r.Method, r.URL.Path, st.req.Lane)
@@ -548,8 +541,8 @@ func (u *upstream) RoundTrip(req *http.Request) (res *http.Response, rerr error)
 	}
 	// An upgrade's body is the connection, which the proxy copies both
 	// ways: not an answer's body, and not bounded.
-	if s.res != nil && st.cancel != nil && s.res.Body != http.NoBody && s.res.StatusCode != http.StatusSwitchingProtocols {
-		s.res.Body = newStallBody(s.res.Body, g.readTimeout, st.cancel, stallNote{g: g, service: st.route.Service, pick: st.pick()})
+	if s.res != nil && !st.grpc && g.readTimeout > 0 && s.res.Body != http.NoBody && s.res.StatusCode != http.StatusSwitchingProtocols {
+		s.res.Body = newStallBody(s.res.Body, g.readTimeout, stallNote{g: g, service: st.route.Service, pick: st.pick()})
 	}
 	return s.res, s.err
 }
@@ -574,33 +567,45 @@ func (n *stallNote) report(err error) {
 
 // stallBody is the body of an answer on the net/http path, each read of
 // which is bounded by the upstream read timeout d, as the fast path bounds
-// each read of its connections (upConn.Read): a timer checks, every d at
-// most, whether a read has been waiting for d, and then cancels the
-// outbound request (cancel), which makes the transport close the
-// connection and the read fail with a *readTimeoutError. The time the
-// gateway spends writing to the client between two reads does not count.
+// each read of its connections (upConn.Read): its timer checks, every d at
+// most, whether a read has been waiting for d, and then closes the
+// transport's body, which closes the connection (the transport reads it on
+// goroutines of its own, out of the gateway's reach) and fails the read,
+// with a *readTimeoutError. The time the gateway spends writing to the
+// client between two reads does not count. stallBodies are pooled with
+// their timers.
 type stallBody struct {
-	io.ReadCloser
-	d      time.Duration
-	cancel context.CancelCauseFunc
-	note   stallNote
-	mu     sync.Mutex // orders the setting of t and its use by watch
-	t      *time.Timer
-	since  atomic.Int64 // when the read in flight began, Unix ns; 0: none
-	fired  atomic.Bool
-	closed atomic.Bool
+	rc    io.ReadCloser
+	d     time.Duration
+	note  stallNote
+	mu    sync.Mutex // orders watch and Close
+	t     *time.Timer
+	done  bool         // closed, under mu
+	since atomic.Int64 // when the read in flight began, Unix ns; 0: none
+	fired atomic.Bool
 }
 
-func newStallBody(rc io.ReadCloser, d time.Duration, cancel context.CancelCauseFunc, note stallNote) *stallBody {
-	b := &stallBody{ReadCloser: rc, d: d, cancel: cancel, note: note}
-	b.mu.Lock()
-	b.t = time.AfterFunc(d, b.watch)
+var stallBodies sync.Pool // *stallBody, with a stopped timer
+
+func newStallBody(rc io.ReadCloser, d time.Duration, note stallNote) *stallBody {
+	b, _ := stallBodies.Get().(*stallBody)
+	if b == nil {
+		b = new(stallBody)
+		b.mu.Lock()
+		b.t = time.AfterFunc(d, b.watch)
+	} else {
+		b.mu.Lock()
+		b.t.Reset(d)
+	}
+	b.rc, b.d, b.note, b.done = rc, d, note, false
 	b.mu.Unlock()
 	return b
 }
 
 func (b *stallBody) watch() {
-	if b.closed.Load() {
+	b.mu.Lock()
+	if b.done {
+		b.mu.Unlock()
 		return
 	}
 	next := b.d
@@ -608,36 +613,49 @@ func (b *stallBody) watch() {
 		waited := time.Duration(time.Now().UnixNano() - s)
 		if waited >= b.d {
 			b.fired.Store(true)
-			b.cancel(&readTimeoutError{d: b.d})
+			rc := b.rc // b is not pooled again: its timer fired
+			b.mu.Unlock()
+			// The read in flight fails once the connection closes; the
+			// transport's Close returns once it has.
+			rc.Close()
 			return
 		}
 		next = b.d - waited
 	}
-	b.mu.Lock()
 	b.t.Reset(next)
 	b.mu.Unlock()
 }
 
 func (b *stallBody) Read(p []byte) (int, error) {
 	b.since.Store(time.Now().UnixNano())
-	n, err := b.ReadCloser.Read(p)
+	n, err := b.rc.Read(p)
 	b.since.Store(0)
-	if err != nil && err != io.EOF && b.fired.Load() {
+	if err != nil && err != io.EOF && b.fired.Swap(false) {
 		rt := &readTimeoutError{d: b.d, err: err}
-		if !b.closed.Swap(true) {
-			b.note.report(rt)
-		}
+		b.note.report(rt)
 		return n, rt
 	}
 	return n, err
 }
 
+// Close closes the transport's body and puts b back in the pool, unless
+// its timer has fired: then the timer's goroutine may still hold it.
 func (b *stallBody) Close() error {
-	b.closed.Store(true)
 	b.mu.Lock()
-	b.t.Stop()
+	if b.done {
+		b.mu.Unlock()
+		return nil
+	}
+	b.done = true
+	stopped := b.t.Stop()
+	rc := b.rc
 	b.mu.Unlock()
-	return b.ReadCloser.Close()
+	err := rc.Close()
+	if stopped && !b.fired.Load() {
+		b.rc, b.note = nil, stallNote{}
+		stallBodies.Put(b)
+	}
+	return err
 }
 
 func (s *stdSend) send(pick routing.Result) (routedcall.Attempt, bool) {
