@@ -1,15 +1,14 @@
 package laneshttp_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 
+	"github.com/lanesdev/lanes/internal/testkit/buftest"
 	"github.com/lanesdev/lanes/lane"
 	"github.com/lanesdev/lanes/laneshttp"
 	"github.com/lanesdev/lanes/registry"
@@ -60,7 +59,7 @@ func TestHandlerReadsTheLane(t *testing.T) {
 // TestHandlerIgnoresInvalidLane: inside the mesh an invalid lane is served
 // as baseline, counted, and logged (at most once a second).
 func TestHandlerIgnoresInvalidLane(t *testing.T) {
-	var buf syncBuffer
+	var buf buftest.Buffer
 	h := laneshttp.Handler(laneEcho, laneshttp.WithLogger(slog.New(slog.NewTextHandler(&buf, nil))))
 	for range 3 {
 		if got := serveOnce(h, "/", "X-Lane", "-alice").Body.String(); got != "(baseline)" {
@@ -75,18 +74,6 @@ func TestHandlerIgnoresInvalidLane(t *testing.T) {
 		t.Fatalf("log: %s", log)
 	}
 }
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
 func guardEngine(t *testing.T, pol string) *routing.Engine {
 	f := newFleet(t, pol)

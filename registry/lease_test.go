@@ -9,12 +9,12 @@ import (
 	"os"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
+	"github.com/lanesdev/lanes/internal/testkit/buftest"
 	"github.com/lanesdev/lanes/registry"
 )
 
@@ -183,28 +183,10 @@ func TestKeptLeaseBackendClosed(t *testing.T) {
 	}
 }
 
-// syncLog is a log destination safe for the lease's goroutine and the test.
-type syncLog struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncLog) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncLog) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // The loss of a registration and its recovery are logged, the recovery with
 // how long the instance was gone.
 func TestKeptLeaseLogsRecovery(t *testing.T) {
-	var buf syncLog
+	var buf buftest.Buffer
 	k := newKeeper()
 	inst := registry.Instance{Service: "orders", ID: "a", Addr: "10.0.0.1:1"}
 	l := registry.NewKeptLease(context.Background(), inst, k, slog.New(slog.NewTextHandler(&buf, nil)))

@@ -8,30 +8,12 @@ import (
 	"net/http"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/lanesdev/lanes/internal/testkit/buftest"
 	"github.com/lanesdev/lanes/routing"
 )
-
-// logLines collects what a test gateway logs.
-type logLines struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *logLines) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logLines) has(s string) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Contains(l.b.String(), s)
-}
 
 // TestStalledAnswer: an instance that sends the head of an answer and a part
 // of its body, and then nothing more without closing (hung, or paused in the
@@ -50,7 +32,7 @@ func TestStalledAnswer(t *testing.T) {
 		{"small", "HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\npart"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			logs := &logLines{}
+			logs := &buftest.Buffer{}
 			w := newWorld(t, "outlier: {errors: 1, window: 1m, ejection: 10m}\n", Config{
 				UpstreamReadTimeout: timeout, ResponseHeaderTimeout: time.Hour,
 				Logger: slog.New(slog.NewTextHandler(logs, nil))})
@@ -74,7 +56,7 @@ func TestStalledAnswer(t *testing.T) {
 					t.Fatalf("%d %q, err %v: want the instance's 200 cut short", res.StatusCode, body, err)
 				}
 			}
-			eventually(t, "a log line naming the upstream read timeout", func() bool { return logs.has("upstream read timeout") })
+			eventually(t, "a log line naming the upstream read timeout", func() bool { return logs.Contains("upstream read timeout") })
 			// Reported: the instance is out of the eligible set.
 			w.register(t, "orders", "good", byteCounter(t), "")
 			eventually(t, "the stalled instance to be ejected", func() bool {

@@ -15,13 +15,13 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/adminclient"
+	"github.com/lanesdev/lanes/internal/testkit/buftest"
 	"github.com/lanesdev/lanes/registry"
 )
 
@@ -31,31 +31,13 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 // wait bounds every poll: generous, for a loaded 2-core machine under -race.
 const wait = 30 * time.Second
 
-// syncBuffer is an io.Writer safe for the exec copier and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // proc is a running lanes child process.
 type proc struct {
 	t      *testing.T
 	name   string
 	cmd    *exec.Cmd
-	stdout syncBuffer
-	stderr syncBuffer
+	stdout buftest.Buffer
+	stderr buftest.Buffer
 	exited chan struct{}
 	err    error // of Wait, once exited
 }

@@ -9,13 +9,14 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/lanesdev/lanes/internal/testkit/buftest"
 	"github.com/lanesdev/lanes/registry"
 )
 
 // runIn runs the lanes binary in dir, with env (KEY=value) added.
 func runIn(t *testing.T, dir string, env []string, args ...string) (int, string, string) {
 	t.Helper()
-	var out, errb syncBuffer
+	var out, errb buftest.Buffer
 	cmd := exec.Command(binary, args...)
 	cmd.Dir = dir
 	cmd.Env = append(cleanEnv(), env...)

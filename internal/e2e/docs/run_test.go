@@ -1,7 +1,6 @@
 package docs
 
 import (
-	"bytes"
 	"context"
 	"io"
 	"net/http"
@@ -10,7 +9,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -20,34 +18,18 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/lanesdev/lanes/internal/testkit/buftest"
 )
 
 // wait bounds every wait: generous, for a loaded 2-core machine.
 const wait = 60 * time.Second
 
-// syncBuffer is an io.Writer safe for exec's copier and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // proc is a child process, killed at cleanup if it still runs.
 type proc struct {
 	name   string
 	cmd    *exec.Cmd
-	out    syncBuffer
+	out    buftest.Buffer
 	exited chan struct{}
 	err    error
 }
