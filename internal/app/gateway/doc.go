@@ -260,7 +260,7 @@
 // nginx's send_timeout: a client that takes none of a write for that long
 // has its connection closed, which ends the call. Like the upstream write
 // timeout it goes through writeBound, on the fast path's connections
-// (prefixConn) and the net/http path's (clientConn); neither server's
+// (prefixConn) and the net/http path's (boundedConn); neither server's
 // WriteTimeout is set, since both are a deadline for the whole answer.
 //
 // # Request smuggling

@@ -159,14 +159,12 @@ func (s *fastServer) stop() {
 func (s *fastServer) serveConn(c net.Conn) {
 	defer s.wg.Done()
 	pc, h2, err := sniff(c)
-	if err == nil {
-		pc.w = writeBound{c: c, d: s.clientWrite, client: true}
-	}
 	if err != nil {
 		s.untrack(c)
 		c.Close()
 		return
 	}
+	pc.w = writeBound{c: c, d: s.clientWrite, client: true}
 	if h2 {
 		// The net/http server owns the connection from here; Close
 		// closes it through that server.
@@ -223,26 +221,8 @@ type prefixConn struct {
 // Write writes to the client, each write within the client write timeout.
 func (c *prefixConn) Write(p []byte) (int, error) { return c.w.Write(p) }
 
-// clientConn is a client's connection on the net/http path (clientBound):
-// each write within the client write timeout.
-type clientConn struct {
-	net.Conn
-	w writeBound
-}
-
-func (c *clientConn) Write(p []byte) (int, error) { return c.w.Write(p) }
-
-// CloseWrite closes the sending side, as net/http's server does before it
-// closes a connection whose request body it did not read.
-func (c *clientConn) CloseWrite() error {
-	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
-		return cw.CloseWrite()
-	}
-	return nil
-}
-
 // clientListener hands the net/http path's server its connections as
-// clientConns.
+// boundedConns: each write within the client write timeout.
 type clientListener struct {
 	net.Listener
 	d time.Duration
@@ -253,7 +233,7 @@ func (l clientListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &clientConn{Conn: c, w: writeBound{c: c, d: l.d, client: true}}, nil
+	return &boundedConn{Conn: c, w: writeBound{c: c, d: l.d, client: true}}, nil
 }
 
 // SetReadDeadline sets the read deadline, but on fasthttp's connections keeps

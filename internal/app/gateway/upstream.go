@@ -252,7 +252,7 @@ type upConn struct {
 // that a busy connection sets one about once a second rather than each
 // write (setting one is a runtime timer update). The gateway's servers
 // write answers to clients through one too (client set), each write within
-// the client write timeout (clientConn, prefixConn).
+// the client write timeout (boundedConn, prefixConn).
 type writeBound struct {
 	c      net.Conn
 	d      time.Duration
@@ -274,14 +274,24 @@ func (w *writeBound) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// boundedConn is a connection of the net/http path's transport whose
-// writes go through a writeBound.
+// boundedConn is a connection of the net/http path whose writes go
+// through a writeBound: one of its transport's to an instance, or one its
+// server accepted from a client (clientListener).
 type boundedConn struct {
 	net.Conn
 	w writeBound
 }
 
 func (c *boundedConn) Write(p []byte) (int, error) { return c.w.Write(p) }
+
+// CloseWrite closes the sending side, as net/http's server does before it
+// closes a connection whose request body it did not read.
+func (c *boundedConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
 
 // writeTimeoutError is a write to an instance that it did not take within
 // the upstream write timeout, or to a client within the client write
