@@ -332,7 +332,7 @@ func (e *readTimeoutError) Timeout() bool { return true }
 // (keepDeadline).
 func (c *upConn) Read(p []byte) (int, error) {
 	if c.body > 0 {
-		c.headerDeadline(time.Now(), c.body)
+		c.readDeadline(time.Now(), c.body)
 	}
 	n, err := c.c.Read(p)
 	if err != nil && c.body > 0 && errors.Is(err, os.ErrDeadlineExceeded) {
@@ -341,12 +341,14 @@ func (c *upConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// headerDeadline bounds the wait for the answer's headers, from now, by d:
-// a read deadline already set that falls at most deadlineSlack(d) before
-// now+d is kept, so that a busy connection sets one about once a second
-// rather than twice a request (setting one is a runtime timer update). The
-// wait is thus bounded by d, and lasts at least d less the slack.
-func (c *upConn) headerDeadline(now time.Time, d time.Duration) {
+// readDeadline bounds the next reads of c, from now, by d: the wait for
+// the answer's headers (the response-header timeout), or each read of its
+// body (the upstream read timeout, Read). A read deadline already set that
+// falls at most deadlineSlack(d) before now+d is kept, so that a busy
+// connection sets one about once a second rather than twice a request
+// (setting one is a runtime timer update). The wait is thus bounded by d,
+// and lasts at least d less the slack.
+func (c *upConn) readDeadline(now time.Time, d time.Duration) {
 	want := now.Add(d)
 	if keepDeadline(c.armed, want, d) {
 		return
@@ -618,7 +620,7 @@ func (p *upPool) roundTrip(c *upConn, req *fasthttp.Request, resp *fasthttp.Resp
 		now = time.Now()
 	}
 	if headerTimeout > 0 {
-		c.headerDeadline(now, headerTimeout)
+		c.readDeadline(now, headerTimeout)
 	} else {
 		c.noDeadline()
 	}
