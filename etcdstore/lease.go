@@ -37,11 +37,10 @@ func (s *Store) Register(ctx context.Context, inst registry.Instance, ttl time.D
 	if err != nil {
 		return nil, err
 	}
-	if reg.TTL <= 0 { // etcd always says; the TTL asked for, else
-		secs, _ := ttlSeconds(ttl)
-		reg.TTL = time.Duration(secs) * time.Second
-	}
 	k := &keeper{r: s.Registrations(), key: s.InstanceKey(reg.Instance.Service, reg.Instance.ID), secs: int64(reg.TTL / time.Second)}
+	if k.secs <= 0 { // etcd always says; the TTL asked for, else
+		k.secs, _ = ttlSeconds(ttl)
+	}
 	k.set(reg.Lease, reg.TTL, granted)
 	l := registry.NewKeptLease(s.g.Context(), reg.Instance, k, s.log)
 	if !l.Start(s.g.Go) {
@@ -77,8 +76,12 @@ func (k *keeper) state() (clientv3.LeaseID, time.Duration, time.Time) {
 	return k.id, k.ttl, k.renewed
 }
 
-// set records that lease was granted or renewed for ttl after at.
+// set records that lease was granted or renewed for ttl after at (0: the
+// TTL asked for, k.secs).
 func (k *keeper) set(lease clientv3.LeaseID, ttl time.Duration, at time.Time) {
+	if ttl <= 0 {
+		ttl = time.Duration(k.secs) * time.Second
+	}
 	k.mu.Lock()
 	k.id, k.ttl, k.renewed = lease, ttl, at
 	k.mu.Unlock()
@@ -104,7 +107,7 @@ func (k *keeper) Keep(ctx context.Context) error {
 	s := k.r.s
 	for {
 		lease, ttl, renewed := k.state()
-		if !sleepUntil(ctx, renewed.Add(ttl/3)) {
+		if !backoff.Sleep(ctx, time.Until(renewed.Add(ttl/3))) {
 			return ctx.Err()
 		}
 		// Past the TTL, etcd may have revoked the lease: Restore finds
@@ -133,22 +136,6 @@ func (k *keeper) Keep(ctx context.Context) error {
 // attempts after a renewal stuck on one member still fit in the TTL.
 func renewAttempt(request, ttl time.Duration) time.Duration {
 	return min(request, max(ttl/4, 500*time.Millisecond))
-}
-
-// sleepUntil waits until t or until ctx is done (then it returns false).
-func sleepUntil(ctx context.Context, t time.Time) bool {
-	d := time.Until(t)
-	if d <= 0 {
-		return ctx.Err() == nil
-	}
-	tm := time.NewTimer(d)
-	defer tm.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-tm.C:
-		return true
-	}
 }
 
 // renew renews lease until etcd answers, or ctx is done: each attempt, on a
@@ -267,9 +254,6 @@ func (k *keeper) Restore(ctx context.Context, inst registry.Instance) error {
 	}
 	if err != nil {
 		return err
-	}
-	if reg.TTL <= 0 {
-		reg.TTL = time.Duration(k.secs) * time.Second
 	}
 	k.set(reg.Lease, reg.TTL, granted)
 	k.r.s.log.Info("lease was lost; registered under a new lease", "key", key, "old_lease", FormatLease(old), "lease", FormatLease(reg.Lease))

@@ -32,8 +32,12 @@ func (b *Backoff) Wait(ctx context.Context) bool {
 	return Sleep(ctx, d)
 }
 
-// Sleep waits for d, or until ctx is done (then it returns false).
+// Sleep waits for d, or until ctx is done (then it returns false). A d of
+// zero or less does not wait.
 func Sleep(ctx context.Context, d time.Duration) bool {
+	if d <= 0 {
+		return ctx.Err() == nil
+	}
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
