@@ -2,7 +2,6 @@ package lanesgrpc_test
 
 import (
 	"context"
-	"net"
 	"testing"
 
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
@@ -28,21 +27,10 @@ import (
 func BenchmarkTracedUnary(b *testing.B) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))
 	defer tp.Shutdown(context.Background())
-	serve := func(opts ...grpc.ServerOption) string {
-		srv := grpc.NewServer(opts...)
-		testpb.RegisterTestServiceServer(srv, emptyServer{})
-		lis, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			b.Fatal(err)
-		}
-		go srv.Serve(lis)
-		b.Cleanup(srv.Stop)
-		return lis.Addr().String()
-	}
-	lanesAddr := serve(lanesgrpc.ServerOptions(lanesgrpc.WithTracerProvider(tp))...)
-	plainLanesAddr := serve(lanesgrpc.ServerOptions()...)
-	otelAddr := serve(grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(tp))))
-	plainAddr := serve()
+	lanesAddr := serveEmpty(b, lanesgrpc.ServerOptions(lanesgrpc.WithTracerProvider(tp))...)
+	plainLanesAddr := serveEmpty(b, lanesgrpc.ServerOptions()...)
+	otelAddr := serveEmpty(b, grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(tp))))
+	plainAddr := serveEmpty(b)
 
 	reg := registry.NewMemory()
 	defer reg.Close()
