@@ -65,6 +65,11 @@ const (
 	// ReasonPanic: every baseline instance is ejected, so all of them are
 	// eligible again.
 	ReasonPanic
+	// ReasonFailover: the retry of a lane request (Service.PickWithout)
+	// served further along the lane chain, by a fallback lane or the
+	// baseline, because every eligible instance of the lane that would
+	// have served it failed this call.
+	ReasonFailover
 )
 
 var reasonNames = [...]string{
@@ -76,6 +81,7 @@ var reasonNames = [...]string{
 	ReasonCanary:      "canary",
 	ReasonProbe:       "probe",
 	ReasonPanic:       "panic",
+	ReasonFailover:    "failover",
 }
 
 func (r Reason) String() string {

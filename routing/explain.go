@@ -25,7 +25,7 @@ type Decision struct {
 func (s *Service) Resolve(req Request) (Decision, error) {
 	sn := s.current()
 	r, l := sn.route(req, &s.e.invalidLanes)
-	r, g, probe, l, err := s.eligible(req, r, l, true, false)
+	r, g, probe, l, err := s.eligible(req, r, l, true, false, nil)
 	d := Decision{Service: s.name, RequestLane: l}
 	switch {
 	case err != nil:

@@ -224,7 +224,7 @@ func (s *Service) pickSlow(req Request) (Result, error) {
 	if due {
 		s.rebuildLater()
 	}
-	r, g, probe, l, err := s.eligible(req, r, l, false, due)
+	r, g, probe, l, err := s.eligible(req, r, l, false, due, nil)
 	switch {
 	case err != nil:
 		return Result{}, err
@@ -249,7 +249,11 @@ func (s *Service) pickSlow(req Request) (Result, error) {
 //
 // A claim is published at once when publish is set (Resolve), and by an
 // engine goroutine otherwise (Pick).
-func (s *Service) eligible(req Request, r *route, l string, publish, due bool) (*route, *group, *member, string, error) {
+//
+// The members of x count as absent (PickWithout): a group with none outside
+// x is passed over, and a member of x is never claimed as a probe. The
+// returned group may still hold members of x, which the pick leaves out.
+func (s *Service) eligible(req Request, r *route, l string, publish, due bool, x absent) (*route, *group, *member, string, error) {
 	for {
 		if r.err != nil {
 			return r, nil, nil, l, r.errFor(l)
@@ -257,13 +261,13 @@ func (s *Service) eligible(req Request, r *route, l string, publish, due bool) (
 		var levels [3]*group
 		n := 0
 		if g := r.group; req.Host != "" && g.hosts != nil {
-			if h := g.hosts.get(req.Host); h != nil {
+			if h := g.hosts.get(req.Host); h != nil && !x.empty(h) {
 				levels[n] = h
 				n++
 			}
 		}
 		if g := r.group; req.Zone != "" && g.zones != nil {
-			if z := g.zones.get(req.Zone); z != nil {
+			if z := g.zones.get(req.Zone); z != nil && !x.empty(z) {
 				levels[n] = z
 				n++
 			}
@@ -271,15 +275,15 @@ func (s *Service) eligible(req Request, r *route, l string, publish, due bool) (
 		levels[n] = r.group
 		n++
 		for _, g := range levels[:n] {
-			if m := s.claim(g.halfOpen, publish, false); m != nil {
+			if m := s.claim(g.halfOpen, publish, false, x); m != nil {
 				return r, nil, m, l, nil
 			}
 			if due {
-				if m := s.claim(g.waiting, publish, true); m != nil {
+				if m := s.claim(g.waiting, publish, true, x); m != nil {
 					return r, nil, m, l, nil
 				}
 			}
-			if len(g.ready) > 0 {
+			if x.ready(g) {
 				return r, g, nil, l, nil
 			}
 		}
@@ -293,14 +297,18 @@ func (s *Service) eligible(req Request, r *route, l string, publish, due bool) (
 	}
 }
 
-// claim tries to make one of the half-open members ms this request's probe.
-// advance first moves each member's time-driven transitions forward.
-func (s *Service) claim(ms []*member, publish, advance bool) *member {
+// claim tries to make one of the half-open members ms, other than those of
+// x, this request's probe. advance first moves each member's time-driven
+// transitions forward.
+func (s *Service) claim(ms []*member, publish, advance bool, x absent) *member {
 	if len(ms) == 0 {
 		return nil
 	}
 	now, cfg := s.now(), s.snap.Load().outlier
 	for _, m := range ms {
+		if x.has(m) {
+			continue
+		}
 		if advance {
 			if st, _ := m.health.advance(now, cfg); st != stateHalfOpen {
 				continue

@@ -140,6 +140,7 @@ type snapshot struct {
 	canaries []canarySplit
 	due      int64 // when a time-driven change is due (ns): a health transition or a lane expiry; 0 for never
 	outlier  policy.Outlier
+	cp       *compiled // the policy the snapshot was built under, for the chains of PickWithout
 }
 
 // group returns the group of effective lane l, or nil.
@@ -223,6 +224,7 @@ func build(svc string, insts []*registry.Instance, det *detector, cp *compiled, 
 	s := &snapshot{
 		service: svc,
 		outlier: cp.outlier,
+		cp:      cp,
 	}
 	pool := make([]member, 0, len(insts)) // one allocation for every member
 	var laneBuf [8]string
@@ -315,7 +317,7 @@ func build(svc string, insts []*registry.Instance, det *detector, cp *compiled, 
 			if s.routes == nil {
 				s.routes = make(map[string]*route, len(lanes.keys)+len(cp.policy.Lanes))
 			}
-			r := s.chainRoute(l, cp)
+			r := s.chainRoute(l, nil)
 			s.routes[l] = &r
 		}
 	}
@@ -327,7 +329,7 @@ func build(svc string, insts []*registry.Instance, det *detector, cp *compiled, 
 	for l := range cp.policy.Lanes {
 		addRoute(l)
 	}
-	s.unknown = s.fallbackToBaseline("")
+	s.unknown = s.fallbackToBaseline("", nil)
 
 	var from uint64
 	for _, c := range cp.canaries[svc] {
@@ -364,22 +366,23 @@ func (s *snapshot) fastPaths() {
 }
 
 // chainRoute walks lane l's chain: l, its fallbacks, then the baseline unless
-// the chain is strict.
-func (s *snapshot) chainRoute(l string, cp *compiled) route {
-	chain, strict := cp.chain(l)
-	return s.chainFrom(l, chain, strict, 0)
+// the chain is strict. The instances of x count as absent (see absent); a
+// snapshot's own routes are built with none.
+func (s *snapshot) chainRoute(l string, x absent) route {
+	chain, strict := s.cp.chain(l)
+	return s.chainFrom(l, chain, strict, 0, x)
 }
 
 // chainFrom is the route of lane l from position from of its chain on.
-func (s *snapshot) chainFrom(l string, chain []string, strict bool, from int) route {
+func (s *snapshot) chainFrom(l string, chain []string, strict bool, from int, x absent) route {
 	for i := from; i < len(chain); i++ {
-		if g := s.group(chain[i]); !g.empty() {
+		if g := s.group(chain[i]); !x.empty(g) {
 			r := route{group: g, lane: chain[i], reason: ReasonLane}
 			if i > 0 {
 				r.reason = ReasonFallback
 			}
-			if len(g.ready) == 0 {
-				next := s.chainFrom(l, chain, strict, i+1)
+			if !x.ready(g) {
+				next := s.chainFrom(l, chain, strict, i+1, x)
 				r.next = &next
 			}
 			return r
@@ -388,11 +391,11 @@ func (s *snapshot) chainFrom(l string, chain []string, strict bool, from int) ro
 	if strict {
 		return route{err: &Error{Code: CodeLaneUnavailable, Service: s.service, Lane: l}}
 	}
-	return s.fallbackToBaseline(l)
+	return s.fallbackToBaseline(l, x)
 }
 
-func (s *snapshot) fallbackToBaseline(l string) route {
-	if s.baseline.err != nil {
+func (s *snapshot) fallbackToBaseline(l string, x absent) route {
+	if s.baseline.err != nil || x.gone(&s.baseline) {
 		return route{err: &Error{Code: CodeNoInstance, Service: s.service, Lane: l}}
 	}
 	r := s.baseline
