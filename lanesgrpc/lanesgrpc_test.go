@@ -667,3 +667,51 @@ func TestHungInstanceEjected(t *testing.T) {
 	_, err := other.UnaryCall(context.Background(), &testpb.SimpleRequest{})
 	expectCode(t, err, codes.Unavailable, "response-header timeout", `"hung"`)
 }
+
+// TestRetryFollowsTheLaneChain: when the only instance of a lane fails an
+// idempotent call (it answers Unavailable, or hangs past the
+// response-header timeout), gRPC's retry goes along the lane chain, to the
+// baseline, although the instance is not ejected; a call of another method
+// is not retried.
+func TestRetryFollowsTheLaneChain(t *testing.T) {
+	idem := lanesgrpc.WithIdempotent("/grpc.testing.TestService/UnaryCall")
+	t.Run("unavailable", func(t *testing.T) {
+		m := newMesh(t)
+		m.setPolicy("outlier: {errors: 1000}\n") // no ejection: every call first goes to alice's instance
+		a := m.start("orders", "a", "alice")
+		b := m.start("orders", "b", "")
+		a.fail.Store(true)
+		orders := m.client("orders", idem)
+		for i := range 4 {
+			if got := mustServe(t, orders, "alice"); got != "b" {
+				t.Fatalf("call %d in lane alice: served by %s, want b on the retry", i, got)
+			}
+		}
+		if a.hits.Load() != 4 {
+			t.Fatalf("a got %d calls, want each of the 4 first attempts", a.hits.Load())
+		}
+		if got := b.lastMD().Get(lane.Header); len(got) != 1 || got[0] != "alice" {
+			t.Fatalf("b got x-lane %q, want alice (the lane keeps travelling)", got)
+		}
+		plain := m.client("orders")
+		hits := b.hits.Load()
+		_, err := servedBy(t, plain, "alice")
+		expectCode(t, err, codes.Unavailable, "a is failing")
+		if b.hits.Load() != hits {
+			t.Fatal("a call of a method that is not idempotent was sent to b too")
+		}
+	})
+	t.Run("hung", func(t *testing.T) {
+		m := newMesh(t)
+		m.setPolicy("outlier: {errors: 1000}\n")
+		a := m.start("orders", "a", "alice")
+		m.start("orders", "b", "")
+		hang(a)
+		orders := m.client("orders", idem, lanesgrpc.WithResponseHeaderTimeout(300*time.Millisecond))
+		for i := range 2 {
+			if got := mustServe(t, orders, "alice"); got != "b" {
+				t.Fatalf("call %d in lane alice: served by %s, want b on the retry", i, got)
+			}
+		}
+	})
+}

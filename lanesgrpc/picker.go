@@ -62,7 +62,11 @@ type picker struct {
 // Unavailable and the engine's message, prefixed with "lanes: ".
 //
 // On a retry of an idempotent call, Pick avoids the instance of the
-// previous attempt when another one is ready.
+// previous attempt (routedcall.Repick): it asks for another instance of the
+// lane, or, when the lane has no other eligible instance, for the next lane
+// of its chain (the fallback lanes, then the baseline; none past a strict
+// lane). Only when no other instance may serve does the retry go to the
+// same instance again.
 //
 // Pick does not allocate, except on the error paths and the first time a
 // canary lane is carried.
@@ -75,13 +79,11 @@ func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 	avoid := cs.lastID()
 
 	var (
-		pending  bool
-		connErr  error
-		spare    routing.Result // the avoided instance, if ready
-		hasSpare bool
+		pending bool
+		connErr error
 	)
 	for range maxPicks {
-		res, err := p.svc.Pick(req)
+		res, err := p.pick(req, avoid)
 		if err != nil {
 			p.record(info.Ctx, req, res, err, nil)
 			return balancer.PickResult{}, status.Error(codes.Unavailable, "lanes: "+err.Error())
@@ -98,12 +100,6 @@ func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 		}
 		switch c.state {
 		case connectivity.Ready:
-			if avoid != "" && res.Instance.ID == avoid && !res.Probe() {
-				if !hasSpare {
-					spare, hasSpare = res, true
-				}
-				continue
-			}
 			return p.result(info, c, res, req, cs)
 		case connectivity.TransientFailure:
 			if _, err := c.picker.Pick(info); err != nil {
@@ -117,13 +113,23 @@ func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 			}
 		}
 	}
-	if hasSpare {
-		return p.result(info, p.conns[spare.Instance.Addr], spare, req, cs)
-	}
 	if pending {
 		return balancer.PickResult{}, balancer.ErrNoSubConnAvailable
 	}
 	return balancer.PickResult{}, &unreachableError{service: p.svc.Name(), lane: req.Lane, err: connErr}
+}
+
+// pick asks the engine for the instance of an attempt. The retry of a call
+// (avoid: the instance of its failed attempt) asks for another one
+// (routedcall.Repick), and has the avoided instance again (or the routing
+// error) only when no other instance may serve.
+func (p *picker) pick(req routing.Request, avoid string) (routing.Result, error) {
+	if avoid != "" {
+		if res, err := routedcall.Repick(p.svc, req, []string{avoid}); err == nil {
+			return res, nil
+		}
+	}
+	return p.svc.Pick(req)
 }
 
 // result completes the pick of a ready connection.

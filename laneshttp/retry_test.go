@@ -360,3 +360,50 @@ func TestPausedInstanceEjected(t *testing.T) {
 	}
 	t.Logf("the paused instance was ejected %v after the first request", time.Since(start).Round(time.Millisecond))
 }
+
+// TestRetryFollowsTheLaneChain: when the only instance of a lane takes the
+// request and then fails it (it resets the connection, or never answers
+// within the response-header timeout), an idempotent request is retried
+// along the lane chain, on the baseline, although the instance is not
+// ejected; a POST is not retried.
+func TestRetryFollowsTheLaneChain(t *testing.T) {
+	t.Run("reset", func(t *testing.T) {
+		f := newFleet(t, "outlier: {errors: 1000}\n") // no ejection: every call first goes to alice's instance
+		f.startResetter("reset orders lane=alice")
+		base := f.start("base orders")
+		f.await("orders", 2)
+		c := f.client()
+		ctx := lane.WithLane(bg(t), "alice")
+		for i := range 4 {
+			if code, body := get(t, ctx, c, "http://orders/"); code != 200 || body != "base" {
+				t.Fatalf("GET %d in lane alice: %d %q, want the baseline's answer on the retry", i, code, body)
+			}
+			if r, _ := base.lastRequest(); r.Header.Get("X-Lane") != "alice" {
+				t.Fatalf("GET %d: the baseline got lane %q, want alice (the lane keeps travelling)", i, r.Header.Get("X-Lane"))
+			}
+		}
+		if d, err := f.e.Service("orders").Resolve(routing.Request{Lane: "alice"}); err != nil || d.Lane != "alice" {
+			t.Fatalf("alice after the retries: %+v, %v; want alice's instance still eligible", d, err)
+		}
+		hits := base.hits.Load()
+		_, _, _, err := call(ctx, c, http.MethodPost, "http://orders/", strings.NewReader("order"))
+		if err == nil || errors.As(err, new(*routing.Error)) || base.hits.Load() != hits {
+			t.Fatalf("POST in lane alice: %v (baseline hits %d, was %d); want the reset, and no retry", err, base.hits.Load(), hits)
+		}
+	})
+	t.Run("hung", func(t *testing.T) {
+		f := newFleet(t, "outlier: {errors: 1000}\n")
+		f.startHung("hung orders lane=alice")
+		f.start("base orders")
+		f.await("orders", 2)
+		// The default base, which enforces the timeout.
+		c := laneshttp.NewClient(f.e, laneshttp.WithEnv(noEnv), laneshttp.WithResponseHeaderTimeout(300*time.Millisecond))
+		t.Cleanup(c.CloseIdleConnections)
+		ctx := lane.WithLane(bg(t), "alice")
+		for i := range 2 {
+			if code, body := get(t, ctx, c, "http://orders/"); code != 200 || body != "base" {
+				t.Fatalf("GET %d in lane alice: %d %q, want the baseline's answer on the retry", i, code, body)
+			}
+		}
+	})
+}

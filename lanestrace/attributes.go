@@ -50,4 +50,5 @@ const (
 	ReasonExpired          = "expired"             // the lane's lifetime ended: it routes as the baseline
 	ReasonCanary           = "canary"              // a baseline request split off to a canary lane
 	ReasonInvalidLane      = "invalid_lane"        // the lane carried was not a valid name: routed as a baseline request
+	ReasonFailover         = "failover"            // a retry: every eligible instance of the lane failed this call, so it followed the lane chain
 )

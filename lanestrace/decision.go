@@ -55,6 +55,10 @@ func DecisionOf(e *routing.Engine, service, requested string, res routing.Result
 		d.Reason = ReasonInvalidLane
 	case routing.ReasonFallback, routing.ReasonLaneEmpty:
 		d.Reason = ReasonFor(e, service, requested, res.Lane)
+	case routing.ReasonFailover:
+		if res.Lane != requested {
+			d.Reason = ReasonFailover
+		}
 	}
 	return d
 }

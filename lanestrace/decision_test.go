@@ -59,6 +59,15 @@ outlier: {errors: 1}
 			t.Errorf("%s in lane %q: %+v, want reason %s, served %q, eligible %d", tc.service, tc.lane, d, tc.reason, tc.served, tc.eligible)
 		}
 	}
+	// A retry after alice's only instance failed this call follows the chain: a failover, not an
+	// ejection (the instance is not ejected yet) nor an empty lane.
+	retry, err := e.Service("orders").PickWithout(routing.Request{Lane: "alice"}, "o-alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := lanestrace.DecisionOf(e, "orders", "alice", retry, nil, 1); d.Reason != lanestrace.ReasonFailover || d.Served != "" || d.Retries != 1 {
+		t.Errorf("alice's retry after o-alice failed: %+v, want a failover to the baseline", d)
+	}
 	// alice's only instance fails once: ejected, so alice falls back although it is registered.
 	res, err := e.Pick("orders", routing.Request{Lane: "alice"})
 	if err != nil {

@@ -95,12 +95,15 @@ func (c *checker) checkServed(sp *Span) {
 		case lanestrace.ReasonCanary, lanestrace.ReasonExpired, lanestrace.ReasonStrict, lanestrace.ReasonInvalidLane:
 			return
 		}
+		// A failover (the lane's instances failed this call) is no needless fallback, but its
+		// chain must reach the lane served like any other.
+		needless := sp.FallbackReason != lanestrace.ReasonFailover
 		switch {
 		case sp.Requested == "" && sp.Served != "":
 			c.add(Breach, sp, fmt.Sprintf("a baseline request to %s was sent to lane %q", sp.Callee, sp.Served), nil)
 		case sp.Served != "" && !c.fleet.Reaches(sp.Requested, sp.Served):
 			c.add(Breach, sp, fmt.Sprintf("a request in lane %q to %s was sent to lane %q, which its chain does not reach", sp.Requested, sp.Callee, sp.Served), nil)
-		case sp.Requested != "" && sp.Callee != "" && c.fleet.LiveInLane(sp.Callee, sp.Requested):
+		case needless && sp.Requested != "" && sp.Callee != "" && c.fleet.LiveInLane(sp.Callee, sp.Requested):
 			c.add(NeedlessFallback, sp, fmt.Sprintf("a request in lane %q to %s fell back to %s (%s) although %s has a live instance in %q", sp.Requested, sp.Callee, laneName(sp.Served), sp.FallbackReason, sp.Callee, sp.Requested), nil)
 		}
 	}

@@ -137,6 +137,9 @@ func TestIntegrityNeedlessFallback(t *testing.T) {
 	// A lane whose lifetime ended is not a needless fallback.
 	w.chain("alice", "", lanestrace.ReasonExpired)
 	w.expect(NeedlessFallback)
+	// Nor is the retry of a call that alice's live instance failed (it reset or hung).
+	w.chain("alice", "", lanestrace.ReasonFailover)
+	w.expect(NeedlessFallback)
 }
 
 func TestIntegrityLaneLost(t *testing.T) {

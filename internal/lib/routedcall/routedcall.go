@@ -27,11 +27,19 @@
 //     answer had started.
 //   - A failed attempt is retried, on an instance that has not failed this
 //     call, when the caller allows it (an idempotent request whose body can be
-//     sent again) and the retry budget is not spent.
+//     sent again) and the retry budget is not spent. The retry's pick (Repick)
+//     is another eligible instance of the same lane while there is one; once
+//     every eligible instance of the lane has failed this call, they count as
+//     absent for the rest of the call, and the retry follows the lane chain as
+//     for a lane with no instance: the lane's fallback lanes, then the
+//     baseline, or no retry when the lane is strict. A baseline request is
+//     never retried on a lane instance. When no instance is left, the call
+//     ends with the last attempt's outcome.
 package routedcall
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/lanesdev/lanes/routing"
@@ -45,9 +53,8 @@ const DefaultResponseHeaderTimeout = 10 * time.Second
 // MaxMoves bounds how many unreachable instances one call moves past.
 const MaxMoves = 8
 
-// maxRepicks bounds the picks a retry makes to find an instance that has not
-// failed this call already.
-const maxRepicks = 8
+// maxFailed bounds the instances that one call remembers as failed.
+const maxFailed = 8
 
 // HeaderTimeout returns the response-header timeout of the setting d: 0
 // means DefaultResponseHeaderTimeout, a negative value none (0).
@@ -224,7 +231,7 @@ type Call struct {
 	reported bool
 	retried  int
 	moves    int
-	failed   [maxRepicks]string // ids of the instances that failed this call
+	failed   [maxFailed]string // ids of the instances that failed this call
 	nfailed  int
 }
 
@@ -329,33 +336,35 @@ func (c *Call) Again(o Outcome, retryable, replayable bool) bool {
 	return true
 }
 
-// Next picks the instance of the next attempt, one that has not failed this
-// call (or a half-open probe, which must be sent), and reports whether it
-// found one. Call it after Again returned true.
+// Next picks the instance of the next attempt (Repick: one that has not
+// failed this call, along the lane chain when every eligible instance of the
+// lane has), and reports whether it found one. Call it after Again returned
+// true.
 func (c *Call) Next() (routing.Result, bool) {
-	if c.nfailed < len(c.failed) {
+	if c.nfailed < len(c.failed) && !slices.Contains(c.failed[:c.nfailed], c.pick.Instance.ID) {
 		c.failed[c.nfailed] = c.pick.Instance.ID
 		c.nfailed++
 	}
-	for range maxRepicks {
-		p, err := c.svc.Pick(c.req)
-		if err != nil {
-			return p, false
-		}
-		if p.Probe() || !c.hasFailed(p.Instance.ID) {
-			c.pick = p
-			c.begin()
-			return p, true
-		}
+	p, err := Repick(c.svc, c.req, c.failed[:c.nfailed])
+	if err != nil {
+		return p, false
 	}
-	return routing.Result{}, false
+	c.pick = p
+	c.begin()
+	return p, true
 }
 
-func (c *Call) hasFailed(id string) bool {
-	for _, x := range c.failed[:c.nfailed] {
-		if x == id {
-			return true
-		}
+// Repick is the pick of a retry of req, whose earlier attempts failed on the
+// instances with the ids failed: svc's usual pick when it is an instance that
+// has not failed the call, or a half-open probe (which must be sent), and
+// otherwise svc.PickWithout, which leaves the failed instances out: another
+// eligible instance of the lane, or, once every one has failed, the next
+// lane of the chain (see routing.Service.PickWithout). It fails when no
+// instance that has not failed may serve the request.
+func Repick(svc *routing.Service, req routing.Request, failed []string) (routing.Result, error) {
+	p, err := svc.Pick(req)
+	if err != nil || p.Probe() || !slices.Contains(failed, p.Instance.ID) {
+		return p, err
 	}
-	return false
+	return svc.PickWithout(req, failed...)
 }

@@ -3,6 +3,7 @@ package routedcall_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -124,5 +125,49 @@ func TestTimeout(t *testing.T) {
 	}
 	if got := routedcall.HeaderTimeout(0); got != routedcall.DefaultResponseHeaderTimeout {
 		t.Errorf("HeaderTimeout(0) = %v, want %v", got, routedcall.DefaultResponseHeaderTimeout)
+	}
+}
+
+// TestFailureFollowsTheChain: once every instance of the lane failed the
+// call, its retry follows the lane chain (for this call only); a strict lane
+// gets no retry.
+func TestFailureFollowsTheChain(t *testing.T) {
+	e := engine(t, "outlier: {errors: 5}\nlanes:\n  alice: {fallback: [team-a]}\n  solo: {strict: true}\n",
+		registry.Instance{ID: "a1", Service: "orders", Addr: "a1:1", Lane: "alice"},
+		registry.Instance{ID: "a2", Service: "orders", Addr: "a2:1", Lane: "alice"},
+		registry.Instance{ID: "t1", Service: "orders", Addr: "t1:1", Lane: "team-a"},
+		registry.Instance{ID: "s1", Service: "orders", Addr: "s1:1", Lane: "solo"},
+		registry.Instance{ID: "b1", Service: "orders", Addr: "b1:1"})
+	svc := e.Service("orders")
+	var c routedcall.Call
+	p, err := c.Start(context.Background(), e, svc, routing.Request{Lane: "alice"}, 3, time.Second)
+	if err != nil || p.Lane != "alice" {
+		t.Fatalf("first pick %v %v", p.Instance, err)
+	}
+	var got []string
+	for c.Again(routedcall.Failure, true, true) {
+		p, ok := c.Next()
+		if !ok {
+			t.Fatalf("no retry after %v", got)
+		}
+		got = append(got, p.Instance.ID+"/"+p.Reason.String())
+	}
+	other := map[string]string{"a1": "a2", "a2": "a1"}[p.Instance.ID]
+	if want := []string{other + "/lane", "t1/failover", "b1/failover"}; !slices.Equal(got, want) {
+		t.Fatalf("retries %v, want %v", got, want)
+	}
+	// The lane is not ejected: the next call starts in it again.
+	if p, err := svc.Pick(routing.Request{Lane: "alice"}); err != nil || p.Lane != "alice" {
+		t.Fatalf("next call's pick %v in %q, %v; want alice", p.Instance, p.Lane, err)
+	}
+
+	if _, err := c.Start(context.Background(), e, svc, routing.Request{Lane: "solo"}, 3, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if !c.Again(routedcall.Failure, true, true) {
+		t.Fatal("no retry allowed")
+	}
+	if p, ok := c.Next(); ok {
+		t.Fatalf("strict lane retried on %s in %q", p.Instance.ID, p.Lane)
 	}
 }
