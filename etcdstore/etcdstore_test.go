@@ -151,28 +151,36 @@ func TestOpenFails(t *testing.T) {
 	}
 }
 
+// enableAuth turns etcd's authentication on, with the users root (password
+// rootpw) and lanes (password s3cret, read and write on /lanes/).
+func enableAuth(t *testing.T, srv etcdtest.Server) {
+	t.Helper()
+	ctx := testCtx(t)
+	c := etcdtest.Client(t, srv.Endpoints())
+	for _, step := range []func() error{
+		func() error { _, err := c.UserAdd(ctx, "root", "rootpw"); return err },
+		func() error { _, err := c.UserGrantRole(ctx, "root", "root"); return err },
+		func() error { _, err := c.UserAdd(ctx, "lanes", "s3cret"); return err },
+		func() error { _, err := c.RoleAdd(ctx, "lanes"); return err },
+		func() error {
+			_, err := c.RoleGrantPermission(ctx, "lanes", "/lanes/", clientv3.GetPrefixRangeEnd("/lanes/"), clientv3.PermissionType(clientv3.PermReadWrite))
+			return err
+		},
+		func() error { _, err := c.UserGrantRole(ctx, "lanes", "lanes"); return err },
+		func() error { _, err := c.AuthEnable(ctx); return err },
+	} {
+		if err := step(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // TestOpenWithAuth opens a Store with a username and password on an etcd
 // with authentication enabled, and checks that a wrong password is refused.
 func TestOpenWithAuth(t *testing.T) {
 	etcdtest.Each(t, func(t *testing.T, srv etcdtest.Server) {
 		ctx := testCtx(t)
-		c := etcdtest.Client(t, srv.Endpoints())
-		for _, step := range []func() error{
-			func() error { _, err := c.UserAdd(ctx, "root", "rootpw"); return err },
-			func() error { _, err := c.UserGrantRole(ctx, "root", "root"); return err },
-			func() error { _, err := c.UserAdd(ctx, "lanes", "s3cret"); return err },
-			func() error { _, err := c.RoleAdd(ctx, "lanes"); return err },
-			func() error {
-				_, err := c.RoleGrantPermission(ctx, "lanes", "/lanes/", clientv3.GetPrefixRangeEnd("/lanes/"), clientv3.PermissionType(clientv3.PermReadWrite))
-				return err
-			},
-			func() error { _, err := c.UserGrantRole(ctx, "lanes", "lanes"); return err },
-			func() error { _, err := c.AuthEnable(ctx); return err },
-		} {
-			if err := step(); err != nil {
-				t.Fatal(err)
-			}
-		}
+		enableAuth(t, srv)
 		s, err := etcdstore.Open(ctx, etcdstore.Config{Endpoints: srv.Endpoints(), Username: "lanes", Password: "s3cret", Options: etcdstore.Options{Logger: testLogger}})
 		if err != nil {
 			t.Fatal(err)

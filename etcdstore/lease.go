@@ -173,42 +173,205 @@ func (r *Registrations) renew(ctx context.Context, lease clientv3.LeaseID, attem
 	}
 }
 
-// renewOnce asks etcd once to renew lease, on a keep-alive stream of its
-// own that it ends before it returns (which ends the renewal on the member,
-// if it is still waiting for the leader). A member without a leader refuses
-// at once. It returns the TTL etcd granted (0: no such lease).
+// renewOnce asks etcd once to renew lease, on a keep-alive stream that
+// serves no other renewal meanwhile (see renewals). A member without a
+// leader refuses at once. It returns the TTL etcd granted (0: no such
+// lease).
 func (r *Registrations) renewOnce(ctx context.Context, lease clientv3.LeaseID) (int64, error) {
 	s := r.s
-	if s.leases == nil {
+	if s.renewals == nil {
 		ka, err := s.client.KeepAliveOnce(ctx, lease)
 		if err != nil {
 			return 0, err
 		}
 		return ka.TTL, nil
 	}
-	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer cancel()
-	st, err := s.leases.LeaseKeepAlive(ctx, grpc.WaitForReady(true))
-	if err != nil {
-		return 0, rpctypes.Error(err)
+	return s.renewals.renew(ctx, lease)
+}
+
+// renewals are the Store's lease keep-alive streams. A renewal takes a
+// stream of its own, so that one stuck on a member (waiting for a leader
+// that does not answer) holds up no other renewal, as the etcd client's
+// KeepAlive would with its one stream for every lease. A stream that
+// answered goes back for the next renewal; one that failed, or did not
+// answer in time (which also ends the renewal on the member), is ended.
+//
+// Streams are kept rather than opened per renewal because, with a username
+// and password, the etcd client logs in again for every stream it opens:
+// an Authenticate call, which costs the member a bcrypt hash and a raft
+// write. A stream per renewal cost one log-in per renewal. A stream is
+// used for renewStreamAge at most, so that the client still logs in about
+// once a minute while it renews: that keeps its auth token fresh for its
+// other requests (etcd 3.4 does not check tokens on renewals, so a token
+// used for nothing else would expire, and the etcd client cannot log in
+// again with an expired token there).
+type renewals struct {
+	client pb.LeaseClient
+	ctx    context.Context // ends with the Store, and every stream with it
+
+	mu   sync.Mutex
+	idle []*renewStream // the most recently used last
+}
+
+// Bounds of the renewal streams: at most maxIdleRenewals are kept idle,
+// and one opened renewStreamAge ago is ended instead of being used again.
+const (
+	maxIdleRenewals = 32
+	renewStreamAge  = time.Minute
+)
+
+// renewStream is one lease keep-alive stream, opened with require-leader
+// (a member that loses its leader ends it).
+type renewStream struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	st     pb.Lease_LeaseKeepAliveClient // nil until start
+	opened time.Time
+}
+
+func newRenewals(ctx context.Context, client pb.LeaseClient) *renewals {
+	return &renewals{client: client, ctx: ctx}
+}
+
+// renew renews lease once, within ctx, on an idle stream or a new one.
+// A kept stream that fails at once (its connection was closed, its member
+// lost its leader, the client's auth token expired) gives way to the next,
+// and then to a new one. When ctx ends first, which ends the stream, the
+// idle streams are ended too: they may be on the same stuck member, and new
+// ones go wherever the client's balancer sends them.
+func (p *renewals) renew(ctx context.Context, lease clientv3.LeaseID) (int64, error) {
+	for {
+		rs := p.take()
+		kept := rs != nil
+		if !kept {
+			rs = p.open()
+		}
+		// The stream outlives ctx: the end of ctx (the attempt's bound)
+		// ends the stream instead, and the opening of a new one.
+		stop := context.AfterFunc(ctx, rs.cancel)
+		var ttl int64
+		err := rs.start(p.client)
+		if err == nil {
+			ttl, err = rs.exchange(lease)
+		}
+		live := stop()
+		switch {
+		case err == nil && live:
+			p.put(rs)
+			return ttl, nil
+		case err == nil:
+			return ttl, nil
+		}
+		rs.cancel()
+		if !live || ctx.Err() != nil {
+			p.flush()
+			return 0, err
+		}
+		if !kept || !retryable(err) {
+			return 0, err
+		}
 	}
-	if err := st.Send(&pb.LeaseKeepAliveRequest{ID: int64(lease)}); err != nil {
-		if _, rerr := st.Recv(); rerr != nil {
+}
+
+// exchange sends one renewal of lease and reads its answer.
+func (rs *renewStream) exchange(lease clientv3.LeaseID) (int64, error) {
+	if err := rs.st.Send(&pb.LeaseKeepAliveRequest{ID: int64(lease)}); err != nil {
+		if _, rerr := rs.st.Recv(); rerr != nil {
 			err = rerr // the stream's own error, not io.EOF
 		}
 		return 0, rpctypes.Error(err)
 	}
-	resp, err := st.Recv()
+	resp, err := rs.st.Recv()
 	if err != nil {
 		return 0, rpctypes.Error(err)
 	}
+	if resp.ID != int64(lease) {
+		return 0, fmt.Errorf("etcdstore: renewal of lease %s answered for lease %s", FormatLease(lease), FormatLease(clientv3.LeaseID(resp.ID)))
+	}
 	return resp.TTL, nil
+}
+
+// take takes the most recently used idle stream, if any.
+func (p *renewals) take() *renewStream {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.prune(time.Now())
+	n := len(p.idle)
+	if n == 0 {
+		return nil
+	}
+	rs := p.idle[n-1]
+	p.idle[n-1] = nil
+	p.idle = p.idle[:n-1]
+	return rs
+}
+
+// open makes a stream that start opens.
+func (p *renewals) open() *renewStream {
+	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(p.ctx))
+	return &renewStream{ctx: ctx, cancel: cancel, opened: time.Now()}
+}
+
+// start opens the stream, unless it is open.
+func (rs *renewStream) start(client pb.LeaseClient) error {
+	if rs.st != nil {
+		return nil
+	}
+	st, err := client.LeaseKeepAlive(rs.ctx, grpc.WaitForReady(true))
+	if err != nil {
+		return rpctypes.Error(err)
+	}
+	rs.st = st
+	return nil
+}
+
+// put keeps a stream that just answered for the next renewal.
+func (p *renewals) put(rs *renewStream) {
+	now := time.Now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.prune(now)
+	if len(p.idle) >= maxIdleRenewals || now.Sub(rs.opened) >= renewStreamAge || p.ctx.Err() != nil {
+		rs.cancel()
+		return
+	}
+	p.idle = append(p.idle, rs)
+}
+
+// flush ends every idle stream.
+func (p *renewals) flush() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, rs := range p.idle {
+		rs.cancel()
+	}
+	clear(p.idle)
+	p.idle = p.idle[:0]
+}
+
+// prune ends the idle streams opened renewStreamAge ago.
+func (p *renewals) prune(now time.Time) {
+	kept := p.idle[:0]
+	for _, rs := range p.idle {
+		if now.Sub(rs.opened) >= renewStreamAge {
+			rs.cancel()
+			continue
+		}
+		kept = append(kept, rs)
+	}
+	clear(p.idle[len(kept):])
+	p.idle = kept
 }
 
 // retryable reports whether another attempt of a renewal may succeed: the
 // member had no leader, lost it, timed out waiting for it, or could not be
 // reached.
 func retryable(err error) bool {
+	// A stream kept from before the client's auth token expired (or was
+	// revoked) is refused; a new stream logs in again.
+	if errors.Is(err, rpctypes.ErrInvalidAuthToken) || errors.Is(err, rpctypes.ErrAuthOldRevision) {
+		return true
+	}
 	var ee rpctypes.EtcdError
 	if errors.As(err, &ee) {
 		return ee.Code() == codes.Unavailable

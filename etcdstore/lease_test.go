@@ -4,13 +4,18 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
 
 	"github.com/lanesdev/lanes/etcdstore"
 	"github.com/lanesdev/lanes/internal/testkit/etcdtest"
@@ -267,4 +272,129 @@ func TestStoreCloseLeavesLeasesToExpire(t *testing.T) {
 			t.Fatalf("instance gone %v after Store.Close: it was deregistered, not left to expire", d)
 		}
 	})
+}
+
+// TestRenewalsLogInOnce renews registrations with etcd's authentication on
+// and counts the client's log-ins (Authenticate calls, each a bcrypt hash
+// and a raft write on the member): the etcd client logs in for every stream
+// it opens, so renewals must reuse their streams. Renewals made one after
+// another use one stream; kept leases renewing side by side, one each at
+// most. After the user's tokens are revoked (its password set again), a
+// renewal on a kept stream is refused, and the next one, on a new stream,
+// logs in again and succeeds. (etcd 3.4 does not check tokens on renewals:
+// there the kept stream goes on.)
+func TestRenewalsLogInOnce(t *testing.T) {
+	etcdtest.Each(t, func(t *testing.T, srv etcdtest.Server) {
+		enableAuth(t, srv)
+		ctx := testCtx(t)
+		var logins atomic.Int64
+		count := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+			if method == "/etcdserverpb.Auth/Authenticate" {
+				logins.Add(1)
+			}
+			return invoker(ctx, method, req, reply, cc, opts...)
+		}
+		c, err := clientv3.New(clientv3.Config{
+			Endpoints: srv.Endpoints(), DialTimeout: 5 * time.Second,
+			Username: "lanes", Password: "s3cret",
+			DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(count)},
+			Logger:      zap.NewNop(),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		s, err := etcdstore.New(c, etcdstore.Options{Prefix: "/lanes/" + t.Name() + "/", Logger: testLogger})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		regs := s.Registrations()
+		var leases []clientv3.LeaseID
+		for i := range 4 {
+			reg, err := regs.Create(ctx, inst("orders", fmt.Sprint("r", i), 1), 30*time.Second, etcdstore.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			leases = append(leases, reg.Lease)
+		}
+		before := logins.Load()
+		for range 5 {
+			for _, l := range leases {
+				if _, err := regs.Renew(ctx, l); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if n := logins.Load() - before; n > 1 {
+			t.Errorf("20 renewals, one after another, logged in %d times; want at most once (one stream)", n)
+		}
+
+		// Kept leases, renewing side by side every second.
+		const kept, rounds = 3, 4
+		var mu sync.Mutex
+		renewed := map[string]int{}
+		done := make(chan struct{})
+		var once sync.Once
+		etcdstore.OnRenew(s, func(key string, _ clientv3.LeaseID, _ time.Time) {
+			mu.Lock()
+			defer mu.Unlock()
+			renewed[key]++
+			if len(renewed) == kept && minCount(renewed) > rounds { // the grant, then the renewals
+				once.Do(func() { close(done) })
+			}
+		})
+		before = logins.Load()
+		var keptLeases []registry.Lease
+		for i := range kept {
+			l, err := s.Register(ctx, inst("orders", fmt.Sprint("k", i), 1), 3*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			keptLeases = append(keptLeases, l)
+		}
+		select {
+		case <-done:
+		case <-ctx.Done():
+			mu.Lock()
+			defer mu.Unlock()
+			t.Fatalf("the kept leases were not renewed %d times each: %v", rounds, renewed)
+		}
+		if n := logins.Load() - before; n > kept {
+			t.Errorf("%d kept leases renewing %d times each logged in %d times; want at most %d (a stream each)", kept, rounds, n, kept)
+		}
+		for _, l := range keptLeases {
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
+		}
+
+		// Revoke the user's tokens: a kept stream is refused, a new one
+		// logs in.
+		root, err := clientv3.New(clientv3.Config{Endpoints: srv.Endpoints(), DialTimeout: 5 * time.Second, Username: "root", Password: "rootpw", Logger: zap.NewNop()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer root.Close()
+		if _, err := root.UserChangePassword(ctx, "lanes", "s3cret"); err != nil {
+			t.Fatal(err)
+		}
+		before = logins.Load()
+		if _, err := regs.Renew(ctx, leases[0]); err != nil {
+			t.Fatalf("renewal after the user's tokens were revoked: %v", err)
+		}
+		if srv.Kind() == "embedded" && logins.Load() == before {
+			t.Error("the renewal after the user's tokens were revoked did not log in again: was the kept stream not refused?")
+		}
+	})
+}
+
+func minCount(m map[string]int) int {
+	n := -1
+	for _, v := range m {
+		if n < 0 || v < n {
+			n = v
+		}
+	}
+	return n
 }

@@ -134,9 +134,9 @@ type Store struct {
 	policy    *policyStore
 	// members checks the cluster's members (Open's clients only).
 	members *members
-	// leases renews leases, one stream per attempt (see renewal); nil
-	// for a client without a connection of its own.
-	leases pb.LeaseClient
+	// renewals renews leases (see Registrations.renew); nil for a
+	// client without a connection of its own.
+	renewals *renewals
 	// attempt bounds each attempt of a renewal: Config.RequestTimeout
 	// for a Store of Open, DefaultRequestTimeout for one of New.
 	attempt time.Duration
@@ -260,7 +260,7 @@ func New(client *clientv3.Client, opts Options) (*Store, error) {
 		g:         gogroup.New(),
 	}
 	if conn := client.ActiveConnection(); conn != nil {
-		s.leases = pb.NewLeaseClient(conn)
+		s.renewals = newRenewals(s.g.Context(), pb.NewLeaseClient(conn))
 	}
 	s.policy = &policyStore{s: s, key: s.PolicyKey()}
 	return s, nil
