@@ -23,7 +23,9 @@
 // [*routing.Error]; [WriteError] turns it into an HTTP 503 for proxies.
 //
 // Idempotent requests that fail with a connection error are retried once on
-// another instance, within the caller's deadline.
+// another instance, within the caller's deadline: another of the lane, or,
+// when every eligible instance of the lane has failed the request, one
+// further along the lane chain (docs/http.md, Retries).
 //
 // # Server
 //

@@ -100,7 +100,8 @@ type Transport struct {
 	RefuseOthers bool
 
 	// Retries is how many times a failed attempt may be retried, each time
-	// on an instance that has not failed this request yet. 0 means 1; a
+	// on an instance that has not failed this request yet (along the lane
+	// chain once every eligible instance of the lane has). 0 means 1; a
 	// negative value turns retries off. See the retry rules in docs/http.md.
 	Retries int
 

@@ -232,8 +232,11 @@
 // asked) and the request has no body and is idempotent (GET, HEAD,
 // OPTIONS, TRACE, PUT, DELETE, or any method with an Idempotency-Key or
 // X-Idempotency-Key header), the gateway picks another instance for the same
-// request lane and tries once more; otherwise, or when the retry fails too,
-// the client gets 502. A request body streams from the client (on the fast
+// request lane and tries once more: another of the lane, or, when every
+// eligible instance of the lane has failed the request (its only one, say),
+// the next lane of its chain, up to the baseline (never past a strict lane,
+// never from the baseline to a lane); otherwise, or when the retry fails
+// too, the client gets 502. A request body streams from the client (on the fast
 // path, a small one of known length is read whole first): a request with a
 // body moves on from a refused connection only while no attempt has read
 // any of its body, so that a body part of which went to one instance is

@@ -633,6 +633,55 @@ func TestNoRetryOfSentPOST(t *testing.T) {
 	}
 }
 
+// TestRetryFollowsTheLaneChain: when the only instance of a lane takes a
+// request and then fails it (it resets the connection, or does not answer
+// within the response-header timeout), a GET is retried along the lane
+// chain, although the instance is not ejected; a POST is not.
+func TestRetryFollowsTheLaneChain(t *testing.T) {
+	t.Run("reset", func(t *testing.T) {
+		w := newWorld(t, "outlier: {errors: 1000, window: 1m, ejection: 10m}\nlanes:\n  alice: {fallback: [team]}\n", Config{})
+		base, team := newBackend(t, "base", ""), newBackend(t, "team-1", "team")
+		w.register(t, "orders", base.id, base.addr, "")
+		w.register(t, "orders", team.id, team.addr, "team")
+		w.register(t, "orders", "reset", resetter(t), "alice")
+		alice := map[string]string{"x-lane": "alice"}
+		for i := range 4 {
+			r := w.get(t, fmt.Sprintf("/%d", i), alice)
+			expectServed(t, r, team.id, "alice")
+			if got := r.echo.hdr(t, "X-Lane"); got != "alice" {
+				t.Fatalf("the fallback got x-lane %q, want alice", got)
+			}
+		}
+		if d, err := w.engine.Service("orders").Resolve(routing.Request{Lane: "alice"}); err != nil || d.Lane != "alice" {
+			t.Fatalf("alice after the retries: %+v, %v; want its instance still eligible", d, err)
+		}
+		hits := team.hits.Load()
+		r := do(t, w.client, http.MethodPost, w.url+"/", alice)
+		if r.status != http.StatusBadGateway || r.header.Get("X-Lanes-Error") != "upstream" || team.hits.Load() != hits {
+			t.Fatalf("POST in lane alice: %d %q (the fallback's hits %d, were %d); want 502 upstream, no retry",
+				r.status, r.header.Get("X-Lanes-Error"), team.hits.Load(), hits)
+		}
+	})
+	t.Run("hung", func(t *testing.T) {
+		w := newWorld(t, "outlier: {errors: 1000, window: 1m, ejection: 10m}\n", Config{ResponseHeaderTimeout: 300 * time.Millisecond})
+		base := newBackend(t, "base", "")
+		release := make(chan struct{})
+		hung := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			select {
+			case <-release:
+			case <-r.Context().Done():
+			}
+		}))
+		t.Cleanup(hung.Close)
+		t.Cleanup(func() { close(release) })
+		w.register(t, "orders", base.id, base.addr, "")
+		w.register(t, "orders", "hung", hung.Listener.Addr().String(), "alice")
+		for i := range 2 {
+			expectServed(t, w.get(t, fmt.Sprintf("/%d", i), map[string]string{"x-lane": "alice"}), base.id, "alice")
+		}
+	})
+}
+
 func TestConnectionErrorsEject(t *testing.T) {
 	w := newWorld(t, "outlier: {errors: 2, window: 1m, ejection: 10m}\n", Config{})
 	good := newBackend(t, "good", "")
