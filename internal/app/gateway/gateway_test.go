@@ -665,17 +665,8 @@ func TestRetryFollowsTheLaneChain(t *testing.T) {
 	t.Run("hung", func(t *testing.T) {
 		w := newWorld(t, "outlier: {errors: 1000, window: 1m, ejection: 10m}\n", Config{ResponseHeaderTimeout: 300 * time.Millisecond})
 		base := newBackend(t, "base", "")
-		release := make(chan struct{})
-		hung := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			select {
-			case <-release:
-			case <-r.Context().Done():
-			}
-		}))
-		t.Cleanup(hung.Close)
-		t.Cleanup(func() { close(release) })
 		w.register(t, "orders", base.id, base.addr, "")
-		w.register(t, "orders", "hung", hung.Listener.Addr().String(), "alice")
+		w.register(t, "orders", "hung", hungServer(t), "alice")
 		for i := range 2 {
 			expectServed(t, w.get(t, fmt.Sprintf("/%d", i), map[string]string{"x-lane": "alice"}), base.id, "alice")
 		}
@@ -702,13 +693,9 @@ func TestConnectionErrorsEject(t *testing.T) {
 	}
 }
 
-// TestHungInstanceEjected: an instance that accepts requests and never
-// answers fails each attempt after the response-header timeout; the GET is
-// retried on another instance, and the hung instance is ejected after the
-// policy's errors.
-func TestHungInstanceEjected(t *testing.T) {
-	w := newWorld(t, "outlier: {errors: 3, window: 1m, ejection: 10m}\n", Config{ResponseHeaderTimeout: 300 * time.Millisecond})
-	good := newBackend(t, "good", "")
+// hungServer serves HTTP on a loopback address, which it returns, and
+// answers no request until the end of the test.
+func hungServer(t *testing.T) string {
 	release := make(chan struct{})
 	hung := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		select {
@@ -717,9 +704,19 @@ func TestHungInstanceEjected(t *testing.T) {
 		}
 	}))
 	t.Cleanup(hung.Close)
-	t.Cleanup(func() { close(release) })
+	t.Cleanup(func() { close(release) }) // before the server's Close
+	return hung.Listener.Addr().String()
+}
+
+// TestHungInstanceEjected: an instance that accepts requests and never
+// answers fails each attempt after the response-header timeout; the GET is
+// retried on another instance, and the hung instance is ejected after the
+// policy's errors.
+func TestHungInstanceEjected(t *testing.T) {
+	w := newWorld(t, "outlier: {errors: 3, window: 1m, ejection: 10m}\n", Config{ResponseHeaderTimeout: 300 * time.Millisecond})
+	good := newBackend(t, "good", "")
 	w.register(t, "orders", good.id, good.addr, "")
-	w.register(t, "orders", "hung", hung.Listener.Addr().String(), "")
+	w.register(t, "orders", "hung", hungServer(t), "")
 	svc := w.engine.Service("orders")
 	start := time.Now()
 	for i := 0; ; i++ {
