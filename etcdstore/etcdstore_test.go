@@ -13,6 +13,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
+	"go.uber.org/zap"
 
 	"github.com/lanesdev/lanes/etcdstore"
 	"github.com/lanesdev/lanes/internal/testkit/etcdtest"
@@ -213,6 +214,51 @@ func TestOpenWithAuth(t *testing.T) {
 		}
 		if !errors.Is(err, rpctypes.ErrPermissionDenied) {
 			t.Fatalf("Open on a prefix the user may not read: %v; want %v", err, rpctypes.ErrPermissionDenied)
+		}
+	})
+}
+
+// TestLogInAgain revokes the tokens of the Store's user (its password is
+// set again) and checks that the Store's requests go on: the etcd client
+// logs in again, on a connection without the revoked token (an etcd 3.4
+// member refuses a log-in that carries it).
+func TestLogInAgain(t *testing.T) {
+	etcdtest.Each(t, func(t *testing.T, srv etcdtest.Server) {
+		ctx := testCtx(t)
+		enableAuth(t, srv)
+		s, err := etcdstore.Open(ctx, etcdstore.Config{Endpoints: srv.Endpoints(), Username: "lanes", Password: "s3cret", Options: etcdstore.Options{Logger: testLogger}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		// The log-in goes on a checked member's connection once a check
+		// has answered.
+		waitFor(t, "a member check", func() bool {
+			h, _ := s.Health()
+			return h.State == etcdstore.HealthOK
+		})
+		root, err := clientv3.New(clientv3.Config{Endpoints: srv.Endpoints(), DialTimeout: 5 * time.Second, Username: "root", Password: "rootpw", Logger: zap.NewNop()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer root.Close()
+		for round := range 2 {
+			if _, err := root.UserChangePassword(ctx, "lanes", "s3cret"); err != nil {
+				t.Fatal(err)
+			}
+			rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			_, err := s.Policy().Put(rctx, []byte("lanes: {}\n"))
+			cancel()
+			if err != nil {
+				t.Fatalf("round %d: a write after the user's tokens were revoked: %v", round, err)
+			}
+			l, err := s.Register(ctx, inst("orders", "a", 1), 5*time.Second)
+			if err != nil {
+				t.Fatalf("round %d: a registration after the user's tokens were revoked: %v", round, err)
+			}
+			if err := l.Close(); err != nil {
+				t.Fatal(err)
+			}
 		}
 	})
 }

@@ -203,8 +203,8 @@ func (r *Registrations) renewOnce(ctx context.Context, lease clientv3.LeaseID) (
 // used for renewStreamAge at most, so that the client still logs in about
 // once a minute while it renews: that keeps its auth token fresh for its
 // other requests (etcd 3.4 does not check tokens on renewals, so a token
-// used for nothing else would expire, and the etcd client cannot log in
-// again with an expired token there).
+// used for nothing else would expire, and there a client of New cannot log
+// in again once its token has expired: see members.logInConn).
 type renewals struct {
 	client pb.LeaseClient
 	ctx    context.Context // ends with the Store, and every stream with it

@@ -107,6 +107,7 @@ type members struct {
 	back        chan struct{} // while refusing; closed when a member has a leader again
 	refusalText string
 	client      *grpc.ClientConn // the Store's client's, to reconnect at once to a member back
+	logins      int              // log-ins sent on the checks' connections, to take turns
 }
 
 // probe checks one member.
@@ -406,9 +407,17 @@ type oneAttemptKey struct{}
 // (all but Authenticate). The etcd client retries an attempt that ran out of
 // its own time while the caller's context is live. Without a quorum, it
 // fails within one check.
+//
+// A log-in goes on the connection of the checks of a member that answered
+// its last check, if there is one (see logInConn).
 func (m *members) unary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	if err := m.refusal(ctx); err != nil {
 		return err
+	}
+	if method == authenticateMethod {
+		if conn := m.logInConn(); conn != nil {
+			return conn.Invoke(ctx, method, req, reply, opts...)
+		}
 	}
 	if dl, ok := ctx.Deadline(); m.request > 0 && method != authenticateMethod && ctx.Value(oneAttemptKey{}) == nil && (!ok || time.Until(dl) > m.request) {
 		var cancel context.CancelFunc
@@ -416,6 +425,29 @@ func (m *members) unary(ctx context.Context, method string, req, reply any, cc *
 		defer cancel()
 	}
 	return invoker(ctx, method, req, reply, cc, opts...)
+}
+
+// logInConn returns the connection of the checks of a member that answered
+// its last check (taking turns among them), or nil before the checks start
+// or when none did. It carries no auth token, unlike the client's own
+// connections, on which the etcd client sends its log-in with the token it
+// replaces: an etcd 3.4 member refuses that log-in once the token has
+// expired or been revoked, and the client, which logs in again on that
+// refusal, did so in a loop (thousands of log-ins a second, each a bcrypt
+// hash on the member) until the request's deadline, every request failing
+// until the process restarted.
+func (m *members) logInConn() *grpc.ClientConn {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := len(m.probes)
+	for i := range n {
+		p := m.probes[(m.logins+i)%n]
+		if p.state == MemberUp && p.client != nil {
+			m.logins++
+			return p.client.ActiveConnection()
+		}
+	}
+	return nil
 }
 
 // dial connects to a member for the client's balancer, unless the member is
