@@ -152,27 +152,13 @@ func TestOpenFails(t *testing.T) {
 	}
 }
 
-// enableAuth turns etcd's authentication on, with the users root (password
-// rootpw) and lanes (password s3cret, read and write on /lanes/).
+// enableAuth turns etcd's authentication on, with the users root
+// (etcdtest.RootPassword) and lanes (password s3cret, read and write on
+// /lanes/).
 func enableAuth(t *testing.T, srv etcdtest.Server) {
 	t.Helper()
-	ctx := testCtx(t)
-	c := etcdtest.Client(t, srv.Endpoints())
-	for _, step := range []func() error{
-		func() error { _, err := c.UserAdd(ctx, "root", "rootpw"); return err },
-		func() error { _, err := c.UserGrantRole(ctx, "root", "root"); return err },
-		func() error { _, err := c.UserAdd(ctx, "lanes", "s3cret"); return err },
-		func() error { _, err := c.RoleAdd(ctx, "lanes"); return err },
-		func() error {
-			_, err := c.RoleGrantPermission(ctx, "lanes", "/lanes/", clientv3.GetPrefixRangeEnd("/lanes/"), clientv3.PermissionType(clientv3.PermReadWrite))
-			return err
-		},
-		func() error { _, err := c.UserGrantRole(ctx, "lanes", "lanes"); return err },
-		func() error { _, err := c.AuthEnable(ctx); return err },
-	} {
-		if err := step(); err != nil {
-			t.Fatal(err)
-		}
+	if err := etcdtest.EnableAuth(testCtx(t), etcdtest.Client(t, srv.Endpoints()), "lanes", "s3cret", "/lanes/"); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -237,7 +223,7 @@ func TestLogInAgain(t *testing.T) {
 			h, _ := s.Health()
 			return h.State == etcdstore.HealthOK
 		})
-		root, err := clientv3.New(clientv3.Config{Endpoints: srv.Endpoints(), DialTimeout: 5 * time.Second, Username: "root", Password: "rootpw", Logger: zap.NewNop()})
+		root, err := clientv3.New(clientv3.Config{Endpoints: srv.Endpoints(), DialTimeout: 5 * time.Second, Username: "root", Password: etcdtest.RootPassword, Logger: zap.NewNop()})
 		if err != nil {
 			t.Fatal(err)
 		}

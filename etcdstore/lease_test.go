@@ -391,7 +391,7 @@ func TestRenewalsLogInOnce(t *testing.T) {
 
 		// Revoke the user's tokens: a kept stream is refused, a new one
 		// logs in.
-		root, err := clientv3.New(clientv3.Config{Endpoints: srv.Endpoints(), DialTimeout: 5 * time.Second, Username: "root", Password: "rootpw", Logger: zap.NewNop()})
+		root, err := clientv3.New(clientv3.Config{Endpoints: srv.Endpoints(), DialTimeout: 5 * time.Second, Username: "root", Password: etcdtest.RootPassword, Logger: zap.NewNop()})
 		if err != nil {
 			t.Fatal(err)
 		}

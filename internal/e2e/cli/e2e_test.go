@@ -20,7 +20,6 @@ import (
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -605,21 +604,8 @@ func TestUpExternalEtcdAuth(t *testing.T) {
 	defer cancel()
 	c := etcdtest.Client(t, srv.Endpoints())
 	const prefix = "/lanes-auth/"
-	for _, step := range []func() error{
-		func() error { _, err := c.UserAdd(ctx, "root", "rootpw"); return err },
-		func() error { _, err := c.UserGrantRole(ctx, "root", "root"); return err },
-		func() error { _, err := c.UserAdd(ctx, "lanes", "s3cret"); return err },
-		func() error { _, err := c.RoleAdd(ctx, "lanes"); return err },
-		func() error {
-			_, err := c.RoleGrantPermission(ctx, "lanes", prefix, clientv3.GetPrefixRangeEnd(prefix), clientv3.PermissionType(clientv3.PermReadWrite))
-			return err
-		},
-		func() error { _, err := c.UserGrantRole(ctx, "lanes", "lanes"); return err },
-		func() error { _, err := c.AuthEnable(ctx); return err },
-	} {
-		if err := step(); err != nil {
-			t.Fatal(err)
-		}
+	if err := etcdtest.EnableAuth(ctx, c, "lanes", "s3cret", prefix); err != nil {
+		t.Fatal(err)
 	}
 	cfg := filepath.Join(t.TempDir(), "lanes.yaml")
 	os.WriteFile(cfg, []byte("routes: [/=web]\netcd:\n  endpoints: ["+srv.Endpoints()[0]+"]\n  prefix: "+prefix+"\n"), 0o644)

@@ -238,31 +238,11 @@ func (c *Cluster) Client(t testing.TB) *clientv3.Client {
 	return cl
 }
 
-// RootPassword is the password of etcd's root user once EnableAuth ran.
-const RootPassword = "etcdtest-root"
-
-// EnableAuth turns etcd authentication on: it creates the root user (with
-// RootPassword) and user with password, whose role may read and write the
-// keys under prefix only. Clients from Client use user from then on.
+// EnableAuth turns etcd authentication on, as the package's EnableAuth
+// does. Clients from Client use user from then on.
 func (c *Cluster) EnableAuth(ctx context.Context, user, password, prefix string) error {
-	cl := c.Client(c.t)
-	steps := []func() error{
-		func() error { _, err := cl.RoleAdd(ctx, "root"); return err },
-		func() error { _, err := cl.UserAdd(ctx, "root", RootPassword); return err },
-		func() error { _, err := cl.UserGrantRole(ctx, "root", "root"); return err },
-		func() error { _, err := cl.RoleAdd(ctx, user); return err },
-		func() error {
-			_, err := cl.RoleGrantPermission(ctx, user, prefix, clientv3.GetPrefixRangeEnd(prefix), clientv3.PermissionType(clientv3.PermReadWrite))
-			return err
-		},
-		func() error { _, err := cl.UserAdd(ctx, user, password); return err },
-		func() error { _, err := cl.UserGrantRole(ctx, user, user); return err },
-		func() error { _, err := cl.AuthEnable(ctx); return err },
-	}
-	for _, f := range steps {
-		if err := f(); err != nil {
-			return fmt.Errorf("etcdtest: enable auth: %w", err)
-		}
+	if err := EnableAuth(ctx, c.Client(c.t), user, password, prefix); err != nil {
+		return err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

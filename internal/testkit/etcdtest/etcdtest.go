@@ -9,6 +9,7 @@ package etcdtest
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -82,6 +83,35 @@ func Client(t testing.TB, endpoints []string) *clientv3.Client {
 	}
 	t.Cleanup(func() { c.Close() })
 	return c
+}
+
+// RootPassword is the password of etcd's root user once EnableAuth ran.
+const RootPassword = "etcdtest-root"
+
+// EnableAuth turns on the authentication of the etcd that c (a client
+// without credentials) reaches: it creates the root user (with
+// RootPassword) and user with password, whose role (named user too) may
+// read and write the keys under prefix only.
+func EnableAuth(ctx context.Context, c *clientv3.Client, user, password, prefix string) error {
+	steps := []func() error{
+		func() error { _, err := c.RoleAdd(ctx, "root"); return err },
+		func() error { _, err := c.UserAdd(ctx, "root", RootPassword); return err },
+		func() error { _, err := c.UserGrantRole(ctx, "root", "root"); return err },
+		func() error { _, err := c.RoleAdd(ctx, user); return err },
+		func() error {
+			_, err := c.RoleGrantPermission(ctx, user, prefix, clientv3.GetPrefixRangeEnd(prefix), clientv3.PermissionType(clientv3.PermReadWrite))
+			return err
+		},
+		func() error { _, err := c.UserAdd(ctx, user, password); return err },
+		func() error { _, err := c.UserGrantRole(ctx, user, user); return err },
+		func() error { _, err := c.AuthEnable(ctx); return err },
+	}
+	for _, f := range steps {
+		if err := f(); err != nil {
+			return fmt.Errorf("etcdtest: enable auth: %w", err)
+		}
+	}
+	return nil
 }
 
 // EmbeddedServer is an etcd member running in the test process. Clients
