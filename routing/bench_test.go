@@ -107,6 +107,38 @@ func BenchmarkPick(b *testing.B) {
 	}
 }
 
+// BenchmarkPickLaneExpiry is BenchmarkPick's lane and baseline cases on a
+// fleet (1,000 instances, 100 lanes) one of whose lanes expires in a year:
+// with a time-driven transition ahead, picks still take the fast path (a
+// timer rebuilds the snapshot when it is due), so every case must stay
+// within 2x of BenchmarkPickFloor too.
+func BenchmarkPickLaneExpiry(b *testing.B) {
+	var pol strings.Builder
+	pol.WriteString("locality: {host: true}\nlanes:\n  ghost: {fallback: [lane-0]}\n")
+	for l := range 100 {
+		fmt.Fprintf(&pol, "  lane-%d: {}\n", l)
+	}
+	fmt.Fprintf(&pol, "  lane-99: {expires: %s}\n", time.Now().AddDate(1, 0, 0).UTC().Format(time.RFC3339))
+	e := New()
+	b.Cleanup(func() { e.Close() })
+	e.SetPolicy(mustPolicy(b, strings.Replace(pol.String(), "  lane-99: {}\n", "", 1)))
+	e.SetInstances("orders", fleetInstances(b, 1000, 100))
+	svc := e.Service("orders")
+	for _, c := range pickCases[:3] {
+		b.Run(c.name, func(b *testing.B) {
+			if r, err := svc.Pick(c.req); err != nil || r.Lane != c.want {
+				b.Fatalf("picked lane %q, %v; want %q", r.Lane, err, c.want)
+			}
+			b.ReportAllocs()
+			cpu := cpuTime()
+			for b.Loop() {
+				svc.Pick(c.req)
+			}
+			b.ReportMetric(float64(cpuTime()-cpu)/float64(b.N), "cpu-ns/op")
+		})
+	}
+}
+
 // BenchmarkPickZone adds the caller's zone, and BenchmarkPickWeighted mixed
 // weights (the alias-table path).
 func BenchmarkPickZone(b *testing.B) {

@@ -95,6 +95,9 @@ func WithPolicyStore(st policy.Store) Option { return func(e *Engine) { e.store 
 // Engine routes requests to the instances of many services.
 type Engine struct {
 	clock Clock
+	// timed: the clock is the system clock, so that a timer can rebuild a
+	// snapshot when its time-driven transition is due (Service.armDue).
+	timed bool
 	log   *slog.Logger
 	reg   registry.Registry
 	store policy.Store
@@ -120,6 +123,7 @@ func New(opts ...Option) *Engine {
 		o(e)
 	}
 	e.g = gogroup.New()
+	_, e.timed = e.clock.(systemClock)
 	e.policy.Store(compile(nil))
 	m := map[string]*Service{}
 	e.services.Store(&m)
@@ -136,6 +140,9 @@ func New(opts ...Option) *Engine {
 // any rebuild in progress, to end.
 func (e *Engine) Close() error {
 	e.g.Close()
+	for _, s := range *e.services.Load() {
+		s.stopDue()
+	}
 	return nil
 }
 

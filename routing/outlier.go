@@ -172,9 +172,12 @@ func (h *health) claimProbe(now int64, cfg policy.Outlier) bool {
 	return true
 }
 
-// Clock tells the engine the time. The engine reads it only when outlier
-// state can change (a failure, a probe, or a pending ejection), never on an
-// ordinary pick.
+// Clock tells the engine the time. The engine reads it when outlier state
+// can change (a failure, a probe) and when it builds a snapshot, never on
+// an ordinary pick. With the system clock, a timer rebuilds a snapshot when
+// its next time-driven transition (an ejection's end, a lane's expiry) is
+// due; with another clock, the picks of a service with such a transition
+// pending read the clock (the slow path), since no timer follows it.
 type Clock interface {
 	Now() time.Time
 }

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/lanesdev/lanes/registry"
 )
@@ -20,6 +21,15 @@ import (
 // time-driven transition due (an ejection ending, a probe given up, a lane
 // expiring), it has an engine goroutine rebuild the snapshot (rebuildLater)
 // and answers from the snapshot it holds.
+//
+// With the system clock, a timer also rebuilds the snapshot when its next
+// time-driven transition is due (armDue), so that the picks of a service
+// with one ahead (a lane with an expiry, an ejection to end) stay on the
+// fast path, which reads no clock: such a transition takes effect when
+// the timer fires, a fraction of a millisecond late on an idle machine,
+// rather than at the first pick after it. With another clock (a
+// ManualClock, for virtual time) a pending transition sends every pick of
+// the service down the slow path, which reads the clock.
 type Service struct {
 	e    *Engine
 	name string
@@ -32,6 +42,7 @@ type Service struct {
 	insts   []*registry.Instance
 	det     detector
 	pending atomic.Bool // a rebuild asked by a pick has not started yet
+	due     *time.Timer // under mu: rebuilds at the snapshot's due time (armDue)
 
 	ready     chan struct{}
 	readyOnce sync.Once
@@ -69,7 +80,43 @@ func (s *Service) now() int64 { return s.e.clock.Now().UnixNano() }
 // rebuild makes and publishes a new snapshot. s.mu must be held, or the
 // service must not be published yet.
 func (s *Service) rebuild() {
-	s.snap.Store(build(s.name, s.insts, &s.det, s.e.policy.Load(), s.now()))
+	sn := build(s.name, s.insts, &s.det, s.e.policy.Load(), s.now(), s.e.timed)
+	s.snap.Store(sn)
+	if s.e.timed {
+		s.armDue(sn.due)
+	}
+}
+
+// maxDueWait bounds the wait of the due timer: a transition further ahead
+// (a lane that expires next year) is waited for in steps of it, each ending
+// in a rebuild that arms the timer again.
+const maxDueWait = time.Hour
+
+// armDue has the snapshot rebuilt, by an engine goroutine, when its
+// time-driven transition is due (due: unix ns; 0 for none). s.mu must be
+// held, as for rebuild.
+func (s *Service) armDue(due int64) {
+	if due == 0 || s.e.g.Context().Err() != nil {
+		if s.due != nil {
+			s.due.Stop()
+		}
+		return
+	}
+	d := min(time.Duration(due-s.now()), maxDueWait)
+	if s.due == nil {
+		s.due = time.AfterFunc(d, s.rebuildLater)
+		return
+	}
+	s.due.Reset(d)
+}
+
+// stopDue stops the due timer, once the engine is closed.
+func (s *Service) stopDue() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.due != nil {
+		s.due.Stop()
+	}
 }
 
 // rebuildLater has an engine goroutine rebuild the snapshot, off the pick

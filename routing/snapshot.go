@@ -220,7 +220,7 @@ const buckets = 10000
 // at every change, so the build counts its allocations: the members in one,
 // the lanes of a few found without a map, no route map or lane table
 // without lanes, the alias columns of a group's sub-groups in one.
-func build(svc string, insts []*registry.Instance, det *detector, cp *compiled, now int64) *snapshot {
+func build(svc string, insts []*registry.Instance, det *detector, cp *compiled, now int64, timed bool) *snapshot {
 	s := &snapshot{
 		service: svc,
 		outlier: cp.outlier,
@@ -341,17 +341,19 @@ func build(svc string, insts []*registry.Instance, det *detector, cp *compiled, 
 		}
 		from = to
 	}
-	s.fastPaths()
+	s.fastPaths(timed)
 	s.lanes = newLaneTable(s.routes)
 	return s
 }
 
 // fastPaths marks the routes that Pick answers from alone (route.ready),
-// and gives each the lane its requests carry downstream.
-func (s *snapshot) fastPaths() {
+// and gives each the lane its requests carry downstream. A snapshot with a
+// time-driven transition due has none unless timed: a timer rebuilds it
+// when the transition is due (Service.armDue).
+func (s *snapshot) fastPaths(timed bool) {
 	mark := func(r *route, requestLane string) {
 		r.requestLane = requestLane
-		if g := r.group; r.err == nil && g != nil && len(g.ready) > 0 && len(g.halfOpen) == 0 && s.due == 0 {
+		if g := r.group; r.err == nil && g != nil && len(g.ready) > 0 && len(g.halfOpen) == 0 && (s.due == 0 || timed) {
 			r.ready = g
 			r.local = g.hosts != nil || g.zones != nil
 		}
