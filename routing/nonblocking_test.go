@@ -12,7 +12,7 @@ const patience = 30 * time.Second
 
 // pickWithin picks in a goroutine and fails the test unless the pick returns
 // while the test holds the service's mutex (a rebuild in progress).
-func pickWithin(t *testing.T, s *Service, req Request) (Result, error) {
+func pickWithin(t *testing.T, s *Service, req Request, failed ...string) (Result, error) {
 	t.Helper()
 	type answer struct {
 		r   Result
@@ -20,14 +20,14 @@ func pickWithin(t *testing.T, s *Service, req Request) (Result, error) {
 	}
 	done := make(chan answer, 1)
 	go func() {
-		r, err := s.Pick(req)
+		r, err := s.PickWithout(req, failed...) // Pick when none failed
 		done <- answer{r, err}
 	}()
 	select {
 	case a := <-done:
 		return a.r, a.err
 	case <-time.After(patience):
-		t.Fatal("Pick waited for the rebuild")
+		t.Fatal("the pick waited for the rebuild")
 		return Result{}, nil
 	}
 }
@@ -165,4 +165,23 @@ func TestConcurrentPicksAndRebuilds(t *testing.T) {
 		}
 	}
 	wg.Wait()
+}
+
+// The pick of a retry (PickWithout) does not wait for a rebuild either: it
+// finds the transition due, and probes the instance whose ejection ended.
+func TestRetryPickDoesNotWaitForRebuild(t *testing.T) {
+	f := newFixture(t, "outlier: {errors: 1, window: 10s, ejection: 10s}\n",
+		"b1 orders 10.0.0.1:8080", "b2 orders 10.0.0.2:8080", "b3 orders 10.0.0.3:8080")
+	s := f.e.Service("orders")
+	s.ReportID("b1", false)
+	f.at(11 * time.Second) // b1's ejection is over: its probe is due
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, err := pickWithin(t, s, Request{}, "b2")
+	if err != nil || r.Instance.ID != "b1" || !r.Probe() {
+		t.Fatalf("retry picked %+v, %v; want b1's probe", r, err)
+	}
+	if r, err := pickWithin(t, s, Request{}, "b2"); err != nil || r.Instance.ID != "b3" {
+		t.Fatalf("retry picked %+v, %v during b1's probe with b2 failed; want b3", r, err)
+	}
 }

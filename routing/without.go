@@ -22,16 +22,21 @@ import (
 // detection counts against them.
 //
 // Unlike Pick, PickWithout walks the groups it considers and may allocate:
-// it is the retry's path, not the hot path. Like Resolve, it first brings
-// the snapshot up to date when a time-driven transition is due, so that an
-// instance whose ejection has ended counts as present. With no failed it is
-// Pick.
+// it is the retry's path, not the hot path. Like Pick it never waits: it
+// answers from the snapshot in force, and when a time-driven transition is
+// due it counts an instance whose ejection has ended as half-open, as the
+// next snapshot will, and has an engine goroutine build that one. With no
+// failed it is Pick.
 func (s *Service) PickWithout(req Request, failed ...string) (Result, error) {
 	if len(failed) == 0 {
 		return s.Pick(req)
 	}
 	x := absent(failed)
-	sn := s.current()
+	sn := s.snap.Load()
+	due := sn.due != 0 && s.now() >= sn.due
+	if due {
+		s.rebuildLater()
+	}
 	var invalid atomic.Uint64 // the call's first pick counted an invalid lane already
 	first, l := sn.route(req, &invalid)
 	r := first
@@ -41,7 +46,7 @@ func (s *Service) PickWithout(req Request, failed ...string) (Result, error) {
 		cr := sn.chainRoute(l, x)
 		r = &cr
 	}
-	r, g, probe, l, err := s.eligible(req, r, l, false, false, x)
+	r, g, probe, l, err := s.eligible(req, r, l, false, due, x)
 	switch {
 	case err != nil:
 		return Result{}, err
@@ -82,12 +87,15 @@ func (x absent) some(ms []*member) bool {
 	return false
 }
 
-// empty is group.empty with the members of x left out.
+// empty is group.empty with the members of x left out. Outside x, an
+// ejected member that waits for its ejection to end counts too: when its end
+// is due, eligible probes it, as pickSlow does from the snapshot's own
+// routes; when it is not, eligible goes on to the route's next.
 func (x absent) empty(g *group) bool {
-	if g.empty() || len(x) == 0 {
+	if len(x) == 0 || g == nil {
 		return g.empty()
 	}
-	return !x.some(g.ready) && !x.some(g.halfOpen)
+	return !x.some(g.ready) && !x.some(g.halfOpen) && !x.some(g.waiting)
 }
 
 // ready reports whether g has a ready member outside x.
