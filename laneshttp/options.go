@@ -133,6 +133,13 @@ func WithResponseHeaderTimeout(d time.Duration) ClientOption {
 	return clientOption(func(c *config) { c.transport.ResponseHeaderTimeout = d })
 }
 
+// WithWriteTimeout sets Transport.WriteTimeout (NewTransport, NewClient):
+// how long an instance may take to take any of a write of a request
+// (default DefaultWriteTimeout; negative: none).
+func WithWriteTimeout(d time.Duration) ClientOption {
+	return clientOption(func(c *config) { c.transport.WriteTimeout = d })
+}
+
 // WithTracerProvider traces requests with tp: the Transport writes a client span per request
 // with its routing decision (and the W3C traceparent header), and Handler runs otelhttp's handler
 // around the lanes middleware, whose server span gets the lane received, the instance's own lane

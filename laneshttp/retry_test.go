@@ -407,3 +407,39 @@ func TestRetryFollowsTheLaneChain(t *testing.T) {
 		}
 	})
 }
+
+// TestUploadToPausedInstance: an instance that accepts connections and reads
+// nothing (a process stopped with SIGSTOP) takes none of an upload once the
+// socket buffers are full. The attempt fails after the write timeout instead
+// of waiting for ever (the response-header timeout only starts once the
+// request is written), and a PUT, idempotent and with a body that can be
+// sent again, is retried on another instance; a POST fails, naming the
+// timeout.
+func TestUploadToPausedInstance(t *testing.T) {
+	f := newFleet(t, "outlier: {errors: 1000}\n") // no ejection: every other attempt goes to the paused instance
+	f.startPaused("paused orders")
+	f.start("alive orders")
+	f.await("orders", 2)
+	c := laneshttp.NewClient(f.e, laneshttp.WithEnv(noEnv), laneshttp.WithWriteTimeout(300*time.Millisecond))
+	t.Cleanup(c.CloseIdleConnections)
+	body := bytes.Repeat([]byte("x"), 48<<20) // well over what loopback sockets buffer
+	for i := range 2 {                       // round robin: one of them goes to the paused instance first
+		code, got, _, err := call(bg(t), c, http.MethodPut, "http://orders/", bytes.NewReader(body))
+		if err != nil || code != 200 || got != "alive" {
+			t.Fatalf("PUT %d: %d %q, %v; want alive's answer, on the retry if it went to the paused instance first", i, code, got, err)
+		}
+	}
+	for i := 0; ; i++ {
+		code, got, _, err := call(bg(t), c, http.MethodPost, "http://orders/", bytes.NewReader(body))
+		if err == nil {
+			if code != 200 || got != "alive" || i >= 3 {
+				t.Fatalf("POST %d: %d %q; want alive's answer, or the paused instance's write timeout within 4 POSTs", i, code, got)
+			}
+			continue
+		}
+		if !strings.Contains(err.Error(), "the instance took none of the request for 300ms (the write timeout)") {
+			t.Fatalf("POST %d to the paused instance: %v; want the write timeout", i, err)
+		}
+		break
+	}
+}

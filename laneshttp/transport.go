@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lanesdev/lanes/internal/lib/netbound"
 	"github.com/lanesdev/lanes/internal/lib/routedcall"
 	"github.com/lanesdev/lanes/lane"
 	"github.com/lanesdev/lanes/lanesmetrics"
@@ -32,6 +33,11 @@ const DefaultReadyTimeout = 10 * time.Second
 // response headers before the attempt fails (see
 // Transport.ResponseHeaderTimeout).
 const DefaultResponseHeaderTimeout = routedcall.DefaultResponseHeaderTimeout
+
+// DefaultWriteTimeout is how long an instance may take to take any of a
+// write of a request (its head, or a part of its body) before the attempt
+// fails (see Transport.WriteTimeout).
+const DefaultWriteTimeout = 10 * time.Second
 
 // ErrNotService is wrapped by the error that a Transport with RefuseOthers
 // returns for a host that is not a lanes service.
@@ -130,6 +136,19 @@ type Transport struct {
 	// [http.Transport], set its ResponseHeaderTimeout).
 	ResponseHeaderTimeout time.Duration
 
+	// WriteTimeout bounds each write of a request to an instance (its head,
+	// and each part of its body as it is sent): an instance that takes none
+	// of a write for that long (hung, paused with SIGSTOP, or not reading an
+	// upload) fails the attempt, which counts as a failure for outlier
+	// detection and is retried on another instance when the request may be
+	// (an idempotent one whose body can be sent again). It bounds the time
+	// between two writes the instance takes, as nginx's proxy_send_timeout
+	// does, not the whole upload; a write may fail up to a tenth of it (at
+	// most a second) sooner. 0 means DefaultWriteTimeout; a negative value
+	// sets no timeout. The Transport's default base enforces it; a Base of
+	// your own must enforce it itself.
+	WriteTimeout time.Duration
+
 	// ReadyTimeout bounds the wait for the registry to list a service's
 	// instances when a request is the first to the service (only with an
 	// engine that follows a registry). 0 means DefaultReadyTimeout; a
@@ -141,7 +160,8 @@ type Transport struct {
 // NewTransport returns a Transport on the engine e, configured by the client
 // options: WithBase, WithZone, WithPropagator, WithServices,
 // WithRefuseOthers, WithRetries, WithIdempotent, WithRetryStatus,
-// WithClassify, WithReadyTimeout and WithResponseHeaderTimeout. Without
+// WithClassify, WithReadyTimeout, WithResponseHeaderTimeout and
+// WithWriteTimeout. Without
 // WithZone, the zone is read from LANES_ZONE. The host is this process's
 // host, as its instances register it (registry.LocalHost, read through
 // WithEnv).
@@ -346,19 +366,37 @@ func (t *Transport) base() http.RoundTripper {
 	if t.Base != nil {
 		return t.Base
 	}
-	return defaultBase(routedcall.HeaderTimeout(t.ResponseHeaderTimeout))
+	return defaultBase(baseTimeouts{
+		header: routedcall.HeaderTimeout(t.ResponseHeaderTimeout),
+		write:  routedcall.Timeout(t.WriteTimeout, DefaultWriteTimeout),
+	})
 }
 
-// defaultBases holds the default bases, one per response-header timeout:
-// clones of http.DefaultTransport, shared as it is.
-var defaultBases sync.Map // time.Duration -> *http.Transport
+// baseTimeouts are the timeouts that a default base enforces (0: none).
+type baseTimeouts struct{ header, write time.Duration }
 
-func defaultBase(d time.Duration) http.RoundTripper {
+// defaultBases holds the default bases, one per pair of timeouts: clones of
+// http.DefaultTransport, shared as it is.
+var defaultBases sync.Map // baseTimeouts -> *http.Transport
+
+// requestWrites names the parties of a write that timed out.
+var requestWrites = &netbound.Names{Peer: "instance", What: "request", Setting: "write timeout"}
+
+func defaultBase(d baseTimeouts) http.RoundTripper {
 	if b, ok := defaultBases.Load(d); ok {
 		return b.(*http.Transport)
 	}
 	b := http.DefaultTransport.(*http.Transport).Clone()
-	b.ResponseHeaderTimeout = d
+	b.ResponseHeaderTimeout = d.header
+	if dial := b.DialContext; d.write > 0 && dial != nil {
+		b.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			c, err := dial(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			return netbound.NewConn(c, d.write, requestWrites), nil
+		}
+	}
 	actual, _ := defaultBases.LoadOrStore(d, b)
 	return actual.(*http.Transport)
 }

@@ -262,8 +262,8 @@
 // accepts, is bounded by [Config.ClientWriteTimeout], 60s by default, as
 // nginx's send_timeout: a client that takes none of a write for that long
 // has its connection closed, which ends the call. Like the upstream write
-// timeout it goes through writeBound, on the fast path's connections
-// (prefixConn) and the net/http path's (boundedConn); neither server's
+// timeout it goes through netbound, on the fast path's connections
+// (prefixConn) and the net/http path's (netbound.Conn); neither server's
 // WriteTimeout is set, since both are a deadline for the whole answer.
 //
 // # Request smuggling

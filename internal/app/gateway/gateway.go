@@ -16,6 +16,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/lanesdev/lanes/internal/lib/netbound"
 	"github.com/lanesdev/lanes/internal/lib/routedcall"
 	"github.com/lanesdev/lanes/lane"
 	"github.com/lanesdev/lanes/routing"
@@ -277,7 +278,7 @@ func validHeader(s string) bool {
 
 // newTransports returns the net/http path's transports: h1 bounds the wait
 // for the response headers by headerTimeout and each write of a request by
-// writeTimeout (boundedConn); h2c closes a connection that answers no ping
+// writeTimeout (netbound.Conn); h2c closes a connection that answers no ping
 // within headerTimeout or takes no byte for writeTimeout.
 func newTransports(idle int, headerTimeout, writeTimeout time.Duration) (h1, h2c *http.Transport) {
 	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
@@ -286,7 +287,7 @@ func newTransports(idle int, headerTimeout, writeTimeout time.Duration) (h1, h2c
 		if err != nil || writeTimeout <= 0 {
 			return c, err
 		}
-		return &boundedConn{Conn: c, w: writeBound{c: c, d: writeTimeout}}, nil
+		return netbound.NewConn(c, writeTimeout, instanceWrites), nil
 	}
 	var p1, p2 http.Protocols
 	p1.SetHTTP1(true)

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/lanesdev/lanes/internal/lib/netbound"
 )
 
 // h2Preface opens every HTTP/2 connection with prior knowledge (h2c, gRPC).
@@ -164,7 +166,7 @@ func (s *fastServer) serveConn(c net.Conn) {
 		c.Close()
 		return
 	}
-	pc.w = writeBound{c: c, d: s.clientWrite, client: true}
+	pc.w = netbound.Writer{C: c, D: s.clientWrite, Names: clientWrites}
 	if h2 {
 		// The net/http server owns the connection from here; Close
 		// closes it through that server.
@@ -215,14 +217,14 @@ type prefixConn struct {
 	// whose request body it did not read through (see lingerClose).
 	linger bool
 	// w bounds each write of an answer by the client write timeout.
-	w writeBound
+	w netbound.Writer
 }
 
 // Write writes to the client, each write within the client write timeout.
 func (c *prefixConn) Write(p []byte) (int, error) { return c.w.Write(p) }
 
 // clientListener hands the net/http path's server its connections as
-// boundedConns: each write within the client write timeout.
+// netbound.Conns: each write within the client write timeout.
 type clientListener struct {
 	net.Listener
 	d time.Duration
@@ -233,7 +235,7 @@ func (l clientListener) Accept() (net.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &boundedConn{Conn: c, w: writeBound{c: c, d: l.d, client: true}}, nil
+	return netbound.NewConn(c, l.d, clientWrites), nil
 }
 
 // SetReadDeadline sets the read deadline, but on fasthttp's connections keeps

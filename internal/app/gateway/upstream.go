@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/valyala/fasthttp"
+
+	"github.com/lanesdev/lanes/internal/lib/netbound"
 )
 
 // The fast path's upstream side: a keep-alive pool of HTTP/1.1 connections
@@ -25,7 +27,7 @@ import (
 // drops the pools that have had neither a request nor an idle connection
 // for as long (those of instances that left); a pool starts no goroutine of
 // its own. The pool bounds each write of a request (the upstream write
-// timeout, writeBound), the wait for the response headers (the
+// timeout, netbound), the wait for the response headers (the
 // response-header timeout) and each read of the response body (the upstream
 // read timeout, upConn.Read), hands
 // 1xx answers to the client as they come, and streams a body that is large
@@ -230,7 +232,7 @@ type upConn struct {
 	c     net.Conn
 	br    *bufio.Reader // reads through the upConn (Read)
 	bw    *bufio.Writer // writes through w
-	w     writeBound
+	w     netbound.Writer
 	used  time.Time // when it went idle
 	armed time.Time // the read deadline set on c, zero for none
 	// body is the upstream read timeout while the answer's body is read
@@ -241,75 +243,18 @@ type upConn struct {
 	prev, next *upConn
 }
 
-// writeBound writes to an instance's connection c, each write within the
-// upstream write timeout d (0: none): an instance that takes nothing of a
-// write for that long (hung, paused with SIGSTOP, or not reading an
-// upload) fails it with a *writeTimeoutError, as nginx's proxy_send_timeout
-// bounds the time between two writes. Both HTTP/1.1 paths write requests
-// through one: the fast path's upstream connections (upConn) and the
-// net/http path's transport (boundedConn). A write deadline already set
-// that falls at most deadlineSlack(d) before the one asked is kept, so
-// that a busy connection sets one about once a second rather than each
-// write (setting one is a runtime timer update). The gateway's servers
-// write answers to clients through one too (client set), each write within
-// the client write timeout (boundedConn, prefixConn).
-type writeBound struct {
-	c      net.Conn
-	d      time.Duration
-	armed  time.Time // the write deadline set on c
-	client bool      // c is a client's connection
-}
-
-func (w *writeBound) Write(p []byte) (int, error) {
-	if w.d > 0 {
-		if want := time.Now().Add(w.d); !keepDeadline(w.armed, want, w.d) {
-			w.c.SetWriteDeadline(want)
-			w.armed = want
-		}
-	}
-	n, err := w.c.Write(p)
-	if err != nil && w.d > 0 && errors.Is(err, os.ErrDeadlineExceeded) {
-		err = &writeTimeoutError{d: w.d, err: err, client: w.client}
-	}
-	return n, err
-}
-
-// boundedConn is a connection of the net/http path whose writes go
-// through a writeBound: one of its transport's to an instance, or one its
-// server accepted from a client (clientListener).
-type boundedConn struct {
-	net.Conn
-	w writeBound
-}
-
-func (c *boundedConn) Write(p []byte) (int, error) { return c.w.Write(p) }
-
-// CloseWrite closes the sending side, as net/http's server does before it
-// closes a connection whose request body it did not read.
-func (c *boundedConn) CloseWrite() error {
-	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
-		return cw.CloseWrite()
-	}
-	return nil
-}
-
-// writeTimeoutError is a write to an instance that it did not take within
-// the upstream write timeout, or to a client within the client write
-// timeout.
-type writeTimeoutError struct {
-	d      time.Duration
-	err    error
-	client bool
-}
-
-func (e *writeTimeoutError) Error() string {
-	if e.client {
-		return fmt.Sprintf("the client took none of the answer for %s (the client write timeout)", e.d)
-	}
-	return fmt.Sprintf("the instance took none of the request for %s (the upstream write timeout)", e.d)
-}
-func (e *writeTimeoutError) Unwrap() error { return e.err }
-func (e *writeTimeoutError) Timeout() bool { return true }
+// The writes of a request to an instance, and of an answer to a client,
+// are bounded by the upstream and client write timeouts (netbound): an
+// instance that takes nothing of a write for that long (hung, paused with
+// SIGSTOP, or not reading an upload) fails it, as nginx's
+// proxy_send_timeout bounds the time between two writes. Both HTTP/1.1
+// paths write requests through one: the fast path's upstream connections
+// (upConn) and the net/http path's transport (netbound.Conn); and answers
+// to clients alike (prefixConn, clientListener).
+var (
+	instanceWrites = &netbound.Names{Peer: "instance", What: "request", Setting: "upstream write timeout"}
+	clientWrites   = &netbound.Names{Peer: "client", What: "answer", Setting: "client write timeout"}
+)
 
 // readTimeoutError is a read of an answer's body from an instance that sent
 // nothing of it within the upstream read timeout, on both HTTP/1.1 paths.
@@ -329,7 +274,7 @@ func (e *readTimeoutError) Timeout() bool { return true }
 // nginx's proxy_read_timeout bounds the time between two reads: an instance
 // that sends nothing of the body for that long fails the read with a
 // *readTimeoutError. The deadline is kept as the write bound keeps its own
-// (keepDeadline).
+// (netbound.Keep).
 func (c *upConn) Read(p []byte) (int, error) {
 	if c.body > 0 {
 		c.readDeadline(time.Now(), c.body)
@@ -344,24 +289,17 @@ func (c *upConn) Read(p []byte) (int, error) {
 // readDeadline bounds the next reads of c, from now, by d: the wait for
 // the answer's headers (the response-header timeout), or each read of its
 // body (the upstream read timeout, Read). A read deadline already set that
-// falls at most deadlineSlack(d) before now+d is kept, so that a busy
+// falls at most netbound.Slack(d) before now+d is kept, so that a busy
 // connection sets one about once a second rather than twice a request
 // (setting one is a runtime timer update). The wait is thus bounded by d,
 // and lasts at least d less the slack.
 func (c *upConn) readDeadline(now time.Time, d time.Duration) {
 	want := now.Add(d)
-	if keepDeadline(c.armed, want, d) {
+	if netbound.Keep(c.armed, want, d) {
 		return
 	}
 	c.c.SetReadDeadline(want)
 	c.armed = want
-}
-
-// keepDeadline reports whether a deadline armed (zero: none) may stay for
-// one asked at want, of a timeout d: it falls at most deadlineSlack(d)
-// before want.
-func keepDeadline(armed, want time.Time, d time.Duration) bool {
-	return !armed.IsZero() && !armed.After(want) && want.Sub(armed) <= deadlineSlack(d)
 }
 
 // noDeadline removes the read deadline of c.
@@ -370,12 +308,6 @@ func (c *upConn) noDeadline() {
 		c.c.SetReadDeadline(time.Time{})
 		c.armed = time.Time{}
 	}
-}
-
-// deadlineSlack is how much earlier than asked a kept deadline may fall: a
-// tenth of d, at most a second.
-func deadlineSlack(d time.Duration) time.Duration {
-	return min(d/10, time.Second)
 }
 
 func (c *upConn) close() { c.c.Close() }
@@ -422,7 +354,7 @@ func (p *upPool) get(now time.Time) (c *upConn, reused bool, err error) {
 		p.mu.Unlock()
 		return nil, false, &unsentError{err}
 	}
-	c = &upConn{c: nc, w: writeBound{c: nc, d: p.u.write}}
+	c = &upConn{c: nc, w: netbound.Writer{C: nc, D: p.u.write, Names: instanceWrites}}
 	c.br = bufio.NewReaderSize(c, upBufSize)
 	c.bw = bufio.NewWriterSize(&c.w, upBufSize)
 	p.mu.Lock()
@@ -585,7 +517,7 @@ func (p *upPool) roundTrip(c *upConn, req *fasthttp.Request, resp *fasthttp.Resp
 		// A write that timed out is not sent again on a new connection
 		// (retry): the instance that did not take it is hung, or reads
 		// nothing more of this request.
-		var wt *writeTimeoutError
+		var wt *netbound.TimeoutError
 		timedOut := errors.As(werr, &wt)
 		switch {
 		case body.failed() != nil || req.Header.ConnectionClose():
@@ -595,7 +527,7 @@ func (p *upPool) roundTrip(c *upConn, req *fasthttp.Request, resp *fasthttp.Resp
 			// answered first and read no more (a 413 to an upload it
 			// refuses), and that answer stands, as below and as net/http's
 			// transport takes it; else the attempt fails now.
-			if !c.answered(deadlineSlack(wt.d)) {
+			if !c.answered(netbound.Slack(wt.D)) {
 				return false, werr
 			}
 		case !peerClosed(werr):
