@@ -423,7 +423,7 @@ func TestUploadToPausedInstance(t *testing.T) {
 	c := laneshttp.NewClient(f.e, laneshttp.WithEnv(noEnv), laneshttp.WithWriteTimeout(300*time.Millisecond))
 	t.Cleanup(c.CloseIdleConnections)
 	body := bytes.Repeat([]byte("x"), 48<<20) // well over what loopback sockets buffer
-	for i := range 2 {                       // round robin: one of them goes to the paused instance first
+	for i := range 2 {                        // round robin: one of them goes to the paused instance first
 		code, got, _, err := call(bg(t), c, http.MethodPut, "http://orders/", bytes.NewReader(body))
 		if err != nil || code != 200 || got != "alive" {
 			t.Fatalf("PUT %d: %d %q, %v; want alive's answer, on the retry if it went to the paused instance first", i, code, got, err)
