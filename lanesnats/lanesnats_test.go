@@ -209,6 +209,10 @@ func TestHandlerContextLane(t *testing.T) {
 		if info.State.Subjects["replies.alice.done"] != 5 || info.State.Subjects["replies._.done"] != 5 {
 			t.Errorf("replies by subject: %v", info.State.Subjects)
 		}
+		// A handling counts once its ack is sent, after the handler (and
+		// so the recorder) returned: wait for the count, then check that
+		// it is alice's five messages and no more.
+		waitFor(t, 10*time.Second, "alice's handlings counted", func() bool { return alice.Stats().Handled >= 5 })
 		if st := alice.Stats(); st.Handled != 5 {
 			t.Errorf("alice stats %+v", st)
 		}
