@@ -308,13 +308,13 @@ func (s *Service) eligible(req Request, r *route, l string, publish, due bool, x
 		var levels [3]*group
 		n := 0
 		if g := r.group; req.Host != "" && g.hosts != nil {
-			if h := g.hosts.get(req.Host); h != nil && !x.empty(h) {
+			if h := g.hosts.get(req.Host); h != nil && (x == nil || !x.empty(h)) {
 				levels[n] = h
 				n++
 			}
 		}
 		if g := r.group; req.Zone != "" && g.zones != nil {
-			if z := g.zones.get(req.Zone); z != nil && !x.empty(z) {
+			if z := g.zones.get(req.Zone); z != nil && (x == nil || !x.empty(z)) {
 				levels[n] = z
 				n++
 			}
