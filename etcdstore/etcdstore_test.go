@@ -162,17 +162,24 @@ func enableAuth(t *testing.T, srv etcdtest.Server) {
 	}
 }
 
+// openAuth opens a Store as the user lanes of enableAuth.
+func openAuth(t *testing.T, srv etcdtest.Server) *etcdstore.Store {
+	t.Helper()
+	s, err := etcdstore.Open(testCtx(t), etcdstore.Config{Endpoints: srv.Endpoints(), Username: "lanes", Password: "s3cret", Options: etcdstore.Options{Logger: testLogger}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
 // TestOpenWithAuth opens a Store with a username and password on an etcd
 // with authentication enabled, and checks that a wrong password is refused.
 func TestOpenWithAuth(t *testing.T) {
 	etcdtest.Each(t, func(t *testing.T, srv etcdtest.Server) {
 		ctx := testCtx(t)
 		enableAuth(t, srv)
-		s, err := etcdstore.Open(ctx, etcdstore.Config{Endpoints: srv.Endpoints(), Username: "lanes", Password: "s3cret", Options: etcdstore.Options{Logger: testLogger}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
+		s := openAuth(t, srv)
 		l, err := s.Register(ctx, inst("orders", "a", 1), 5*time.Second)
 		if err != nil {
 			t.Fatal(err)
@@ -212,11 +219,7 @@ func TestLogInAgain(t *testing.T) {
 	etcdtest.Each(t, func(t *testing.T, srv etcdtest.Server) {
 		ctx := testCtx(t)
 		enableAuth(t, srv)
-		s, err := etcdstore.Open(ctx, etcdstore.Config{Endpoints: srv.Endpoints(), Username: "lanes", Password: "s3cret", Options: etcdstore.Options{Logger: testLogger}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
+		s := openAuth(t, srv)
 		// The log-in goes on a checked member's connection once a check
 		// has answered.
 		waitFor(t, "a member check", func() bool {

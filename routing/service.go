@@ -267,19 +267,31 @@ func (s *Service) Pick(req Request) (res Result, err error) {
 func (s *Service) pickSlow(req Request) (Result, error) {
 	sn := s.snap.Load()
 	r, l := sn.route(req, &s.e.invalidLanes)
-	due := sn.due != 0 && s.now() >= sn.due
-	if due {
-		s.rebuildLater()
-	}
-	r, g, probe, l, err := s.eligible(req, r, l, false, due, nil)
+	r, g, probe, l, err := s.eligible(req, r, l, false, s.dueNow(sn), nil)
 	switch {
 	case err != nil:
 		return Result{}, err
 	case probe != nil:
-		return Result{Instance: probe.inst, Lane: r.lane, RequestLane: l, Reason: ReasonProbe, m: probe}, nil
+		return probeResult(probe, r, l), nil
 	}
 	m := g.pickReady()
 	return Result{Instance: m.inst, Lane: r.lane, RequestLane: l, Reason: r.reason, m: m}, nil
+}
+
+// dueNow reports whether the time-driven transition of sn is due, and if
+// so has an engine goroutine build the next snapshot (rebuildLater).
+func (s *Service) dueNow(sn *snapshot) bool {
+	due := sn.due != 0 && s.now() >= sn.due
+	if due {
+		s.rebuildLater()
+	}
+	return due
+}
+
+// probeResult is the answer of a pick that claimed probe, from route r, for
+// a request that carries lane l.
+func probeResult(probe *member, r *route, l string) Result {
+	return Result{Instance: probe.inst, Lane: r.lane, RequestLane: l, Reason: ReasonProbe, m: probe}
 }
 
 // eligible finds the group of instances that may serve req from route r,

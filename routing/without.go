@@ -33,10 +33,7 @@ func (s *Service) PickWithout(req Request, failed ...string) (Result, error) {
 	}
 	x := absent(failed)
 	sn := s.snap.Load()
-	due := sn.due != 0 && s.now() >= sn.due
-	if due {
-		s.rebuildLater()
-	}
+	due := s.dueNow(sn)
 	var invalid atomic.Uint64 // the call's first pick counted an invalid lane already
 	first, l := sn.route(req, &invalid)
 	r := first
@@ -51,7 +48,7 @@ func (s *Service) PickWithout(req Request, failed ...string) (Result, error) {
 	case err != nil:
 		return Result{}, err
 	case probe != nil:
-		return Result{Instance: probe.inst, Lane: r.lane, RequestLane: l, Reason: ReasonProbe, m: probe}, nil
+		return probeResult(probe, r, l), nil
 	}
 	reason := r.reason
 	if lanes && r.group != first.group && first.err == nil && len(first.group.ready) > 0 {
