@@ -229,6 +229,12 @@ type renewStream struct {
 	opened time.Time
 }
 
+// expired reports whether rs was opened renewStreamAge ago: it is ended
+// rather than used again.
+func (rs *renewStream) expired(now time.Time) bool {
+	return now.Sub(rs.opened) >= renewStreamAge
+}
+
 func newRenewals(ctx context.Context, client pb.LeaseClient) *renewals {
 	return &renewals{client: client, ctx: ctx}
 }
@@ -331,7 +337,7 @@ func (p *renewals) put(rs *renewStream) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.prune(now)
-	if len(p.idle) >= maxIdleRenewals || now.Sub(rs.opened) >= renewStreamAge || p.ctx.Err() != nil {
+	if len(p.idle) >= maxIdleRenewals || rs.expired(now) || p.ctx.Err() != nil {
 		rs.cancel()
 		return
 	}
@@ -353,7 +359,7 @@ func (p *renewals) flush() {
 func (p *renewals) prune(now time.Time) {
 	kept := p.idle[:0]
 	for _, rs := range p.idle {
-		if now.Sub(rs.opened) >= renewStreamAge {
+		if rs.expired(now) {
 			rs.cancel()
 			continue
 		}
