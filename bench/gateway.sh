@@ -24,6 +24,9 @@
 #      With GOPROXY_PLAIN=1 (the default), a plain httputil.ReverseProxy with
 #      the gateway's transport settings ("goproxy", gatewaybench -plain) runs
 #      the baseline case too, to show what Go's proxy costs without lanes;
+#      with LOOP=1 (the default), bench/loopproxy ("loop"), a minimal proxy
+#      on an event loop (gnet) with no rules, runs both cases, to show what
+#      Go can do when it reads a socket only after epoll says it is readable;
 #   5. prints requests/s, latency percentiles and the proxy's CPU time per
 #      request (user + system, from /proc, nginx workers included) per run,
 #      and the median of each column per case, with each proxy's requests/s
@@ -41,6 +44,7 @@
 #   HTTP1=fast      the gateway's HTTP/1.1 stack (gateway.Config.HTTP1):
 #                   fast (fasthttp, the default) or std (net/http)
 #   GOPROXY_PLAIN=0 skip the plain Go reverse proxy
+#   LOOP=0          skip the event-loop floor (bench/loopproxy)
 #   CADDY=0         skip Caddy
 #   HAPROXY=0       skip HAProxy
 #   KEEP=1          keep the temporary directory (configs, logs)
@@ -94,6 +98,7 @@ trap cleanup EXIT
 # 2. Backends.
 go build -o "$tmp/backend" ./bench/backend
 go build -o "$tmp/gatewaybench" ./bench/gatewaybench
+[ "${LOOP:-1}" != 1 ] || go build -o "$tmp/loopproxy" ./bench/loopproxy
 
 # start NAME CMD...: runs CMD in the background, waits for the address it
 # prints on its first line, and sets $addr.
@@ -130,6 +135,12 @@ if [ "${GOPROXY_PLAIN:-1}" = 1 ]; then
 	start goproxy "$tmp/gatewaybench" -plain -baseline "$base" -alice "$alice"
 	goproxy=$addr
 	goproxy_pid=${pids[-1]}
+fi
+loop="" loop_pid=""
+if [ "${LOOP:-1}" = 1 ]; then
+	start loop "$tmp/loopproxy" -baseline "$base" -alice "$alice"
+	loop=$addr
+	loop_pid=${pids[-1]}
 fi
 
 nport=$("$tmp/backend" -free-port)
@@ -250,7 +261,7 @@ EOF
 fi
 
 # Every proxy answers, from the right lane, before any measurement.
-for p in "$lanes" "$nginx" $caddy $haproxy; do
+for p in "$lanes" "$nginx" $caddy $haproxy $loop; do
 	for want in baseline alice; do
 		h=()
 		[ "$want" = baseline ] || h=(-H "x-lane: $want")
@@ -313,7 +324,7 @@ echo "wrk -t$THREADS -c$CONNS -d$DURATION, $ROUNDS rounds; lanes on $lanes, ngin
 [ -z "$haproxy" ] || echo "haproxy $("$HAPROXY_BIN" -v | head -n1 | cut -d' ' -f3) on $haproxy"
 echo "backends: baseline $base, alice $alice"
 
-for p in "$lanes" "$nginx" $caddy $haproxy $goproxy; do
+for p in "$lanes" "$nginx" $caddy $haproxy $goproxy $loop; do
 	wrk -t"$THREADS" -c"$CONNS" -d"$WARMUP" "http://$p/" >/dev/null
 done
 
@@ -322,7 +333,7 @@ results="$tmp/results"
 : >"$results"
 for round in $(seq 1 "$ROUNDS"); do
 	for want in baseline alice; do
-		for proxy in lanes nginx caddy haproxy goproxy; do
+		for proxy in lanes nginx caddy haproxy goproxy loop; do
 			case $proxy in
 			lanes) p=$lanes pid=$lanes_pid ;;
 			nginx) p=$nginx pid=$nginx_pid ;;
@@ -338,6 +349,10 @@ for round in $(seq 1 "$ROUNDS"); do
 				# The plain Go proxy knows no lanes: baseline requests only.
 				[ -n "$goproxy" ] && [ "$want" = baseline ] || continue
 				p=$goproxy pid=$goproxy_pid
+				;;
+			loop)
+				[ -n "$loop" ] || continue
+				p=$loop pid=$loop_pid
 				;;
 			esac
 			c0=$(cputicks "$pid")
@@ -362,7 +377,7 @@ done
 medians="$tmp/medians"
 : >"$medians"
 for want in baseline alice; do
-	for proxy in lanes nginx caddy haproxy goproxy; do
+	for proxy in lanes nginx caddy haproxy goproxy loop; do
 		grep -q "^$proxy $want " "$results" || continue
 		awk -v p=$proxy -v w=$want '
 			BEGIN { n = 0 }

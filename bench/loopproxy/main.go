@@ -1,0 +1,212 @@
+// Command loopproxy is a floor for bench/gateway.sh, not a proxy for real
+// traffic: the least an HTTP/1.1 proxy on an event loop does, in Go. It
+// serves on github.com/panjf2000/gnet/v2 (one event loop per core, which
+// reads a socket only once epoll has said it is readable, as nginx does),
+// sends a request with `x-lane: alice` to the alice backend and any other to
+// the baseline one, over one upstream connection per client connection and
+// backend on the client's event loop, and copies the answer back. It knows
+// no rules, rewrites no header, and serves only what bench/gateway.sh sends:
+// a request without a body, answered with a Content-Length. Anything else
+// closes the connection.
+//
+//	loopproxy -baseline 127.0.0.1:9001 -alice 127.0.0.1:9002
+//
+// It prints the address it listens on, then serves until SIGINT or SIGTERM.
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"net"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+
+	"github.com/panjf2000/gnet/v2"
+	"github.com/panjf2000/gnet/v2/pkg/logging"
+)
+
+var (
+	headEnd       = []byte("\r\n\r\n")
+	aliceHeader   = []byte("\r\nx-lane: alice\r\n") // as wrk and curl send it
+	contentLength = []byte("\r\nContent-Length:")   // as net/http writes it
+	requestBody   = [][]byte{[]byte("\r\ncontent-length:"), []byte("\r\nContent-Length:"), []byte("\r\ntransfer-encoding:"), []byte("\r\nTransfer-Encoding:")}
+)
+
+const (
+	baseline = iota
+	alice
+)
+
+type proxy struct {
+	gnet.BuiltinEventEngine
+	backends [2]net.Addr
+	booted   chan gnet.Engine
+}
+
+func (p *proxy) OnBoot(eng gnet.Engine) gnet.Action {
+	p.booted <- eng
+	return gnet.None
+}
+
+// client is a client connection's state: its upstream connections, and the
+// request waiting for one to open.
+type client struct {
+	up      [2]gnet.Conn
+	pending []byte
+}
+
+// upstream is an upstream connection's state.
+type upstream struct {
+	client  gnet.Conn
+	backend int
+}
+
+func (p *proxy) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
+	u, ok := c.Context().(*upstream)
+	if !ok {
+		c.SetContext(&client{})
+		return nil, gnet.None
+	}
+	cl, ok := u.client.Context().(*client)
+	if !ok { // the client left while this connection opened
+		return nil, gnet.Close
+	}
+	cl.up[u.backend] = c
+	if cl.pending != nil {
+		_, _ = c.Write(cl.pending)
+		cl.pending = nil
+	}
+	return nil, gnet.None
+}
+
+func (p *proxy) OnClose(c gnet.Conn, _ error) gnet.Action {
+	switch s := c.Context().(type) {
+	case *upstream:
+		if cl, ok := s.client.Context().(*client); ok && cl.up[s.backend] == c {
+			// An answer may have been cut: the client's connection goes too.
+			_ = s.client.Close()
+		}
+	case *client:
+		c.SetContext(nil)
+		for _, u := range s.up {
+			if u != nil {
+				_ = u.Close()
+			}
+		}
+	}
+	return gnet.None
+}
+
+func (p *proxy) OnTraffic(c gnet.Conn) gnet.Action {
+	switch s := c.Context().(type) {
+	case *upstream:
+		return s.answer(c)
+	case *client:
+		return p.request(c, s)
+	}
+	return gnet.Close
+}
+
+// request sends the client's request, once its head is in, upstream.
+func (p *proxy) request(c gnet.Conn, cl *client) gnet.Action {
+	buf, _ := c.Peek(-1)
+	end := bytes.Index(buf, headEnd)
+	if end < 0 {
+		return gnet.None
+	}
+	head := buf[:end+4]
+	for _, h := range requestBody {
+		if bytes.Contains(head, h) {
+			return gnet.Close
+		}
+	}
+	b := baseline
+	if bytes.Contains(head, aliceHeader) {
+		b = alice
+	}
+	if up := cl.up[b]; up != nil {
+		_, _ = up.Write(head)
+	} else {
+		cl.pending = append(cl.pending[:0], head...)
+		ctx := gnet.NewContext(context.Background(), &upstream{client: c, backend: b})
+		if _, err := c.EventLoop().Register(ctx, p.backends[b]); err != nil {
+			return gnet.Close
+		}
+	}
+	_, _ = c.Discard(len(head))
+	return gnet.None
+}
+
+// answer copies an answer, once it is whole, to the client.
+func (u *upstream) answer(c gnet.Conn) gnet.Action {
+	buf, _ := c.Peek(-1)
+	end := bytes.Index(buf, headEnd)
+	if end < 0 {
+		return gnet.None
+	}
+	i := bytes.Index(buf[:end+2], contentLength)
+	if i < 0 {
+		return gnet.Close
+	}
+	v := buf[i+len(contentLength) : end+2]
+	v = v[:bytes.IndexByte(v, '\r')]
+	n, err := strconv.Atoi(string(bytes.TrimSpace(v)))
+	if err != nil || n < 0 {
+		return gnet.Close
+	}
+	whole := end + 4 + n
+	if len(buf) < whole {
+		return gnet.None
+	}
+	_, _ = u.client.Write(buf[:whole])
+	_, _ = c.Discard(whole)
+	return gnet.None
+}
+
+func main() {
+	addr := flag.String("addr", "127.0.0.1:0", "listen address")
+	base := flag.String("baseline", "", "address of the baseline backend")
+	al := flag.String("alice", "", "address of the alice backend")
+	flag.Parse()
+	p := &proxy{booted: make(chan gnet.Engine, 1)}
+	for i, a := range []string{*base, *al} {
+		ta, err := net.ResolveTCPAddr("tcp", a)
+		if err != nil || a == "" {
+			log.Fatalf("loopproxy: -baseline and -alice must be host:port addresses, got %q", a)
+		}
+		p.backends[i] = ta
+	}
+	// gnet takes an address, not a listener: find a free port, then listen on it.
+	l, err := net.Listen("tcp", *addr)
+	if err != nil {
+		log.Fatal(err)
+	}
+	listen := l.Addr().String()
+	_ = l.Close()
+	fmt.Println(listen)
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	errc := make(chan error, 1)
+	go func() {
+		errc <- gnet.Run(p, "tcp://"+listen, gnet.WithMulticore(true),
+			gnet.WithTCPNoDelay(gnet.TCPNoDelay), gnet.WithLogLevel(logging.ErrorLevel))
+	}()
+	select {
+	case err := <-errc:
+		log.Fatal(err)
+	case eng := <-p.booted:
+		select {
+		case err := <-errc:
+			log.Fatal(err)
+		case <-ctx.Done():
+			_ = eng.Stop(context.Background())
+			<-errc
+		}
+	}
+}
