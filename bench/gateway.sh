@@ -27,6 +27,9 @@
 #      with LOOP=1 (the default), bench/loopproxy ("loop"), a minimal proxy
 #      on an event loop (gnet) with no rules, runs both cases, to show what
 #      Go can do when it reads a socket only after epoll says it is readable;
+#      with LOOP_HEADERS=1 (not the default), the same floor with -parse
+#      ("loophdr"), which also parses and rewrites both heads as the
+#      gateway does;
 #   5. prints requests/s, latency percentiles and the proxy's CPU time per
 #      request (user + system, from /proc, nginx workers included) per run,
 #      and the median of each column per case, with each proxy's requests/s
@@ -45,6 +48,7 @@
 #                   fast (fasthttp, the default) or std (net/http)
 #   GOPROXY_PLAIN=0 skip the plain Go reverse proxy
 #   LOOP=0          skip the event-loop floor (bench/loopproxy)
+#   LOOP_HEADERS=1  also run that floor with its header work (-parse)
 #   CADDY=0         skip Caddy
 #   HAPROXY=0       skip HAProxy
 #   KEEP=1          keep the temporary directory (configs, logs)
@@ -98,7 +102,7 @@ trap cleanup EXIT
 # 2. Backends.
 go build -o "$tmp/backend" ./bench/backend
 go build -o "$tmp/gatewaybench" ./bench/gatewaybench
-[ "${LOOP:-1}" != 1 ] || go build -o "$tmp/loopproxy" ./bench/loopproxy
+[ "${LOOP:-1}" != 1 ] && [ "${LOOP_HEADERS:-0}" != 1 ] || go build -o "$tmp/loopproxy" ./bench/loopproxy
 
 # start NAME CMD...: runs CMD in the background, waits for the address it
 # prints on its first line, and sets $addr.
@@ -141,6 +145,12 @@ if [ "${LOOP:-1}" = 1 ]; then
 	start loop "$tmp/loopproxy" -baseline "$base" -alice "$alice"
 	loop=$addr
 	loop_pid=${pids[-1]}
+fi
+loophdr="" loophdr_pid=""
+if [ "${LOOP_HEADERS:-0}" = 1 ]; then
+	start loophdr "$tmp/loopproxy" -parse -baseline "$base" -alice "$alice"
+	loophdr=$addr
+	loophdr_pid=${pids[-1]}
 fi
 
 nport=$("$tmp/backend" -free-port)
@@ -261,7 +271,7 @@ EOF
 fi
 
 # Every proxy answers, from the right lane, before any measurement.
-for p in "$lanes" "$nginx" $caddy $haproxy $loop; do
+for p in "$lanes" "$nginx" $caddy $haproxy $loop $loophdr; do
 	for want in baseline alice; do
 		h=()
 		[ "$want" = baseline ] || h=(-H "x-lane: $want")
@@ -324,7 +334,7 @@ echo "wrk -t$THREADS -c$CONNS -d$DURATION, $ROUNDS rounds; lanes on $lanes, ngin
 [ -z "$haproxy" ] || echo "haproxy $("$HAPROXY_BIN" -v | head -n1 | cut -d' ' -f3) on $haproxy"
 echo "backends: baseline $base, alice $alice"
 
-for p in "$lanes" "$nginx" $caddy $haproxy $goproxy $loop; do
+for p in "$lanes" "$nginx" $caddy $haproxy $goproxy $loop $loophdr; do
 	wrk -t"$THREADS" -c"$CONNS" -d"$WARMUP" "http://$p/" >/dev/null
 done
 
@@ -333,7 +343,7 @@ results="$tmp/results"
 : >"$results"
 for round in $(seq 1 "$ROUNDS"); do
 	for want in baseline alice; do
-		for proxy in lanes nginx caddy haproxy goproxy loop; do
+		for proxy in lanes nginx caddy haproxy goproxy loop loophdr; do
 			case $proxy in
 			lanes) p=$lanes pid=$lanes_pid ;;
 			nginx) p=$nginx pid=$nginx_pid ;;
@@ -353,6 +363,10 @@ for round in $(seq 1 "$ROUNDS"); do
 			loop)
 				[ -n "$loop" ] || continue
 				p=$loop pid=$loop_pid
+				;;
+			loophdr)
+				[ -n "$loophdr" ] || continue
+				p=$loophdr pid=$loophdr_pid
 				;;
 			esac
 			c0=$(cputicks "$pid")
@@ -377,7 +391,7 @@ done
 medians="$tmp/medians"
 : >"$medians"
 for want in baseline alice; do
-	for proxy in lanes nginx caddy haproxy goproxy loop; do
+	for proxy in lanes nginx caddy haproxy goproxy loop loophdr; do
 		grep -q "^$proxy $want " "$results" || continue
 		awk -v p=$proxy -v w=$want '
 			BEGIN { n = 0 }

@@ -9,12 +9,21 @@
 // a request without a body, answered with a Content-Length. Anything else
 // closes the connection.
 //
-//	loopproxy -baseline 127.0.0.1:9001 -alice 127.0.0.1:9002
+// With -parse it also does the header work of the gateway's fast path on
+// each request, with the same library (fasthttp's header types): it parses
+// the client's head and the instance's, writes the forwarding headers
+// (X-Forwarded-For, -Host, -Proto; Forwarded removed), the lane headers
+// (x-lane, baggage) and hop-by-hop removal on the way out, and x-lane and
+// x-lane-served on the answer: what an event-loop path would add to the
+// floor, short of the gateway's rules and pick.
+//
+//	loopproxy -baseline 127.0.0.1:9001 -alice 127.0.0.1:9002 [-parse]
 //
 // It prints the address it listens on, then serves until SIGINT or SIGTERM.
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"flag"
@@ -28,6 +37,7 @@ import (
 
 	"github.com/panjf2000/gnet/v2"
 	"github.com/panjf2000/gnet/v2/pkg/logging"
+	"github.com/valyala/fasthttp"
 )
 
 var (
@@ -45,6 +55,7 @@ const (
 type proxy struct {
 	gnet.BuiltinEventEngine
 	backends [2]net.Addr
+	parse    bool
 	booted   chan gnet.Engine
 }
 
@@ -58,6 +69,72 @@ func (p *proxy) OnBoot(eng gnet.Engine) gnet.Action {
 type client struct {
 	up      [2]gnet.Conn
 	pending []byte
+	heads   *heads // with -parse
+}
+
+// heads is a client connection's header work with -parse: fasthttp's
+// parsers read from r, over the bytes of one head.
+type heads struct {
+	req  fasthttp.RequestHeader
+	resp fasthttp.ResponseHeader
+	src  bytes.Reader
+	r    *bufio.Reader
+	out  []byte
+}
+
+var (
+	laneName     = []byte("alice")
+	baggageAlice = []byte("lane=alice")
+	servedValue  = [2][]byte{[]byte("baseline"), []byte("alice")}
+	peerAddr     = []byte("127.0.0.1")
+	protoHTTP    = []byte("http")
+)
+
+// request parses head, rewrites it as the gateway does, and returns the
+// backend and the head to send.
+func (h *heads) request(head []byte) (int, []byte, bool) {
+	h.src.Reset(head)
+	h.r.Reset(&h.src)
+	if err := h.req.Read(h.r); err != nil {
+		return 0, nil, false
+	}
+	if n := h.req.ContentLength(); n > 0 || n == -1 { // a body, or a chunked one
+		return 0, nil, false
+	}
+	b := baseline
+	if bytes.Equal(h.req.Peek("X-Lane"), laneName) {
+		b = alice
+	}
+	h.req.Del("Connection")
+	h.req.Del("Forwarded")
+	h.req.SetBytesV("X-Forwarded-For", peerAddr)
+	h.req.SetBytesV("X-Forwarded-Host", h.req.Host())
+	h.req.SetBytesV("X-Forwarded-Proto", protoHTTP)
+	h.req.Del("X-Lane")
+	h.req.Del("Baggage")
+	if b == alice {
+		h.req.SetBytesV("X-Lane", laneName)
+		h.req.SetBytesV("Baggage", baggageAlice)
+	}
+	h.out = h.req.AppendBytes(h.out[:0])
+	return b, h.out, true
+}
+
+// answer parses an answer's head and rewrites it as the gateway does.
+func (h *heads) answer(head []byte, b int) ([]byte, int, bool) {
+	h.src.Reset(head)
+	h.r.Reset(&h.src)
+	if err := h.resp.Read(h.r); err != nil || h.resp.ContentLength() < 0 {
+		return nil, 0, false
+	}
+	h.resp.Del("X-Lane-Served")
+	h.resp.Del("X-Lane")
+	if b == alice {
+		h.resp.SetBytesV("X-Lane", laneName)
+	}
+	h.resp.SetBytesV("X-Lane-Served", servedValue[b])
+	h.out = h.resp.AppendBytes(h.out[:0])
+	return h.out, h.resp.ContentLength(), true
 }
 
 // upstream is an upstream connection's state.
@@ -69,7 +146,11 @@ type upstream struct {
 func (p *proxy) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 	u, ok := c.Context().(*upstream)
 	if !ok {
-		c.SetContext(&client{})
+		cl := &client{}
+		if p.parse {
+			cl.heads = &heads{r: bufio.NewReaderSize(nil, 4096)}
+		}
+		c.SetContext(cl)
 		return nil, gnet.None
 	}
 	cl, ok := u.client.Context().(*client)
@@ -120,14 +201,22 @@ func (p *proxy) request(c gnet.Conn, cl *client) gnet.Action {
 		return gnet.None
 	}
 	head := buf[:end+4]
-	for _, h := range requestBody {
-		if bytes.Contains(head, h) {
+	n := len(head)
+	b := baseline
+	if cl.heads != nil {
+		var ok bool
+		if b, head, ok = cl.heads.request(head); !ok {
 			return gnet.Close
 		}
-	}
-	b := baseline
-	if bytes.Contains(head, aliceHeader) {
-		b = alice
+	} else {
+		for _, h := range requestBody {
+			if bytes.Contains(head, h) {
+				return gnet.Close
+			}
+		}
+		if bytes.Contains(head, aliceHeader) {
+			b = alice
+		}
 	}
 	if up := cl.up[b]; up != nil {
 		_, _ = up.Write(head)
@@ -138,7 +227,7 @@ func (p *proxy) request(c gnet.Conn, cl *client) gnet.Action {
 			return gnet.Close
 		}
 	}
-	_, _ = c.Discard(len(head))
+	_, _ = c.Discard(n)
 	return gnet.None
 }
 
@@ -147,6 +236,19 @@ func (u *upstream) answer(c gnet.Conn) gnet.Action {
 	buf, _ := c.Peek(-1)
 	end := bytes.Index(buf, headEnd)
 	if end < 0 {
+		return gnet.None
+	}
+	if cl, ok := u.client.Context().(*client); ok && cl.heads != nil {
+		head, n, ok := cl.heads.answer(buf[:end+4], u.backend)
+		if !ok {
+			return gnet.Close
+		}
+		whole := end + 4 + n
+		if len(buf) < whole {
+			return gnet.None
+		}
+		_, _ = u.client.Writev([][]byte{head, buf[end+4 : whole]})
+		_, _ = c.Discard(whole)
 		return gnet.None
 	}
 	i := bytes.Index(buf[:end+2], contentLength)
@@ -172,8 +274,9 @@ func main() {
 	addr := flag.String("addr", "127.0.0.1:0", "listen address")
 	base := flag.String("baseline", "", "address of the baseline backend")
 	al := flag.String("alice", "", "address of the alice backend")
+	parse := flag.Bool("parse", false, "parse and rewrite both heads with fasthttp's header types, as the gateway does")
 	flag.Parse()
-	p := &proxy{booted: make(chan gnet.Engine, 1)}
+	p := &proxy{booted: make(chan gnet.Engine, 1), parse: *parse}
 	for i, a := range []string{*base, *al} {
 		ta, err := net.ResolveTCPAddr("tcp", a)
 		if err != nil || a == "" {
