@@ -58,7 +58,7 @@ func fleetInstances(tb testing.TB, n, lanes int) []registry.Instance {
 var pickCases = []struct {
 	name string
 	req  Request
-	host string // "", "lane" or "baseline": which instance's host the request comes from
+	host string // "", "lane", "baseline" or "none" (a host without instances): which instance's host the request comes from
 	want string // the serving lane
 }{
 	{"request=lane", Request{Lane: "lane-0"}, "", "lane-0"},
@@ -66,6 +66,7 @@ var pickCases = []struct {
 	{"request=baseline", Request{}, "", ""},
 	{"request=lane-host", Request{Lane: "lane-0"}, "lane", "lane-0"},
 	{"request=baseline-host", Request{}, "baseline", ""},
+	{"request=lane-otherhost", Request{Lane: "lane-0"}, "none", "lane-0"},
 }
 
 // BenchmarkPick measures one pick through a service handle, with the
@@ -88,9 +89,11 @@ func BenchmarkPick(b *testing.B) {
 								req.Host = fmt.Sprintf("h%d", max(1, n/2))
 							case "baseline":
 								req.Host = "h0"
+							case "none":
+								req.Host = "elsewhere"
 							}
 							r, err := svc.Pick(req)
-							if err != nil || r.Lane != c.want || req.Host != "" && r.Instance.Host != req.Host {
+							if err != nil || r.Lane != c.want || c.host != "none" && req.Host != "" && r.Instance.Host != req.Host {
 								b.Fatalf("picked %s on %s in lane %q, %v; want lane %q, host %q", r.Instance.ID, r.Instance.Host, r.Lane, err, c.want, req.Host)
 							}
 							b.ReportAllocs()
@@ -251,6 +254,7 @@ func TestPickDoesNotAllocate(t *testing.T) {
 	for _, req := range []Request{
 		{}, {Lane: "lane-0"}, {Lane: "ghost"}, {Lane: "nobody"}, {Zone: "az1"}, {Lane: "lane-3", Zone: "az2"},
 		{Key: "user-7"}, {Lane: "not valid"}, {Lane: "strict"},
+		{Lane: "lane-0", Host: "h600"}, {Lane: "lane-0", Host: "elsewhere"}, {Host: "elsewhere", Zone: "az1"},
 	} {
 		if n := testing.AllocsPerRun(1000, func() { svc.Pick(req) }); n != 0 {
 			t.Errorf("Pick(%+v) allocates %.1f times", req, n)

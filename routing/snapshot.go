@@ -595,11 +595,14 @@ func (k keySlots) slot(key string) (keySlots, int) {
 
 // subgroups are the sub-groups of a group by host or by zone. A process
 // calls from one host and one zone, so the sub-group found last is kept, to
-// be found again by comparing the key instead of hashing it.
+// be found again by comparing the key instead of hashing it; and so is the
+// key looked up last that has no sub-group (a caller on a host without an
+// instance of the service asks for it on every pick).
 type subgroups struct {
 	entries []subgroup
 	byKey   map[string]*subgroup // nil for a few entries, which are compared
 	last    atomic.Pointer[subgroup]
+	miss    atomic.Pointer[string]
 }
 
 type subgroup struct {
@@ -624,6 +627,9 @@ func (s *subgroups) get(key string) *group {
 	if e := s.last.Load(); e != nil && e.key == key {
 		return &e.g
 	}
+	if m := s.miss.Load(); m != nil && *m == key {
+		return nil
+	}
 	var e *subgroup
 	if s.byKey != nil {
 		e = s.byKey[key]
@@ -636,6 +642,8 @@ func (s *subgroups) get(key string) *group {
 		}
 	}
 	if e == nil {
+		miss := key // allocated here only, when the key missed is a new one
+		s.miss.Store(&miss)
 		return nil
 	}
 	s.last.Store(e)
