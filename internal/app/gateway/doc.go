@@ -256,7 +256,14 @@
 // connections on goroutines of its own, closes the transport's body when a
 // read of it has waited that long (stallBody). A small body of known
 // length, which the fast path reads whole before the head goes out, fails
-// the attempt there instead (502, or a retry).
+// the attempt there instead (502, or a retry). An answer that the instance
+// cuts otherwise (it resets or closes the connection in the middle of the
+// body) is cut alike. So is one to a request that the fast path hands to
+// the net/http handler, whose ReverseProxy aborts it (http.ErrAbortHandler)
+// as under net/http's server (adaptedServer): fasthttpadaptor then closes
+// the connection without the answer it held (up to 1 MiB), or without the
+// last chunk of one it had flushed, never with a short body framed as
+// whole.
 //
 // Each write of an answer to a client, on the connections that Serve
 // accepts, is bounded by [Config.ClientWriteTimeout], 60s by default, as

@@ -576,15 +576,32 @@ type adaptedKey struct{}
 
 // serveAdapted is the net/http handler of the requests that the fast path
 // hands over (adapt): the gateway's, with the request's body as it streams,
-// and with an answer that streams once it is over maxBufferedBody
-// (streamingWriter), where fasthttpadaptor would hold it whole.
+// with an answer that streams once it is over maxBufferedBody
+// (streamingWriter), where fasthttpadaptor would hold it whole, and with an
+// answer that the instance cut (adaptedServer) cut for the client too.
 func (f *fastPath) serveAdapted(w http.ResponseWriter, r *http.Request) {
 	if b, ok := r.Context().Value(adaptedKey{}).(*adaptedBody); ok {
 		r.Body, r.ContentLength, b.trailer = b, int64(b.kb.size), r.Trailer
 		defer b.Close()
 	}
+	r = r.WithContext(context.WithValue(r.Context(), http.ServerContextKey, adaptedServer))
 	f.g.ServeHTTP(&streamingWriter{ResponseWriter: w}, r)
 }
+
+// adaptedServer is the server that the context of a request handed to the
+// net/http handler names (http.ServerContextKey), as net/http's server
+// names itself: httputil.ReverseProxy aborts an answer whose body it could
+// not copy whole (the instance stalled past the upstream read timeout, or
+// reset the connection, in the middle of it) with http.ErrAbortHandler only
+// under a server; without one it returns as if the answer were whole, and
+// fasthttpadaptor would send what it had of it as a whole answer (a short
+// body with a Content-Length of its size, or a chunked body with its last
+// chunk). fasthttpadaptor recovers the abort and cuts the answer: it
+// closes the connection without any of it when it held it all, and without
+// the last chunk when it had flushed it (streamingWriter, or an answer of
+// unknown length, which ReverseProxy flushes as it comes). Nothing reads
+// the server's fields.
+var adaptedServer = new(http.Server)
 
 // adaptedBody is the body of a request that the fast path hands to the
 // net/http handler, read as it streams from the client (keptBody: each read
