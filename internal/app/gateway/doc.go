@@ -29,8 +29,16 @@
 //     16 KiB, and every chunked one (with its trailers), is copied to the
 //     instance as the client sends it, with its framing (Content-Length
 //     kept; chunks re-framed); a smaller one of known length is read whole
-//     before the attempt. Neither path bounds a body's size. 100-continue
-//     is answered by the server. Upgrades (WebSocket), requests with a TE
+//     before the attempt. While a body streams, the attempt reads the
+//     answer as it writes, as net/http's transport does: an instance that
+//     answers before it has read the body (a 401 from an auth check, a 413
+//     to a body over its limit, a redirect) and then reads no more of it, or
+//     closes, has its answer passed on at once; the rest of the body is not
+//     sent, the instance's connection is not used again and the client's
+//     closes after the answer, the rest of its body never read as a
+//     request; 1xx answers go on during the upload too. The net/http path
+//     closes the client's connection alike, after such an answer. Neither
+//     path bounds a body's size. 100-continue is answered by the server. Upgrades (WebSocket), requests with a TE
 //     header and request targets that are not an origin-form path are
 //     handed to the net/http handler through fasthttpadaptor, on the same
 //     connection; their bodies stream there too, unbounded (the adaptor

@@ -324,7 +324,7 @@ func (f *fastPath) serve(ctx *fasthttp.RequestCtx) {
 		return
 	}
 	defer func() {
-		if st.body != nil && !st.body.eof {
+		if st.body != nil && !st.body.eof.Load() {
 			// A body that streams and was not read through (the
 			// instance failed, or answered, before its end): the rest
 			// is not waited for.

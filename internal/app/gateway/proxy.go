@@ -338,6 +338,15 @@ func (g *Gateway) modifyResponse(resp *http.Response) error {
 	delete(h, hLaneServed)
 	g.laneHeaders(st, stdFields(st.w.Header()))
 	g.m.served(st.pick().Lane)
+	if st.body != nil && !st.body.eof.Load() && resp.Request.ProtoMajor == 1 {
+		// The instance answered before the transport read the client's
+		// body through (a 401 or 413 to an upload): the connection closes
+		// after the answer, as on the fast path, and net/http's server
+		// then sends the answer at once, where it would first take the
+		// body's lock to drain the rest, which the transport, blocked
+		// reading it from a client that waits for the answer, holds.
+		st.w.Header()["Connection"] = connClose
+	}
 	if st.grpc && resp.StatusCode < 500 && len(h["Grpc-Status"]) == 0 {
 		resp.Body = &grpcBody{ReadCloser: resp.Body, resp: resp, st: st}
 	}
@@ -761,8 +770,11 @@ func idempotent(req *http.Request) bool { return laneshttp.IsIdempotent(req) }
 type keptBody struct {
 	r    io.Reader
 	read bool
-	eof  bool  // r was read to its end
-	err  error // the first error reading r, other than io.EOF
+	// eof is set once r was read to its end; atomic, as the net/http
+	// path's transport reads the body on a goroutine of its own while
+	// modifyResponse asks.
+	eof atomic.Bool
+	err error // the first error reading r, other than io.EOF
 	// size is, on the fast path, the body's Content-Length, or -1 for a
 	// chunked body; got counts what was read of it. (net/http's body
 	// tells a body shorter than its Content-Length itself.)
@@ -785,7 +797,7 @@ func (b *keptBody) Read(p []byte) (int, error) {
 	}
 	switch {
 	case err == io.EOF:
-		b.eof = true
+		b.eof.Store(true)
 	case err != nil && b.err == nil:
 		b.err = err
 	}

@@ -86,6 +86,9 @@ func TestUploadStreams(t *testing.T) {
 			if res.StatusCode != http.StatusOK || string(got) != c.want {
 				t.Errorf("%d %s, want 200 %s", res.StatusCode, got, c.want)
 			}
+			if c.length >= 0 && res.Close {
+				t.Errorf("the connection closes after an upload of known length that was read through")
+			}
 		})
 	}
 }
@@ -391,26 +394,193 @@ func TestLongUploadThenAnswer(t *testing.T) {
 
 // TestEarlyAnswerFromDeafInstance: an instance that answers an upload (413)
 // after its head and then reads no more of it, without closing the
-// connection, has its answer reach the client on both paths: net/http's
-// transport reads the answer while it writes; the fast path, whose write
-// then times out, finds the answer there.
+// connection, has its answer reach the client on both paths, with a body of
+// known length or chunked, although the upstream write timeout is far off:
+// the answer is read while the body is written (net/http's transport does
+// so), not found once the write has timed out.
 func TestEarlyAnswerFromDeafInstance(t *testing.T) {
-	w := newWorld(t, "", Config{UpstreamWriteTimeout: 200 * time.Millisecond, ResponseHeaderTimeout: time.Hour})
+	w := newWorld(t, "", Config{UpstreamWriteTimeout: time.Hour, ResponseHeaderTimeout: time.Hour})
 	w.register(t, "orders", "deaf", deaf(t, "HTTP/1.1 413 Request Entity Too Large\r\nContent-Length: 3\r\n\r\nno\n"), "")
-	req, err := http.NewRequest(http.MethodPost, w.url+"/upload", bytes.NewReader(make([]byte, deafUpload)))
+	for _, chunked := range []bool{false, true} {
+		req, err := http.NewRequest(http.MethodPost, w.url+"/upload", bytes.NewReader(make([]byte, deafUpload)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if chunked {
+			req.ContentLength, req.Body = -1, io.NopCloser(req.Body)
+		}
+		r := doReq(t, w.client, req)
+		if r.status != http.StatusRequestEntityTooLarge || r.body != "no\n" || r.header.Get(hLaneServed) != "baseline" {
+			t.Errorf("chunked %v: %d %q (x-lane-served %q), want the instance's 413", chunked, r.status, r.body, r.header.Get(hLaneServed))
+		}
+	}
+}
+
+// The uploads of TestEarlyAnswerMidUpload: the client sends earlyHead bytes
+// of the body, then holds the rest, earlyRest, back until it has the
+// answer. earlyHead is over the 256 KiB of a chunked body that net/http's
+// server reads before it answers.
+const (
+	earlyHead = 1 << 20
+	earlyRest = 7 << 20
+)
+
+// smuggled is a request in the bytes of a body that an instance did not
+// read: the gateway must never read it as a request.
+const smuggled = "GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n"
+
+// TestEarlyAnswerMidUpload: an instance that answers an upload (413, 401)
+// as soon as it has the head, without reading the body, has its answer
+// reach the client while the client still holds most of the body back, on
+// both paths (net/http's transport reads the answer while it writes the
+// body): the instance is a net/http server, which answers and closes the
+// connection, or a raw one, which answers and then reads no more, without
+// closing. The client gets the instance's status and body; the call is no
+// failure of the instance (one failure would eject it) and is not retried
+// (PUT, with two instances); the client's connection then closes, and the
+// rest of the body, a request in its bytes, is never read as a request.
+func TestEarlyAnswerMidUpload(t *testing.T) {
+	kinds := []struct {
+		name  string
+		serve func(t *testing.T, status int, hits *atomic.Int32) string
+	}{
+		{"net-http", func(t *testing.T, status int, hits *atomic.Int32) string {
+			return serveBackend(t, http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+				hits.Add(1)
+				http.Error(rw, "no", status)
+			}))
+		}},
+		{"raw", func(t *testing.T, status int, hits *atomic.Int32) string {
+			return deafCounting(t, fmt.Sprintf("HTTP/1.1 %d %s\r\nContent-Length: 3\r\n\r\nno\n", status, http.StatusText(status)), hits)
+		}},
+	}
+	for _, kind := range kinds {
+		for _, status := range []int{http.StatusRequestEntityTooLarge, http.StatusUnauthorized} {
+			for _, chunked := range []bool{false, true} {
+				t.Run(fmt.Sprintf("%s/%d/chunked=%v", kind.name, status, chunked), func(t *testing.T) {
+					w := newWorld(t, "outlier: {errors: 1, window: 1m, ejection: 10m}\n", Config{})
+					var hits atomic.Int32
+					w.register(t, "orders", "one", kind.serve(t, status, &hits), "")
+					w.register(t, "orders", "two", kind.serve(t, status, &hits), "")
+					res, extra := uploadHeldBack(t, w.addr, chunked)
+					if res.status != status || res.body != "no\n" || res.header.Get(hLaneServed) != "baseline" {
+						t.Errorf("%d %q (x-lane-served %q), want the instance's %d", res.status, res.body, res.header.Get(hLaneServed), status)
+					}
+					if extra != "" {
+						t.Errorf("after the answer, the gateway sent %q: the rest of the body was read as a request", trim([]byte(extra)))
+					}
+					if n := hits.Load(); n != 1 {
+						t.Errorf("the instances got %d requests, want 1 (no retry, nothing smuggled)", n)
+					}
+					d, err := w.engine.Service("orders").Resolve(routing.Request{})
+					if err != nil || len(d.Eligible) != 2 {
+						t.Errorf("eligible %v (%v), want both instances: the answer is no failure", d.Eligible, err)
+					}
+				})
+			}
+		}
+	}
+}
+
+// uploadHeldBack sends a PUT with an upload of earlyHead+earlyRest bytes
+// (of known length, or chunked) to the gateway at addr, over TCP: the head
+// and earlyHead bytes of the body, then, once it has read an answer, the
+// rest, which starts with a request (smuggled). It returns the answer and
+// what the gateway sent after it before it closed the connection. An
+// answer that does not come within waitFor fails the test.
+func uploadHeldBack(t *testing.T, addr string, chunked bool) (reply, string) {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, waitFor)
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := doReq(t, w.client, req)
-	if r.status != http.StatusRequestEntityTooLarge || r.body != "no\n" || r.header.Get(hLaneServed) != "baseline" {
-		t.Errorf("%d %q (x-lane-served %q), want the instance's 413", r.status, r.body, r.header.Get(hLaneServed))
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(waitFor))
+	framing := fmt.Sprintf("Content-Length: %d", earlyHead+earlyRest)
+	if chunked {
+		framing = "Transfer-Encoding: chunked"
+	}
+	head := bytes.Repeat([]byte("a"), earlyHead)
+	rest := append([]byte(smuggled), bytes.Repeat([]byte("b"), earlyRest-len(smuggled))...)
+	if chunked {
+		head = append(fmt.Appendf(nil, "%x\r\n", len(head)), append(head, "\r\n"...)...)
+		rest = append(fmt.Appendf(nil, "%x\r\n", len(rest)), append(rest, "\r\n0\r\n\r\n"+smuggled...)...)
+	}
+	if _, err := fmt.Fprintf(c, "PUT /upload HTTP/1.1\r\nHost: x\r\n%s\r\n\r\n%s", framing, head); err != nil {
+		t.Fatalf("sending the first %d bytes of the body: %v", earlyHead, err)
+	}
+	br := bufio.NewReader(c)
+	res, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatalf("no answer while the client held back the rest of the body: %v", err)
+	}
+	body, err := io.ReadAll(res.Body)
+	res.Body.Close()
+	if err != nil {
+		t.Fatalf("reading the answer's body: %v", err)
+	}
+	// The gateway may have closed the connection: no matter. What it sends
+	// after the answer is read up to its end, or a reset.
+	c.Write(rest)
+	after, _ := io.ReadAll(br)
+	return reply{status: res.StatusCode, header: res.Header, body: string(body)}, string(after)
+}
+
+// TestInterimAnswerMidUpload: a 1xx answer that an instance sends while an
+// upload streams (103 Early Hints, after some of the body) reaches the
+// client as it comes, before the end of the body, on both paths, and the
+// final answer after it.
+func TestInterimAnswerMidUpload(t *testing.T) {
+	w := newWorld(t, "", Config{})
+	w.register(t, "orders", "up", serveBackend(t, http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		n, _ := io.CopyN(io.Discard, r.Body, uploadSeen)
+		rw.Header().Set("Link", "</style.css>; rel=preload")
+		rw.WriteHeader(http.StatusEarlyHints)
+		rw.Header().Del("Link")
+		m, _ := io.Copy(io.Discard, r.Body)
+		fmt.Fprintf(rw, "%d", n+m)
+	})), "")
+	for _, chunked := range []bool{false, true} {
+		c, err := net.DialTimeout("tcp", w.addr, waitFor)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(waitFor))
+		framing := fmt.Sprintf("Content-Length: %d", uploadHead+uploadRest)
+		head, rest := strings.Repeat("a", uploadHead), strings.Repeat("b", uploadRest)
+		if chunked {
+			framing = "Transfer-Encoding: chunked"
+			head, rest = fmt.Sprintf("%x\r\n%s\r\n", len(head), head), fmt.Sprintf("%x\r\n%s\r\n0\r\n\r\n", len(rest), rest)
+		}
+		fmt.Fprintf(c, "POST / HTTP/1.1\r\nHost: x\r\n%s\r\n\r\n%s", framing, head)
+		br := bufio.NewReader(c)
+		res, err := http.ReadResponse(br, nil)
+		if err != nil || res.StatusCode != http.StatusEarlyHints || res.Header.Get("Link") == "" {
+			c.Close()
+			t.Fatalf("chunked %v, while the client held back the rest of the body: %v, %v; want 103 Early Hints with its Link", chunked, res, err)
+		}
+		io.WriteString(c, rest)
+		res, err = http.ReadResponse(br, nil)
+		if err != nil {
+			c.Close()
+			t.Fatalf("chunked %v: the final answer: %v", chunked, err)
+		}
+		b, _ := io.ReadAll(res.Body)
+		c.Close()
+		if want := fmt.Sprint(uploadHead + uploadRest); res.StatusCode != http.StatusOK || string(b) != want {
+			t.Errorf("chunked %v: %d %q, want 200 %q", chunked, res.StatusCode, b, want)
+		}
 	}
 }
 
 // deaf is an instance that accepts connections and never reads them, until
 // the test ends; with an answer, it reads the head of the first request of
 // each, answers that, and then reads no more. It returns its address.
-func deaf(t testing.TB, answer string) string {
+func deaf(t testing.TB, answer string) string { return deafCounting(t, answer, nil) }
+
+// deafCounting is deaf, counting in hits (when not nil) the request heads
+// it read.
+func deafCounting(t testing.TB, answer string, hits *atomic.Int32) string {
 	var conns []net.Conn // the accept loop's, then, once it has returned, this cleanup's
 	t.Cleanup(func() {
 		for _, c := range conns {
@@ -422,6 +592,9 @@ func deaf(t testing.TB, answer string) string {
 		if answer != "" {
 			c.SetReadDeadline(time.Now().Add(waitFor))
 			if _, err := http.ReadRequest(bufio.NewReader(c)); err == nil {
+				if hits != nil {
+					hits.Add(1)
+				}
 				io.WriteString(c, answer)
 			}
 		}

@@ -30,8 +30,9 @@ import (
 // timeout, netbound), the wait for the response headers (the
 // response-header timeout) and each read of the response body (the upstream
 // read timeout, upConn.Read), hands
-// 1xx answers to the client as they come, and streams a body that is large
-// or of unknown length.
+// 1xx answers to the client as they come, reads the answer while a request
+// body that streams is written (roundTripStream), and streams an answer
+// body that is large or of unknown length.
 //
 // It is written here rather than taken from fasthttp.HostClient, which
 // does the same job in the library, because HostClient does not fit the
@@ -504,58 +505,71 @@ func (p *upPool) do(req *fasthttp.Request, resp *fasthttp.Response, headerTimeou
 // roundTrip is one exchange on c; on an error c is the caller's to discard.
 // retry reports an error of a connection that gave no byte of answer.
 // now is when the exchange started: the deadline for the answer's headers
-// counts from it, or, when a body streamed from the client, from the end of
-// the write; and the connection counts as idle from it when it comes back
-// (sooner than it is).
+// counts from it, and the connection counts as idle from it when it comes
+// back (sooner than it is). A request whose body streams from the client
+// (body) is sent by roundTripStream, which reads the answer as it writes.
 func (p *upPool) roundTrip(c *upConn, req *fasthttp.Request, resp *fasthttp.Response, now time.Time, headerTimeout time.Duration, ctx *fasthttp.RequestCtx, body *keptBody) (retry bool, err error) {
 	c.body = 0 // the head first
+	if body != nil {
+		return p.roundTripStream(c, req, resp, headerTimeout, ctx, body)
+	}
 	werr := req.Write(c.bw)
 	if werr == nil {
 		werr = c.bw.Flush()
 	}
 	if werr != nil {
-		// A write that timed out is not sent again on a new connection
-		// (retry): the instance that did not take it is hung, or reads
-		// nothing more of this request.
-		var wt *netbound.TimeoutError
-		timedOut := errors.As(werr, &wt)
-		switch {
-		case body.failed() != nil || req.Header.ConnectionClose():
-			return !timedOut, werr
-		case timedOut:
-			// The instance stopped taking the request. It may have
-			// answered first and read no more (a 413 to an upload it
-			// refuses), and that answer stands, as below and as net/http's
-			// transport takes it; else the attempt fails now.
-			if !c.answered(netbound.Slack(wt.D)) {
-				return false, werr
-			}
-		case !peerClosed(werr):
-			return true, werr
+		look, slack, again := afterWrite(werr, req, nil)
+		if !look || slack > 0 && !c.answered(slack) {
+			return again, werr
 		}
-		// The instance closed its side, or stopped reading, before it took
-		// the whole request: it may have answered first (a 401 or 413 to a
-		// large upload, say), and that answer stands, as net/http's
-		// transport takes it. The connection is not used again.
+		// The connection is not used again; an answer that does not come
+		// whole fails the attempt with the write's error.
 		req.Header.SetConnectionClose()
 		defer func() {
 			if err != nil {
 				req.Header.ResetConnectionClose()
-				retry, err = !timedOut, werr
+				retry, err = again, werr
 			}
 		}()
-	}
-	if body != nil && body.read {
-		// The wait for the answer starts once the request is written, as
-		// on net/http: an upload that streams may take longer than the
-		// response-header timeout.
-		now = time.Now()
 	}
 	if headerTimeout > 0 {
 		c.readDeadline(now, headerTimeout)
 	} else {
 		c.noDeadline()
 	}
+	if retry, err := readHead(c, resp, ctx, ctx != nil && ctx.Request.Header.IsHTTP11()); err != nil {
+		return retry, err
+	}
+	return false, p.readAnswer(c, req, resp, now)
+}
+
+// afterWrite is the rule for an attempt whose write of req failed with
+// werr (body: the request's body that streams, if any). The instance may
+// have answered before it stopped taking the request (a 401 or 413 to an
+// upload it refuses), and then closed its side, reset the connection or
+// stopped reading; that answer stands, as net/http's transport takes it.
+// look reports whether one is looked for: after the instance closed or
+// reset the connection (within the response-header timeout), or took none
+// of a write for the upstream write timeout (then the answer must have
+// begun within slack); not when the client's body failed. Else, or when
+// none comes, the attempt fails with werr, and again reports whether it
+// may be sent once more on a new connection: not after a write that timed
+// out, since the instance that did not take it is hung, or reads nothing
+// more of this request.
+func afterWrite(werr error, req *fasthttp.Request, body *keptBody) (look bool, slack time.Duration, again bool) {
+	usable := body.failed() == nil && !req.Header.ConnectionClose()
+	var wt *netbound.TimeoutError
+	if errors.As(werr, &wt) {
+		return usable, netbound.Slack(wt.D), false
+	}
+	return usable && peerClosed(werr), 0, true
+}
+
+// readHead reads the head of the instance's answer into resp. 1xx answers
+// (but 101) go on to the client of ctx as they come, when it speaks
+// HTTP/1.1 (http11), until the final one. retry reports an error of a
+// connection that gave no byte of answer.
+func readHead(c *upConn, resp *fasthttp.Response, ctx *fasthttp.RequestCtx, http11 bool) (retry bool, err error) {
 	for first := true; ; first = false {
 		if err := resp.Header.Read(c.br); err != nil {
 			var ne net.Error
@@ -569,15 +583,21 @@ func (p *upPool) roundTrip(c *upConn, req *fasthttp.Request, resp *fasthttp.Resp
 		}
 		code := resp.StatusCode()
 		if code >= 200 || code == fasthttp.StatusSwitchingProtocols || code < 100 {
-			break
+			return false, nil
 		}
 		// An interim answer (103 Early Hints, say) goes on to the client.
-		if ctx != nil && ctx.Request.Header.IsHTTP11() {
+		if http11 {
 			if _, err := ctx.Conn().Write(resp.Header.Header()); err != nil {
 				return false, err
 			}
 		}
 	}
+}
+
+// readAnswer reads the body of the answer whose head is in resp: whole
+// when small and of known length, else as a stream (upBody) that gives the
+// connection back once it is read through.
+func (p *upPool) readAnswer(c *upConn, req *fasthttp.Request, resp *fasthttp.Response, now time.Time) error {
 	// The body is not bounded by the header deadline: each read of it from
 	// the connection is bounded by the upstream read timeout instead
 	// (Read), or by nothing (a body that came with the headers, already
@@ -587,7 +607,7 @@ func (p *upPool) roundTrip(c *upConn, req *fasthttp.Request, resp *fasthttp.Resp
 	if req.Header.IsHead() || code == fasthttp.StatusNoContent || code == fasthttp.StatusNotModified || code == fasthttp.StatusSwitchingProtocols {
 		resp.SkipBody = true
 		p.done(c, req, resp, now)
-		return false, nil
+		return nil
 	}
 	n := resp.Header.ContentLength()
 	if n >= 0 && n <= maxBufferedBody {
@@ -599,17 +619,181 @@ func (p *upPool) roundTrip(c *upConn, req *fasthttp.Request, resp *fasthttp.Resp
 			if errors.As(err, &rt) {
 				err = rt // in its own words, whatever the parser made of it
 			}
-			return false, err
+			return err
 		}
 		p.done(c, req, resp, now)
-		return false, nil
+		return nil
 	}
 	// Stream the rest: chunked, unknown length (until close) or large.
 	if c.body == 0 {
 		c.noDeadline()
 	}
 	resp.SetBodyStream(newUpBody(p, c, req, resp, n), n)
+	return nil
+}
+
+// roundTripStream is roundTrip for a request whose body streams from the
+// client (body): it reads the answer's head while it writes the request,
+// as net/http's transport does, on a goroutine of its own (readHead),
+// which it waits for before it returns. An instance may answer before it
+// has read the body (a 401 from an auth check, a 413 to a body over its
+// limit, a redirect) and then read no more of it, or close the connection
+// (net/http's server reads at most 256 KiB of a body its handler left,
+// nginx none): once a final answer's head is in before the end of the
+// body, the write stops (uploadCut), the rest of the body is not sent, and
+// the answer goes to the client; the connection is not used again, and
+// the client's closes after the answer, the rest of its body unread
+// (fastPath.serve). 1xx answers go on to the client as they come, during
+// the upload too. The head is awaited without a deadline while the body
+// streams (each write is bounded by the upstream write timeout, each read
+// of the client's body by readTimeout); the response-header timeout
+// counts from the end of the write.
+func (p *upPool) roundTripStream(c *upConn, req *fasthttp.Request, resp *fasthttp.Response, headerTimeout time.Duration, ctx *fasthttp.RequestCtx, body *keptBody) (retry bool, err error) {
+	c.noDeadline()
+	u := &uploadCut{client: body.conn}
+	u.up = cutConn{Conn: c.c, u: u}
+	body.conn, c.w.C = u, &u.up
+	defer func() { body.conn, c.w.C = u.client, c.c }()
+	http11 := ctx != nil && ctx.Request.Header.IsHTTP11()
+	heads := make(chan headResult, 1)
+	go func() {
+		// Until it returns, the head's reads of c (c.br, and upConn.Read,
+		// which leaves the read deadline alone while c.body is 0) and resp
+		// are this goroutine's; this one only sets the read deadline.
+		retry, err := readHead(c, resp, ctx, http11)
+		u.stop()
+		heads <- headResult{retry, err}
+	}()
+	werr := req.Write(c.bw)
+	if werr == nil {
+		werr = c.bw.Flush()
+	}
+	cut := u.finish()
+	now := time.Now() // the wait for the answer counts from the end of the write, as on net/http
+	look, again := false, true
+	switch {
+	case cut:
+		// readHead has returned, or is about to.
+	case werr == nil:
+		if headerTimeout > 0 {
+			c.readDeadline(now, headerTimeout)
+		}
+	default:
+		var slack time.Duration
+		look, slack, again = afterWrite(werr, req, body)
+		switch {
+		case !look:
+			c.armed = now // ends the wait for a head at once
+			c.c.SetReadDeadline(now)
+		case slack > 0:
+			c.readDeadline(now, slack)
+		case headerTimeout > 0:
+			c.readDeadline(now, headerTimeout)
+		}
+	}
+	h := <-heads
+	if cut {
+		// A read of the client's body that the cut ended is no failure
+		// of the client's.
+		body.err = nil
+	}
+	switch {
+	case cut && h.err == nil:
+		// The answer came before the end of the body.
+	case cut || werr == nil:
+		if h.err != nil {
+			return h.retry, h.err
+		}
+		return false, p.readAnswer(c, req, resp, now)
+	case !look || h.err != nil:
+		return again, werr
+	}
+	// The connection, mid-request, is not used again; an answer that does
+	// not come whole fails the attempt (after a failed write, with its
+	// error).
+	req.Header.SetConnectionClose()
+	if err := p.readAnswer(c, req, resp, now); err != nil {
+		req.Header.ResetConnectionClose()
+		if !cut {
+			return again, werr
+		}
+		return false, err
+	}
 	return false, nil
+}
+
+// headResult is how readHead ended, on roundTripStream's goroutine.
+type headResult struct {
+	retry bool
+	err   error
+}
+
+// uploadCut stops the write of a request whose body streams
+// (roundTripStream) once the instance has answered, or its connection has
+// failed, before the end of the body: it sets the deadlines that the write
+// waits on to now, the client connection's read deadline (the body's next
+// part) and the instance connection's write deadline. The write sets those
+// deadlines before each read and write through it (keptBody.conn,
+// upConn.w), so that one set after the cut cannot undo it.
+type uploadCut struct {
+	mu     sync.Mutex
+	done   bool // the write has returned: nothing to cut
+	cut    bool
+	client interface{ SetReadDeadline(time.Time) error } // the body's
+	up     cutConn                                       // the instance's
+}
+
+// SetReadDeadline sets the client connection's read deadline, or now once
+// cut.
+func (u *uploadCut) SetReadDeadline(t time.Time) error {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.cut {
+		t = time.Now()
+	}
+	if u.client == nil {
+		return nil
+	}
+	return u.client.SetReadDeadline(t)
+}
+
+// stop cuts the write, unless it has returned.
+func (u *uploadCut) stop() {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.done || u.cut {
+		return
+	}
+	u.cut = true
+	now := time.Now()
+	if u.client != nil {
+		u.client.SetReadDeadline(now)
+	}
+	u.up.Conn.SetWriteDeadline(now)
+}
+
+// finish marks the write returned, and reports whether it was cut.
+func (u *uploadCut) finish() bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.done = true
+	return u.cut
+}
+
+// cutConn is the instance's connection while a request whose body streams
+// is written to it: its write deadline is now once the write is cut.
+type cutConn struct {
+	net.Conn
+	u *uploadCut
+}
+
+func (c *cutConn) SetWriteDeadline(t time.Time) error {
+	c.u.mu.Lock()
+	defer c.u.mu.Unlock()
+	if c.u.cut {
+		t = time.Now()
+	}
+	return c.Conn.SetWriteDeadline(t)
 }
 
 // peerClosed reports whether err, writing to an instance, says that it
