@@ -392,6 +392,32 @@ func TestLongUploadThenAnswer(t *testing.T) {
 	}
 }
 
+// TestUploadThenSilence: an instance that reads a whole upload and then
+// never answers fails the attempt once the response-header timeout has
+// passed since the end of the write, on both paths: the fast path, which
+// awaits the answer's head while the body streams, bounds that wait once
+// the write is done. The client gets 502 upstream naming the timeout.
+func TestUploadThenSilence(t *testing.T) {
+	w := newWorld(t, "", Config{ResponseHeaderTimeout: 300 * time.Millisecond})
+	w.register(t, "orders", "silent", serveBackend(t, http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+		<-r.Context().Done() // the gateway gave up and closed the connection
+	})), "")
+	for _, chunked := range []bool{false, true} {
+		req, err := http.NewRequest(http.MethodPost, w.url+"/upload", bytes.NewReader(make([]byte, uploadHead+uploadRest)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if chunked {
+			req.ContentLength, req.Body = -1, io.NopCloser(req.Body)
+		}
+		r := doReq(t, w.client, req)
+		if r.status != http.StatusBadGateway || r.header.Get(hError) != codeUpstream || !strings.Contains(r.body, "timeout awaiting response headers") {
+			t.Errorf("chunked %v: %d %q %q, want 502 upstream naming the response-header timeout", chunked, r.status, r.header.Get(hError), r.body)
+		}
+	}
+}
+
 // TestEarlyAnswerFromDeafInstance: an instance that answers an upload (413)
 // after its head and then reads no more of it, without closing the
 // connection, has its answer reach the client on both paths, with a body of
