@@ -36,7 +36,9 @@
 //     closes, has its answer passed on at once; the rest of the body is not
 //     sent, the instance's connection is not used again and the client's
 //     closes after the answer, the rest of its body never read as a
-//     request; 1xx answers go on during the upload too. The net/http path
+//     request. That is for an answer of 300 and over: after an early 2xx
+//     (a full-duplex handler) the body goes on to its end. 1xx answers go
+//     on during the upload too. The net/http path
 //     closes the client's connection alike, after such an answer. Neither
 //     path bounds a body's size. 100-continue is answered by the server. Upgrades (WebSocket), requests with a TE
 //     header and request targets that are not an origin-form path are

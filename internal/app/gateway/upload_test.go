@@ -656,3 +656,37 @@ func sendHeldBack(pw *io.PipeWriter, seen <-chan struct{}, between func() error)
 	}()
 	return wrote
 }
+
+// TestEarlySuccessKeepsUpload: an instance that answers an upload with a
+// 2xx head before it has read the body, and then reads the body to its end
+// (a full-duplex handler, net/http's EnableFullDuplex), gets the whole
+// body on both paths, of known length or chunked, and the client the whole
+// answer: only an answer that refuses the upload (300 and over) stops it.
+func TestEarlySuccessKeepsUpload(t *testing.T) {
+	w := newWorld(t, "", Config{})
+	w.register(t, "orders", "duplex", serveBackend(t, http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		rc := http.NewResponseController(rw)
+		if err := rc.EnableFullDuplex(); err != nil {
+			http.Error(rw, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		rw.WriteHeader(http.StatusOK)
+		rc.Flush()
+		n, err := io.Copy(io.Discard, r.Body)
+		fmt.Fprintf(rw, "%d %v", n, err)
+	})), "")
+	const total = earlyHead + earlyRest
+	for _, chunked := range []bool{false, true} {
+		req, err := http.NewRequest(http.MethodPut, w.url+"/upload", bytes.NewReader(make([]byte, total)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if chunked {
+			req.ContentLength, req.Body = -1, io.NopCloser(req.Body)
+		}
+		r := doReq(t, w.client, req)
+		if want := fmt.Sprintf("%d <nil>", total); r.status != http.StatusOK || r.body != want {
+			t.Errorf("chunked %v: %d %q, want 200 %q: the instance that answered first must get the whole upload", chunked, r.status, r.body, want)
+		}
+	}
+}

@@ -639,11 +639,14 @@ func (p *upPool) readAnswer(c *upConn, req *fasthttp.Request, resp *fasthttp.Res
 // has read the body (a 401 from an auth check, a 413 to a body over its
 // limit, a redirect) and then read no more of it, or close the connection
 // (net/http's server reads at most 256 KiB of a body its handler left,
-// nginx none): once a final answer's head is in before the end of the
-// body, the write stops (uploadCut), the rest of the body is not sent, and
-// the answer goes to the client; the connection is not used again, and
-// the client's closes after the answer, the rest of its body unread
-// (fastPath.serve). 1xx answers go on to the client as they come, during
+// nginx none): once the head of a final answer that refuses the request
+// (300 and over) is in before the end of the body, the write stops
+// (uploadCut), the rest of the body is not sent, and the answer goes to
+// the client; the connection is not used again, and the client's closes
+// after the answer, the rest of its body unread (fastPath.serve). An
+// early 2xx does not stop the write: a full-duplex handler answers first
+// and reads on, and gets the whole body, as from net/http's transport; the
+// answer's body is read once the request is written. 1xx answers go on to the client as they come, during
 // the upload too. The head is awaited without a deadline while the body
 // streams (each write is bounded by the upstream write timeout, each read
 // of the client's body by readTimeout); the response-header timeout
@@ -661,7 +664,12 @@ func (p *upPool) roundTripStream(c *upConn, req *fasthttp.Request, resp *fasthtt
 		// which leaves the read deadline alone while c.body is 0) and resp
 		// are this goroutine's; this one only sets the read deadline.
 		retry, err := readHead(c, resp, ctx, http11)
-		u.stop()
+		if err != nil || resp.StatusCode() >= 300 {
+			// A refusal (or a failed connection): the rest of the body
+			// would go nowhere. A 2xx goes on taking the body (a
+			// full-duplex handler), as net/http's transport writes on.
+			u.stop()
+		}
 		heads <- headResult{retry, err}
 	}()
 	werr := req.Write(c.bw)
