@@ -33,6 +33,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"sync"
 	"syscall"
 
 	"github.com/panjf2000/gnet/v2"
@@ -69,10 +70,16 @@ func (p *proxy) OnBoot(eng gnet.Engine) gnet.Action {
 type client struct {
 	up      [2]gnet.Conn
 	pending []byte
-	heads   *heads // with -parse
+	parse   bool // with -parse
 }
 
-// heads is a client connection's header work with -parse: fasthttp's
+// headsPool holds the header work of -parse: an event loop runs one
+// connection's event at a time, so that a loop needs one heads, and the
+// pool keeps one per loop (per P) warm in its cache, as an event-loop
+// server keeps its parser per loop rather than per connection.
+var headsPool = sync.Pool{New: func() any { return &heads{r: bufio.NewReaderSize(nil, 4096)} }}
+
+// heads is the header work of -parse: fasthttp's
 // parsers read from r, over the bytes of one head.
 type heads struct {
 	req  fasthttp.RequestHeader
@@ -148,7 +155,7 @@ func (p *proxy) OnOpen(c gnet.Conn) ([]byte, gnet.Action) {
 	if !ok {
 		cl := &client{}
 		if p.parse {
-			cl.heads = &heads{r: bufio.NewReaderSize(nil, 4096)}
+			cl.parse = true
 		}
 		c.SetContext(cl)
 		return nil, gnet.None
@@ -203,9 +210,11 @@ func (p *proxy) request(c gnet.Conn, cl *client) gnet.Action {
 	head := buf[:end+4]
 	n := len(head)
 	b := baseline
-	if cl.heads != nil {
+	if cl.parse {
+		h := headsPool.Get().(*heads)
+		defer headsPool.Put(h) // after the write, which copies what it does not send
 		var ok bool
-		if b, head, ok = cl.heads.request(head); !ok {
+		if b, head, ok = h.request(head); !ok {
 			return gnet.Close
 		}
 	} else {
@@ -238,8 +247,10 @@ func (u *upstream) answer(c gnet.Conn) gnet.Action {
 	if end < 0 {
 		return gnet.None
 	}
-	if cl, ok := u.client.Context().(*client); ok && cl.heads != nil {
-		head, n, ok := cl.heads.answer(buf[:end+4], u.backend)
+	if cl, ok := u.client.Context().(*client); ok && cl.parse {
+		h := headsPool.Get().(*heads)
+		defer headsPool.Put(h)
+		head, n, ok := h.answer(buf[:end+4], u.backend)
 		if !ok {
 			return gnet.Close
 		}
