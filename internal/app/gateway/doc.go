@@ -23,7 +23,9 @@
 //     closes connections idle for 90 s and drops the pools of instances
 //     unused as long), which read the answer straight into the
 //     response that fasthttp writes. A lane request allocates nothing. 1xx
-//     answers (103 Early Hints) are passed on as they come; an answer body
+//     answers (103 Early Hints) are passed on as they come, without the
+//     instance's x-lane and x-lane-served, and not to an HTTP/1.0 client
+//     (RFC 9110, 15.2), on both paths; an answer body
 //     of unknown length, or larger than 1 MiB, streams, with its trailers. A
 //     request body streams too, as on net/http: one of known length over
 //     16 KiB, and every chunked one (with its trailers), is copied to the

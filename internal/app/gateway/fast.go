@@ -356,7 +356,10 @@ func (f *fastPath) serve(ctx *fasthttp.RequestCtx) {
 	req.SetRequestURIBytes(req.Header.RequestURI())
 	req.UseHostHeader = true
 	req.Header.SetNoDefaultContentType(true)
+	interim := ctx // the client that 1xx answers go on to
 	if !req.Header.IsHTTP11() {
+		// No 1xx answer to an HTTP/1.0 client (RFC 9110, 15.2).
+		interim = nil
 		req.Header.SetProtocol("HTTP/1.1")
 	}
 	delHop(&req.Header, st.body != nil && st.body.size == -1)
@@ -369,7 +372,7 @@ func (f *fastPath) serve(ctx *fasthttp.RequestCtx) {
 
 	var cspan trace.Span
 	s := &fs.send
-	*s = fastSend{g: g, st: st, req: req, resp: resp, out: &fs.out, ctx: ctx, bodyless: bodyless, preserve: preserve}
+	*s = fastSend{g: g, st: st, req: req, resp: resp, out: &fs.out, ctx: ctx, interim: interim, bodyless: bodyless, preserve: preserve}
 	if span != nil {
 		cctx, cs := g.tracer.Start(callCtx, s.methodString(), trace.WithSpanKind(trace.SpanKindClient),
 			trace.WithAttributes(semconv.HTTPRequestMethodKey.String(string(ctx.Method())), semconv.ServerAddress(st.route.Service)))
@@ -447,6 +450,7 @@ type fastSend struct {
 	g        *Gateway
 	st       *reqState
 	ctx      *fasthttp.RequestCtx
+	interim  *fasthttp.RequestCtx // ctx, or nil for an HTTP/1.0 client: where 1xx answers go
 	req      *fasthttp.Request
 	resp     *fasthttp.Response
 	out      *fastReqFields
@@ -471,7 +475,7 @@ func (s *fastSend) send(pick routing.Result) (routedcall.Attempt, bool) {
 		return attempt(s.st, 0, "", s.err, false), false
 	}
 	var unsent bool
-	s.err, unsent = s.g.up.pool(pick.Instance.Addr).do(s.req, s.resp, s.g.headerTimeout, s.ctx, s.st.body)
+	s.err, unsent = s.g.up.pool(pick.Instance.Addr).do(s.req, s.resp, s.g.headerTimeout, s.interim, s.st.body)
 	if s.err != nil {
 		a := attempt(s.st, 0, "", s.err, unsent)
 		// An attempt that Close cut short says nothing about the instance,

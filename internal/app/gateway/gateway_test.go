@@ -374,6 +374,60 @@ func TestEarlyHints(t *testing.T) {
 	}
 }
 
+// TestEarlyHintsRules: a 1xx answer reaches the client without the
+// instance's lane headers; an HTTP/1.0 client gets no 1xx answer (RFC
+// 9110, 15.2), only the final one; a chunked request still closes its
+// connection after the answer when a 1xx came before it (the proxy clears
+// the response's header map after a 1xx). On both paths.
+func TestEarlyHintsRules(t *testing.T) {
+	w := newWorld(t, "", Config{})
+	_, alice := twoLanes(t, w)
+	alice.hints.Store(true)
+	send := func(t *testing.T, raw string) (*bufio.Reader, net.Conn) {
+		c, err := net.DialTimeout("tcp", w.addr, waitFor)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		c.SetDeadline(time.Now().Add(waitFor))
+		if _, err := io.WriteString(c, raw); err != nil {
+			t.Fatal(err)
+		}
+		return bufio.NewReader(c), c
+	}
+	t.Run("http1.0", func(t *testing.T) {
+		br, _ := send(t, "GET / HTTP/1.0\r\nHost: x\r\nx-lane: alice\r\n\r\n")
+		res, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, res.Body)
+		if res.StatusCode != http.StatusOK || res.Header.Get(hLaneServed) != "alice" {
+			t.Errorf("HTTP/1.0 client: first answer %d (x-lane-served %q), want 200 from alice and no 1xx", res.StatusCode, res.Header.Get(hLaneServed))
+		}
+	})
+	t.Run("chunked", func(t *testing.T) {
+		br, _ := send(t, "POST / HTTP/1.1\r\nHost: x\r\nx-lane: alice\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n")
+		res, err := http.ReadResponse(br, nil)
+		if err != nil || res.StatusCode != http.StatusEarlyHints {
+			t.Fatalf("first answer %v, %v; want 103", res, err)
+		}
+		if v := res.Header.Values(hLaneServed); len(v) != 0 || res.Header.Get("Link") == "" {
+			t.Errorf("the 103: x-lane-served %q (the instance's, which must not reach the client), Link %q", v, res.Header.Get("Link"))
+		}
+		if res, err = http.ReadResponse(br, nil); err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, res.Body)
+		if res.StatusCode != http.StatusOK || !res.Close {
+			t.Errorf("after a 103, the answer to a chunked request: %d, Connection %q; want 200 and close", res.StatusCode, res.Header.Values("Connection"))
+		}
+		if n, err := br.ReadByte(); err != io.EOF {
+			t.Errorf("after the answer to a chunked request: read %q, %v; want the connection closed", n, err)
+		}
+	})
+}
+
 func TestNoInstance(t *testing.T) {
 	w := newWorld(t, "lanes:\n  strict: {strict: true}\n", Config{})
 	alice := newBackend(t, "alice-1", "alice")

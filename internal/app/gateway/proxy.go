@@ -82,6 +82,8 @@ type reqState struct {
 	// fasthttp one.
 	std  stdSend
 	fast fastState
+	// out is the proxy's ResponseWriter on the net/http path.
+	out answerWriter
 }
 
 type stateKey struct{}
@@ -103,7 +105,8 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer g.exit()
-	if r.ProtoMajor == 1 && len(r.TransferEncoding) > 0 {
+	chunked := r.ProtoMajor == 1 && len(r.TransferEncoding) > 0
+	if chunked {
 		// net/http reads a chunked request that also carries a
 		// Content-Length as chunked, without telling the handler of the
 		// Content-Length; RFC 9112 6.1 then requires closing the connection
@@ -125,9 +128,39 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		traceHeaders(stdFields(w.Header()), span)
 		defer span.End()
 	}
+	st.out = answerWriter{ResponseWriter: w, no1xx: r.ProtoMajor == 1 && r.ProtoMinor == 0, close: chunked}
 	// The proxy's Transport (upstream) routes the request.
-	g.proxy.ServeHTTP(w, r.WithContext(ctx))
+	g.proxy.ServeHTTP(&st.out, r.WithContext(ctx))
 }
+
+// answerWriter is the proxy's ResponseWriter. It keeps the rules of an
+// answer's head through the 1xx answers that the proxy passes on (after
+// each of which the proxy clears the header map): a 1xx answer carries no
+// lane header of the instance's (the gateway's own go on the final
+// answer); an HTTP/1.0 client gets no 1xx answer (RFC 9110, 15.2; 101 is
+// not one of them); the final answer to a chunked request says
+// Connection: close (see ServeHTTP). It unwraps (http.ResponseController).
+type answerWriter struct {
+	http.ResponseWriter
+	no1xx bool
+	close bool
+}
+
+func (w *answerWriter) WriteHeader(code int) {
+	if code >= 100 && code < 200 && code != http.StatusSwitchingProtocols {
+		if w.no1xx {
+			return // the proxy clears the 1xx answer's fields after it
+		}
+		h := w.Header()
+		delete(h, hLane)
+		delete(h, hLaneServed)
+	} else if w.close {
+		w.Header()["Connection"] = []string{"close"}
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *answerWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // admit is the front of both paths: it finds the route of the request in
 // (its path is path), waits for the engine to be ready for its service, and

@@ -471,7 +471,7 @@ func (p *upPool) closeIdle(final bool) {
 var errHeaderTimeout = errors.New("timeout awaiting response headers")
 
 // do sends req to the instance and reads the answer into resp: 1xx answers
-// (but 101) are written to the client of ctx as they come, the final
+// (but 101) are written to the client of ctx (nil for none) as they come, the final
 // answer's body is read whole when small and of known length, else streamed
 // into resp (the connection goes back to the pool once the body is read
 // through). unsent reports an error before any byte of req left. A request
@@ -537,7 +537,7 @@ func (p *upPool) roundTrip(c *upConn, req *fasthttp.Request, resp *fasthttp.Resp
 	} else {
 		c.noDeadline()
 	}
-	if retry, err := readHead(c, resp, ctx, ctx != nil && ctx.Request.Header.IsHTTP11()); err != nil {
+	if retry, err := readHead(c, resp, ctx); err != nil {
 		return retry, err
 	}
 	return false, p.readAnswer(c, req, resp, now)
@@ -566,10 +566,11 @@ func afterWrite(werr error, req *fasthttp.Request, body *keptBody) (look bool, s
 }
 
 // readHead reads the head of the instance's answer into resp. 1xx answers
-// (but 101) go on to the client of ctx as they come, when it speaks
-// HTTP/1.1 (http11), until the final one. retry reports an error of a
+// (but 101) go on to the client of ctx as they come, until the final one;
+// with ctx nil (an HTTP/1.0 client, RFC 9110 15.2) they are read and
+// dropped. retry reports an error of a
 // connection that gave no byte of answer.
-func readHead(c *upConn, resp *fasthttp.Response, ctx *fasthttp.RequestCtx, http11 bool) (retry bool, err error) {
+func readHead(c *upConn, resp *fasthttp.Response, ctx *fasthttp.RequestCtx) (retry bool, err error) {
 	for first := true; ; first = false {
 		if err := resp.Header.Read(c.br); err != nil {
 			var ne net.Error
@@ -585,8 +586,11 @@ func readHead(c *upConn, resp *fasthttp.Response, ctx *fasthttp.RequestCtx, http
 		if code >= 200 || code == fasthttp.StatusSwitchingProtocols || code < 100 {
 			return false, nil
 		}
-		// An interim answer (103 Early Hints, say) goes on to the client.
-		if http11 {
+		// An interim answer (103 Early Hints, say) goes on to the
+		// client, without the instance's lane headers.
+		if ctx != nil {
+			resp.Header.Del(hLane)
+			resp.Header.Del(hLaneServed)
 			if _, err := ctx.Conn().Write(resp.Header.Header()); err != nil {
 				return false, err
 			}
@@ -657,13 +661,12 @@ func (p *upPool) roundTripStream(c *upConn, req *fasthttp.Request, resp *fasthtt
 	u.up = cutConn{Conn: c.c, u: u}
 	body.conn, c.w.C = u, &u.up
 	defer func() { body.conn, c.w.C = u.client, c.c }()
-	http11 := ctx != nil && ctx.Request.Header.IsHTTP11()
 	heads := make(chan headResult, 1)
 	go func() {
 		// Until it returns, the head's reads of c (c.br, and upConn.Read,
 		// which leaves the read deadline alone while c.body is 0) and resp
 		// are this goroutine's; this one only sets the read deadline.
-		retry, err := readHead(c, resp, ctx, http11)
+		retry, err := readHead(c, resp, ctx)
 		if err != nil || resp.StatusCode() >= 300 {
 			// A refusal (or a failed connection): the rest of the body
 			// would go nowhere. A 2xx goes on taking the body (a
