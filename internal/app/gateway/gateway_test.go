@@ -717,7 +717,7 @@ func TestRetryFollowsTheLaneChain(t *testing.T) {
 		}
 	})
 	t.Run("hung", func(t *testing.T) {
-		w := newWorld(t, "outlier: {errors: 1000, window: 1m, ejection: 10m}\n", Config{ResponseHeaderTimeout: 300 * time.Millisecond})
+		w := newWorld(t, "outlier: {errors: 1000, window: 1m, ejection: 10m}\n", Config{ResponseHeaderTimeout: hungTimeout})
 		base := newBackend(t, "base", "")
 		w.register(t, "orders", base.id, base.addr, "")
 		w.register(t, "orders", "hung", hungServer(t), "alice")
@@ -747,6 +747,11 @@ func TestConnectionErrorsEject(t *testing.T) {
 	}
 }
 
+// hungTimeout is the response-header timeout of the tests with a
+// hungServer. It bounds the healthy instance's answer to the retry too, so
+// it must hold on a loaded machine under -race.
+const hungTimeout = time.Second
+
 // hungServer serves HTTP on a loopback address, which it returns, and
 // answers no request until the end of the test.
 func hungServer(t *testing.T) string {
@@ -767,7 +772,7 @@ func hungServer(t *testing.T) string {
 // retried on another instance, and the hung instance is ejected after the
 // policy's errors.
 func TestHungInstanceEjected(t *testing.T) {
-	w := newWorld(t, "outlier: {errors: 3, window: 1m, ejection: 10m}\n", Config{ResponseHeaderTimeout: 300 * time.Millisecond})
+	w := newWorld(t, "outlier: {errors: 3, window: 1m, ejection: 10m}\n", Config{ResponseHeaderTimeout: hungTimeout})
 	good := newBackend(t, "good", "")
 	w.register(t, "orders", good.id, good.addr, "")
 	w.register(t, "orders", "hung", hungServer(t), "")
