@@ -105,20 +105,19 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer g.exit()
-	chunked := r.ProtoMajor == 1 && len(r.TransferEncoding) > 0
-	if chunked {
-		// net/http reads a chunked request that also carries a
-		// Content-Length as chunked, without telling the handler of the
-		// Content-Length; RFC 9112 6.1 then requires closing the connection
-		// after the answer, so that a peer that framed it by the
-		// Content-Length cannot smuggle a request in after it. Every
-		// chunked request closes its connection.
-		w.Header()["Connection"] = []string{"close"}
-	}
 	st := g.pool.Get().(*reqState)
 	defer g.release(st)
 	st.g, st.w, st.grpc = g, w, grpc
-	if !g.admit(r.Context(), st, (*stdIn)(r), r.URL.Path, stdOut{w}) {
+	// Every answer goes through st.out. net/http reads a chunked request
+	// that also carries a Content-Length as chunked, without telling the
+	// handler of the Content-Length; RFC 9112 6.1 then requires closing
+	// the connection after the answer, so that a peer that framed it by
+	// the Content-Length cannot smuggle a request in after it. Every
+	// chunked request closes its connection.
+	st.out = answerWriter{ResponseWriter: w,
+		no1xx: r.ProtoMajor == 1 && r.ProtoMinor == 0,
+		close: r.ProtoMajor == 1 && len(r.TransferEncoding) > 0}
+	if !g.admit(r.Context(), st, (*stdIn)(r), r.URL.Path, stdOut{&st.out}) {
 		return
 	}
 	ctx := context.WithValue(r.Context(), stateKey{}, st)
@@ -128,14 +127,14 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		traceHeaders(stdFields(w.Header()), span)
 		defer span.End()
 	}
-	st.out = answerWriter{ResponseWriter: w, no1xx: r.ProtoMajor == 1 && r.ProtoMinor == 0, close: chunked}
 	// The proxy's Transport (upstream) routes the request.
 	g.proxy.ServeHTTP(&st.out, r.WithContext(ctx))
 }
 
-// answerWriter is the proxy's ResponseWriter. It keeps the rules of an
-// answer's head through the 1xx answers that the proxy passes on (after
-// each of which the proxy clears the header map): a 1xx answer carries no
+// answerWriter is the ResponseWriter of the net/http path's answers, the
+// gateway's own and the proxy's. It keeps the rules of an answer's head
+// through the 1xx answers that the proxy passes on (after each of which
+// the proxy clears the header map): a 1xx answer carries no
 // lane header of the instance's (the gateway's own go on the final
 // answer); an HTTP/1.0 client gets no 1xx answer (RFC 9110, 15.2; 101 is
 // not one of them); the final answer to a chunked request says
@@ -155,7 +154,7 @@ func (w *answerWriter) WriteHeader(code int) {
 		delete(h, hLane)
 		delete(h, hLaneServed)
 	} else if w.close {
-		w.Header()["Connection"] = []string{"close"}
+		w.Header()["Connection"] = connClose
 	}
 	w.ResponseWriter.WriteHeader(code)
 }
