@@ -278,6 +278,20 @@ func do(t testing.TB, client *http.Client, method, url string, header map[string
 	return doReq(t, client, req)
 }
 
+// uploadReq is a request with body, of known length, or chunked: of a
+// length the client does not know, so that it sends the body chunked.
+func uploadReq(t testing.TB, method, url string, body io.Reader, chunked bool) *http.Request {
+	t.Helper()
+	req, err := http.NewRequest(method, url, body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if chunked {
+		req.ContentLength, req.Body = -1, io.NopCloser(req.Body)
+	}
+	return req
+}
+
 // doReq sends req through client and reads the whole answer.
 func doReq(t testing.TB, client *http.Client, req *http.Request) reply {
 	t.Helper()

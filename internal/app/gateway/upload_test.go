@@ -176,13 +176,7 @@ func TestUploadMovesOnWhenRefused(t *testing.T) {
 	w.register(t, "orders", "good", byteCounter(t), "")
 	body := strings.Repeat("x", 100<<10)
 	for _, chunked := range []bool{false, true, false, true} {
-		req, err := http.NewRequest(http.MethodPost, w.url+"/", strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if chunked {
-			req.ContentLength, req.Body = -1, io.NopCloser(req.Body)
-		}
+		req := uploadReq(t, http.MethodPost, w.url+"/", strings.NewReader(body), chunked)
 		r := doReq(t, w.client, req)
 		if r.status != http.StatusOK || r.body != fmt.Sprint(len(body)) {
 			t.Fatalf("chunked %v: %d %q, want 200 %d", chunked, r.status, r.body, len(body))
@@ -324,13 +318,7 @@ func TestUploadToDeafInstance(t *testing.T) {
 			w := newWorld(t, "outlier: {errors: 1, window: 1m, ejection: 10m}\n",
 				Config{UpstreamWriteTimeout: timeout, ResponseHeaderTimeout: time.Hour})
 			w.register(t, "orders", "deaf", deaf(t, ""), "")
-			req, err := http.NewRequest(http.MethodPut, w.url+"/upload", bytes.NewReader(make([]byte, deafUpload)))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if length < 0 {
-				req.ContentLength, req.Body = -1, io.NopCloser(req.Body)
-			}
+			req := uploadReq(t, http.MethodPut, w.url+"/upload", bytes.NewReader(make([]byte, deafUpload)), length < 0)
 			r := doReq(t, w.client, req)
 			if r.status != http.StatusBadGateway || r.header.Get(hError) != codeUpstream ||
 				!strings.Contains(r.body, `"deaf"`) || !strings.Contains(r.body, "upstream write timeout") {
@@ -404,13 +392,7 @@ func TestUploadThenSilence(t *testing.T) {
 		<-r.Context().Done() // the gateway gave up and closed the connection
 	})), "")
 	for _, chunked := range []bool{false, true} {
-		req, err := http.NewRequest(http.MethodPost, w.url+"/upload", bytes.NewReader(make([]byte, uploadHead+uploadRest)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if chunked {
-			req.ContentLength, req.Body = -1, io.NopCloser(req.Body)
-		}
+		req := uploadReq(t, http.MethodPost, w.url+"/upload", bytes.NewReader(make([]byte, uploadHead+uploadRest)), chunked)
 		r := doReq(t, w.client, req)
 		if r.status != http.StatusBadGateway || r.header.Get(hError) != codeUpstream || !strings.Contains(r.body, "timeout awaiting response headers") {
 			t.Errorf("chunked %v: %d %q %q, want 502 upstream naming the response-header timeout", chunked, r.status, r.header.Get(hError), r.body)
@@ -428,13 +410,7 @@ func TestEarlyAnswerFromDeafInstance(t *testing.T) {
 	w := newWorld(t, "", Config{UpstreamWriteTimeout: time.Hour, ResponseHeaderTimeout: time.Hour})
 	w.register(t, "orders", "deaf", deaf(t, "HTTP/1.1 413 Request Entity Too Large\r\nContent-Length: 3\r\n\r\nno\n"), "")
 	for _, chunked := range []bool{false, true} {
-		req, err := http.NewRequest(http.MethodPost, w.url+"/upload", bytes.NewReader(make([]byte, deafUpload)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if chunked {
-			req.ContentLength, req.Body = -1, io.NopCloser(req.Body)
-		}
+		req := uploadReq(t, http.MethodPost, w.url+"/upload", bytes.NewReader(make([]byte, deafUpload)), chunked)
 		r := doReq(t, w.client, req)
 		if r.status != http.StatusRequestEntityTooLarge || r.body != "no\n" || r.header.Get(hLaneServed) != "baseline" {
 			t.Errorf("chunked %v: %d %q (x-lane-served %q), want the instance's 413", chunked, r.status, r.body, r.header.Get(hLaneServed))
@@ -677,13 +653,7 @@ func TestEarlySuccessKeepsUpload(t *testing.T) {
 	})), "")
 	const total = earlyHead + earlyRest
 	for _, chunked := range []bool{false, true} {
-		req, err := http.NewRequest(http.MethodPut, w.url+"/upload", bytes.NewReader(make([]byte, total)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if chunked {
-			req.ContentLength, req.Body = -1, io.NopCloser(req.Body)
-		}
+		req := uploadReq(t, http.MethodPut, w.url+"/upload", bytes.NewReader(make([]byte, total)), chunked)
 		r := doReq(t, w.client, req)
 		if want := fmt.Sprintf("%d <nil>", total); r.status != http.StatusOK || r.body != want {
 			t.Errorf("chunked %v: %d %q, want 200 %q: the instance that answered first must get the whole upload", chunked, r.status, r.body, want)
