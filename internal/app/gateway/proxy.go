@@ -146,13 +146,11 @@ type answerWriter struct {
 }
 
 func (w *answerWriter) WriteHeader(code int) {
-	if code >= 100 && code < 200 && code != http.StatusSwitchingProtocols {
+	if interim(code) {
 		if w.no1xx {
 			return // the proxy clears the 1xx answer's fields after it
 		}
-		h := w.Header()
-		delete(h, hLane)
-		delete(h, hLaneServed)
+		interimHeaders(stdFields(w.Header()))
 	} else if w.close {
 		w.Header()["Connection"] = connClose
 	}
@@ -335,6 +333,21 @@ func (g *Gateway) writeLane(h fields, l, key string) {
 		return
 	}
 	g.prop.InjectLaneKey(l, key, h)
+}
+
+// interim reports whether an answer of status code is one that goes on to
+// the client before the final one (103 Early Hints, say): a 1xx, but 101,
+// which is final.
+func interim(code int) bool {
+	return code >= 100 && code < 200 && code != http.StatusSwitchingProtocols
+}
+
+// interimHeaders removes the instance's lane headers from the fields h of
+// an interim answer, on both paths: the gateway's own go on the final
+// answer (laneHeaders).
+func interimHeaders(h fields) {
+	h.Del(hLane)
+	h.Del(hLaneServed)
 }
 
 // laneHeaders sets the response headers x-lane and x-lane-served of a

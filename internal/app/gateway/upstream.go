@@ -582,15 +582,11 @@ func readHead(c *upConn, resp *fasthttp.Response, ctx *fasthttp.RequestCtx) (ret
 			}
 			return first && c.br.Buffered() == 0, err
 		}
-		code := resp.StatusCode()
-		if code >= 200 || code == fasthttp.StatusSwitchingProtocols || code < 100 {
+		if !interim(resp.StatusCode()) {
 			return false, nil
 		}
-		// An interim answer (103 Early Hints, say) goes on to the
-		// client, without the instance's lane headers.
 		if ctx != nil {
-			resp.Header.Del(hLane)
-			resp.Header.Del(hLaneServed)
+			interimHeaders((*fastRespFields)(&resp.Header))
 			if _, err := ctx.Conn().Write(resp.Header.Header()); err != nil {
 				return false, err
 			}
