@@ -127,12 +127,13 @@ func (h *heads) request(head []byte) (int, []byte, bool) {
 	return b, h.out, true
 }
 
-// answer parses an answer's head and rewrites it as the gateway does.
-func (h *heads) answer(head []byte, b int) ([]byte, int, bool) {
+// answer parses an answer's head, whose body is n bytes long, and rewrites
+// it as the gateway does.
+func (h *heads) answer(head []byte, b, n int) ([]byte, bool) {
 	h.src.Reset(head)
 	h.r.Reset(&h.src)
-	if err := h.resp.Read(h.r); err != nil || h.resp.ContentLength() < 0 {
-		return nil, 0, false
+	if err := h.resp.Read(h.r); err != nil || h.resp.ContentLength() != n {
+		return nil, false
 	}
 	h.resp.Del("X-Lane-Served")
 	h.resp.Del("X-Lane")
@@ -141,7 +142,7 @@ func (h *heads) answer(head []byte, b int) ([]byte, int, bool) {
 	}
 	h.resp.SetBytesV("X-Lane-Served", servedValue[b])
 	h.out = h.resp.AppendBytes(h.out[:0])
-	return h.out, h.resp.ContentLength(), true
+	return h.out, true
 }
 
 // upstream is an upstream connection's state.
@@ -247,21 +248,6 @@ func (u *upstream) answer(c gnet.Conn) gnet.Action {
 	if end < 0 {
 		return gnet.None
 	}
-	if cl, ok := u.client.Context().(*client); ok && cl.parse {
-		h := headsPool.Get().(*heads)
-		defer headsPool.Put(h)
-		head, n, ok := h.answer(buf[:end+4], u.backend)
-		if !ok {
-			return gnet.Close
-		}
-		whole := end + 4 + n
-		if len(buf) < whole {
-			return gnet.None
-		}
-		_, _ = u.client.Writev([][]byte{head, buf[end+4 : whole]})
-		_, _ = c.Discard(whole)
-		return gnet.None
-	}
 	i := bytes.Index(buf[:end+2], contentLength)
 	if i < 0 {
 		return gnet.Close
@@ -276,7 +262,17 @@ func (u *upstream) answer(c gnet.Conn) gnet.Action {
 	if len(buf) < whole {
 		return gnet.None
 	}
-	_, _ = u.client.Write(buf[:whole])
+	if cl, ok := u.client.Context().(*client); ok && cl.parse {
+		h := headsPool.Get().(*heads)
+		defer headsPool.Put(h)
+		head, ok := h.answer(buf[:end+4], u.backend, n)
+		if !ok {
+			return gnet.Close
+		}
+		_, _ = u.client.Writev([][]byte{head, buf[end+4 : whole]})
+	} else {
+		_, _ = u.client.Write(buf[:whole])
+	}
 	_, _ = c.Discard(whole)
 	return gnet.None
 }
