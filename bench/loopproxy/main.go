@@ -284,10 +284,13 @@ func main() {
 	parse := flag.Bool("parse", false, "parse and rewrite both heads with fasthttp's header types, as the gateway does")
 	flag.Parse()
 	p := &proxy{booted: make(chan gnet.Engine, 1), parse: *parse}
-	for i, a := range []string{*base, *al} {
-		ta, err := net.ResolveTCPAddr("tcp", a)
-		if err != nil || a == "" {
-			log.Fatalf("loopproxy: -baseline and -alice must be host:port addresses, got %q", a)
+	for i, f := range []struct{ name, addr string }{{"baseline", *base}, {"alice", *al}} {
+		if f.addr == "" {
+			log.Fatalf("loopproxy: -%s is required (the %s backend's host:port)", f.name, f.name)
+		}
+		ta, err := net.ResolveTCPAddr("tcp", f.addr)
+		if err != nil {
+			log.Fatalf("loopproxy: -%s %q: %v", f.name, f.addr, err)
 		}
 		p.backends[i] = ta
 	}
