@@ -57,6 +57,16 @@ func TestSameHost(t *testing.T) {
 		return strings.Join(hs, ",")
 	}
 
+	// The picker skips connections that are not ready yet, so a client's
+	// first calls may all reach the one instance it connected to first.
+	// Each client first reaches all four, which locality.host off allows.
+	for _, h := range []string{"h1", "h2"} {
+		seen := map[string]bool{}
+		waitFor(t, "the client on "+h+" to reach all four instances", func() bool {
+			seen[mustServe(t, clients[h], "")] = true
+			return len(seen) == len(host)
+		})
+	}
 	for _, h := range []string{"h1", "h2"} {
 		if got := served(h); hostsOf(got) != "h1,h2" {
 			t.Fatalf("locality.host off: calls from %s went to %v; want both hosts", h, got)
