@@ -102,7 +102,7 @@ func lockDir(dir string) (*dirLock, error) {
 		pid, _ := strconv.Atoi(strings.TrimSpace(string(data)))
 		return nil, &InUseError{Dir: dir, PID: pid}
 	}
-	if err := f.Truncate(0); err == nil {
+	if err = f.Truncate(0); err == nil {
 		_, err = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
 	}
 	if err != nil {
