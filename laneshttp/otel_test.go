@@ -45,7 +45,7 @@ func TestOpenTelemetryInterop(t *testing.T) {
 		return otelhttp.NewHandler(laneshttp.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			_, body, _, err := call(r.Context(), down, http.MethodGet, "http://orders/", nil)
 			if err != nil {
-				http.Error(w, err.Error(), 502)
+				http.Error(w, err.Error(), http.StatusBadGateway)
 				return
 			}
 			fmt.Fprintf(w, "front team=%s > %s", baggage.FromContext(r.Context()).Member("team").Value(), body)

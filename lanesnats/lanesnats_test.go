@@ -462,9 +462,9 @@ func TestHandOff(t *testing.T) {
 	}
 	waitOwned(t, base, "_", "alice")
 	e.publish("alice", "z", 20)
-	gs := r.wait(t, 60, 10*time.Second)
+	r.wait(t, 60, 10*time.Second)
 	time.Sleep(200 * time.Millisecond)
-	gs = r.all()
+	gs := r.all()
 	seen := map[uint64]bool{}
 	for i, g := range gs {
 		if seen[g.seq] {

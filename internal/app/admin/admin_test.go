@@ -50,7 +50,6 @@ type env struct {
 	store  *etcdstore.Store
 	engine *routing.Engine
 	claims *admin.ClaimTable
-	now    time.Time // the server's clock; zero for the real one
 }
 
 // newEnv returns an admin API with a fresh key prefix on the etcd srv.

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -16,7 +15,6 @@ import (
 
 	"github.com/lanesdev/lanes/internal/app/controlplane"
 	"github.com/lanesdev/lanes/internal/lib/logs"
-	"github.com/lanesdev/lanes/internal/lib/strictyaml"
 )
 
 // getenv is how the commands read the environment (tests replace it).
@@ -112,14 +110,6 @@ func configFrom(cmd *cobra.Command, defaults controlplane.Config) (controlplane.
 		return cfg, err
 	}
 	return cfg, cfg.Validate()
-}
-
-// configError says whether err is a bad setting (a usage error) rather than
-// a failure to start.
-func configError(err error) bool {
-	var se *controlplane.SettingError
-	var ye *strictyaml.Error
-	return errors.As(err, &se) || errors.As(err, &ye) || strings.HasPrefix(err.Error(), "config file:")
 }
 
 // signalContext is cancelled by SIGINT or SIGTERM. After the first signal,

@@ -48,10 +48,7 @@ func (w *world) expect(kinds ...string) []Finding {
 	for _, f := range got {
 		names = append(names, f.Kind)
 	}
-	var want []string
-	for _, k := range kinds {
-		want = append(want, k)
-	}
+	want := append([]string(nil), kinds...)
 	if strings.Join(names, ",") != strings.Join(want, ",") {
 		w.t.Fatalf("findings %v, want %v:\n%+v", names, want, got)
 	}

@@ -172,6 +172,7 @@ func TestClientRules(t *testing.T) {
 	empty := filepath.Join(work, "empty.yaml")
 	os.WriteFile(empty, []byte("lanes: {}\n"), 0o644)
 	code, out, errOut = runIn(t, work, nil, "simulate", "--live", "--policy", empty)
+	expect(t, "simulate --live --policy", code, out, errOut, 0, "instances:", "id: orders-alice")
 	try := filepath.Join(work, "try.yaml")
 	os.WriteFile(try, []byte(out), 0o644)
 	code, out, errOut = runIn(t, work, nil, "simulate", try)

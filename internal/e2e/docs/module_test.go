@@ -38,9 +38,8 @@ func buildOwnModule(t *testing.T, dir, code string) (string, error) {
 	}
 	// The module cache first, so that the test runs offline once the
 	// modules were fetched; then the proxy.
-	out, err := run([]string{"GOPROXY=file://" + modCache(), "GOSUMDB=off"}, "mod", "tidy")
-	if err != nil {
-		out, err = run(nil, "mod", "tidy")
+	if _, err := run([]string{"GOPROXY=file://" + modCache(), "GOSUMDB=off"}, "mod", "tidy"); err != nil {
+		out, err := run(nil, "mod", "tidy")
 		if err != nil {
 			if strings.Contains(out, "dial tcp") || strings.Contains(out, "lookup ") || strings.Contains(out, "no such host") || strings.Contains(out, "connection refused") {
 				return out, errOffline

@@ -452,9 +452,3 @@ func rewrite(out, file string, b block) string {
 		return fmt.Sprintf("%s:%d", b.file, b.line+n)
 	})
 }
-
-// external says whether a build failed for a module the lanes module does
-// not require.
-func external(out string) bool {
-	return strings.Contains(out, "no required module provides package") || strings.Contains(out, "cannot find module providing package")
-}

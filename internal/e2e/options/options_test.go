@@ -5,28 +5,19 @@ package options
 import (
 	"os"
 	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 )
 
-// goTool returns the go command of the toolchain running the test.
+// goTool returns the go command of the toolchain running the test: go test
+// puts its GOROOT/bin first in the test's PATH.
 func goTool(t *testing.T) string {
 	t.Helper()
-	if p := filepath.Join(runtime.GOROOT(), "bin", "go"); fileExists(p) {
-		return p
-	}
 	p, err := exec.LookPath("go")
 	if err != nil {
 		t.Skip("the go command is not available: cannot compile the test programs")
 	}
 	return p
-}
-
-func fileExists(p string) bool {
-	_, err := os.Stat(p)
-	return err == nil
 }
 
 // build compiles the program in testdata/dir and returns the compiler's
