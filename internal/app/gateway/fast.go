@@ -208,6 +208,20 @@ func classify(ctx *fasthttp.RequestCtx) (path string, r fastRoute) {
 	return p, fastServe
 }
 
+// spaceInName reports whether a header field name of h holds a space:
+// fasthttp's server takes a name with a space inside it (though no other
+// byte outside a token), which is no field name (RFC 9110 5.1), which
+// net/http's server refuses, and which a peer behind the gateway may read as
+// a shorter name ("Transfer-Encoding x: chunked") or as a line of its own.
+func spaceInName(h *fasthttp.RequestHeader) bool {
+	for k := range h.All() {
+		if bytes.IndexByte(k, ' ') >= 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // hopHeaders are the hop-by-hop headers that a proxy does not forward (RFC
 // 9110 7.6.1), as httputil.ReverseProxy removes them; Expect is answered by
 // the fast path's server, which asks for the body before the handler runs.
@@ -290,6 +304,13 @@ func (f *fastPath) serve(ctx *fasthttp.RequestCtx) {
 		ctx.SetConnectionClose()
 		f.g.m.errors(codeBadRequest)
 		f.g.fail((*fastOut)(ctx), false, http.StatusBadRequest, codeBadRequest, "lanes: malformed request target")
+		return
+	}
+	if spaceInName(&ctx.Request.Header) {
+		// As the fast path's server refuses a head it cannot parse.
+		ctx.SetConnectionClose()
+		f.g.m.errors(codeBadRequest)
+		f.g.fail((*fastOut)(ctx), false, http.StatusBadRequest, codeBadRequest, "lanes: malformed request")
 		return
 	}
 	g := f.g
