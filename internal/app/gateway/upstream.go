@@ -87,8 +87,9 @@ type upstreams struct {
 	idleTimeout time.Duration // idleConnTimeout, but in tests
 	write       time.Duration // the upstream write timeout, 0 for none
 	read        time.Duration // the upstream read timeout, 0 for none
-	dialer      *net.Dialer
-	closed      bool
+	// dial is a net.Dialer's Dial (tests tap it).
+	dial   func(network, addr string) (net.Conn, error)
+	closed bool
 	// The sweeper (sweep), while it runs: stop cancels it, done closes
 	// when it has returned.
 	stop context.CancelFunc
@@ -97,7 +98,7 @@ type upstreams struct {
 
 func newUpstreams(idle int, writeTimeout, readTimeout time.Duration) *upstreams {
 	return &upstreams{idle: idle, idleTimeout: idleConnTimeout, write: writeTimeout, read: readTimeout,
-		dialer: &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}}
+		dial: (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).Dial}
 }
 
 // startSweeper starts the sweeper unless it runs or the pools are closed.
@@ -348,7 +349,7 @@ func (p *upPool) get(now time.Time) (c *upConn, reused bool, err error) {
 	}
 	p.out++
 	p.mu.Unlock()
-	nc, err := p.u.dialer.Dial("tcp", p.addr)
+	nc, err := p.u.dial("tcp", p.addr)
 	if err != nil {
 		p.mu.Lock()
 		p.out--

@@ -145,7 +145,8 @@ func NewRecorder() (*Recorder, error) {
 		return nil, err
 	}
 	r := &Recorder{Addr: ln.Addr().String(), done: make(chan struct{})}
-	r.srv = &http.Server{Handler: r, ReadHeaderTimeout: 10 * time.Second}
+	// OPTIONS * reaches the handler too, to be recorded (and its body read).
+	r.srv = &http.Server{Handler: r, ReadHeaderTimeout: 10 * time.Second, DisableGeneralOptionsHandler: true}
 	go func() {
 		defer close(r.done)
 		r.srv.Serve(teeListener{Listener: ln, r: r})
