@@ -8,6 +8,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -36,19 +38,23 @@ import (
 //     chunked), nothing more reaches the instance; on one whose framing is
 //     faulty (Transfer-Encoding with Content-Length or in HTTP/1.0, a
 //     broken chunk), at most that one request; after a request that ends
-//     the connection (Connection: close, HTTP/1.0) or the end of the
-//     bytes, nothing; after what the RFC lets a server read more than one
-//     way (bare LF line ends, equal Content-Length values, codings before
-//     chunked, upgrades, other forms of request line), nothing more is
-//     checked but the upstream framing;
+//     the connection (Connection: close, HTTP/1.0 without keep-alive) or
+//     the end of the bytes, nothing; after what the RFC leaves open or the
+//     reading does not model (a request line that is not three words of a
+//     token method, a target without control characters and HTTP/1.0 or
+//     1.1; CONNECT; a field line without a colon or a name), nothing more
+//     is checked but the upstream framing;
 //   - the gateway closes the connection once the client has ended its
 //     side, and still serves a new one.
 //
-// The strict reading takes a bare CR or a NUL in a field line, and obs-fold,
-// as the SP that the RFC lets a recipient replace them with, and a
-// whitespace-preceded line after the request line as a line to ignore
-// (RFC 9112 2.2, 5.2, RFC 9110 5.5): a gateway that reads either as a line
-// end or a field fails.
+// Where the RFC lets a recipient either refuse or take the bytes one way,
+// the strict reading takes them that way, and the gateway may refuse them:
+// a bare LF as a line end, empty lines before the request line as nothing,
+// a bare CR or a NUL in a field line, and obs-fold, as SP, a
+// whitespace-preceded line after the request line as nothing, equal
+// Content-Length values as one, codings before a final chunked as chunked
+// (RFC 9112 2.2, 5.2, 6.1, RFC 9110 5.5, 8.6); a gateway that reads any of
+// them another way fails.
 func FuzzSmuggling(f *testing.F) {
 	for _, c := range smuggletest.Cases {
 		if len(c.Raw) <= maxFuzzInput {
@@ -174,6 +180,7 @@ func isConnReset(err error) bool {
 type wireTap struct {
 	mu    sync.Mutex
 	conns []*tapConn
+	seq   int // counts the writes, on every connection
 }
 
 // tapConn is an upstream connection, recorded.
@@ -181,11 +188,18 @@ type tapConn struct {
 	net.Conn
 	t      *wireTap
 	sent   bytes.Buffer // under t.mu
+	writes []tapWrite   // under t.mu
 	closed bool         // under t.mu
 }
 
+// tapWrite is where a write starts in tapConn.sent, and its place among
+// the writes on every connection.
+type tapWrite struct{ at, seq int }
+
 func (c *tapConn) Write(p []byte) (int, error) {
 	c.t.mu.Lock()
+	c.t.seq++
+	c.writes = append(c.writes, tapWrite{c.sent.Len(), c.t.seq})
 	c.sent.Write(p)
 	c.t.mu.Unlock()
 	return c.Conn.Write(p)
@@ -224,7 +238,14 @@ func (t *wireTap) install(g *Gateway) {
 // sentConn is what the gateway sent on one connection.
 type sentConn struct {
 	raw    []byte
+	writes []tapWrite
 	closed bool
+}
+
+// seq is the place among all writes of the byte at offset at.
+func (c sentConn) seq(at int) int {
+	i := sort.Search(len(c.writes), func(i int) bool { return c.writes[i].at > at })
+	return c.writes[i-1].seq
 }
 
 // snapshot returns what was sent since the last reset, by connection.
@@ -233,7 +254,7 @@ func (t *wireTap) snapshot() []sentConn {
 	defer t.mu.Unlock()
 	out := make([]sentConn, len(t.conns))
 	for i, c := range t.conns {
-		out[i] = sentConn{raw: bytes.Clone(c.sent.Bytes()), closed: c.closed}
+		out[i] = sentConn{raw: bytes.Clone(c.sent.Bytes()), writes: slices.Clone(c.writes), closed: c.closed}
 	}
 	return out
 }
@@ -246,6 +267,7 @@ func (t *wireTap) reset() {
 	for _, c := range t.conns {
 		if !c.closed {
 			c.sent.Reset()
+			c.writes = c.writes[:0]
 			open = append(open, c)
 		}
 	}
@@ -253,17 +275,30 @@ func (t *wireTap) reset() {
 	t.conns = open
 }
 
-// readSent reads what the gateway sent strictly: every request, in order,
-// and the bytes for messages. The gateway has finished with the client's
-// connection: on a connection still open, its last request is whole.
+// readSent reads what the gateway sent strictly: every request whole, in
+// the order it began to send them (on one connection or another: the fast
+// path hands some requests to the net/http path), and the bytes for
+// messages. The gateway has finished with the client's connection: on a
+// connection still open, its last request is whole.
 func readSent(conns []sentConn) (whole []strictReq, raw []byte, err error) {
+	type placed struct {
+		seq int
+		req strictReq
+	}
+	var all []placed
+	defer func() {
+		slices.SortFunc(all, func(a, b placed) int { return a.seq - b.seq })
+		for _, p := range all {
+			whole = append(whole, p.req)
+		}
+	}()
 	for i, c := range conns {
 		raw = append(raw, trim(c.raw)...)
 		b := c.raw
 		for len(b) > 0 {
 			r := readStrict(b, true)
 			if r.f == fWhole {
-				whole = append(whole, r.req)
+				all = append(all, placed{c.seq(len(c.raw) - len(b)), r.req})
 				b = b[r.n:]
 				continue
 			}
@@ -327,11 +362,8 @@ func readClient(raw []byte) (reqs []strictReq, end readResult) {
 		}
 		reqs = append(reqs, r.req)
 		raw = raw[r.n:]
-		switch {
-		case r.req.last:
+		if r.req.last {
 			return reqs, readResult{f: fLast, why: "a request that ends the connection"}
-		case r.req.loose:
-			return reqs, readResult{f: fLoose, why: r.req.why}
 		}
 	}
 	return reqs, readResult{f: fLast, why: "the end of the client's bytes"}
@@ -380,9 +412,6 @@ type strictReq struct {
 	body   []byte
 	// last: the server reads nothing after it on the connection.
 	last bool
-	// loose: what follows it may be read otherwise (why says why).
-	loose bool
-	why   string
 }
 
 // readResult is the strict reading of the request at the start of some
@@ -395,9 +424,8 @@ type readResult struct {
 }
 
 // readStrict reads the request at the start of b. On the client's bytes
-// (up false) it takes what RFC 9112 lets a recipient take: a bare CR or a
-// NUL in a field line and obs-fold as SP, a whitespace-preceded line after
-// the request line as nothing. On the gateway's (up true), which it writes
+// (up false) it takes what RFC 9112 lets a recipient take, one way (see
+// FuzzSmuggling). On the gateway's (up true), which it writes
 // anew, any departure from the strict form is fReject.
 func readStrict(b []byte, up bool) readResult {
 	p := 0
@@ -422,15 +450,24 @@ func readStrict(b []byte, up bool) readResult {
 	}
 	incomplete := readResult{f: fIncomplete, why: "the bytes end first"}
 
-	// The request line: method SP origin-form SP HTTP/1.x.
-	l, crlf, ok := line()
-	switch {
-	case !ok:
-		return incomplete
-	case !crlf:
-		return fail(fLoose, "the request line ends in a bare LF")
-	case len(l) == 0:
-		return fail(fLoose, "an empty line before the request line")
+	// The request line: method SP request-target SP HTTP/1.x, after any
+	// empty lines (RFC 9112 2.2: a server ignores at least one, or
+	// refuses).
+	var l []byte
+	for {
+		var crlf, ok bool
+		l, crlf, ok = line()
+		switch {
+		case !ok:
+			return incomplete
+		case !crlf && up:
+			return fail(fReject, "the request line ends in a bare LF")
+		case len(l) == 0 && up:
+			return fail(fReject, "an empty line before the request line")
+		}
+		if len(l) > 0 {
+			break
+		}
 	}
 	parts := bytes.Split(l, []byte{' '})
 	if len(parts) != 3 {
@@ -442,10 +479,8 @@ func readStrict(b []byte, up bool) readResult {
 		return fail(fLoose, "a method that is not a token")
 	case method == "CONNECT" && !up:
 		return fail(fLoose, "CONNECT")
-	case !up && !isOriginForm(target):
-		return fail(fLoose, "a request target other than origin-form")
-	case up && (len(target) == 0 || bytes.ContainsFunc(target, func(r rune) bool { return r <= ' ' || r == 0x7f })):
-		return fail(fReject, "a request target with a space or a control character")
+	case len(target) == 0 || bytes.ContainsFunc(target, func(r rune) bool { return r <= ' ' || r == 0x7f }):
+		return fail(fLoose, "a request target with a control character")
 	case version != "HTTP/1.1" && (version != "HTTP/1.0" || up):
 		return fail(fLoose, "the version "+strconv.Quote(version))
 	}
@@ -460,8 +495,8 @@ func readStrict(b []byte, up bool) readResult {
 		switch {
 		case !ok:
 			return incomplete
-		case !crlf:
-			return fail(fLoose, "a header line ends in a bare LF")
+		case !crlf && up:
+			return fail(fReject, "a header line ends in a bare LF")
 		}
 		if len(l) == 0 {
 			break
@@ -507,7 +542,7 @@ func readStrict(b []byte, up bool) readResult {
 	// The framing.
 	var te, cl []string
 	var conn []string
-	hosts, upgrade := 0, false
+	hosts := 0
 	for _, f := range fields {
 		switch f.name {
 		case "transfer-encoding":
@@ -518,8 +553,6 @@ func readStrict(b []byte, up bool) readResult {
 			hosts++
 		case "connection":
 			conn = append(conn, splitList(f.value)...)
-		case "upgrade":
-			upgrade = true
 		}
 	}
 	switch {
@@ -536,9 +569,11 @@ func readStrict(b []byte, up bool) readResult {
 		return fail(fClose, "Transfer-Encoding with Content-Length")
 	case len(te) > 0 && !strings.EqualFold(te[len(te)-1], "chunked"):
 		return fail(fReject, "a final transfer coding other than chunked")
-	case len(te) > 1:
-		return fail(fLoose, "transfer codings before chunked")
-	case len(te) == 1:
+	case len(te) > 1 && up:
+		return fail(fReject, "transfer codings before chunked")
+	case len(te) > 0:
+		// Codings before chunked (which a server may refuse with 501)
+		// leave the framing to chunked.
 		chunked = true
 	case len(cl) > 0:
 		v := trimOWS(cl[0])
@@ -550,9 +585,11 @@ func readStrict(b []byte, up bool) readResult {
 				return fail(fReject, "different Content-Length values")
 			}
 		}
-		if len(cl) > 1 {
-			return fail(fLoose, "a Content-Length value twice")
+		if len(cl) > 1 && up {
+			return fail(fReject, "a Content-Length value twice")
 		}
+		// Else one value (RFC 9110 8.6: a recipient may take equal values
+		// as one, or refuse).
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n > 1<<40 {
 			return fail(fLoose, "a Content-Length over 2^40")
@@ -624,13 +661,10 @@ func readStrict(b []byte, up bool) readResult {
 	if req.body == nil {
 		req.body = []byte{}
 	}
-	switch {
-	case hasToken(conn, "close"), !http11 && !hasToken(conn, "keep-alive"):
+	// An Upgrade asks for another protocol, which only a 101 starts: the
+	// instance never answers one, and the connection stays HTTP/1.1.
+	if hasToken(conn, "close") || !http11 && !hasToken(conn, "keep-alive") {
 		req.last = true
-	case !http11:
-		req.loose, req.why = true, "HTTP/1.0 keep-alive"
-	case upgrade:
-		req.loose, req.why = true, "an upgrade"
 	}
 	return readResult{f: fWhole, req: req, n: p}
 }
@@ -646,20 +680,6 @@ func isToken(s string) bool {
 		}
 	}
 	return s != ""
-}
-
-// isOriginForm reports whether t is an origin-form request target of
-// visible ASCII.
-func isOriginForm(t []byte) bool {
-	if len(t) == 0 || t[0] != '/' {
-		return false
-	}
-	for _, c := range t {
-		if c <= ' ' || c >= 0x7f {
-			return false
-		}
-	}
-	return true
 }
 
 func trimOWS(s string) string { return strings.Trim(s, " \t") }
