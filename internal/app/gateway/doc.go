@@ -292,7 +292,8 @@
 // and every chunked HTTP/1.1 request closes its connection after the answer
 // (RFC 9112 6.1 asks it of a request that carried Content-Length too, which
 // net/http does not tell the handler); the fast path refuses a header name
-// with a space inside it, which fasthttp takes and net/http refuses.
+// with a space inside it and Transfer-Encoding: identity, which fasthttp
+// takes and net/http refuses.
 // docs/security.md has the table of cases (internal/testkit/smuggletest),
 // run on both paths, nginx's answers beside the gateway's, and the property
 // that FuzzSmuggling checks of any bytes on both paths.

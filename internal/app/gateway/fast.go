@@ -222,6 +222,35 @@ func spaceInName(h *fasthttp.RequestHeader) bool {
 	return false
 }
 
+// droppedTE reports whether the head of h has a Transfer-Encoding field
+// that fasthttp's server dropped: it reads "identity" (RFC 2616's coding,
+// which RFC 9112 no longer has) as no coding, drops the field, and leaves
+// the body to a Content-Length, or to none. RFC 9112 6.3 asks a server to
+// refuse a request whose final transfer coding is not chunked (net/http's
+// answers 501): a peer in front of the gateway that reads identity as RFC
+// 2616 did takes the rest of the connection as the body, where the gateway
+// would read it as requests. fasthttp keeps the chunked coding (a
+// Content-Length of -1) and refuses any other; only the raw head shows an
+// identity that it dropped.
+func droppedTE(h *fasthttp.RequestHeader) bool {
+	if h.ContentLength() == -1 {
+		return false
+	}
+	const name = "transfer-encoding"
+	raw := h.RawHeaders()
+	for off := 0; ; {
+		i := bytes.IndexByte(raw[off:], ':')
+		if i < 0 {
+			return false
+		}
+		i += off
+		if start := i - len(name); start >= 0 && (start == 0 || raw[start-1] == '\n') && strings.EqualFold(b2s(raw[start:i]), name) {
+			return true
+		}
+		off = i + 1
+	}
+}
+
 // hopHeaders are the hop-by-hop headers that a proxy does not forward (RFC
 // 9110 7.6.1), as httputil.ReverseProxy removes them; Expect is answered by
 // the fast path's server, which asks for the body before the handler runs.
@@ -306,7 +335,7 @@ func (f *fastPath) serve(ctx *fasthttp.RequestCtx) {
 		f.g.fail((*fastOut)(ctx), false, http.StatusBadRequest, codeBadRequest, "lanes: malformed request target")
 		return
 	}
-	if spaceInName(&ctx.Request.Header) {
+	if spaceInName(&ctx.Request.Header) || droppedTE(&ctx.Request.Header) {
 		// As the fast path's server refuses a head it cannot parse.
 		ctx.SetConnectionClose()
 		f.g.m.errors(codeBadRequest)

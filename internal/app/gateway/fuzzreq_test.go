@@ -118,6 +118,9 @@ var framingSeeds = []string{
 	// the body, which it must still skip or close on.
 	"POST /a HTTP/1.1\r\nHost: x\r\nX-Lane: a b\r\nContent-Length: 35\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n" + smuggletest.End,
 	"POST /a HTTP/1.1\r\nHost: x\r\nX-Lane: a b\r\nTransfer-Encoding: chunked\r\n\r\n23\r\nGET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n\r\n0\r\n\r\n" + smuggletest.End,
+	// Transfer-Encoding: identity (RFC 2616's), which RFC 9112 refuses.
+	"POST /a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: identity\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n" + smuggletest.End,
+	"POST /a HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: identity\r\nContent-Length: 35\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n" + smuggletest.End,
 	// Connection: close and HTTP/1.0: nothing after them is read.
 	"GET /a HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n",
 	"GET /a HTTP/1.0\r\n\r\nGET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n",
@@ -565,10 +568,10 @@ func readStrict(b []byte, up bool) readResult {
 	switch {
 	case len(te) > 0 && !http11:
 		return fail(fClose, "Transfer-Encoding in HTTP/1.0")
-	case len(te) > 0 && len(cl) > 0:
-		return fail(fClose, "Transfer-Encoding with Content-Length")
 	case len(te) > 0 && !strings.EqualFold(te[len(te)-1], "chunked"):
 		return fail(fReject, "a final transfer coding other than chunked")
+	case len(te) > 0 && len(cl) > 0:
+		return fail(fClose, "Transfer-Encoding with Content-Length")
 	case len(te) > 1 && up:
 		return fail(fReject, "transfer codings before chunked")
 	case len(te) > 0:
