@@ -732,6 +732,12 @@ func (s *stdSend) send(pick routing.Result) (routedcall.Attempt, bool) {
 		traceContext.Inject(s.req.Context(), propagation.HeaderCarrier(out.Header))
 	}
 	s.res, s.err = s.rt.RoundTrip(out)
+	if s.err == nil && s.res.StatusCode == http.StatusSwitchingProtocols {
+		if asked, got := upgradeOf(out.Header), upgradeOf(s.res.Header); got == "" || !strings.EqualFold(asked, got) {
+			s.res.Body.Close() // the connection, which ReverseProxy would leave open
+			s.res, s.err = nil, &switchError{asked: asked, got: got}
+		}
+	}
 	if s.err == nil && s.st.grpc && s.res.StatusCode < 500 {
 		if v := s.res.Header["Grpc-Status"]; len(v) > 0 { // trailers-only
 			s.st.call.Report(grpcOutcome(s.res.Header))
@@ -746,6 +752,20 @@ func (s *stdSend) send(pick routing.Result) (routedcall.Attempt, bool) {
 		return attempt(s.st, 0, "", s.err, laneshttp.Unsent(s.err)), false
 	}
 	return attempt(s.st, s.res.StatusCode, s.res.Header.Get(hError), nil, false), false
+}
+
+// upgradeOf is the protocol that the Upgrade header of h names, when its
+// Connection header has the upgrade option, as httputil.ReverseProxy reads
+// it; "" for none.
+func upgradeOf(h http.Header) string {
+	for _, v := range h["Connection"] {
+		for _, o := range strings.Split(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(o), "upgrade") {
+				return h.Get("Upgrade")
+			}
+		}
+	}
+	return ""
 }
 
 func (s *stdSend) replayable(o routedcall.Outcome) bool {

@@ -400,13 +400,20 @@ func (p *upPool) release(c *upConn) {
 	c.prev, c.next = nil, nil
 }
 
-// put keeps c, idle since now, for the next request, or closes it.
+// put keeps c, idle since now, for the next request, or closes it. A
+// connection that holds bytes past the answer just read through is closed:
+// those bytes are no answer to any request (a body longer than its
+// Content-Length, a body after a 204, 304 or the answer to a HEAD, a second
+// answer), and the next request on it would read them as its own, another
+// client's maybe, in another lane; net/http's transport closes such a
+// connection too ("Unsolicited response received on idle HTTP channel"),
+// as nginx does one whose instance "sent more data than specified".
 func (p *upPool) put(c *upConn, now time.Time) {
 	c.used = now
 	p.mu.Lock()
 	p.last = now
 	p.release(c)
-	if p.closed || len(p.idle) >= p.u.idle {
+	if p.closed || len(p.idle) >= p.u.idle || c.br.Buffered() > 0 {
 		p.mu.Unlock()
 		c.close()
 		return
@@ -605,7 +612,12 @@ func (p *upPool) readAnswer(c *upConn, req *fasthttp.Request, resp *fasthttp.Res
 	// buffered, needs no read).
 	c.body = p.u.read
 	code := resp.StatusCode()
-	if req.Header.IsHead() || code == fasthttp.StatusNoContent || code == fasthttp.StatusNotModified || code == fasthttp.StatusSwitchingProtocols {
+	if code == fasthttp.StatusSwitchingProtocols {
+		// The fast path serves no upgrade (classify): what follows on the
+		// connection is no HTTP answer.
+		return &switchError{got: string(resp.Header.Peek("Upgrade"))}
+	}
+	if req.Header.IsHead() || code == fasthttp.StatusNoContent || code == fasthttp.StatusNotModified {
 		resp.SkipBody = true
 		p.done(c, req, resp, now)
 		return nil
@@ -818,6 +830,20 @@ func (p *upPool) done(c *upConn, req *fasthttp.Request, resp *fasthttp.Response,
 		return
 	}
 	p.put(c, now)
+}
+
+// switchError is a 101 Switching Protocols answer to a request that did
+// not ask to switch to that protocol (asked is its Upgrade, "" for none),
+// on both HTTP/1.1 paths: the attempt fails (502 upstream) and the
+// connection, on which the instance speaks another protocol, is closed.
+// (httputil.ReverseProxy refuses it too, but leaves the connection open.)
+type switchError struct{ asked, got string }
+
+func (e *switchError) Error() string {
+	if e.asked == "" {
+		return fmt.Sprintf("the instance switched protocols (to %q) on a request that asked for no upgrade", e.got)
+	}
+	return fmt.Sprintf("the instance switched protocols to %q when %q was asked", e.got, e.asked)
 }
 
 // upBody streams a response body from its upstream connection, and gives
