@@ -64,14 +64,21 @@ func FuzzAnswer(f *testing.F) {
 			// Would let a leaked answer pass for the gateway's error.
 			t.Skip("the answer names the gateway's error header")
 		}
+		start := time.Now()
 		fw.exec(t, head, closeAfter, answer)
+		if d := time.Since(start); d > 200*time.Millisecond {
+			if f, err := os.OpenFile("/tmp/fuzzans-slow.log", os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644); err == nil {
+				fmt.Fprintf(f, "%s %v %v %q\n", d, head, closeAfter, answer)
+				f.Close()
+			}
+		}
 	})
 }
 
 // fuzzAnswerTimeout is the response-header and upstream read timeouts of
 // FuzzAnswer's gateway. An answer of the instance's that it misses, on a
 // busy machine, is the gateway's 504 or 502, which the property allows.
-const fuzzAnswerTimeout = 100 * time.Millisecond
+const fuzzAnswerTimeout = 25 * time.Millisecond
 
 type fuzzAnswerSeed struct {
 	head, close bool
@@ -494,6 +501,165 @@ func (a *answerInstance) serve(c net.Conn) {
 		}
 		if _, err := fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\nX-Marker: %s\r\n\r\n%s", len(id), id, id); err != nil {
 			return
+		}
+	}
+}
+
+// TestUnsolicitedAnswer: an instance that answers a request, and then, once
+// that answer has reached the client, sends a second answer on the idle
+// connection (an instance that answers twice, or late), has that second
+// answer read as no request's: the next request gets its own answer, on
+// both paths. The fast path looks at an idle connection before it sends a
+// request on it (idleCheck); net/http's transport reads its idle
+// connections and closes one on which bytes come, with a race that the
+// gateway cannot close (a request sent before its read loop has seen the
+// bytes would read them), so on the net/http path the next request waits
+// until the connection is closed.
+func TestUnsolicitedAnswer(t *testing.T) {
+	late, wrote := make(chan struct{}), make(chan struct{})
+	var closed atomic.Bool
+	shut := make(chan struct{})
+	addr := serveBackendConns(t, func(c net.Conn, first bool) {
+		br := bufio.NewReader(c)
+		for {
+			c.SetDeadline(time.Now().Add(waitFor))
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				if first && errors.Is(err, io.EOF) && closed.CompareAndSwap(false, true) {
+					close(shut)
+				}
+				return
+			}
+			if req.URL.Path == "/first" {
+				io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+				<-late
+				io.WriteString(c, leak)
+				close(wrote)
+				continue
+			}
+			id := req.Header.Get("X-Fuzz-Id")
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\nX-Marker: %s\r\n\r\n%s", len(id), id, id)
+		}
+	})
+	w := newWorld(t, "", Config{})
+	w.register(t, "orders", "twice", addr, "")
+	a := dialRaw(t, w.addr)
+	defer a.close()
+	if res, body, err := a.exchange(http.MethodGet, "/first", ""); err != nil || string(body) != "ok" {
+		t.Fatalf("the first answer: %v %q, err %v", res, body, err)
+	}
+	close(late)
+	<-wrote
+	if testHTTP1 == HTTP1Std {
+		select {
+		case <-shut:
+		case <-time.After(waitFor):
+			t.Fatalf("net/http's transport kept the connection on which unsolicited bytes came for %s", waitFor)
+		}
+	}
+	for i := range 3 {
+		id := fmt.Sprint("own-", i)
+		res, body, err := a.exchange(http.MethodGet, "/m/"+id, id)
+		if why := notOwn(res, body, err, id, false); why != "" || gatewayError(res) {
+			t.Fatalf("the next request's answer: %s %v", why, res.Header)
+		}
+	}
+}
+
+// serveBackendConns serves each connection to a loopback port on a
+// goroutine of its own with handle (first: the first connection), until
+// the test ends, and returns the address.
+func serveBackendConns(t *testing.T, handle func(c net.Conn, first bool)) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	conns := map[net.Conn]struct{}{}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for first := true; ; first = false {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns[c] = struct{}{}
+			mu.Unlock()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer c.Close()
+				handle(c, first)
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		mu.Lock()
+		for c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	return l.Addr().String()
+}
+
+// idlePair is an upstream connection's check (idleCheck) on one end of a
+// loopback connection, and the other end.
+func idlePair(tb testing.TB) (*idleCheck, net.Conn) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer l.Close()
+	c, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { c.Close() })
+	peer, err := l.Accept()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { peer.Close() })
+	k := new(idleCheck)
+	k.init(c)
+	return k, peer
+}
+
+// TestIdleCheck: the look at an idle connection finds nothing on a quiet
+// one, without allocating, and finds a byte, or the end, once the peer has
+// sent one, or closed.
+func TestIdleCheck(t *testing.T) {
+	k, peer := idlePair(t)
+	if k.spoiled() {
+		t.Fatal("a quiet connection looks spoiled")
+	}
+	if n := testing.AllocsPerRun(100, func() { k.spoiled() }); n != 0 {
+		t.Errorf("a look allocates %v times", n)
+	}
+	if k.raw == nil {
+		t.Skip("no look at idle connections on this system")
+	}
+	io.WriteString(peer, "x")
+	eventually(t, "the byte to be seen", k.spoiled)
+	k2, peer2 := idlePair(t)
+	peer2.Close()
+	eventually(t, "the end to be seen", k2.spoiled)
+}
+
+// BenchmarkIdleCheck is the cost of the look at an idle connection that
+// the fast path takes before it reuses one: a system call.
+func BenchmarkIdleCheck(b *testing.B) {
+	k, _ := idlePair(b)
+	b.ReportAllocs()
+	for b.Loop() {
+		if k.spoiled() {
+			b.Fatal("spoiled")
 		}
 	}
 }

@@ -243,6 +243,7 @@ type upConn struct {
 	// prev and next link c into its pool's connections in use, under the
 	// pool's mutex.
 	prev, next *upConn
+	idle       idleCheck
 }
 
 // The writes of a request to an instance, and of an answer to a client,
@@ -332,7 +333,13 @@ type unsentError struct{ err error }
 func (e *unsentError) Error() string { return e.err.Error() }
 func (e *unsentError) Unwrap() error { return e.err }
 
-// get returns an idle connection, or a new one (reused false).
+// get returns an idle connection, or a new one (reused false). An idle
+// connection on which the instance has sent anything since its last answer
+// (idleCheck), or which it has closed, is closed and not used: those bytes
+// are no answer to the request about to be sent (an instance that answers
+// twice, or late), and it would read them as its own; net/http's transport
+// closes such a connection as the bytes come (its connections are always
+// read), as nginx does.
 func (p *upPool) get(now time.Time) (c *upConn, reused bool, err error) {
 	p.mu.Lock()
 	p.last = now
@@ -340,12 +347,17 @@ func (p *upPool) get(now time.Time) (c *upConn, reused bool, err error) {
 		c = p.idle[len(p.idle)-1]
 		p.idle[len(p.idle)-1] = nil
 		p.idle = p.idle[:len(p.idle)-1]
-		if now.Sub(c.used) < p.u.idleTimeout {
-			p.take(c)
-			p.mu.Unlock()
+		if now.Sub(c.used) >= p.u.idleTimeout {
+			c.close()
+			continue
+		}
+		p.take(c)
+		p.mu.Unlock()
+		if !c.idle.spoiled() {
 			return c, true, nil
 		}
-		c.close()
+		p.discard(c)
+		p.mu.Lock()
 	}
 	p.out++
 	p.mu.Unlock()
@@ -357,6 +369,7 @@ func (p *upPool) get(now time.Time) (c *upConn, reused bool, err error) {
 		return nil, false, &unsentError{err}
 	}
 	c = &upConn{c: nc, w: netbound.Writer{C: nc, D: p.u.write, Names: instanceWrites}}
+	c.idle.init(nc)
 	c.br = bufio.NewReaderSize(c, upBufSize)
 	c.bw = bufio.NewWriterSize(&c.w, upBufSize)
 	p.mu.Lock()
@@ -590,6 +603,13 @@ func readHead(c *upConn, resp *fasthttp.Response, ctx *fasthttp.RequestCtx) (ret
 			}
 			return first && c.br.Buffered() == 0, err
 		}
+		// The head goes to the client in the gateway's HTTP/1.1, which
+		// frames the body, whatever the instance's version: with the
+		// instance's own status line ("HTTP/1.0 200 OK") the client would
+		// read a chunked body as one that ends when the connection does,
+		// which the gateway keeps open, and take the next answer on it as
+		// more of this one.
+		resp.Header.SetProtocol(nil)
 		if !interim(resp.StatusCode()) {
 			return false, nil
 		}
