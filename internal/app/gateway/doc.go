@@ -298,6 +298,14 @@
 // run on both paths, nginx's answers beside the gateway's, and the property
 // that FuzzSmuggling checks of any bytes on both paths.
 //
+// An instance's answer is parsed and written anew too, in the gateway's
+// HTTP/1.1: an upstream connection that holds a byte past the answer, or
+// on which the instance sent anything while it was idle (the fast path
+// looks before it reuses one: idleCheck), is closed, never reused, so that
+// no byte of one answer is read as the answer of a later request; and a
+// 101 to a request that asked for no upgrade is 502 upstream, its
+// connection closed. FuzzAnswer holds it under any bytes, on both paths.
+//
 // # Metrics
 //
 // With [Config.Registerer] set, the gateway counts requests by assignment
