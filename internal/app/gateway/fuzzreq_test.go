@@ -20,8 +20,9 @@ import (
 )
 
 // FuzzSmuggling sends arbitrary bytes to the gateway on one TCP connection
-// (then ends the client's side of it) and checks what reaches the instance,
-// a smuggletest.Recorder, against what RFC 9112 says the bytes are:
+// (then ends the client's side of it) and checks what the gateway sends its
+// instance (a smuggletest.Recorder) against what RFC 9112 says the bytes
+// are:
 //
 //   - what the gateway writes on each upstream connection (tapped at its
 //     dialers) is whole requests, each framed one way only (one
@@ -29,10 +30,9 @@ import (
 //     well-formed chunks), with CRLF line ends, header names that are
 //     tokens and no CR, LF or NUL in a value; the last request on a
 //     connection may be cut short only if the gateway closed it;
-//   - the requests it sent whole are, in order, some of the
-//     requests that a strict reading of the client's bytes finds (same
-//     method, same body): the gateway may refuse any of them, never read
-//     one otherwise. Where that reading stops, on a request RFC 9112 says
+//   - the requests it sent whole are, in order, some of the requests that
+//     a strict reading of the client's bytes finds (same method, same
+//     body): the gateway may refuse any of them, never read one otherwise. Where that reading stops, on a request RFC 9112 says
 //     must be refused (whitespace before a colon, a missing or second
 //     Host, an invalid Content-Length, a final transfer coding other than
 //     chunked), nothing more reaches the instance; on one whose framing is
