@@ -320,6 +320,15 @@ func dropHop(h interface {
 	}
 }
 
+// malformed refuses a request that fasthttp's server took but the gateway
+// does not (msg says why): 400 bad_request, counted, and the connection
+// closed, as the server refuses a head it cannot parse (Gateway.refuse).
+func (f *fastPath) malformed(ctx *fasthttp.RequestCtx, msg string) {
+	ctx.SetConnectionClose()
+	f.g.m.errors(codeBadRequest)
+	f.g.fail((*fastOut)(ctx), false, http.StatusBadRequest, codeBadRequest, msg)
+}
+
 // serve is the fast path's fasthttp handler.
 func (f *fastPath) serve(ctx *fasthttp.RequestCtx) {
 	path, how := classify(ctx)
@@ -328,18 +337,12 @@ func (f *fastPath) serve(ctx *fasthttp.RequestCtx) {
 		f.adapt(ctx)
 		return
 	case fastBad:
-		// As net/http's server refuses a target it cannot parse, and as
-		// the fast path's server refuses a head (refuse).
-		ctx.SetConnectionClose()
-		f.g.m.errors(codeBadRequest)
-		f.g.fail((*fastOut)(ctx), false, http.StatusBadRequest, codeBadRequest, "lanes: malformed request target")
+		// As net/http's server refuses a target it cannot parse.
+		f.malformed(ctx, "lanes: malformed request target")
 		return
 	}
 	if spaceInName(&ctx.Request.Header) || droppedTE(&ctx.Request.Header) {
-		// As the fast path's server refuses a head it cannot parse.
-		ctx.SetConnectionClose()
-		f.g.m.errors(codeBadRequest)
-		f.g.fail((*fastOut)(ctx), false, http.StatusBadRequest, codeBadRequest, "lanes: malformed request")
+		f.malformed(ctx, "lanes: malformed request")
 		return
 	}
 	g := f.g
