@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"go.opentelemetry.io/otel/propagation"
-	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
-	"go.opentelemetry.io/otel/trace"
 	"io"
 	"net/http"
 	"net/http/httputil"
@@ -16,6 +13,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
+	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/net/http/httpguts"
 
 	"github.com/lanesdev/lanes/internal/lib/routedcall"
 	"github.com/lanesdev/lanes/lane"
@@ -756,16 +758,12 @@ func (s *stdSend) send(pick routing.Result) (routedcall.Attempt, bool) {
 
 // upgradeOf is the protocol that the Upgrade header of h names, when its
 // Connection header has the upgrade option, as httputil.ReverseProxy reads
-// it; "" for none.
+// it (with the same httpguts test); "" for none.
 func upgradeOf(h http.Header) string {
-	for _, v := range h["Connection"] {
-		for _, o := range strings.Split(v, ",") {
-			if strings.EqualFold(strings.TrimSpace(o), "upgrade") {
-				return h.Get("Upgrade")
-			}
-		}
+	if !httpguts.HeaderValuesContainsToken(h["Connection"], "Upgrade") {
+		return ""
 	}
-	return ""
+	return h.Get("Upgrade")
 }
 
 func (s *stdSend) replayable(o routedcall.Outcome) bool {
