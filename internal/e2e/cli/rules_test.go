@@ -245,6 +245,20 @@ func TestUpLogFormat(t *testing.T) {
 func TestStartupProgress(t *testing.T) {
 	for _, cmd := range []string{"up", "demo"} {
 		u := startUp(t, cmd)
+		// The process writes these lines before "lanes is up." on stdout,
+		// but its stderr is copied into u.stderr apart: wait for the last
+		// ones.
+		for _, last := range []string{"lanes: starting the admin API on 127.0.0.1:0", "lanes: starting the sample services"} {
+			if last == "lanes: starting the sample services" && cmd != "demo" {
+				continue
+			}
+			eventually(t, "stderr to say "+last, func() string {
+				if s := u.stderr.String(); !strings.Contains(s, last) {
+					return s
+				}
+				return ""
+			})
+		}
 		errOut := u.stderr.String()
 		for _, want := range []string{"lanes: starting the embedded etcd (data in ", "waiting for it to serve...",
 			"lanes: reading the registry and the policy...", "lanes: starting the trace collector (OTLP/gRPC on 127.0.0.1:0", "lanes: starting the gateway on 127.0.0.1:0", "lanes: starting the admin API on 127.0.0.1:0"} {
