@@ -26,7 +26,10 @@
 //     answers (103 Early Hints) are passed on as they come, without the
 //     instance's x-lane and x-lane-served, and not to an HTTP/1.0 client
 //     (RFC 9110, 15.2), on both paths; an answer body
-//     of unknown length, or larger than 1 MiB, streams, with its trailers. A
+//     of unknown length, or larger than 1 MiB, streams, with its trailers
+//     (chunked to an HTTP/1.1 client; to an HTTP/1.0 client, which has no
+//     chunked coding, as it comes and ended by the end of the connection,
+//     as net/http's server sends it, on both paths). A
 //     request body streams too, as on net/http: one of known length over
 //     16 KiB, and every chunked one (with its trailers), is copied to the
 //     instance as the client sends it, with its framing (Content-Length

@@ -352,7 +352,12 @@ func (f *fastPath) serve(ctx *fasthttp.RequestCtx) {
 		g.fail(out, false, http.StatusServiceUnavailable, codeClosed, "lanes: the gateway is closing")
 		return
 	}
-	defer g.exit()
+	handedOver := false // to untilClose, which exits in its turn
+	defer func() {
+		if !handedOver {
+			g.exit()
+		}
+	}()
 	// The client's Connection: close, and every chunked request (as on the
 	// net/http path; see Request smuggling in the package documentation),
 	// close the connection after the answer; so does a closing gateway.
@@ -455,6 +460,41 @@ func (f *fastPath) serve(ctx *fasthttp.RequestCtx) {
 	delHopAnswer(&resp.Header)
 	g.laneHeaders(st, out.header())
 	g.m.served(st.pick().Lane)
+	if interim == nil && resp.IsBodyStream() && resp.Header.ContentLength() < 0 && !resp.SkipBody {
+		handedOver = true
+		f.untilClose(ctx)
+	}
+}
+
+// untilClose sends the answer of ctx, which streams and whose length is not
+// known (a chunked answer, or one that the instance ends by closing its
+// connection), to an HTTP/1.0 client as net/http's server does: as it
+// comes, ended by the end of the connection. fasthttp's server would send
+// it chunked, a coding that HTTP/1.0 does not have (RFC 9112 6.1: a server
+// sends no Transfer-Encoding to an HTTP/1.0 request), and a client that
+// takes the body as it comes would read the chunks' framing as the body.
+//
+// The server runs it once it has sent the answers before this one
+// (fasthttp's Hijack), after serve has returned; it holds the request's
+// place among those in flight (Gateway.enter) until the answer's end, so
+// that Close and Shutdown wait for it as for any other request. Each write
+// is bounded by the client write timeout (prefixConn), each read by the
+// upstream read timeout (upConn).
+func (f *fastPath) untilClose(ctx *fasthttp.RequestCtx) {
+	resp := &ctx.Response
+	resp.Header.SetContentLength(-2) // no length, no coding; Connection: close
+	ctx.HijackSetNoResponse(true)
+	ctx.Hijack(func(c net.Conn) {
+		defer f.g.exit()
+		defer resp.CloseBodyStream() // the upstream connection goes back, or is closed if cut
+		if _, err := c.Write(resp.Header.Header()); err != nil {
+			return
+		}
+		// Each part goes on as it comes (an event stream waits on it), as
+		// fasthttp's server flushes each chunk; io.Copy does not buffer
+		// between a reader and a connection.
+		io.CopyBuffer(c, resp.BodyStream(), make([]byte, 32<<10))
+	})
 }
 
 func (s *fastSend) methodString() string { return string(s.ctx.Method()) }

@@ -1,0 +1,152 @@
+package gateway
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestHTTP10ClientGetsNoChunks: an HTTP/1.0 client cannot read the chunked
+// coding (RFC 9112 6.1: a server sends no Transfer-Encoding to a request
+// of HTTP/1.0), so an answer whose length the gateway does not know ends
+// with the connection instead, on both paths, however short (a chunked
+// answer is not read whole first: it may be an event stream); an answer
+// the gateway knows the length of keeps its Content-Length.
+func TestHTTP10ClientGetsNoChunks(t *testing.T) {
+	w := newWorld(t, "", Config{})
+	release := make(chan struct{})
+	addr := serveBackend(t, http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/small": // chunked: net/http sends an answer flushed before its end so
+			rw.(http.Flusher).Flush()
+			fmt.Fprint(rw, "small answer")
+		case "/stream":
+			fmt.Fprint(rw, "data: one\n\n")
+			rw.(http.Flusher).Flush()
+			select {
+			case <-release:
+			case <-r.Context().Done():
+				return
+			}
+			fmt.Fprint(rw, "data: two\n\n")
+		case "/big":
+			rw.Header().Set("Content-Length", fmt.Sprint(maxBufferedBody+10))
+			rw.Write(make([]byte, maxBufferedBody+10))
+		default:
+			rw.(http.Flusher).Flush() // chunked
+			rw.Write(make([]byte, maxBufferedBody+10))
+		}
+	}))
+	w.register(t, "orders", "old", addr, "")
+	get := func(t *testing.T, path, conn string) (*http.Response, *bufio.Reader, net.Conn) {
+		t.Helper()
+		c, err := net.DialTimeout("tcp", w.addr, waitFor)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		c.SetDeadline(time.Now().Add(waitFor))
+		if _, err := io.WriteString(c, "GET "+path+" HTTP/1.0\r\nHost: x\r\n"+conn+"\r\n"); err != nil {
+			t.Fatal(err)
+		}
+		br := bufio.NewReader(c)
+		res, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.TransferEncoding) > 0 || res.Header.Get("Transfer-Encoding") != "" {
+			t.Errorf("%s: Transfer-Encoding %q to an HTTP/1.0 client", path, res.TransferEncoding)
+		}
+		return res, br, c
+	}
+	for _, tc := range []struct {
+		path string
+		want int
+	}{{"/small", len("small answer")}, {"/big", maxBufferedBody + 10}, {"/chunked-big", maxBufferedBody + 10}} {
+		for _, conn := range []string{"", "Connection: keep-alive\r\n"} {
+			t.Run(strings.TrimPrefix(tc.path, "/")+map[bool]string{true: "/keep-alive"}[conn != ""], func(t *testing.T) {
+				res, br, _ := get(t, tc.path, conn)
+				body, err := io.ReadAll(res.Body)
+				if err != nil || len(body) != tc.want {
+					t.Fatalf("body: %d bytes, %v; want %d", len(body), err, tc.want)
+				}
+				if res.ContentLength < 0 {
+					// The body ended with the connection: nothing follows.
+					if n, err := br.Read(make([]byte, 1)); n != 0 || err != io.EOF {
+						t.Errorf("after a body without a length: %d bytes, %v; want the end of the connection", n, err)
+					}
+				}
+			})
+		}
+	}
+	t.Run("head", func(t *testing.T) {
+		c, err := net.DialTimeout("tcp", w.addr, waitFor)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(waitFor))
+		io.WriteString(c, "HEAD /chunked-big HTTP/1.0\r\nHost: x\r\n\r\n")
+		res, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: http.MethodHead})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.TransferEncoding) > 0 || res.StatusCode != http.StatusOK {
+			t.Errorf("HEAD: %d, Transfer-Encoding %q to an HTTP/1.0 client", res.StatusCode, res.TransferEncoding)
+		}
+	})
+	t.Run("stream", func(t *testing.T) {
+		res, _, _ := get(t, "/stream", "Connection: keep-alive\r\n")
+		br := bufio.NewReader(res.Body)
+		line, err := br.ReadString('\n')
+		if err != nil || line != "data: one\n" {
+			t.Fatalf("first event: %q, %v; want it before the instance ends the answer", line, err)
+		}
+		close(release)
+		rest, err := io.ReadAll(br)
+		if err != nil || string(rest) != "\ndata: two\n\n" {
+			t.Fatalf("the rest: %q, %v", rest, err)
+		}
+	})
+}
+
+// TestHTTP10StreamEndsAtClose: Close waits for an answer that streams to an
+// HTTP/1.0 client until the end of its connection, and ends it.
+func TestHTTP10StreamEndsAtClose(t *testing.T) {
+	w := newWorld(t, "", Config{})
+	addr := serveBackend(t, http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		fmt.Fprint(rw, "data: one\n\n")
+		rw.(http.Flusher).Flush()
+		<-r.Context().Done()
+	}))
+	w.register(t, "orders", "old", addr, "")
+	c, err := net.DialTimeout("tcp", w.addr, waitFor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(waitFor))
+	io.WriteString(c, "GET /events HTTP/1.0\r\nHost: x\r\n\r\n")
+	br := bufio.NewReader(c)
+	res, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := bufio.NewReader(res.Body)
+	if line, err := body.ReadString('\n'); err != nil || line != "data: one\n" {
+		t.Fatalf("first event: %q, %v", line, err)
+	}
+	closed := make(chan error, 1)
+	go func() { closed <- w.gw.Close() }()
+	if _, err := io.ReadAll(body); err != nil {
+		t.Errorf("the answer's end at Close: %v; want the end of the connection", err)
+	}
+	if err := <-closed; err != nil {
+		t.Errorf("Close: %v", err)
+	}
+}
