@@ -82,6 +82,8 @@ var Cases = []Case{
 	// Transfer-Encoding variants.
 	{Name: "chunked, identity", Raw: "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, identity\r\n\r\n0\r\n\r\n" + smuggled, Want: []int{400, 501}, RFC: "9112 6.1, 6.3 (4)"},
 	{Name: "identity, chunked", Raw: "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: identity, chunked\r\n\r\n0\r\n\r\n" + smuggled, Want: []int{400, 501}, RFC: "9112 6.1"},
+	{Name: "transfer-encoding identity", Raw: "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: identity\r\n\r\n" + smuggled, Want: []int{400, 501}, RFC: "9112 6.3 (4)"},
+	{Name: "transfer-encoding identity with content-length", Raw: "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: identity\r\nContent-Length: 6\r\n\r\n0\r\n\r\n" + smuggled, Want: []int{400, 501}, RFC: "9112 6.1, 6.3 (4)"},
 	{Name: "two transfer-encoding fields", Raw: "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: identity\r\n\r\n0\r\n\r\n" + smuggled, Want: []int{400, 501}, RFC: "9112 6.1"},
 	{Name: "transfer-encoding gzip last", Raw: "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\nContent-Length: 6\r\n\r\n0\r\n\r\n" + smuggled, Want: []int{400, 501}, RFC: "9112 6.3 (4)"},
 	{Name: "transfer-encoding CHUNKED", Raw: "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: CHUNKED\r\n\r\n5\r\nhello\r\n0\r\n\r\n", Want: []int{200, 501, 400}, Body: "hello", RFC: "9112 7 (case-insensitive)"},
