@@ -450,12 +450,14 @@ func (g *Gateway) forward(out fields, in inbound, st *reqState, https bool) {
 	} else {
 		out.Del(hXFF)
 	}
-	if v := in.Values(hXFHost); st.trusted && len(v) > 0 {
+	// The client's own X-Forwarded-Host and -Proto are read only from a
+	// trusted peer (most requests come from one that is not).
+	if v := trustedValues(in, st, hXFHost); len(v) > 0 {
 		out.setVals(hXFHost, v)
 	} else {
 		out.Set(hXFHost, in.hostHeader())
 	}
-	if v := in.Values(hXFProto); st.trusted && len(v) > 0 {
+	if v := trustedValues(in, st, hXFProto); len(v) > 0 {
 		out.setVals(hXFProto, v)
 	} else if https {
 		out.setVals(hXFProto, protoHTTPS)
@@ -470,6 +472,15 @@ func (g *Gateway) forward(out fields, in inbound, st *reqState, https bool) {
 		out.Del(hRealIP)
 	}
 	st.buf = b[:0]
+}
+
+// trustedValues returns the values of the header key of in when its peer
+// is trusted, else none.
+func trustedValues(in inbound, st *reqState, key string) []string {
+	if !st.trusted {
+		return nil
+	}
+	return in.Values(key)
 }
 
 var (
