@@ -383,20 +383,8 @@ func TestEarlyHintsRules(t *testing.T) {
 	w := newWorld(t, "", Config{})
 	_, alice := twoLanes(t, w)
 	alice.hints.Store(true)
-	send := func(t *testing.T, raw string) (*bufio.Reader, net.Conn) {
-		c, err := net.DialTimeout("tcp", w.addr, waitFor)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		c.SetDeadline(time.Now().Add(waitFor))
-		if _, err := io.WriteString(c, raw); err != nil {
-			t.Fatal(err)
-		}
-		return bufio.NewReader(c), c
-	}
 	t.Run("http1.0", func(t *testing.T) {
-		br, _ := send(t, "GET / HTTP/1.0\r\nHost: x\r\nx-lane: alice\r\n\r\n")
+		br, _ := w.send(t, "GET / HTTP/1.0\r\nHost: x\r\nx-lane: alice\r\n\r\n")
 		res, err := http.ReadResponse(br, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -407,7 +395,7 @@ func TestEarlyHintsRules(t *testing.T) {
 		}
 	})
 	t.Run("chunked", func(t *testing.T) {
-		br, _ := send(t, "POST / HTTP/1.1\r\nHost: x\r\nx-lane: alice\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n")
+		br, _ := w.send(t, "POST / HTTP/1.1\r\nHost: x\r\nx-lane: alice\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n")
 		res, err := http.ReadResponse(br, nil)
 		if err != nil || res.StatusCode != http.StatusEarlyHints {
 			t.Fatalf("first answer %v, %v; want 103", res, err)

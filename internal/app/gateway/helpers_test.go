@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -157,6 +158,24 @@ type world struct {
 	addr   string // the gateway's host:port
 	url    string // http://addr
 	client *http.Client
+}
+
+// send opens a connection to the gateway, sends raw on it and returns the
+// connection, with a reader of what the gateway answers. The connection
+// closes when t ends, and every read and write on it must be done within
+// waitFor.
+func (w *world) send(t testing.TB, raw string) (*bufio.Reader, net.Conn) {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", w.addr, waitFor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	c.SetDeadline(time.Now().Add(waitFor))
+	if _, err := io.WriteString(c, raw); err != nil {
+		t.Fatal(err)
+	}
+	return bufio.NewReader(c), c
 }
 
 // newWorld builds a world with the policy doc (YAML, "" for none) and a

@@ -4,11 +4,9 @@ import (
 	"bufio"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
-	"time"
 )
 
 // TestHTTP10ClientGetsNoChunks: an HTTP/1.0 client cannot read the chunked
@@ -43,18 +41,9 @@ func TestHTTP10ClientGetsNoChunks(t *testing.T) {
 		}
 	}))
 	w.register(t, "orders", "old", addr, "")
-	get := func(t *testing.T, path, conn string) (*http.Response, *bufio.Reader, net.Conn) {
+	get := func(t *testing.T, path, conn string) (*http.Response, *bufio.Reader) {
 		t.Helper()
-		c, err := net.DialTimeout("tcp", w.addr, waitFor)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		c.SetDeadline(time.Now().Add(waitFor))
-		if _, err := io.WriteString(c, "GET "+path+" HTTP/1.0\r\nHost: x\r\n"+conn+"\r\n"); err != nil {
-			t.Fatal(err)
-		}
-		br := bufio.NewReader(c)
+		br, _ := w.send(t, "GET "+path+" HTTP/1.0\r\nHost: x\r\n"+conn+"\r\n")
 		res, err := http.ReadResponse(br, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -62,7 +51,7 @@ func TestHTTP10ClientGetsNoChunks(t *testing.T) {
 		if len(res.TransferEncoding) > 0 || res.Header.Get("Transfer-Encoding") != "" {
 			t.Errorf("%s: Transfer-Encoding %q to an HTTP/1.0 client", path, res.TransferEncoding)
 		}
-		return res, br, c
+		return res, br
 	}
 	for _, tc := range []struct {
 		path string
@@ -70,7 +59,7 @@ func TestHTTP10ClientGetsNoChunks(t *testing.T) {
 	}{{"/small", len("small answer")}, {"/big", maxBufferedBody + 10}, {"/chunked-big", maxBufferedBody + 10}} {
 		for _, conn := range []string{"", "Connection: keep-alive\r\n"} {
 			t.Run(strings.TrimPrefix(tc.path, "/")+map[bool]string{true: "/keep-alive"}[conn != ""], func(t *testing.T) {
-				res, br, _ := get(t, tc.path, conn)
+				res, br := get(t, tc.path, conn)
 				body, err := io.ReadAll(res.Body)
 				if err != nil || len(body) != tc.want {
 					t.Fatalf("body: %d bytes, %v; want %d", len(body), err, tc.want)
@@ -85,14 +74,8 @@ func TestHTTP10ClientGetsNoChunks(t *testing.T) {
 		}
 	}
 	t.Run("head", func(t *testing.T) {
-		c, err := net.DialTimeout("tcp", w.addr, waitFor)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		c.SetDeadline(time.Now().Add(waitFor))
-		io.WriteString(c, "HEAD /chunked-big HTTP/1.0\r\nHost: x\r\n\r\n")
-		res, err := http.ReadResponse(bufio.NewReader(c), &http.Request{Method: http.MethodHead})
+		br, _ := w.send(t, "HEAD /chunked-big HTTP/1.0\r\nHost: x\r\n\r\n")
+		res, err := http.ReadResponse(br, &http.Request{Method: http.MethodHead})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -101,7 +84,7 @@ func TestHTTP10ClientGetsNoChunks(t *testing.T) {
 		}
 	})
 	t.Run("stream", func(t *testing.T) {
-		res, _, _ := get(t, "/stream", "Connection: keep-alive\r\n")
+		res, _ := get(t, "/stream", "Connection: keep-alive\r\n")
 		br := bufio.NewReader(res.Body)
 		line, err := br.ReadString('\n')
 		if err != nil || line != "data: one\n" {
@@ -125,14 +108,7 @@ func TestHTTP10StreamEndsAtClose(t *testing.T) {
 		<-r.Context().Done()
 	}))
 	w.register(t, "orders", "old", addr, "")
-	c, err := net.DialTimeout("tcp", w.addr, waitFor)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	c.SetDeadline(time.Now().Add(waitFor))
-	io.WriteString(c, "GET /events HTTP/1.0\r\nHost: x\r\n\r\n")
-	br := bufio.NewReader(c)
+	br, _ := w.send(t, "GET /events HTTP/1.0\r\nHost: x\r\n\r\n")
 	res, err := http.ReadResponse(br, nil)
 	if err != nil {
 		t.Fatal(err)
