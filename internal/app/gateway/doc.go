@@ -29,7 +29,9 @@
 //     of unknown length, or larger than 1 MiB, streams, with its trailers
 //     (chunked to an HTTP/1.1 client; to an HTTP/1.0 client, which has no
 //     chunked coding, as it comes and ended by the end of the connection,
-//     as net/http's server sends it, on both paths). A
+//     as net/http's server sends it, on both paths; one that the instance
+//     cuts short ends with a TCP reset instead, so that it does not look
+//     whole). A
 //     request body streams too, as on net/http: one of known length over
 //     16 KiB, and every chunked one (with its trailers), is copied to the
 //     instance as the client sends it, with its framing (Content-Length

@@ -480,9 +480,14 @@ func (f *fastPath) serve(ctx *fasthttp.RequestCtx) {
 // that Close and Shutdown wait for it as for any other request. Each write
 // is bounded by the client write timeout (prefixConn), each read by the
 // upstream read timeout (upConn).
+//
+// An answer that the instance cuts short ends with a reset of the client's
+// connection (reset), as the std path ends it: ended as a whole answer
+// ends, it would look whole.
 func (f *fastPath) untilClose(ctx *fasthttp.RequestCtx) {
 	resp := &ctx.Response
 	resp.Header.SetContentLength(-2) // no length, no coding; Connection: close
+	client := ctx.Conn()
 	ctx.HijackSetNoResponse(true)
 	ctx.Hijack(func(c net.Conn) {
 		defer f.g.exit()
@@ -491,9 +496,23 @@ func (f *fastPath) untilClose(ctx *fasthttp.RequestCtx) {
 			return
 		}
 		// Each part goes on as it comes (an event stream waits on it), as
-		// fasthttp's server flushes each chunk; io.Copy does not buffer
-		// between a reader and a connection.
-		io.CopyBuffer(c, resp.BodyStream(), make([]byte, 32<<10))
+		// fasthttp's server flushes each chunk.
+		body, buf := resp.BodyStream(), make([]byte, 32<<10)
+		for {
+			n, err := body.Read(buf)
+			if n > 0 {
+				if _, werr := c.Write(buf[:n]); werr != nil {
+					return
+				}
+			}
+			if err == io.EOF {
+				return
+			}
+			if err != nil {
+				reset(client)
+				return
+			}
+		}
 	})
 }
 

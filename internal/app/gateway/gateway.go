@@ -354,6 +354,10 @@ func (g *Gateway) serveStd(ln net.Listener) error {
 		IdleTimeout:       2 * time.Minute,
 		MaxHeaderBytes:    stdMaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
+		// The client's connection, which resetOnAbort resets.
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			return context.WithValue(ctx, clientConnKey{}, c)
+		},
 	}
 	if !g.register(ln, func() { g.servers[srv] = struct{}{} }) {
 		return http.ErrServerClosed

@@ -2,10 +2,12 @@ package gateway
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -124,5 +126,24 @@ func TestHTTP10StreamEndsAtClose(t *testing.T) {
 	}
 	if err := <-closed; err != nil {
 		t.Errorf("Close: %v", err)
+	}
+}
+
+// TestHTTP10CutAnswerIsCut: an answer that the instance cuts short, sent to
+// an HTTP/1.0 client without a length, does not end as a whole one does:
+// the client's connection is reset, on both paths.
+func TestHTTP10CutAnswerIsCut(t *testing.T) {
+	w := newWorld(t, "", Config{})
+	addr := rawBackend(t, func() string {
+		return "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n10\r\nnot all of"
+	})
+	w.register(t, "orders", "cut", addr, "")
+	br, _ := w.send(t, "GET / HTTP/1.0\r\nHost: x\r\n\r\n")
+	res, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if body, err := io.ReadAll(res.Body); !errors.Is(err, syscall.ECONNRESET) {
+		t.Errorf("the cut answer: %q, %v; want a reset of the connection, not the end a whole answer has", body, err)
 	}
 }

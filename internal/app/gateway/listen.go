@@ -278,6 +278,31 @@ func (c *prefixConn) Close() error {
 	return c.Conn.Close()
 }
 
+// reset has the client's connection c end with a TCP reset when it closes
+// (SO_LINGER 0) rather than with the orderly end that follows a whole
+// answer: the end of an answer that was cut short (the instance failed
+// mid-answer), which a client that reads the answer to the end of the
+// connection (an HTTP/1.0 answer without a length, on both paths) would
+// otherwise take for the whole of it. Bytes not yet sent are dropped, which
+// a cut answer may lose. A connection that is not TCP underneath ends as
+// it would have.
+func reset(c net.Conn) {
+	for {
+		switch x := c.(type) {
+		case *prefixConn:
+			x.linger = false
+			c = x.Conn
+		case *netbound.Conn:
+			c = x.Conn
+		case *net.TCPConn:
+			x.SetLinger(0)
+			return
+		default:
+			return
+		}
+	}
+}
+
 // readTimeout bounds the read of a request on the fast path: its head and
 // a small body; a body that streams gets as long again for each of its
 // reads (keptBody.conn), so that an upload lasts as long as it keeps

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/netip"
@@ -101,6 +102,9 @@ func (st *reqState) pick() routing.Result { return st.call.Pick() }
 // ServeHTTP routes one request: it finds the route, assigns the lane, picks
 // an instance through the engine and proxies the request to it.
 func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.ProtoMajor == 1 && r.ProtoMinor == 0 {
+		defer resetOnAbort(r)
+	}
 	grpc := isGRPC(r)
 	if !g.enter() {
 		g.fail(stdOut{w}, grpc, http.StatusServiceUnavailable, codeClosed, "lanes: the gateway is closing")
@@ -160,6 +164,31 @@ func (w *answerWriter) WriteHeader(code int) {
 }
 
 func (w *answerWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// clientConnKey is the context key of the client's connection, on the
+// servers that Serve starts.
+type clientConnKey struct{}
+
+// resetOnAbort resets the client's connection (reset) when the answer to
+// the HTTP/1.0 request r was cut short: ReverseProxy aborts the handler
+// with http.ErrAbortHandler once it cannot copy the rest of the answer, and
+// net/http's server would then end the connection as it ends a whole
+// answer, which an answer read to the end of the connection cannot be told
+// from. It goes on with the panic, for the server. On a server of your own
+// (no connection in r's context) the connection ends as that server ends
+// it.
+func resetOnAbort(r *http.Request) {
+	v := recover()
+	if v == nil {
+		return
+	}
+	if v == http.ErrAbortHandler {
+		if c, ok := r.Context().Value(clientConnKey{}).(net.Conn); ok {
+			reset(c)
+		}
+	}
+	panic(v)
+}
 
 // admit is the front of both paths: it finds the route of the request in
 // (its path is path), waits for the engine to be ready for its service, and
