@@ -178,6 +178,39 @@ func (w *world) send(t testing.TB, raw string) (*bufio.Reader, net.Conn) {
 	return bufio.NewReader(c), c
 }
 
+// eventStream is an instance's handler that answers with an event stream
+// of two events, the second once release is closed (or the request ends).
+func eventStream(release <-chan struct{}) http.HandlerFunc {
+	return func(rw http.ResponseWriter, r *http.Request) {
+		rw.Header().Set("Content-Type", "text/event-stream")
+		fmt.Fprint(rw, "data: one\n\n")
+		rw.(http.Flusher).Flush()
+		select {
+		case <-release:
+		case <-r.Context().Done():
+			return
+		}
+		fmt.Fprint(rw, "data: two\n\n")
+	}
+}
+
+// readEvents reads the answer body of an eventStream: the first event
+// before it closes release, so that the gateway must pass it on as it
+// comes, then the second and the end.
+func readEvents(t testing.TB, body io.Reader, release chan<- struct{}) {
+	t.Helper()
+	br := bufio.NewReader(body)
+	line, err := br.ReadString('\n')
+	if err != nil || line != "data: one\n" {
+		t.Fatalf("first event: %q, %v; want it before the instance ends the answer", line, err)
+	}
+	close(release)
+	rest, err := io.ReadAll(br)
+	if err != nil || string(rest) != "\ndata: two\n\n" {
+		t.Fatalf("the rest: %q, %v", rest, err)
+	}
+}
+
 // newWorld builds a world with the policy doc (YAML, "" for none) and a
 // gateway configured by cfg (Engine is filled in; Routes default to
 // "/" -> orders).

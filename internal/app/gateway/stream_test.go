@@ -17,33 +17,14 @@ import (
 func TestStreamingResponse(t *testing.T) {
 	w := newWorld(t, "", Config{})
 	release := make(chan struct{})
-	addr := serveBackend(t, http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
-		rw.Header().Set("Content-Type", "text/event-stream")
-		fmt.Fprint(rw, "data: one\n\n")
-		rw.(http.Flusher).Flush()
-		select {
-		case <-release:
-		case <-r.Context().Done():
-			return
-		}
-		fmt.Fprint(rw, "data: two\n\n")
-	}))
+	addr := serveBackend(t, eventStream(release))
 	w.register(t, "orders", "sse", addr, "")
 	res, err := w.client.Get(w.url + "/events")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer res.Body.Close()
-	br := bufio.NewReader(res.Body)
-	line, err := br.ReadString('\n')
-	if err != nil || line != "data: one\n" {
-		t.Fatalf("first event: %q, %v; want it before the instance ends the answer", line, err)
-	}
-	close(release)
-	rest, err := io.ReadAll(br)
-	if err != nil || string(rest) != "\ndata: two\n\n" {
-		t.Fatalf("the rest: %q, %v", rest, err)
-	}
+	readEvents(t, res.Body, release)
 	if got := res.Header.Get("X-Lane-Served"); got != "baseline" {
 		t.Errorf("x-lane-served %q, want baseline", got)
 	}
