@@ -460,10 +460,16 @@ func (f *fastPath) serve(ctx *fasthttp.RequestCtx) {
 	delHopAnswer(&resp.Header)
 	g.laneHeaders(st, out.header())
 	g.m.served(st.pick().Lane)
-	if interim == nil && resp.IsBodyStream() && resp.Header.ContentLength() < 0 && !resp.SkipBody {
+	if unframed(resp, interim == nil) {
 		handedOver = true
-		f.untilClose(ctx)
+		f.untilClose(ctx, true)
 	}
+}
+
+// unframed reports whether resp is an answer to an HTTP/1.0 client (http10)
+// that streams with no length known, which untilClose sends.
+func unframed(resp *fasthttp.Response, http10 bool) bool {
+	return http10 && resp.IsBodyStream() && resp.Header.ContentLength() < 0 && !resp.SkipBody
 }
 
 // untilClose sends the answer of ctx, which streams and whose length is not
@@ -475,22 +481,27 @@ func (f *fastPath) serve(ctx *fasthttp.RequestCtx) {
 // takes the body as it comes would read the chunks' framing as the body.
 //
 // The server runs it once it has sent the answers before this one
-// (fasthttp's Hijack), after serve has returned; it holds the request's
-// place among those in flight (Gateway.enter) until the answer's end, so
-// that Close and Shutdown wait for it as for any other request. Each write
+// (fasthttp's Hijack), after the handler has returned. With exit (from
+// serve) it holds the request's place among those in flight (Gateway.enter)
+// until the answer's end, so that Close and Shutdown wait for it as for any
+// other request; on the net/http handler's route (adapt), the handler holds
+// it, as it writes the answer. Each write
 // is bounded by the client write timeout (prefixConn), each read by the
 // upstream read timeout (upConn).
 //
 // An answer that the instance cuts short ends with a reset of the client's
 // connection (reset), as the std path ends it: ended as a whole answer
 // ends, it would look whole.
-func (f *fastPath) untilClose(ctx *fasthttp.RequestCtx) {
+func (f *fastPath) untilClose(ctx *fasthttp.RequestCtx, exit bool) {
 	resp := &ctx.Response
-	resp.Header.SetContentLength(-2) // no length, no coding; Connection: close
+	resp.Header.Del(fasthttp.HeaderTransferEncoding) // the adaptor's chunked
+	resp.Header.SetContentLength(-2)                 // no length, no coding; Connection: close
 	client := ctx.Conn()
 	ctx.HijackSetNoResponse(true)
 	ctx.Hijack(func(c net.Conn) {
-		defer f.g.exit()
+		if exit {
+			defer f.g.exit()
+		}
 		defer resp.CloseBodyStream() // the upstream connection goes back, or is closed if cut
 		if _, err := c.Write(resp.Header.Header()); err != nil {
 			return
@@ -684,7 +695,12 @@ func (f *fastPath) adapt(ctx *fasthttp.RequestCtx) {
 		req.ResetBody()
 		ctx.SetUserValue(adaptedKey{}, b)
 	}
+	http10 := !req.Header.IsHTTP11()
 	f.std(ctx)
+	if unframed(&ctx.Response, http10) {
+		// The adaptor streams an answer that the handler flushed, chunked.
+		f.untilClose(ctx, false)
+	}
 }
 
 // adaptedKey is the user value of a request's adaptedBody.

@@ -69,6 +69,23 @@ func TestHTTP10ClientGetsNoChunks(t *testing.T) {
 			})
 		}
 	}
+	// The requests that the fast path hands to the net/http handler: one
+	// with a TE header, one with an absolute-form target.
+	for _, raw := range []string{"GET /chunked-big HTTP/1.0\r\nHost: x\r\nTE: trailers\r\n\r\n", "GET http://x/chunked-big HTTP/1.0\r\nHost: x\r\n\r\n"} {
+		t.Run("handed-over/"+strings.Fields(raw)[1], func(t *testing.T) {
+			br, _ := w.send(t, raw)
+			res, err := http.ReadResponse(br, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(res.TransferEncoding) > 0 {
+				t.Errorf("Transfer-Encoding %q to an HTTP/1.0 client", res.TransferEncoding)
+			}
+			if body, err := io.ReadAll(res.Body); err != nil || len(body) != maxBufferedBody+10 {
+				t.Errorf("body: %d bytes, %v; want %d", len(body), err, maxBufferedBody+10)
+			}
+		})
+	}
 	t.Run("head", func(t *testing.T) {
 		br, _ := w.send(t, "HEAD /chunked-big HTTP/1.0\r\nHost: x\r\n\r\n")
 		res, err := http.ReadResponse(br, &http.Request{Method: http.MethodHead})
@@ -123,12 +140,15 @@ func TestHTTP10CutAnswerIsCut(t *testing.T) {
 		return "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n10\r\nnot all of"
 	})
 	w.register(t, "orders", "cut", addr, "")
-	br, _ := w.send(t, "GET / HTTP/1.0\r\nHost: x\r\n\r\n")
-	res, err := http.ReadResponse(br, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if body, err := io.ReadAll(res.Body); !errors.Is(err, syscall.ECONNRESET) {
-		t.Errorf("the cut answer: %q, %v; want a reset of the connection, not the end a whole answer has", body, err)
+	// The second is one that the fast path hands to the net/http handler.
+	for _, raw := range []string{"GET / HTTP/1.0\r\nHost: x\r\n\r\n", "GET / HTTP/1.0\r\nHost: x\r\nTE: trailers\r\n\r\n"} {
+		br, _ := w.send(t, raw)
+		res, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if body, err := io.ReadAll(res.Body); !errors.Is(err, syscall.ECONNRESET) {
+			t.Errorf("%q: the cut answer: %q, %v; want a reset of the connection, not the end a whole answer has", raw, body, err)
+		}
 	}
 }
