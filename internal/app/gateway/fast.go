@@ -484,14 +484,13 @@ func unframed(resp *fasthttp.Response, http10 bool) bool {
 // (fasthttp's Hijack), after the handler has returned. With exit (from
 // serve) it holds the request's place among those in flight (Gateway.enter)
 // until the answer's end, so that Close and Shutdown wait for it as for any
-// other request; on the net/http handler's route (adapt), the handler holds
-// it, as it writes the answer. Each write
-// is bounded by the client write timeout (prefixConn), each read by the
-// upstream read timeout (upConn).
+// other request; on the net/http handler's route (adapt) the handler holds
+// it, as it writes the answer. Each write is bounded by the client write
+// timeout (prefixConn), each read by the upstream read timeout (upConn).
 //
 // An answer that the instance cuts short ends with a reset of the client's
-// connection (reset), as the std path ends it: ended as a whole answer
-// ends, it would look whole.
+// connection (reset), as on the std path: ended as a whole answer ends, it
+// would look whole.
 func (f *fastPath) untilClose(ctx *fasthttp.RequestCtx, exit bool) {
 	resp := &ctx.Response
 	resp.Header.Del(fasthttp.HeaderTransferEncoding) // the adaptor's chunked
