@@ -43,6 +43,9 @@ import (
 //     open, a second request on it gets its own answer (or an error, or a
 //     closed connection): the rest of the first answer does not come as the
 //     answer of the second;
+//     1b. the same for GET (or HEAD) /fuzz from an HTTP/1.0 client, which
+//     gets no Transfer-Encoding, and whose whole answer must be whole in the
+//     instance's bytes too;
 //  2. two requests, from a client connection B, each with an id of its own
 //     that nothing knew before: each gets the instance's answer carrying
 //     that id, whole, or the gateway's error (x-lanes-error); nothing else
@@ -207,6 +210,27 @@ func (fw *fuzzAnswerWorld) exec(t *testing.T, head, closeAfter bool, answer []by
 		}
 	}
 	a.close()
+
+	// 1b: the fuzzed answer again, to an HTTP/1.0 client (on new upstream
+	// connections), which has no chunked coding and reads an answer of no
+	// length to the end of the connection: it gets no Transfer-Encoding,
+	// and an answer that the instance cut does not end as a whole one does.
+	fw.quiesce(t)
+	a10 := dialRaw(t, fw.w.addr)
+	a10.proto = "HTTP/1.0"
+	if res, body, err := a10.exchange(method, "/fuzz", ""); err == nil && !gatewayError(res) {
+		if len(res.TransferEncoding) > 0 {
+			t.Fatalf("Transfer-Encoding %q to an HTTP/1.0 client", res.TransferEncoding)
+		}
+		if why := wholeInBytes(answer, head, closeAfter, res, body); why != "" {
+			t.Fatalf("the HTTP/1.0 client read a whole %d answer of %d bytes (Content-Length %d) that the instance cut: %s",
+				res.StatusCode, len(body), res.ContentLength, why)
+		}
+	}
+	a10.close()
+	if testHTTP1 == HTTP1Std {
+		fw.quiesce(t) // net/http's race, as after 1
+	}
 
 	// 2: requests from another connection get their own answers.
 	var b *rawClient
@@ -379,6 +403,8 @@ type rawClient struct {
 	t  *testing.T
 	c  net.Conn
 	br *bufio.Reader
+	// proto is the protocol of its requests: "HTTP/1.1", or as set.
+	proto string
 }
 
 func dialRaw(t *testing.T, addr string) *rawClient {
@@ -387,7 +413,7 @@ func dialRaw(t *testing.T, addr string) *rawClient {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &rawClient{t: t, c: c, br: bufio.NewReader(c)}
+	return &rawClient{t: t, c: c, br: bufio.NewReader(c), proto: "HTTP/1.1"}
 }
 
 func (r *rawClient) close() { r.c.Close() }
@@ -399,7 +425,7 @@ func (r *rawClient) close() { r.c.Close() }
 func (r *rawClient) exchange(method, target, id string) (*http.Response, []byte, error) {
 	r.t.Helper()
 	r.c.SetDeadline(time.Now().Add(waitFor))
-	raw := method + " " + target + " HTTP/1.1\r\nHost: fuzz\r\n"
+	raw := method + " " + target + " " + r.proto + "\r\nHost: fuzz\r\n"
 	if id != "" {
 		raw += "X-Fuzz-Id: " + id + "\r\n"
 	}
