@@ -384,7 +384,7 @@ func TestEarlyHintsRules(t *testing.T) {
 	_, alice := twoLanes(t, w)
 	alice.hints.Store(true)
 	t.Run("http1.0", func(t *testing.T) {
-		br, _ := w.send(t, "GET / HTTP/1.0\r\nHost: x\r\nx-lane: alice\r\n\r\n")
+		br := w.send(t, "GET / HTTP/1.0\r\nHost: x\r\nx-lane: alice\r\n\r\n")
 		res, err := http.ReadResponse(br, nil)
 		if err != nil {
 			t.Fatal(err)
@@ -395,7 +395,7 @@ func TestEarlyHintsRules(t *testing.T) {
 		}
 	})
 	t.Run("chunked", func(t *testing.T) {
-		br, _ := w.send(t, "POST / HTTP/1.1\r\nHost: x\r\nx-lane: alice\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n")
+		br := w.send(t, "POST / HTTP/1.1\r\nHost: x\r\nx-lane: alice\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nhi\r\n0\r\n\r\n")
 		res, err := http.ReadResponse(br, nil)
 		if err != nil || res.StatusCode != http.StatusEarlyHints {
 			t.Fatalf("first answer %v, %v; want 103", res, err)

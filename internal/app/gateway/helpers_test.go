@@ -160,11 +160,10 @@ type world struct {
 	client *http.Client
 }
 
-// send opens a connection to the gateway, sends raw on it and returns the
-// connection, with a reader of what the gateway answers. The connection
-// closes when t ends, and every read and write on it must be done within
-// waitFor.
-func (w *world) send(t testing.TB, raw string) (*bufio.Reader, net.Conn) {
+// send opens a connection to the gateway, sends raw on it and returns a
+// reader of what the gateway answers. The connection closes when t ends,
+// and every read and write on it must be done within waitFor.
+func (w *world) send(t testing.TB, raw string) *bufio.Reader {
 	t.Helper()
 	c, err := net.DialTimeout("tcp", w.addr, waitFor)
 	if err != nil {
@@ -175,7 +174,7 @@ func (w *world) send(t testing.TB, raw string) (*bufio.Reader, net.Conn) {
 	if _, err := io.WriteString(c, raw); err != nil {
 		t.Fatal(err)
 	}
-	return bufio.NewReader(c), c
+	return bufio.NewReader(c)
 }
 
 // eventStream is an instance's handler that answers with an event stream
