@@ -176,6 +176,33 @@ type stubBase struct{ res *http.Response }
 
 func (s stubBase) RoundTrip(*http.Request) (*http.Response, error) { return s.res, nil }
 
+// BenchmarkTransportAlone is what the lanes Transport itself spends on a
+// request, through a base that answers without a network (stubBase): the
+// route check, the pick and its report, the outbound copy and the lane
+// headers. A baseline request, and one in lane alice, which falls back to
+// the baseline instance.
+func BenchmarkTransportAlone(b *testing.B) {
+	e := benchEngine(b, "127.0.0.1:1")
+	stub := stubBase{&http.Response{StatusCode: 200, Header: http.Header{}, Body: http.NoBody}}
+	tr := &laneshttp.Transport{Engine: e, Base: stub}
+	for _, tc := range []struct{ name, lane string }{{"baseline", ""}, {"lane", "alice"}} {
+		b.Run(tc.name, func(b *testing.B) {
+			req, err := http.NewRequestWithContext(lane.WithLane(context.Background(), tc.lane), http.MethodGet, "http://orders/x", nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				res, err := tr.RoundTrip(req)
+				if err != nil {
+					b.Fatal(err)
+				}
+				res.Body.Close()
+			}
+		})
+	}
+}
+
 // TestRoundTripAllocs bounds what the lanes Transport allocates per request
 // on top of its base transport: the shallow copy of the request and of its
 // URL, in one allocation (the RoundTripper contract forbids changing the
