@@ -129,6 +129,15 @@ type GatewaySettings struct {
 	// send_timeout (0: the gateway's default, 60s; negative, or "off" in a
 	// flag or variable: none). It bounds each write, not the whole answer.
 	ClientWriteTimeout time.Duration `yaml:"client_write_timeout"`
+	// UpstreamIdleTimeout is how long the gateway keeps a keep-alive
+	// connection to an instance that no request uses, as nginx's
+	// keepalive_timeout in an upstream block; keep it below the
+	// instances' own idle timeout (0: the gateway's default, 90s).
+	UpstreamIdleTimeout time.Duration `yaml:"upstream_idle_timeout"`
+	// ClientIdleTimeout is how long a client's keep-alive connection may
+	// wait for its next request before the gateway closes it, as nginx's
+	// keepalive_timeout (0: the gateway's default, 2m).
+	ClientIdleTimeout time.Duration `yaml:"client_idle_timeout"`
 	// HTTP1 is the stack that serves HTTP/1.1: "fast" (fasthttp, the
 	// default) or "std" (net/http).
 	HTTP1 string `yaml:"http1"`
@@ -281,6 +290,8 @@ var Settings = []Setting{
 	{Flag: "gateway-upstream-write-timeout", Env: "LANES_GATEWAY_UPSTREAM_WRITE_TIMEOUT", Key: "gateway.upstream_write_timeout", Usage: "how long an instance may take to take each write of a request (the head, each part of an upload) before the attempt fails and counts against it (0: 10s; off: no limit)", set: durationOrOff(func(c *Config) *time.Duration { return &c.Gateway.UpstreamWriteTimeout })},
 	{Flag: "gateway-upstream-read-timeout", Env: "LANES_GATEWAY_UPSTREAM_READ_TIMEOUT", Key: "gateway.upstream_read_timeout", Usage: "how long an instance may send nothing of an answer's body, between two reads, before the answer is cut and counts against it; a long poll or an event stream silent for longer needs more (0: 60s; off: no limit)", set: durationOrOff(func(c *Config) *time.Duration { return &c.Gateway.UpstreamReadTimeout })},
 	{Flag: "gateway-client-write-timeout", Env: "LANES_GATEWAY_CLIENT_WRITE_TIMEOUT", Key: "gateway.client_write_timeout", Usage: "how long a client may take none of a write of its answer (it stopped reading) before its connection is closed; each write, not the whole answer (0: 60s; off: no limit)", set: durationOrOff(func(c *Config) *time.Duration { return &c.Gateway.ClientWriteTimeout })},
+	{Flag: "gateway-upstream-idle-timeout", Env: "LANES_GATEWAY_UPSTREAM_IDLE_TIMEOUT", Key: "gateway.upstream_idle_timeout", Usage: "how long the gateway keeps an idle keep-alive connection to an instance; keep it below the instances' own idle timeout (0: 90s)", set: duration(func(c *Config) *time.Duration { return &c.Gateway.UpstreamIdleTimeout })},
+	{Flag: "gateway-client-idle-timeout", Env: "LANES_GATEWAY_CLIENT_IDLE_TIMEOUT", Key: "gateway.client_idle_timeout", Usage: "how long a client's keep-alive connection may wait for its next request before the gateway closes it (0: 2m)", set: duration(func(c *Config) *time.Duration { return &c.Gateway.ClientIdleTimeout })},
 	{Flag: "gateway-http1", Env: "LANES_GATEWAY_HTTP1", Key: "gateway.http1", Usage: "the stack that serves HTTP/1.1 at the gateway: fast (fasthttp) or std (net/http)", set: str(func(c *Config) *string { return &c.Gateway.HTTP1 })},
 	{Flag: "log-level", Env: "LANES_LOG_LEVEL", Key: "log_level", Usage: "debug, info, warn or error", set: str(func(c *Config) *string { return &c.LogLevel })},
 	{Flag: "log-format", Env: "LANES_LOG_FORMAT", Key: "log_format", Usage: "text or json", set: str(func(c *Config) *string { return &c.LogFormat })},

@@ -199,6 +199,7 @@ gateway:
   ready_timeout: 3s
   upstream_read_timeout: 2m
   client_write_timeout: 90s
+  upstream_idle_timeout: 30s
   http1: std
 `), 0o644)
 	c := Defaults()
@@ -209,6 +210,9 @@ gateway:
 		t.Fatal(err)
 	}
 	if err := c.Set("gateway-ready-timeout", []string{"4s"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Set("gateway-client-idle-timeout", []string{"75s"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Validate(); err != nil {
@@ -227,6 +231,7 @@ gateway:
 		PreserveHost: true, MaxIdleConnsPerHost: 7, ReadyTimeout: 4 * time.Second, ResponseHeaderTimeout: -1,
 		UpstreamWriteTimeout: 30 * time.Second, UpstreamReadTimeout: 2 * time.Minute,
 		ClientWriteTimeout: 90 * time.Second, HTTP1: gateway.HTTP1Std,
+		UpstreamIdleTimeout: 30 * time.Second, ClientIdleTimeout: 75 * time.Second,
 	}
 	if !reflect.DeepEqual(gc, want) {
 		t.Errorf("gateway config\n got %+v\nwant %+v", gc, want)

@@ -34,6 +34,8 @@ func (c *Config) GatewayConfig() (gateway.Config, error) {
 		UpstreamWriteTimeout:  c.Gateway.UpstreamWriteTimeout,
 		UpstreamReadTimeout:   c.Gateway.UpstreamReadTimeout,
 		ClientWriteTimeout:    c.Gateway.ClientWriteTimeout,
+		UpstreamIdleTimeout:   c.Gateway.UpstreamIdleTimeout,
+		ClientIdleTimeout:     c.Gateway.ClientIdleTimeout,
 		HTTP1:                 c.Gateway.HTTP1,
 	}
 	for i, r := range c.Routes {

@@ -20,8 +20,8 @@
 //     attempts go to the instance over the gateway's own keep-alive pools
 //     (one per instance address, on fasthttp's request writer and response
 //     parser; upstream.go; one sweeper goroutine, from Serve to Close,
-//     closes connections idle for 90 s and drops the pools of instances
-//     unused as long), which read the answer straight into the
+//     closes connections idle for Config.UpstreamIdleTimeout, 90 s by
+//     default, and drops the pools of instances unused as long), which read the answer straight into the
 //     response that fasthttp writes. A lane request allocates nothing. 1xx
 //     answers (103 Early Hints) are passed on as they come, without the
 //     instance's x-lane and x-lane-served, and not to an HTTP/1.0 client

@@ -40,6 +40,13 @@ const (
 	// write of an answer (Config.ClientWriteTimeout), as nginx's
 	// send_timeout.
 	DefaultClientWriteTimeout = 60 * time.Second
+	// DefaultUpstreamIdleTimeout is how long a keep-alive connection to an
+	// instance is kept idle (Config.UpstreamIdleTimeout), as net/http's
+	// DefaultTransport keeps one.
+	DefaultUpstreamIdleTimeout = 90 * time.Second
+	// DefaultClientIdleTimeout is how long a client's keep-alive connection
+	// may wait for its next request (Config.ClientIdleTimeout).
+	DefaultClientIdleTimeout = 2 * time.Minute
 )
 
 // Config is what a Gateway needs. Engine is required.
@@ -141,6 +148,20 @@ type Config struct {
 	// that serves the gateway as an http.Handler is not bounded by it. 0
 	// means DefaultClientWriteTimeout (60s); negative: none.
 	ClientWriteTimeout time.Duration
+	// UpstreamIdleTimeout is how long a keep-alive connection to an
+	// instance is kept while no request uses it, on both HTTP/1.1 paths and
+	// to h2c instances, as nginx's keepalive_timeout in an upstream block:
+	// set it below the instances' own idle timeout, so that the gateway,
+	// not the instance, closes an idle connection and no request is sent
+	// on one the instance is closing. The fast path also forgets an
+	// instance it has not sent a request to for that long. 0 means
+	// DefaultUpstreamIdleTimeout (90s); negative is refused.
+	UpstreamIdleTimeout time.Duration
+	// ClientIdleTimeout is how long a client's keep-alive connection
+	// (HTTP/1.1 on both paths, and h2c) may wait for its next request
+	// before the gateway closes it, as nginx's keepalive_timeout. 0 means
+	// DefaultClientIdleTimeout (2m); negative is refused.
+	ClientIdleTimeout time.Duration
 	// HTTP1 chooses the stack that serves HTTP/1.1 requests: HTTP1Fast
 	// (the default, "fast") or HTTP1Std ("std"); see the package
 	// documentation. HTTP/2 is served by net/http on both.
@@ -192,7 +213,9 @@ type Gateway struct {
 	readTimeout time.Duration
 	// clientWrite bounds each write to a client, 0 for none.
 	clientWrite time.Duration
-	tracer      trace.Tracer
+	// upIdle is the upstream idle timeout, clientIdle the client's.
+	upIdle, clientIdle time.Duration
+	tracer             trace.Tracer
 	// fast is set when HTTP/1.1 is served on fasthttp (Config.HTTP1).
 	fast bool
 
@@ -242,7 +265,7 @@ func New(cfg Config) (*Gateway, error) {
 	g.readTimeout = routedcall.Timeout(cfg.UpstreamReadTimeout, DefaultUpstreamReadTimeout)
 	g.clientWrite = routedcall.Timeout(cfg.ClientWriteTimeout, DefaultClientWriteTimeout)
 	g.tracer = cfg.Tracer
-	g.h1, g.h2c = newTransports(idle, g.headerTimeout, g.writeTimeout)
+	g.h1, g.h2c = newTransports(idle, g.upIdle, g.headerTimeout, g.writeTimeout)
 	g.proxy = &httputil.ReverseProxy{
 		Rewrite:        g.rewrite,
 		Transport:      &upstream{g: g},
@@ -252,7 +275,7 @@ func New(cfg Config) (*Gateway, error) {
 		BufferPool:     bufferPool{},
 	}
 	g.pool.New = func() any { return new(reqState) }
-	g.up = newUpstreams(idle, g.writeTimeout, g.readTimeout)
+	g.up = newUpstreams(idle, g.upIdle, g.writeTimeout, g.readTimeout)
 	g.fastPath = newFastPath(g)
 	for i := range g.routes {
 		g.routes[i].svc = g.engine.Service(g.routes[i].Service)
@@ -276,11 +299,12 @@ func validHeader(s string) bool {
 	return true
 }
 
-// newTransports returns the net/http path's transports: h1 bounds the wait
+// newTransports returns the net/http path's transports, which keep an idle
+// connection for idleTimeout: h1 bounds the wait
 // for the response headers by headerTimeout and each write of a request by
 // writeTimeout (netbound.Conn); h2c closes a connection that answers no ping
 // within headerTimeout or takes no byte for writeTimeout.
-func newTransports(idle int, headerTimeout, writeTimeout time.Duration) (h1, h2c *http.Transport) {
+func newTransports(idle int, idleTimeout, headerTimeout, writeTimeout time.Duration) (h1, h2c *http.Transport) {
 	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
 	dialBounded := func(ctx context.Context, network, addr string) (net.Conn, error) {
 		c, err := dialer.DialContext(ctx, network, addr)
@@ -296,7 +320,7 @@ func newTransports(idle int, headerTimeout, writeTimeout time.Duration) (h1, h2c
 		Proxy:                 nil, // never an environment proxy
 		DialContext:           dialBounded,
 		MaxIdleConnsPerHost:   idle,
-		IdleConnTimeout:       90 * time.Second,
+		IdleConnTimeout:       idleTimeout,
 		ExpectContinueTimeout: time.Second,
 		DisableCompression:    true, // pass encodings through untouched
 		Protocols:             &p1,
@@ -307,7 +331,7 @@ func newTransports(idle int, headerTimeout, writeTimeout time.Duration) (h1, h2c
 	h2c = &http.Transport{
 		Proxy:              nil,
 		DialContext:        dialer.DialContext,
-		IdleConnTimeout:    90 * time.Second,
+		IdleConnTimeout:    idleTimeout,
 		DisableCompression: true,
 		Protocols:          &p2,
 	}
@@ -351,7 +375,7 @@ func (g *Gateway) serveStd(ln net.Listener) error {
 		Handler:           g,
 		Protocols:         &p,
 		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
+		IdleTimeout:       g.clientIdle,
 		MaxHeaderBytes:    stdMaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
 		// The client's connection, which resetOnAbort resets.

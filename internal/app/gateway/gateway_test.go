@@ -780,15 +780,12 @@ func TestHungInstanceEjected(t *testing.T) {
 }
 
 // TestIdleUpstreamConnsClose: the gateway closes its idle connections to an
-// instance after the idle timeout, though no request comes again (the fast
+// instance after the upstream idle timeout, though no request comes again (the fast
 // path's sweeper, net/http's transport), and the fast path then drops the
 // instance's pool.
 func TestIdleUpstreamConnsClose(t *testing.T) {
 	const idle = 100 * time.Millisecond
-	w := newWorldWith(t, "", Config{}, func(g *Gateway) {
-		g.up.idleTimeout = idle
-		g.h1.(*http.Transport).IdleConnTimeout = idle
-	})
+	w := newWorld(t, "", Config{UpstreamIdleTimeout: idle})
 	var opened, open atomic.Int64
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -822,4 +819,32 @@ func TestIdleUpstreamConnsClose(t *testing.T) {
 	}
 	// The instance serves again, on a new connection.
 	expectServed(t, w.get(t, "/", nil), b.id, "")
+}
+
+// TestIdleClientConnClosed: a client's keep-alive connection that sends no
+// next request is closed after the client idle timeout, on both paths.
+func TestIdleClientConnClosed(t *testing.T) {
+	const idle = 100 * time.Millisecond
+	w := newWorld(t, "", Config{ClientIdleTimeout: idle})
+	b := newBackend(t, "one", "")
+	w.register(t, "orders", b.id, b.addr, "")
+	r := w.send(t, "GET / HTTP/1.1\r\nHost: orders\r\n\r\n")
+	resp, err := http.ReadResponse(r, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || resp.Close {
+		t.Fatalf("got %d (close %v), want a 200 that keeps the connection", resp.StatusCode, resp.Close)
+	}
+	start := time.Now()
+	// The read waits until the gateway closes the connection (EOF), or
+	// fails when send's deadline passes.
+	if n, err := r.Read(make([]byte, 1)); err != io.EOF {
+		t.Fatalf("read %d bytes, %v; want the gateway to close the idle connection", n, err)
+	}
+	if d := time.Since(start); d < idle/2 {
+		t.Errorf("closed %v after the answer, before the idle timeout (%v)", d, idle)
+	}
 }

@@ -53,7 +53,7 @@ func (g *Gateway) serveFast(ln net.Listener) error {
 		ReadBufferSize:               maxHeaderBytes, // fasthttp's bound on a request head
 		WriteBufferSize:              16 << 10,
 		ReadTimeout:                  readTimeout,
-		IdleTimeout:                  2 * time.Minute,
+		IdleTimeout:                  g.clientIdle,
 		// Request bodies stream: the handler runs once the head is in
 		// (fastPath.takeBody); with streaming, MaxRequestBodySize is no
 		// limit, only how much of a body fasthttp may read with the head.

@@ -306,6 +306,8 @@ func TestValidate(t *testing.T) {
 		{Config{Routes: []Route{{Prefix: "/%zz", Service: "web"}}}, "routes", "prefix", 0, -1},
 		{Config{Disable: []Source{SourceCookie, "headers"}}, "disable", "", 1, -1},
 		{Config{ReadyTimeout: -time.Second}, "ready_timeout", "", -1, -1},
+		{Config{UpstreamIdleTimeout: -time.Second}, "upstream_idle_timeout", "", -1, -1},
+		{Config{ClientIdleTimeout: -time.Second}, "client_idle_timeout", "", -1, -1},
 	} {
 		err := c.cfg.Validate()
 		var ce *ConfigError
@@ -415,7 +417,7 @@ func TestPoolSweep(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	u := newUpstreams(4, 0, 0)
+	u := newUpstreams(4, DefaultUpstreamIdleTimeout, 0, 0)
 	addr := l.Addr().String()
 	p := u.pool(addr)
 	now := time.Now()

@@ -44,10 +44,6 @@ import (
 // written by fasthttp.Request and answers parsed by fasthttp.Response.
 
 const (
-	// idleConnTimeout is how long an idle upstream connection is kept, as
-	// the net/http path's transport keeps it (IdleConnTimeout), and how
-	// long a pool without requests or idle connections is.
-	idleConnTimeout = 90 * time.Second
 	// maxBufferedBody is the largest response body of known length read
 	// whole before it is written; larger ones, and chunked ones, stream.
 	maxBufferedBody = 1 << 20
@@ -84,7 +80,7 @@ type upstreams struct {
 	m           atomic.Pointer[map[string]*upPool]
 	mu          sync.Mutex
 	idle        int           // idle connections kept per pool
-	idleTimeout time.Duration // idleConnTimeout, but in tests
+	idleTimeout time.Duration // Config.UpstreamIdleTimeout: an idle connection, and a pool without requests, last that long
 	write       time.Duration // the upstream write timeout, 0 for none
 	read        time.Duration // the upstream read timeout, 0 for none
 	// dial is a net.Dialer's Dial (tests tap it).
@@ -96,8 +92,8 @@ type upstreams struct {
 	done chan struct{}
 }
 
-func newUpstreams(idle int, writeTimeout, readTimeout time.Duration) *upstreams {
-	return &upstreams{idle: idle, idleTimeout: idleConnTimeout, write: writeTimeout, read: readTimeout,
+func newUpstreams(idle int, idleTimeout, writeTimeout, readTimeout time.Duration) *upstreams {
+	return &upstreams{idle: idle, idleTimeout: idleTimeout, write: writeTimeout, read: readTimeout,
 		dial: (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).Dial}
 }
 
