@@ -1,14 +1,12 @@
 package gateway
 
 import (
-	"cmp"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"net/netip"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/lanesdev/lanes/lane"
 	"github.com/lanesdev/lanes/registry"
@@ -132,19 +130,11 @@ func compile(cfg Config) (*Gateway, error) {
 	if cfg.MaxIdleConnsPerHost < 0 {
 		return nil, fieldError("max_idle_conns_per_host", -1, "%d is negative", cfg.MaxIdleConnsPerHost)
 	}
-	for _, t := range []struct {
-		field string
-		d     time.Duration
-		dst   *time.Duration
-		def   time.Duration
-	}{
-		{"upstream_idle_timeout", cfg.UpstreamIdleTimeout, &g.upIdle, DefaultUpstreamIdleTimeout},
-		{"client_idle_timeout", cfg.ClientIdleTimeout, &g.clientIdle, DefaultClientIdleTimeout},
-	} {
-		if t.d < 0 {
-			return nil, fieldError(t.field, -1, "%s is negative; 0 means the default, %s", t.d, t.def)
-		}
-		*t.dst = cmp.Or(t.d, t.def)
+	if cfg.UpstreamIdleTimeout < 0 {
+		return nil, fieldError("upstream_idle_timeout", -1, "%s is negative; 0 means the default, %s", cfg.UpstreamIdleTimeout, DefaultUpstreamIdleTimeout)
+	}
+	if cfg.ClientIdleTimeout < 0 {
+		return nil, fieldError("client_idle_timeout", -1, "%s is negative; 0 means the default, %s", cfg.ClientIdleTimeout, DefaultClientIdleTimeout)
 	}
 	if cfg.ReadyTimeout < 0 {
 		return nil, fieldError("ready_timeout", -1, "%s is negative", cfg.ReadyTimeout)

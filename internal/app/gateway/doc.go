@@ -21,9 +21,10 @@
 //     (one per instance address, on fasthttp's request writer and response
 //     parser; upstream.go; one sweeper goroutine, from Serve to Close,
 //     closes connections idle for Config.UpstreamIdleTimeout, 90 s by
-//     default, and drops the pools of instances unused as long), which read the answer straight into the
-//     response that fasthttp writes. A lane request allocates nothing. 1xx
-//     answers (103 Early Hints) are passed on as they come, without the
+//     default, and drops the pools of instances unused as long), which
+//     read the answer straight into the response that fasthttp writes. A
+//     lane request allocates nothing. 1xx answers (103 Early Hints) are
+//     passed on as they come, without the
 //     instance's x-lane and x-lane-served, and not to an HTTP/1.0 client
 //     (RFC 9110, 15.2), on both paths; an answer body
 //     of unknown length, or larger than 1 MiB, streams, with its trailers

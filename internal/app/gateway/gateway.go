@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"go.opentelemetry.io/otel/trace"
@@ -264,6 +265,8 @@ func New(cfg Config) (*Gateway, error) {
 	g.writeTimeout = routedcall.Timeout(cfg.UpstreamWriteTimeout, DefaultUpstreamWriteTimeout)
 	g.readTimeout = routedcall.Timeout(cfg.UpstreamReadTimeout, DefaultUpstreamReadTimeout)
 	g.clientWrite = routedcall.Timeout(cfg.ClientWriteTimeout, DefaultClientWriteTimeout)
+	g.upIdle = cmp.Or(cfg.UpstreamIdleTimeout, DefaultUpstreamIdleTimeout)
+	g.clientIdle = cmp.Or(cfg.ClientIdleTimeout, DefaultClientIdleTimeout)
 	g.tracer = cfg.Tracer
 	g.h1, g.h2c = newTransports(idle, g.upIdle, g.headerTimeout, g.writeTimeout)
 	g.proxy = &httputil.ReverseProxy{
