@@ -2,6 +2,7 @@ package routing
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 )
@@ -202,5 +203,55 @@ func TestSameHostPickDoesNotAllocate(t *testing.T) {
 	r, err = svc.Pick(Request{Lane: "lane-0", Host: fmt.Sprintf("h%d", 500)})
 	if err != nil || r.Instance.Host != "h500" || r.Lane != "lane-0" {
 		t.Fatalf("picked %+v in %q, %v; want lane-0's instance on h500", r.Instance, r.Lane, err)
+	}
+}
+
+// TestZoneOneZoneAndZoneless is the zone rule when the serving lane's
+// instances have one zone among them and some have none: the caller's zone
+// still narrows the set, whatever the order of the instances' ids, in the
+// baseline, in a lane, and where the host rule gives way to the zone.
+func TestZoneOneZoneAndZoneless(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		policy string
+		insts  []string
+		req    Request
+		want   []string
+		lane   string
+	}{
+		{"baseline, zoneless first", "", []string{"i3 orders 10.0.0.3:8080", "i4 orders 10.0.0.4:8080 zone=az1"},
+			Request{Zone: "az1"}, []string{"i4"}, ""},
+		{"baseline, zoneless last", "", []string{"i3 orders 10.0.0.3:8080 zone=az1", "i4 orders 10.0.0.4:8080"},
+			Request{Zone: "az1"}, []string{"i3"}, ""},
+		{"baseline, another zone", "", []string{"i3 orders 10.0.0.3:8080", "i4 orders 10.0.0.4:8080 zone=az1"},
+			Request{Zone: "az2"}, []string{"i3", "i4"}, ""},
+		{"lane", "", []string{"b1 orders 10.0.0.1:8080 zone=az1", "a1 orders 10.0.9.1:8080 lane=alice",
+			"a2 orders 10.0.9.2:8080 lane=alice zone=az1", "a3 orders 10.0.9.3:8080 lane=alice"},
+			Request{Lane: "alice", Zone: "az1"}, []string{"a2"}, "alice"},
+		{"fallback lane", "lanes:\n  alice: {fallback: [team-a]}\n", []string{"b1 orders 10.0.0.1:8080 zone=az1",
+			"t1 orders 10.0.8.1:8080 lane=team-a", "t2 orders 10.0.8.2:8080 lane=team-a zone=az1"},
+			Request{Lane: "alice", Zone: "az1"}, []string{"t2"}, "team-a"},
+		{"host rule gives way to the zone", "locality: {host: true}\n", []string{"i1 orders 10.0.0.1:8080 host=h1",
+			"i2 orders 10.0.0.2:8080 zone=az1 host=h2"},
+			Request{Zone: "az1", Host: "h9"}, []string{"i2"}, ""},
+		{"host sub-group has no zone preference", "locality: {host: true}\n", []string{"i1 orders 10.0.0.1:8080 host=h1",
+			"i2 orders 10.0.0.2:8080 zone=az1 host=h1", "i3 orders 10.0.0.3:8080 zone=az1 host=h2"},
+			Request{Zone: "az1", Host: "h1"}, []string{"i1", "i2"}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, tc.policy, tc.insts...)
+			f.expect("orders", tc.req, tc.want, tc.lane)
+			// The pick's fast path narrows the same way.
+			s := f.e.Service("orders")
+			for range 20 {
+				r, err := s.Pick(tc.req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !slices.Contains(tc.want, r.Instance.ID) {
+					t.Fatalf("Pick(%+v) = %s, want one of %v", tc.req, r.Instance.ID, tc.want)
+				}
+			}
+		})
 	}
 }

@@ -651,20 +651,19 @@ func (s *subgroups) get(key string) *group {
 }
 
 // spread reports whether the members of ms differ by key: two keys, or one
-// key and members without one.
+// key and members without one, in whatever order they come.
 func spread(ms []*member, key func(*member) string) bool {
-	first := ""
+	first, keyless := "", false
 	for _, m := range ms {
-		k := key(m)
-		if k == "" {
-			if first != "" {
-				return true
-			}
-			continue
-		}
-		if first == "" {
+		switch k := key(m); {
+		case k == "":
+			keyless = true
+		case first == "":
 			first = k
-		} else if k != first {
+		case k != first:
+			return true
+		}
+		if keyless && first != "" {
 			return true
 		}
 	}
