@@ -86,13 +86,15 @@ type health struct {
 // report records one call outcome at now and reports whether the state
 // changed (so the service must rebuild its snapshot).
 func (h *health) report(ok bool, now int64, cfg policy.Outlier) bool {
-	st := h.state.Load()
-	if ok && st == stateHealthy {
+	if ok && h.state.Load() == stateHealthy {
 		return false // the common case: no lock
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	switch h.state.Load() {
+	// The outcome meets the state as it is now: a probe given up before it
+	// came was a failed one, whatever its late report says.
+	st, _ := h.advanceLocked(now, cfg)
+	switch st {
 	case stateHealthy:
 		if ok {
 			return false
@@ -143,6 +145,11 @@ func (h *health) advance(now int64, cfg policy.Outlier) (state uint32, due int64
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	return h.advanceLocked(now, cfg)
+}
+
+// advanceLocked is advance with mu held.
+func (h *health) advanceLocked(now int64, cfg policy.Outlier) (state uint32, due int64) {
 	st := h.state.Load()
 	if st == stateProbing && now >= h.until {
 		// The probe was given up at h.until: it failed then, however late

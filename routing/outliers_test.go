@@ -33,3 +33,40 @@ func TestOutliers(t *testing.T) {
 		t.Fatalf("after a good probe: %+v", o)
 	}
 }
+
+// TestLateProbeReportIgnored: a probe not reported within one ejection has
+// failed at its deadline; a success reported after it comes from a probe
+// given up, and restores nothing, even when no request came in between.
+func TestLateProbeReportIgnored(t *testing.T) {
+	f := newFixture(t, "outlier: {errors: 1, window: 25s, ejection: 9s}\n", "p1 payments 10.0.1.1:9090")
+	s := f.e.Service("payments")
+	s.ReportID("p1", false)
+	f.at(9 * time.Second)
+	if d := f.expect("payments", Request{}, []string{"p1"}, ""); d.Reason != ReasonProbe {
+		t.Fatalf("reason %s, want probe", d.Reason)
+	}
+	// Given up at 18s, and ejected again until 27s: the late success is
+	// ignored, and the baseline is in panic mode.
+	f.at(19 * time.Second)
+	s.ReportID("p1", true)
+	if d := f.expect("payments", Request{}, []string{"p1"}, ""); d.Reason != ReasonPanic {
+		t.Fatalf("reason %s after a late success, want panic (p1 still ejected)", d.Reason)
+	}
+	f.at(27 * time.Second)
+	if d := f.expect("payments", Request{}, []string{"p1"}, ""); d.Reason != ReasonProbe {
+		t.Fatalf("reason %s at the end of the new ejection, want probe", d.Reason)
+	}
+}
+
+// TestInvalidLaneInPanicMode: an invalid lane is a baseline request in
+// every respect, and its answer says panic when the baseline is in panic
+// mode, as a lane request's that falls back to it does.
+func TestInvalidLaneInPanicMode(t *testing.T) {
+	f := newFixture(t, "outlier: {errors: 1, ejection: 10s}\n", "o1 orders 10.0.0.1:8080")
+	f.e.Service("orders").ReportID("o1", false)
+	for _, req := range []Request{{}, {Lane: "ünï"}, {Lane: "bob"}} {
+		if d := f.expect("orders", req, []string{"o1"}, ""); d.Reason != ReasonPanic {
+			t.Fatalf("%+v: reason %s, want panic", req, d.Reason)
+		}
+	}
+}

@@ -305,8 +305,11 @@ func build(svc string, insts []*registry.Instance, det *detector, cp *compiled, 
 			s.baseline.next = &route{group: newGroup("", baseMembers, true, byHost, true), reason: ReasonPanic}
 		}
 	}
+	// An invalid lane is routed as a baseline request; its reason says so,
+	// unless the baseline is in panic mode, which says more (as for a lane
+	// request that falls back to the baseline).
 	s.invalid = s.baseline
-	if s.invalid.err == nil {
+	if s.invalid.reason == ReasonBaseline {
 		s.invalid.reason = ReasonInvalidLane
 	}
 
