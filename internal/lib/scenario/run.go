@@ -64,6 +64,9 @@ type StepResult struct {
 	Eligible []string `json:"eligible"`
 	// ServingLane is the lane that served ("" for the baseline).
 	ServingLane string `json:"-"`
+	// RequestLane is the lane the request carries downstream: its own, the
+	// canary lane of a split, or "" for none.
+	RequestLane string `json:"-"`
 	// Error is the engine's error code ("no_instance", "lane_unavailable"),
 	// or "".
 	Error string `json:"error"`
@@ -144,9 +147,11 @@ func (a answer) describe() string {
 // engineLane turns a raw header value into Request.Lane: a valid lane is
 // normalised; an invalid one is passed on as it is, so that the engine routes
 // it as a baseline request and counts it (reason "invalid-lane"); an empty
-// one is no lane at all.
+// one, or one of spaces and tabs alone, is no lane at all. Other whitespace
+// (a line feed) is not trimmed, as lane.Parse does not trim it: it makes
+// the value an invalid lane, as at a transport.
 func engineLane(raw string) string {
-	if strings.TrimSpace(raw) == "" {
+	if strings.Trim(raw, " \t") == "" {
 		return ""
 	}
 	if l, err := lane.Parse(raw); err == nil {
@@ -226,6 +231,7 @@ func runRequest(svc *routing.Service, st *Step, r *StepResult, seed uint64) {
 	} else {
 		r.Eligible = append(r.Eligible, first.d.Eligible...)
 		r.ServingLane = first.d.Lane
+		r.RequestLane = first.d.RequestLane
 		r.Reason = first.d.Reason.String()
 	}
 	if len(fails) > 0 {

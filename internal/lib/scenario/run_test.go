@@ -179,3 +179,23 @@ func TestBadFiles(t *testing.T) {
 
 // The scenarios of testdata/known-bugs describe engine bugs: they fail
 // until the engine is fixed. They are run so that a fix shows up here.
+
+// TestRawLaneWhitespace: only spaces and tabs are trimmed from a step's raw
+// lane, as from a header: a value of them alone is no lane, and a line feed
+// makes the value an invalid lane.
+func TestRawLaneWhitespace(t *testing.T) {
+	s := mustParse(t, `name: whitespace in raw lanes
+instances:
+  - {id: b1, service: orders, addr: 10.0.0.1:8080}
+steps:
+  - request: {lane: " \t "}
+  - request: {lane: "\n"}
+  - request: {lane: " Alice\t"}
+`)
+	res := Run(s, Options{})
+	for i, want := range []string{"baseline", "invalid-lane", "lane-empty"} {
+		if got := res.Steps[i].Reason; got != want {
+			t.Errorf("step %d (lane %q): reason %s, want %s", i+1, res.Steps[i].Lane, got, want)
+		}
+	}
+}
