@@ -346,8 +346,16 @@ func build(svc string, insts []*registry.Instance, det *detector, cp *compiled, 
 	}
 	s.fastPaths(timed)
 	s.lanes = newLaneTable(s.routes)
+	if afterBuild != nil {
+		afterBuild(s)
+	}
 	return s
 }
+
+// afterBuild, when set, sees every snapshot build makes. It is nil outside
+// the routing package's tests, which check each snapshot's invariants with
+// it (invariants_test.go).
+var afterBuild func(*snapshot)
 
 // fastPaths marks the routes that Pick answers from alone (route.ready),
 // and gives each the lane its requests carry downstream. A snapshot with a
