@@ -1,12 +1,16 @@
 package routing_test
 
 import (
+	"errors"
 	"flag"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/lanesdev/lanes/internal/lib/scenario"
 	"github.com/lanesdev/lanes/internal/testkit/oracle"
+	"github.com/lanesdev/lanes/routing"
 )
 
 // The routing engine against the reference model of the contract
@@ -27,7 +31,7 @@ func TestDifferential(t *testing.T) {
 	for seed := range uint64(n) {
 		// Sizes from small (easy to read when they fail) to larger.
 		c := oracle.Generate(oracle.Seeded(seed), fmt.Sprintf("differential seed %d", seed), 2+int(seed%7))
-		d, counts, err := oracle.Check(oracle.Engine, oracle.KeepsAll, c)
+		d, counts, err := oracle.Check(enginePicks, oracle.KeepsAll, c)
 		if err != nil {
 			t.Fatalf("seed %d: the generated case is not a valid scenario: %v\n%s", seed, err, c.YAML())
 		}
@@ -57,7 +61,7 @@ func FuzzDifferential(f *testing.F) {
 	f.Add([]byte{1, 0, 2, 3, 40, 5, 60, 7, 80, 9, 10, 11, 120, 13, 140, 15})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c := oracle.Generate(oracle.Bytes(b), "differential fuzz", 6)
-		d, _, err := oracle.Check(oracle.Engine, oracle.KeepsAll, c)
+		d, _, err := oracle.Check(enginePicks, oracle.KeepsAll, c)
 		if err != nil {
 			t.Fatalf("the generated case is not a valid scenario: %v\n%s", err, c.YAML())
 		}
@@ -67,13 +71,43 @@ func FuzzDifferential(f *testing.F) {
 	})
 }
 
+// enginePicks is the engine as `lanes simulate` drives it (Resolve), and
+// after each request step, the path the transports take: Pick, with its
+// fast path, its lane table and its locality caches, must choose from the
+// eligible set that Resolve answered, with the same lanes and reason, or
+// fail with the same error. (After a probe the instance is in flight, and
+// the next request goes elsewhere: that step's picks are not compared.)
+var enginePicks = oracle.EngineAnd(func(svc *routing.Service, req routing.Request, res scenario.StepResult) string {
+	if res.Error != "" {
+		_, err := svc.Pick(req)
+		var re *routing.Error
+		if !errors.As(err, &re) || string(re.Code) != res.Error {
+			return fmt.Sprintf("Pick answered %v where Resolve failed with %s", err, res.Error)
+		}
+		return ""
+	}
+	if res.Reason == routing.ReasonProbe.String() {
+		return ""
+	}
+	for range 2*len(res.Eligible) + 1 {
+		r, err := svc.Pick(req)
+		if err != nil {
+			return fmt.Sprintf("Pick failed with %v", err)
+		}
+		if !slices.Contains(res.Eligible, r.Instance.ID) || r.Lane != res.ServingLane || r.RequestLane != res.RequestLane || r.Reason.String() != res.Reason {
+			return fmt.Sprintf("Pick chose %s from lane %q, carrying %q (reason %s)", r.Instance.ID, r.Lane, r.RequestLane, r.Reason)
+		}
+	}
+	return ""
+})
+
 // reportDisagreement shrinks the case and prints it in the scenario format,
 // with the model's answers as its expectations.
 func reportDisagreement(t *testing.T, c *oracle.Case, d *oracle.Disagreement) {
 	t.Helper()
-	small := oracle.Shrink(oracle.Engine, oracle.KeepsAll, c)
+	small := oracle.Shrink(enginePicks, oracle.KeepsAll, c)
 	small.Name = "the engine disagrees with the contract's model: " + c.Name
-	sd, _, _ := oracle.Check(oracle.Engine, oracle.KeepsAll, small)
+	sd, _, _ := oracle.Check(enginePicks, oracle.KeepsAll, small)
 	out, err := oracle.Print(small)
 	if err != nil {
 		t.Fatalf("%v\n(printing the shrunk case failed: %v)", d, err)

@@ -27,6 +27,11 @@ type Options struct {
 	// number and Seed, so that the same file gives the same answers on
 	// every run and in every directory.
 	Seed uint64
+	// AfterRequest, when set, is called after each request step has been
+	// answered, with its service, its request as the engine took it and
+	// its result: a test can ask the engine more there (Pick, the
+	// transports' path) while its state is the step's.
+	AfterRequest func(svc *routing.Service, req routing.Request, res StepResult)
 }
 
 // Result is the outcome of one scenario.
@@ -104,7 +109,11 @@ func Run(s *Scenario, opts Options) Result {
 		if st.Report != nil {
 			e.Service(st.Report.Service).ReportID(st.Report.Instance, st.Report.OK)
 		} else {
-			runRequest(e.Service(st.Request.Service), st, &r, stepSeed(s.Name, i, opts.Seed))
+			svc := e.Service(st.Request.Service)
+			runRequest(svc, st, &r, stepSeed(s.Name, i, opts.Seed))
+			if opts.AfterRequest != nil {
+				opts.AfterRequest(svc, st.Request.Routing(), r)
+			}
 		}
 		res.Steps = append(res.Steps, r)
 	}
@@ -160,8 +169,13 @@ func engineLane(raw string) string {
 	return raw
 }
 
+// Routing returns the request as the engine takes it.
+func (r *Request) Routing() routing.Request {
+	return routing.Request{Lane: engineLane(r.Lane), Zone: r.Zone, Host: r.Host, Key: r.Key}
+}
+
 func runRequest(svc *routing.Service, st *Step, r *StepResult, seed uint64) {
-	req := routing.Request{Lane: engineLane(st.Request.Lane), Zone: st.Request.Zone, Host: st.Request.Host, Key: st.Request.Key}
+	req := st.Request.Routing()
 	r.Lane = st.Request.Lane
 	send := func(req routing.Request) answer {
 		d, err := svc.Resolve(req)

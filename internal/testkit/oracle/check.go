@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lanesdev/lanes/internal/lib/scenario"
+	"github.com/lanesdev/lanes/routing"
 )
 
 // Path is a data path under test: it replays a parsed scenario and returns
@@ -16,21 +17,37 @@ type Path func(s *scenario.Scenario) []Answer
 // Engine is the routing engine, driven as `lanes simulate` drives it
 // (scenario.Run: a new engine on a virtual clock, Service.Resolve for each
 // request, ReportID for each report).
-func Engine(s *scenario.Scenario) []Answer {
-	res := scenario.Run(s, scenario.Options{})
-	out := make([]Answer, len(s.Steps))
-	for i, r := range res.Steps {
-		if s.Steps[i].Report != nil {
-			continue
+func Engine(s *scenario.Scenario) []Answer { return EngineAnd(nil)(s) }
+
+// EngineAnd is Engine with a check of the engine's own after each request
+// step (scenario.Options.AfterRequest): what check finds wrong ("" for
+// nothing) is the step's Problem, which the model never has.
+func EngineAnd(check func(svc *routing.Service, req routing.Request, res scenario.StepResult) string) Path {
+	return func(s *scenario.Scenario) []Answer {
+		problems := map[int]string{}
+		var opts scenario.Options
+		if check != nil {
+			opts.AfterRequest = func(svc *routing.Service, req routing.Request, res scenario.StepResult) {
+				if p := check(svc, req, res); p != "" {
+					problems[res.Step-1] = p
+				}
+			}
 		}
-		a := Answer{Error: r.Error}
-		if r.Error == "" {
-			a.Eligible = slices.Sorted(slices.Values(r.Eligible))
-			a.Lane, a.RequestLane, a.Reason = r.ServingLane, r.RequestLane, r.Reason
+		res := scenario.Run(s, opts)
+		out := make([]Answer, len(s.Steps))
+		for i, r := range res.Steps {
+			if s.Steps[i].Report != nil {
+				continue
+			}
+			a := Answer{Error: r.Error, Problem: problems[i]}
+			if r.Error == "" {
+				a.Eligible = slices.Sorted(slices.Values(r.Eligible))
+				a.Lane, a.RequestLane, a.Reason = r.ServingLane, r.RequestLane, r.Reason
+			}
+			out[i] = a
 		}
-		out[i] = a
+		return out
 	}
-	return out
 }
 
 // Replay runs the model over a parsed scenario: the contract's answer to
@@ -78,6 +95,13 @@ func (d *Disagreement) Error() string {
 }
 
 func (a Answer) String() string {
+	if a.Problem != "" {
+		return a.answer() + "; but " + a.Problem
+	}
+	return a.answer()
+}
+
+func (a Answer) answer() string {
 	if a.Error != "" {
 		return a.Error
 	}
@@ -135,6 +159,9 @@ func Check(path Path, keeps Keeps, c *Case) (*Disagreement, Counts, error) {
 }
 
 func agree(got, want Answer, keeps Keeps) bool {
+	if got.Problem != "" {
+		return false
+	}
 	if got.Error != "" || want.Error != "" {
 		return keeps&KeepsEligible == 0 || got.Error == want.Error
 	}
@@ -243,7 +270,9 @@ func cuts(c *Case) []func() *Case {
 			func(r *Request) bool { was := r.Lane; r.Lane = ""; return was != "" },
 			func(r *Request) bool { was := r.Zone; r.Zone = ""; return was != "" },
 			func(r *Request) bool { was := r.Host; r.Host = ""; return was != "" },
-			func(r *Request) bool { was := r.Key; r.Key = ""; return was != "" },
+			// A baseline request without a key splits at random where
+			// canaries are in force: keys go only once the canaries have.
+			func(r *Request) bool { was := r.Key; r.Key = ""; return was != "" && len(c.Policy.Canary) == 0 },
 		} {
 			edit(func(d *Case) bool { return f(d.Steps[i].Request) })
 		}

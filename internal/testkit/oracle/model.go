@@ -44,6 +44,9 @@ type Answer struct {
 	RequestLane string   // the lane the request carries downstream
 	Reason      string   // lane, fallback, lane-empty, baseline, invalid-lane, canary, probe, panic
 	Error       string   // no_instance, lane_unavailable, or ""
+	// Problem is what a data path found wrong in its own answer (a pick
+	// outside the eligible set it answered); the model never has one.
+	Problem string
 }
 
 // Model is the routing contract as a state machine over virtual time: the
