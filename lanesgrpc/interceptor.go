@@ -84,9 +84,9 @@ func (ci *clientInterceptor) unary(ctx context.Context, method string, req, repl
 		if !cut {
 			return err
 		}
-		// The instance took too long: a failure (gRPC's Canceled is not
-		// reported).
-		id := tc.cs.failLast()
+		// The instance took too long: it hangs, and is ejected at once
+		// (gRPC's Canceled is not reported).
+		id := tc.cs.ejectLast()
 		if attempt > 0 || !ci.idem.contains(method) {
 			return status.Errorf(codes.Unavailable, "lanes: instance %q did not answer %s within %v, the response-header timeout", id, method, ci.timeout)
 		}

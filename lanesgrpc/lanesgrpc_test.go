@@ -626,12 +626,13 @@ func hang(b *backend) {
 }
 
 // TestHungInstanceEjected: an instance that takes calls and never answers
-// them has each call cut by the response-header timeout and counted as a
-// failure, so that it is ejected; an idempotent call is sent once more, to
-// another instance, and a call of another method fails with Unavailable.
+// them has the call cut by the response-header timeout and is ejected at
+// once, whatever the policy's errors; an idempotent call is sent once more,
+// to another instance, and a call of another method fails with
+// Unavailable.
 func TestHungInstanceEjected(t *testing.T) {
 	m := newMesh(t)
-	m.setPolicy("outlier: {errors: 3, window: 1m, ejection: 10m}\n")
+	m.setPolicy("outlier: {errors: 5, window: 1m, ejection: 10m}\n")
 	hung := m.start("orders", "hung", "")
 	m.start("orders", "ok", "")
 	hang(hung)
@@ -646,6 +647,9 @@ func TestHungInstanceEjected(t *testing.T) {
 		}
 		if strings.Join(d.Eligible, " ") == "ok" {
 			break
+		}
+		if i == 2 { // round robin sent one of the two to the hung instance
+			t.Fatalf("the hung instance is still eligible after %d calls: %v", i, d.Eligible)
 		}
 		// The caller's deadline is longer than the timeout, which cuts the
 		// attempt first.
@@ -671,8 +675,9 @@ func TestHungInstanceEjected(t *testing.T) {
 // TestRetryFollowsTheLaneChain: when the only instance of a lane fails an
 // idempotent call (it answers Unavailable, or hangs past the
 // response-header timeout), gRPC's retry goes along the lane chain, to the
-// baseline, although the instance is not ejected; a call of another method
-// is not retried.
+// baseline, also while the instance is not ejected (Unavailable is one
+// failure of the policy's many; a hung instance is ejected at once); a call
+// of another method is not retried.
 func TestRetryFollowsTheLaneChain(t *testing.T) {
 	idem := lanesgrpc.WithIdempotent("/grpc.testing.TestService/UnaryCall")
 	t.Run("unavailable", func(t *testing.T) {

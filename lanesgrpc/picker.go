@@ -105,7 +105,7 @@ func (p *picker) Pick(info balancer.PickInfo) (balancer.PickResult, error) {
 			if _, err := c.picker.Pick(info); err != nil {
 				connErr = err
 			}
-			routedcall.MarkFailing(p.eng, res)
+			routedcall.MarkFailing(res)
 		default: // Connecting or Idle
 			pending = true
 			if res.Probe() {
@@ -244,14 +244,15 @@ type callState struct {
 	attempts atomic.Int32 // picks of traced attempts
 }
 
-// failLast reports the instance of the last attempt failed, and returns its
-// id ("" when no attempt was picked).
-func (cs *callState) failLast() string {
+// ejectLast ejects the instance of the last attempt, which did not answer
+// within the response-header timeout (routedcall.MarkFailing), and returns
+// its id ("" when no attempt was picked).
+func (cs *callState) ejectLast() string {
 	id, svc := cs.last.Load(), cs.svc.Load()
 	if id == nil || svc == nil {
 		return ""
 	}
-	svc.ReportID(*id, false)
+	svc.EjectID(*id)
 	return *id
 }
 

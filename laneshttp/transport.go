@@ -303,7 +303,7 @@ func (t *Transport) RoundTrip(req *http.Request) (res *http.Response, rerr error
 	if span != nil || t.Metrics != nil {
 		defer func() { t.record(span, &c, svc.Name(), rreq.Lane, res, rerr) }()
 	}
-	pick, err := c.Start(ctx, t.Engine, svc, rreq, t.retries(), routedcall.HeaderTimeout(t.ResponseHeaderTimeout))
+	pick, err := c.Start(ctx, svc, rreq, t.retries(), routedcall.HeaderTimeout(t.ResponseHeaderTimeout))
 	if err != nil {
 		closeBody(req)
 		return nil, fmt.Errorf("laneshttp: %w", err)

@@ -77,6 +77,19 @@ func (r Result) Report(ok bool) {
 	r.m.health.svc.report(r.m.health, ok)
 }
 
+// Eject ejects the instance of r at once, as if it had failed as many calls
+// as the policy's outlier detection needs: for an instance that cannot have
+// served the call (its connection was refused) or that did not answer it
+// within the response-header timeout (it hangs), whatever the call rate.
+// Like a failure, it is ignored for an instance already ejected or
+// half-open, and it fails a probe in flight.
+func (r Result) Eject() {
+	if r.m == nil {
+		return
+	}
+	r.m.health.svc.eject(r.m.health)
+}
+
 // Option configures an Engine.
 type Option func(*Engine)
 

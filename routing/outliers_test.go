@@ -70,3 +70,30 @@ func TestInvalidLaneInPanicMode(t *testing.T) {
 		}
 	}
 }
+
+// TestEject: Eject is the policy's errors reported at once: a healthy
+// instance leaves at once, whatever the window; an ejected or half-open one
+// is left as it is; a probe in flight fails.
+func TestEject(t *testing.T) {
+	f := newFixture(t, "outlier: {errors: 5, window: 1s, ejection: 10s}\n", "b1 orders 10.0.0.1:8080", "b2 orders 10.0.0.2:8080")
+	s := f.e.Service("orders")
+	r, err := s.Pick(Request{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Eject()
+	other := map[string]string{"b1": "b2", "b2": "b1"}[r.Instance.ID]
+	f.expect("orders", Request{}, []string{other}, "")
+	// Ejected: ignored, and the ejection still ends at 10s.
+	f.at(5 * time.Second)
+	s.EjectID(r.Instance.ID)
+	f.at(10 * time.Second)
+	if d := f.expect("orders", Request{}, []string{r.Instance.ID}, ""); d.Reason != ReasonProbe {
+		t.Fatalf("reason %s at the end of the ejection, want probe", d.Reason)
+	}
+	// The probe in flight fails: ejected again until 20s.
+	s.EjectID(r.Instance.ID)
+	f.at(19 * time.Second)
+	f.expect("orders", Request{}, []string{other}, "")
+	s.EjectID("nosuch") // unknown: ignored
+}

@@ -407,3 +407,25 @@ func (s *Service) ReportID(id string, ok bool) {
 		s.report(m.health, ok)
 	}
 }
+
+// EjectID ejects the instance with the given id at once, as Result.Eject
+// does. Unknown ids are ignored.
+func (s *Service) EjectID(id string) {
+	if m := s.snap.Load().member(id); m != nil {
+		s.eject(m.health)
+	}
+}
+
+// eject is report for Eject: the failures that eject h, at once.
+func (s *Service) eject(h *health) {
+	now, cfg := s.now(), s.snap.Load().outlier
+	changed := false
+	for range cfg.Errors {
+		changed = h.report(false, now, cfg) || changed
+	}
+	if changed {
+		s.mu.Lock()
+		s.rebuild()
+		s.mu.Unlock()
+	}
+}

@@ -537,7 +537,7 @@ type sender interface {
 // that the engine could not route; the last attempt's answer or error is the
 // sender's.
 func (g *Gateway) routed(ctx context.Context, st *reqState, idem bool, s sender) error {
-	pick, err := st.call.Start(ctx, g.engine, st.route.svc, st.req, 1, g.headerTimeout)
+	pick, err := st.call.Start(ctx, st.route.svc, st.req, 1, g.headerTimeout)
 	if err != nil {
 		return err
 	}

@@ -190,21 +190,13 @@ func ClassifyGRPC(code uint32) Outcome {
 	return Success
 }
 
-// MarkFailing ejects the instance of pick at once, as if it had failed as
-// many calls as the policy's outlier detection needs to eject it. An ejected
-// instance leaves every eligible set until its ejection ends, so that the
-// next pick goes to another instance of its lane or along the fallback
-// chain.
-func MarkFailing(e *routing.Engine, pick routing.Result) {
-	n := 1
-	if e != nil {
-		if p := e.Policy(); p != nil {
-			n = p.Outlier.WithDefaults().Errors
-		}
-	}
-	for range n {
-		pick.Report(false)
-	}
+// MarkFailing ejects the instance of pick at once (routing.Result.Eject), as
+// if it had failed as many calls as the policy's outlier detection needs to
+// eject it. An ejected instance leaves every eligible set until its
+// ejection ends, so that the next pick goes to another instance of its lane
+// or along the fallback chain.
+func MarkFailing(pick routing.Result) {
+	pick.Eject()
 }
 
 // BodyStalled reports to outlier detection, as a Failure of the instance of
@@ -220,7 +212,6 @@ func BodyStalled(pick routing.Result) {
 // after Start.
 type Call struct {
 	ctx     context.Context
-	eng     *routing.Engine
 	svc     *routing.Service
 	req     routing.Request
 	retries int           // retries after failures, at most
@@ -235,12 +226,13 @@ type Call struct {
 	nfailed  int
 }
 
-// Start begins a call of svc (a service of e) for req, made with ctx, and
+// Start begins a call of svc for req, made with ctx, and
 // returns the first pick. retries is how many failed attempts may be
 // retried; timeout is the response-header timeout (0: none), which decides
-// how an attempt that the caller abandoned counts.
-func (c *Call) Start(ctx context.Context, e *routing.Engine, svc *routing.Service, req routing.Request, retries int, timeout time.Duration) (routing.Result, error) {
-	*c = Call{ctx: ctx, eng: e, svc: svc, req: req, retries: retries, timeout: timeout}
+// how an attempt that the caller abandoned counts, and whether a failed one
+// ejects its instance at once.
+func (c *Call) Start(ctx context.Context, svc *routing.Service, req routing.Request, retries int, timeout time.Duration) (routing.Result, error) {
+	*c = Call{ctx: ctx, svc: svc, req: req, retries: retries, timeout: timeout}
 	p, err := svc.Pick(req)
 	if err != nil {
 		return p, err
@@ -286,29 +278,35 @@ func (c *Call) CallerGone() bool { return c.ctx.Err() != nil }
 // detection, once per pick: later reports on the same pick are ignored. An
 // Ignore for an attempt that the caller abandoned after the instance took
 // longer than the response-header timeout counts as a Failure; an
-// Unreachable marks the instance failing (MarkFailing).
+// Unreachable, and a Failure of an attempt that took the whole
+// response-header timeout (the instance hangs), mark the instance failing
+// (MarkFailing).
 func (c *Call) Report(o Outcome) {
 	if c.reported {
 		return
 	}
 	c.reported = true
-	if o == Ignore && c.late() {
+	timedOut := c.timedOut()
+	if o == Ignore && timedOut && c.ctx.Err() != nil {
 		o = Failure
 	}
-	switch o {
-	case Success:
+	switch {
+	case o == Success:
 		c.pick.Report(true)
-	case Failure:
+	case o == Unreachable, o == Failure && timedOut:
+		// A refused connection, or no answer within the response-header
+		// timeout: the instance ejects at once, so that a hung instance
+		// costs one timeout, not one per failure in the window.
+		MarkFailing(c.pick)
+	case o == Failure:
 		c.pick.Report(false)
-	case Unreachable:
-		MarkFailing(c.eng, c.pick)
 	}
 }
 
-// late reports whether the caller gave up after the current attempt had
-// taken longer than the response-header timeout.
-func (c *Call) late() bool {
-	return c.timeout > 0 && c.ctx.Err() != nil && time.Now().UnixNano()-c.begun >= int64(c.timeout)
+// timedOut reports whether the current attempt has taken at least the
+// response-header timeout.
+func (c *Call) timedOut() bool {
+	return c.timeout > 0 && time.Now().UnixNano()-c.begun >= int64(c.timeout)
 }
 
 // Again reports the outcome o of the attempt on the current pick (as Report

@@ -61,7 +61,7 @@ func TestUnreachableMovesOn(t *testing.T) {
 		registry.Instance{ID: "a1", Service: "orders", Addr: "a1:1", Lane: "alice"},
 		registry.Instance{ID: "b1", Service: "orders", Addr: "b1:1"})
 	var c routedcall.Call
-	p, err := c.Start(context.Background(), e, e.Service("orders"), routing.Request{Lane: "alice"}, 0, time.Second)
+	p, err := c.Start(context.Background(), e.Service("orders"), routing.Request{Lane: "alice"}, 0, time.Second)
 	if err != nil || p.Instance.ID != "a1" {
 		t.Fatalf("first pick %v %v", p.Instance, err)
 	}
@@ -90,7 +90,7 @@ func TestLateAbandonCounts(t *testing.T) {
 	abandoned := func(timeout time.Duration) string {
 		ctx, cancel := context.WithCancel(context.Background())
 		var c routedcall.Call
-		p, err := c.Start(ctx, e, svc, routing.Request{}, 1, timeout)
+		p, err := c.Start(ctx, svc, routing.Request{}, 1, timeout)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -140,7 +140,7 @@ func TestFailureFollowsTheChain(t *testing.T) {
 		registry.Instance{ID: "b1", Service: "orders", Addr: "b1:1"})
 	svc := e.Service("orders")
 	var c routedcall.Call
-	p, err := c.Start(context.Background(), e, svc, routing.Request{Lane: "alice"}, 3, time.Second)
+	p, err := c.Start(context.Background(), svc, routing.Request{Lane: "alice"}, 3, time.Second)
 	if err != nil || p.Lane != "alice" {
 		t.Fatalf("first pick %v %v", p.Instance, err)
 	}
@@ -161,7 +161,7 @@ func TestFailureFollowsTheChain(t *testing.T) {
 		t.Fatalf("next call's pick %v in %q, %v; want alice", p.Instance, p.Lane, err)
 	}
 
-	if _, err := c.Start(context.Background(), e, svc, routing.Request{Lane: "solo"}, 3, time.Second); err != nil {
+	if _, err := c.Start(context.Background(), svc, routing.Request{Lane: "solo"}, 3, time.Second); err != nil {
 		t.Fatal(err)
 	}
 	if !c.Again(routedcall.Failure, true, true) {
