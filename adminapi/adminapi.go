@@ -187,6 +187,10 @@ type Instance struct {
 	registry.Instance
 	// EffectiveLane is the lane after the policy's dynamic tag rules.
 	EffectiveLane string `json:"effective_lane"`
+	// TagsRefused says, for each enabled tag rule that matches the instance
+	// but does not apply to it, why: the credential that registered it may
+	// not register in the rule's lane (registry.Instance.MayJoin).
+	TagsRefused []string `json:"tags_refused,omitempty"`
 	// State is "ready", "drained", or "expired" (its lane has expired).
 	State string `json:"state"`
 	// Registration is the etcd lease that keeps the instance alive, in hex.

@@ -69,6 +69,8 @@ func fastInstance(data []byte, in *registry.Instance) bool {
 			in.Version, ok = d.str()
 		case "host":
 			in.Host, ok = d.str()
+		case "scope":
+			in.Scope, ok = d.str()
 		case "weight":
 			in.Weight, ok = d.integer()
 		case "drain":
@@ -95,6 +97,7 @@ func fastInstance(data []byte, in *registry.Instance) bool {
 var fieldBits = map[string]uint16{
 	"id": 1 << 0, "service": 1 << 1, "addr": 1 << 2, "lane": 1 << 3, "zone": 1 << 4,
 	"weight": 1 << 5, "drain": 1 << 6, "labels": 1 << 7, "version": 1 << 8, "host": 1 << 9,
+	"scope": 1 << 10,
 }
 
 // scanner reads the JSON subset of fastInstance from s.

@@ -32,7 +32,25 @@ type Instance struct {
 	Labels  map[string]string `json:"labels,omitempty"`  // matched by dynamic tag rules
 	Version string            `json:"version,omitempty"` // the build the instance runs
 	Host    string            `json:"host,omitempty"`    // the machine or pod it runs on
+	// Scope is the lane scope of the credential that registered the
+	// instance, which bounds the lanes that dynamic tag rules may move it
+	// into (MayJoin). The control plane sets it, whatever the client sent:
+	// "" for an unrestricted registration (the admin token, or a process
+	// with the registry's own credentials), ScopeBaseline for a baseline
+	// token, or the lane of a lane token.
+	Scope string `json:"scope,omitempty"`
 }
+
+// ScopeBaseline is the Scope of an instance registered with a baseline
+// token. It is no lane name, so that it matches no lane.
+const ScopeBaseline = "@baseline"
+
+// MayJoin reports whether a dynamic tag rule may move the instance into lane
+// l: any lane for an unrestricted registration, the token's own lane for a
+// lane token's, none for a baseline token's. The credential that registered
+// an instance chose its labels and its port, and so would choose the lanes
+// that rules on them give it.
+func (in Instance) MayJoin(l string) bool { return in.Scope == "" || in.Scope == l }
 
 // EffectiveWeight is the weight the load balancer uses: 0 for a drained
 // instance, DefaultWeight when Weight is unset.
@@ -60,7 +78,7 @@ func (in Instance) Clone() Instance {
 func (in Instance) Equal(o Instance) bool {
 	return in.ID == o.ID && in.Service == o.Service && in.Addr == o.Addr &&
 		in.Lane == o.Lane && in.Zone == o.Zone && in.Weight == o.Weight &&
-		in.Drain == o.Drain && in.Version == o.Version && in.Host == o.Host &&
+		in.Drain == o.Drain && in.Version == o.Version && in.Host == o.Host && in.Scope == o.Scope &&
 		maps.Equal(in.Labels, o.Labels)
 }
 
@@ -95,6 +113,9 @@ func Normalize(in Instance) (Instance, error) {
 			return in, &FieldError{Field: "lane", Value: in.Lane, Msg: "breaks the lane-name rule " + string(err.(*lane.NameError).Rule)}
 		}
 		in.Lane = l
+	}
+	if in.Scope != "" && in.Scope != ScopeBaseline && !lane.Valid(in.Scope) {
+		return in, &FieldError{Field: "scope", Value: in.Scope, Msg: "must be a lane name or " + ScopeBaseline}
 	}
 	if in.Weight < 0 || in.Weight > MaxWeight {
 		return in, &FieldError{Field: "weight", Value: strconv.Itoa(in.Weight), Msg: fmt.Sprintf("must be within 0..%d", MaxWeight)}

@@ -575,3 +575,30 @@ func TestPolicyChangedSignals(t *testing.T) {
 	default:
 	}
 }
+
+// TestTagRulesHeedScope: a tag rule moves an instance only into a lane the
+// credential that registered it may register in (registry.Instance.Scope);
+// a rule that may not is passed over for the next one that matches.
+func TestTagRulesHeedScope(t *testing.T) {
+	f := newFixture(t, "tags:\n  - {service: orders, lane: gray, labels: {version: v2}}\n  - {service: orders, lane: alice, labels: {version: v2}}\n")
+	insts := []registry.Instance{
+		{ID: "o1", Service: "orders", Addr: "10.0.0.1:8080", Labels: map[string]string{"version": "v2"}},
+		{ID: "a1", Service: "orders", Addr: "10.0.9.1:8080", Lane: "alice", Labels: map[string]string{"version": "v2"}, Scope: "alice"},
+		{ID: "b1", Service: "orders", Addr: "10.0.0.2:8080", Labels: map[string]string{"version": "v2"}, Scope: registry.ScopeBaseline},
+	}
+	f.e.SetInstances("orders", insts)
+	for in, want := range map[int]string{0: "gray", 1: "alice", 2: ""} {
+		if got := f.e.LaneOf(insts[in]); got != want {
+			t.Errorf("%s: lane %q, want %q", insts[in].ID, got, want)
+		}
+	}
+	if r := f.e.RefusedTags(insts[1]); len(r) != 1 || r[0].Lane != "gray" {
+		t.Errorf("a1's refused rules: %+v, want gray's", r)
+	}
+	if r := f.e.RefusedTags(insts[2]); len(r) != 2 {
+		t.Errorf("b1's refused rules: %+v, want both", r)
+	}
+	f.expect("orders", Request{Lane: "gray"}, []string{"o1"}, "gray")
+	f.expect("orders", Request{Lane: "alice"}, []string{"a1"}, "alice")
+	f.expect("orders", Request{}, []string{"b1"}, "")
+}

@@ -2,6 +2,7 @@ package routing
 
 import (
 	"github.com/lanesdev/lanes/lane"
+	"github.com/lanesdev/lanes/policy"
 	"github.com/lanesdev/lanes/registry"
 )
 
@@ -19,8 +20,17 @@ func (e *Engine) Admits(serving, requestLane string) bool {
 }
 
 // LaneOf returns the effective lane of an instance: the lane of the first
-// enabled dynamic tag rule that matches it, or else its registered lane.
+// enabled dynamic tag rule that matches it and may move it there
+// (registry.Instance.MayJoin), or else its registered lane.
 func (e *Engine) LaneOf(in registry.Instance) string { return e.policy.Load().laneOf(&in) }
+
+// RefusedTags returns the enabled tag rules of the policy in force that
+// match in but do not apply to it, because the credential that registered
+// it may not register in their lanes (registry.Instance.MayJoin), before
+// the rule that gives it its lane.
+func (e *Engine) RefusedTags(in registry.Instance) []policy.TagRule {
+	return e.policy.Load().refusedTags(&in)
+}
 
 // admits is the guard's rule under the policy c (see Engine.Admits).
 func (c *compiled) admits(serving, requestLane string) bool {

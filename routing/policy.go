@@ -64,14 +64,30 @@ func (c *compiled) chain(l string) ([]string, bool) {
 }
 
 // laneOf is the effective lane of an instance: the lane of the first enabled
-// tag rule that matches it, or else its registered lane.
+// tag rule that matches it and may move it there (registry.Instance.MayJoin),
+// or else its registered lane.
 func (c *compiled) laneOf(in *registry.Instance) string {
 	for _, t := range c.tags[in.Service] {
-		if matches(t, in) {
+		if matches(t, in) && in.MayJoin(t.Lane) {
 			return t.Lane
 		}
 	}
 	return in.Lane
+}
+
+// refusedTags returns the enabled tag rules that match in but may not move
+// it into their lanes, before the one that gives it its lane.
+func (c *compiled) refusedTags(in *registry.Instance) []policy.TagRule {
+	var out []policy.TagRule
+	for _, t := range c.tags[in.Service] {
+		if matches(t, in) {
+			if in.MayJoin(t.Lane) {
+				break
+			}
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 func matches(t policy.TagRule, in *registry.Instance) bool {

@@ -40,6 +40,7 @@ import (
 	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/etcdstore"
 	"github.com/lanesdev/lanes/internal/app/collector"
+	"github.com/lanesdev/lanes/registry"
 	"github.com/lanesdev/lanes/routing"
 )
 
@@ -252,6 +253,17 @@ func (p *principal) allows(l string) bool {
 		return p.token.Baseline
 	}
 	return !p.token.Baseline && p.token.Lane == l
+}
+
+// scope is the registry.Instance.Scope of the instances p registers.
+func (p *principal) scope() string {
+	switch {
+	case p.admin:
+		return ""
+	case p.token.Baseline:
+		return registry.ScopeBaseline
+	}
+	return p.token.Lane
 }
 
 // owner names p as the owner of the registrations it makes.

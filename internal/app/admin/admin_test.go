@@ -118,6 +118,71 @@ func TestAdmin(t *testing.T) {
 	t.Run("bearer-case", func(t *testing.T) { testBearerCase(t, newEnv(t, srv)) })
 	t.Run("policy-size", func(t *testing.T) { testPolicySize(t, newEnv(t, srv)) })
 	t.Run("claim-ids", func(t *testing.T) { testClaimIDs(t, newEnv(t, srv)) })
+	t.Run("tag-scope", func(t *testing.T) { testTagScope(t, newEnv(t, srv)) })
+}
+
+// A tag rule moves an instance only into a lane the token that registered
+// it may register in: alice's token chooses its instance's labels, so a
+// rule on them must not give it lane gray. The instance's scope is the
+// token's, whatever the client sent, and the API says why a rule does not
+// apply.
+func testTagScope(t *testing.T, e *env) {
+	adm := e.client(t, adminToken)
+	if _, err := adm.PutPolicy(ctx(t), []byte("tags:\n  - {service: web, lane: gray, labels: {version: v2}}\n")); err != nil {
+		t.Fatal(err)
+	}
+	tok, err := adm.CreateToken(ctx(t), adminapi.TokenRequest{Lane: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, err := adm.CreateToken(ctx(t), adminapi.TokenRequest{Baseline: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v2 := map[string]string{"version": "v2"}
+	for _, r := range []struct {
+		token string
+		in    registry.Instance
+	}{
+		{tok.Secret, registry.Instance{Service: "web", ID: "a1", Addr: "127.0.0.1:1", Lane: "alice", Labels: v2, Scope: ""}}, // an unrestricted scope, claimed
+		{base.Secret, registry.Instance{Service: "web", ID: "b1", Addr: "127.0.0.1:2", Labels: v2}},
+		{adminToken, registry.Instance{Service: "web", ID: "o1", Addr: "127.0.0.1:3", Labels: v2}},
+	} {
+		reg, err := e.client(t, r.token).Register(ctx(t), adminapi.RegisterRequest{Instance: r.in, TTL: adminapi.Duration(time.Minute)})
+		if err != nil {
+			t.Fatalf("register %s: %v", r.in.ID, err)
+		}
+		defer e.client(t, r.token).Deregister(context.Background(), "web", r.in.ID, reg.Registration)
+	}
+	// The engine routes by the same rule: gray has the admin's instance
+	// alone, and alice keeps hers.
+	waitFor(t, "the engine following the policy and the instances", func() bool {
+		d, err := e.engine.Service("web").Resolve(routing.Request{Lane: "gray"})
+		return err == nil && d.Lane == "gray"
+	})
+	var insts []adminapi.Instance
+	waitFor(t, "the instances listed", func() bool {
+		insts, err = adm.Instances(ctx(t), "web")
+		return err == nil && len(insts) == 3
+	})
+	want := map[string]struct{ scope, lane, why string }{
+		"a1": {"alice", "alice", `registered by a lane token of lane "alice", which may not register in lane "gray"`},
+		"b1": {registry.ScopeBaseline, "", `registered by a baseline token, which may not register in lane "gray"`},
+		"o1": {"", "gray", ""},
+	}
+	for _, in := range insts {
+		w := want[in.ID]
+		why := strings.Join(in.TagsRefused, "; ")
+		if in.Scope != w.scope || in.EffectiveLane != w.lane || w.why == "" && why != "" || !strings.Contains(why, w.why) {
+			t.Errorf("%s: scope %q, effective lane %q, tags refused %q; want %q, %q, %q", in.ID, in.Scope, in.EffectiveLane, why, w.scope, w.lane, w.why)
+		}
+	}
+	for l, wantIDs := range map[string]string{"gray": "o1", "alice": "a1", "": "b1"} {
+		d, err := e.engine.Service("web").Resolve(routing.Request{Lane: l})
+		if err != nil || strings.Join(d.Eligible, ",") != wantIDs || d.Lane != l {
+			t.Errorf("lane %q: %+v %v, want %s from lane %q", l, d, err, wantIDs, l)
+		}
+	}
 }
 
 // Explain shows the host step of the policy's locality.host: instances on

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"sort"
 	"strconv"
@@ -116,6 +117,8 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request, p *principal) 
 	case ttl < time.Second || ttl > MaxTTL:
 		return badRequest("ttl", req.TTL.String(), "ttl must be within 1s..%s", MaxTTL)
 	}
+	// The scope is the credential's, not the client's claim.
+	req.Instance.Scope = p.scope()
 	inst, err := registry.Normalize(req.Instance)
 	if err != nil {
 		return fieldError("instance.", err)
@@ -184,6 +187,17 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request, p *principal) 
 	s.log.Info("instance registered", "service", inst.Service, "id", inst.ID, "lane", inst.Lane, "addr", inst.Addr, "registration", rid, "by", p.String())
 	writeJSON(w, http.StatusCreated, adminapi.Registration{Instance: reg.Instance, Registration: rid, TTL: adminapi.Duration(reg.TTL), Held: true})
 	return nil
+}
+
+// refusedTag says why tag rule t, which matches in, does not move it into
+// its lane.
+func refusedTag(in registry.Instance, t policy.TagRule) string {
+	by := "a lane token of " + laneName(in.Scope)
+	if in.Scope == registry.ScopeBaseline {
+		by = "a baseline token"
+	}
+	return fmt.Sprintf("the tag rule for %s does not apply: the instance was registered by %s, which may not register in %s",
+		laneName(t.Lane), by, laneName(t.Lane))
 }
 
 func laneName(l string) string {
@@ -338,6 +352,9 @@ func (s *Server) views(ctx context.Context, p *principal, service string) ([]adm
 	for _, reg := range regs {
 		in := reg.Instance
 		v := adminapi.Instance{Instance: in, EffectiveLane: s.engine.LaneOf(in), State: "ready"}
+		for _, t := range s.engine.RefusedTags(in) {
+			v.TagsRefused = append(v.TagsRefused, refusedTag(in, t))
+		}
 		if _, ok := outliers[in.Service]; !ok {
 			m := map[string]*adminapi.Outlier{}
 			for _, o := range s.engine.Service(in.Service).Outliers() {

@@ -31,6 +31,7 @@ type outInst struct {
 	Host    string            `yaml:"host,omitempty"`
 	Weight  *int              `yaml:"weight,omitempty"`
 	Labels  map[string]string `yaml:"labels,omitempty"`
+	Scope   string            `yaml:"scope,omitempty"`
 }
 
 type outStep struct {
@@ -68,7 +69,7 @@ func FromFleet(name string, raw []byte, expectWith *policy.Policy, insts []regis
 	lanes := map[string]bool{"": true}
 	for _, in := range insts {
 		w := in.Weight
-		oi := outInst{ID: in.ID, Service: in.Service, Addr: in.Addr, Lane: in.Lane, Zone: in.Zone, Host: in.Host, Labels: in.Labels}
+		oi := outInst{ID: in.ID, Service: in.Service, Addr: in.Addr, Lane: in.Lane, Zone: in.Zone, Host: in.Host, Labels: in.Labels, Scope: in.Scope}
 		if in.Drain || (w != 0 && w != registry.DefaultWeight) {
 			oi.Weight = &w
 		}

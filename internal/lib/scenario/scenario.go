@@ -122,6 +122,7 @@ type fileInst struct {
 	Host    string            `yaml:"host"`
 	Weight  *int              `yaml:"weight"`
 	Labels  map[string]string `yaml:"labels"`
+	Scope   string            `yaml:"scope"`
 }
 
 type fileStep struct {
@@ -253,7 +254,7 @@ func (p *parser) instances(s *Scenario, insts []fileInst) error {
 			}
 		}
 		in := registry.Instance{
-			ID: fi.ID, Service: fi.Service, Addr: fi.Addr, Lane: fi.Lane, Zone: fi.Zone, Host: fi.Host, Labels: fi.Labels,
+			ID: fi.ID, Service: fi.Service, Addr: fi.Addr, Lane: fi.Lane, Zone: fi.Zone, Host: fi.Host, Labels: fi.Labels, Scope: fi.Scope,
 		}
 		if fi.Weight != nil {
 			if *fi.Weight == 0 {

@@ -83,6 +83,11 @@ func Run(ctx context.Context, reg registry.Registry, inst registry.Instance, lis
 		<-served
 		return fmt.Errorf("%s: register %s/%s: %w", o.Name, inst.Service, inst.ID, err)
 	}
+	if o.Guard != nil {
+		// As the registry keeps it: with the scope of the credential that
+		// registered it, which decides the tag rules that apply to it.
+		o.Guard.SetInstance(lease.Instance())
+	}
 	log := o.Logger.With("service", inst.Service, "id", inst.ID)
 	log.Info("lanes: instance registered", "addr", inst.Addr, "lane", inst.Lane, "zone", inst.Zone, "guard", o.Guard != nil)
 

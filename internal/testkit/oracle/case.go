@@ -61,6 +61,7 @@ type Instance struct {
 	ID, Service, Addr, Lane, Zone, Host string
 	Weight                              int
 	Labels                              map[string]string
+	Scope                               string // the registering credential's lane scope
 }
 
 // Step is a request or an outcome report, at a virtual time since the start.
@@ -98,6 +99,7 @@ func (c *Case) YAML() []byte {
 		if len(in.Labels) > 0 {
 			fmt.Fprintf(&b, ", labels: %s", labels(in.Labels))
 		}
+		opt(&b, "scope", in.Scope)
 		b.WriteString("}\n")
 	}
 	b.WriteString("steps:\n")

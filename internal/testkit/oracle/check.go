@@ -258,6 +258,7 @@ func cuts(c *Case) []func() *Case {
 			func(in *Instance) bool { was := in.Host; in.Host = ""; return was != "" },
 			func(in *Instance) bool { was := in.Weight; in.Weight = -1; return was != -1 },
 			func(in *Instance) bool { was := in.Labels; in.Labels = nil; return was != nil },
+			func(in *Instance) bool { was := in.Scope; in.Scope = ""; return was != "" },
 		} {
 			edit(func(d *Case) bool { return f(&d.Instances[i]) })
 		}

@@ -91,6 +91,18 @@ func Generate(src Source, name string, size int) *Case {
 			if chance(30) {
 				in.Labels = map[string]string{"version": []string{"v1", "v2"}[src.N(2)]}
 			}
+			// The scope of the credential that registered it: mostly
+			// unrestricted; else a baseline token's, or a lane token's (its
+			// own lane's, or another's where the registry was written to
+			// directly).
+			switch src.N(6) {
+			case 0:
+				in.Scope = "@baseline"
+			case 1:
+				in.Scope = in.Lane
+			case 2:
+				in.Scope = pick(genLanes)
+			}
 			c.Instances = append(c.Instances, in)
 		}
 	}

@@ -341,10 +341,16 @@ func where(cands []candidate, keep func(candidate) bool) []candidate {
 
 // laneOf is rule 1: "An instance's lane is the lane given by the first
 // enabled dynamic tags rule that matches it; if none matches, its own
-// registered lane."
+// registered lane." A rule applies only where the credential that
+// registered the instance may register (its scope): any lane for an
+// unrestricted one, its own lane for a lane token's, none for a baseline
+// token's (docs/routing.md).
 func (m *Model) laneOf(in registry.Instance) string {
 	for _, t := range m.pol.Tags {
 		if t.Service != in.Service || t.Enabled != nil && !*t.Enabled {
+			continue
+		}
+		if in.Scope != "" && in.Scope != t.Lane {
 			continue
 		}
 		if matchesTag(t, in) {
