@@ -59,6 +59,9 @@ func (s *snapshot) invariants() error {
 		}
 	}
 	for _, c := range s.canaries {
+		if c.invalid.next != &s.invalid || c.route.next != &s.baseline || c.invalid.group != c.route.group {
+			return fmt.Errorf("canary %q: its routes do not fall back to the baseline's and the invalid lane's", c.lane)
+		}
 		if err := routeShape("canary "+c.lane, c.route); err != nil {
 			return err
 		}

@@ -41,11 +41,11 @@ func TestDifferential(t *testing.T) {
 			return
 		}
 	}
-	t.Logf("%d scenarios, %d requests and %d reports compared, 0 disagreements, in %s; answers: %v",
-		n, total.Requests, total.Reports, time.Since(start).Round(time.Millisecond), total.Answers)
+	t.Logf("%d scenarios, %d requests (with %d retries) and %d reports compared, 0 disagreements, in %s; answers: %v",
+		n, total.Requests, total.Retries, total.Reports, time.Since(start).Round(time.Millisecond), total.Answers)
 	// The generator reaches every rule: each reason and each error.
 	for _, k := range []string{"lane", "fallback", "lane-empty", "baseline", "invalid-lane", "canary", "probe", "panic",
-		"no_instance", "lane_unavailable"} {
+		"no_instance", "lane_unavailable", "retry failover", "retry no_instance", "retry lane_unavailable"} {
 		if total.Answers[k] == 0 {
 			t.Errorf("no answer of the model had reason or error %q: the generator misses a rule", k)
 		}

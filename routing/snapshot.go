@@ -122,6 +122,10 @@ type canarySplit struct {
 	from, to uint64
 	lane     string
 	route    *route
+	// invalid is route for a request with an invalid lane: when the canary
+	// lane cannot take it after all, it goes on as such a request, with
+	// its reason.
+	invalid *route
 }
 
 // snapshot is the immutable routing state of one service. It is rebuilt
@@ -203,6 +207,9 @@ func (s *snapshot) split(key string, base *route) (*route, string) {
 	}
 	for i := range s.canaries {
 		if c := &s.canaries[i]; b >= c.from && b < c.to {
+			if base == &s.invalid {
+				return c.invalid, c.lane
+			}
 			return c.route, c.lane
 		}
 	}
@@ -339,8 +346,10 @@ func build(svc string, insts []*registry.Instance, det *detector, cp *compiled, 
 		to := from + uint64(c.Percent*buckets/100+0.5)
 		g := s.group(c.Lane)
 		if !g.empty() && to > from {
-			s.canaries = append(s.canaries, canarySplit{from: from, to: to, lane: c.Lane,
-				route: &route{group: g, lane: c.Lane, reason: ReasonCanary, split: true, next: &s.baseline}})
+			r := &route{group: g, lane: c.Lane, reason: ReasonCanary, split: true, next: &s.baseline}
+			inv := *r
+			inv.next = &s.invalid
+			s.canaries = append(s.canaries, canarySplit{from: from, to: to, lane: c.Lane, route: r, invalid: &inv})
 		}
 		from = to
 	}
@@ -375,6 +384,7 @@ func (s *snapshot) fastPaths(timed bool) {
 	mark(&s.baseline, "")
 	for _, c := range s.canaries {
 		mark(c.route, c.lane)
+		mark(c.invalid, c.lane)
 	}
 }
 

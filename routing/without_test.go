@@ -174,3 +174,22 @@ func TestPickWithoutAllocsNothingOnTheHotPath(t *testing.T) {
 		}
 	}
 }
+
+// TestWithoutCanaryInvalidLane: a request with an invalid lane that a canary
+// split sent to a lane whose instances all failed the call goes on as a
+// request with an invalid lane, and says so.
+func TestWithoutCanaryInvalidLane(t *testing.T) {
+	f := newFixture(t, "canary:\n  - {service: orders, lane: gray, percent: 100}\n",
+		"o3 orders 10.0.0.3:9090 lane=gray", "o7 orders 10.0.0.7:8080")
+	s := f.e.Service("orders")
+	for _, req := range []Request{{Lane: "al_ice", Key: "k14"}, {Key: "k14"}} {
+		r, err := s.PickWithout(req, "o3")
+		want := ReasonInvalidLane
+		if req.Lane == "" {
+			want = ReasonBaseline
+		}
+		if err != nil || r.Instance.ID != "o7" || r.Reason != want || r.RequestLane != "" {
+			t.Fatalf("%+v without o3: %+v %v, want o7 carrying no lane (reason %s)", req, r, err, want)
+		}
+	}
+}

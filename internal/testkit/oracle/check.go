@@ -1,6 +1,7 @@
 package oracle
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -25,21 +26,37 @@ func Engine(s *scenario.Scenario) []Answer { return EngineAnd(nil)(s) }
 func EngineAnd(check func(svc *routing.Service, req routing.Request, res scenario.StepResult) string) Path {
 	return func(s *scenario.Scenario) []Answer {
 		problems := map[int]string{}
-		var opts scenario.Options
-		if check != nil {
-			opts.AfterRequest = func(svc *routing.Service, req routing.Request, res scenario.StepResult) {
+		retries := map[int][]Answer{}
+		opts := scenario.Options{AfterRequest: func(svc *routing.Service, req routing.Request, res scenario.StepResult) {
+			if check != nil {
 				if p := check(svc, req, res); p != "" {
 					problems[res.Step-1] = p
 				}
 			}
-		}
+			// The retries, by the pick of a retry (PickWithout).
+			step := Answer{Eligible: slices.Sorted(slices.Values(res.Eligible)), Error: res.Error, Reason: res.Reason}
+			for _, failed := range step.RetrySets() {
+				var a Answer
+				r, err := svc.PickWithout(req, failed...)
+				var re *routing.Error
+				switch {
+				case errors.As(err, &re):
+					a.Error = string(re.Code)
+				case err != nil:
+					a.Error = err.Error()
+				default:
+					a = Answer{Eligible: []string{r.Instance.ID}, Lane: r.Lane, RequestLane: r.RequestLane, Reason: r.Reason.String()}
+				}
+				retries[res.Step-1] = append(retries[res.Step-1], a)
+			}
+		}}
 		res := scenario.Run(s, opts)
 		out := make([]Answer, len(s.Steps))
 		for i, r := range res.Steps {
 			if s.Steps[i].Report != nil {
 				continue
 			}
-			a := Answer{Error: r.Error, Problem: problems[i]}
+			a := Answer{Error: r.Error, Problem: problems[i], Retries: retries[i]}
 			if r.Error == "" {
 				a.Eligible = slices.Sorted(slices.Values(r.Eligible))
 				a.Lane, a.RequestLane, a.Reason = r.ServingLane, r.RequestLane, r.Reason
@@ -62,7 +79,12 @@ func Replay(s *scenario.Scenario) []Answer {
 			continue
 		}
 		r := st.Request
-		out[i] = m.Resolve(Request{Service: r.Service, Lane: r.Lane, Zone: r.Zone, Host: r.Host, Key: r.Key})
+		req := Request{Service: r.Service, Lane: r.Lane, Zone: r.Zone, Host: r.Host, Key: r.Key}
+		a := m.Resolve(req)
+		for _, failed := range a.RetrySets() {
+			a.Retries = append(a.Retries, m.ResolveWithout(req, failed))
+		}
+		out[i] = a
 	}
 	return out
 }
@@ -77,7 +99,8 @@ const (
 	KeepsLane                          // the serving lane
 	KeepsRequestLane                   // the lane carried downstream
 	KeepsReason                        // the reason
-	KeepsAll         = KeepsEligible | KeepsLane | KeepsRequestLane | KeepsReason
+	KeepsRetries                       // the retries of a failed call, along the lane chain
+	KeepsAll         = KeepsEligible | KeepsLane | KeepsRequestLane | KeepsReason | KeepsRetries
 )
 
 // Disagreement is a step where a data path and the model differ.
@@ -102,6 +125,15 @@ func (a Answer) String() string {
 }
 
 func (a Answer) answer() string {
+	if len(a.Retries) > 0 {
+		r := a
+		r.Retries = nil
+		var rs []string
+		for i, x := range a.Retries {
+			rs = append(rs, fmt.Sprintf("without %v: %s", a.Eligible[:i+1], x))
+		}
+		return r.answer() + "; retries: " + strings.Join(rs, "; ")
+	}
 	if a.Error != "" {
 		return a.Error
 	}
@@ -115,14 +147,15 @@ func (a Answer) answer() string {
 // Counts are what checks compared: the steps, and the model's answers by
 // reason or error code, to show that the generator reaches every rule.
 type Counts struct {
-	Requests, Reports int
-	Answers           map[string]int // by reason, or by error code
+	Requests, Reports, Retries int
+	Answers                    map[string]int // by reason, or by error code
 }
 
 // Add adds o to n.
 func (n *Counts) Add(o Counts) {
 	n.Requests += o.Requests
 	n.Reports += o.Reports
+	n.Retries += o.Retries
 	for k, v := range o.Answers {
 		if n.Answers == nil {
 			n.Answers = map[string]int{}
@@ -149,6 +182,10 @@ func Check(path Path, keeps Keeps, c *Case) (*Disagreement, Counts, error) {
 		}
 		n.Requests++
 		n.Answers[want[i].Reason+want[i].Error]++
+		for _, r := range want[i].Retries {
+			n.Retries++
+			n.Answers["retry "+r.Reason+r.Error]++
+		}
 		if !agree(got[i], want[i], keeps) {
 			r := st.Request
 			return &Disagreement{Step: i + 1, Line: st.Line, Request: Request{Service: r.Service, Lane: r.Lane, Zone: r.Zone, Host: r.Host, Key: r.Key},
@@ -159,13 +196,25 @@ func Check(path Path, keeps Keeps, c *Case) (*Disagreement, Counts, error) {
 }
 
 func agree(got, want Answer, keeps Keeps) bool {
-	if got.Problem != "" {
+	if got.Problem != "" || !agreeOne(got, want, keeps, slices.Equal[[]string]) || len(got.Retries) != len(want.Retries) && keeps&KeepsRetries != 0 {
 		return false
 	}
+	if keeps&KeepsRetries != 0 {
+		for i := range got.Retries {
+			// A retry's pick is one instance of the model's eligible set.
+			if !agreeOne(got.Retries[i], want.Retries[i], keeps, func(pick, set []string) bool { return len(pick) == 1 && slices.Contains(set, pick[0]) }) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func agreeOne(got, want Answer, keeps Keeps, sameSet func(got, want []string) bool) bool {
 	if got.Error != "" || want.Error != "" {
 		return keeps&KeepsEligible == 0 || got.Error == want.Error
 	}
-	return (keeps&KeepsEligible == 0 || slices.Equal(got.Eligible, want.Eligible)) &&
+	return (keeps&KeepsEligible == 0 || sameSet(got.Eligible, want.Eligible)) &&
 		(keeps&KeepsLane == 0 || got.Lane == want.Lane) &&
 		(keeps&KeepsRequestLane == 0 || got.RequestLane == want.RequestLane) &&
 		(keeps&KeepsReason == 0 || got.Reason == want.Reason)

@@ -47,6 +47,25 @@ type Answer struct {
 	// Problem is what a data path found wrong in its own answer (a pick
 	// outside the eligible set it answered); the model never has one.
 	Problem string
+	// Retries are the answers to the retries of the request after it
+	// failed on the first k instances of Eligible, for k from 1 to all of
+	// them (for an answer that is no error and no probe), one after the
+	// other: the model's eligible sets, or the one instance a data path
+	// picked.
+	Retries []Answer
+}
+
+// RetrySets are the sets of failed instances that the retries of an answer
+// are asked for: the first k of its eligible set, k from 1 to all.
+func (a Answer) RetrySets() [][]string {
+	if a.Error != "" || a.Reason == "probe" {
+		return nil
+	}
+	var out [][]string
+	for k := 1; k <= len(a.Eligible); k++ {
+		out = append(out, a.Eligible[:k])
+	}
+	return out
 }
 
 // Model is the routing contract as a state machine over virtual time: the
@@ -58,6 +77,11 @@ type Model struct {
 	insts  []registry.Instance
 	health map[string]*health // by service + "/" + id
 	now    time.Time
+
+	// For the retry of a call (ResolveWithout): the instances that failed
+	// it, which count as absent; and dry, which sends no probe.
+	absent []string
+	dry    bool
 }
 
 // New returns the model of a fleet under a policy (nil for the empty
@@ -173,6 +197,9 @@ type candidate struct {
 	in   registry.Instance
 	lane string // its lane after the dynamic tag rules
 	h    *health
+	// absent: it failed the call that this request retries
+	// (ResolveWithout), and counts as absent for it.
+	absent bool
 }
 
 // Resolve answers req as the contract says, and sends it: a request that
@@ -192,7 +219,7 @@ func (m *Model) Resolve(req Request) Answer {
 		if e := m.pol.Lanes[l].Expires; l != "" && e != nil && !m.now.Before(*e) {
 			continue
 		}
-		cands = append(cands, candidate{in: in, lane: l, h: m.healthOf(in.Service, in.ID)})
+		cands = append(cands, candidate{in: in, lane: l, h: m.healthOf(in.Service, in.ID), absent: slices.Contains(m.absent, in.ID)})
 	}
 
 	raw := strings.Trim(req.Lane, " \t")
@@ -226,6 +253,41 @@ func (m *Model) Resolve(req Request) Answer {
 		return Answer{Error: "lane_unavailable"}
 	}
 	return m.baseline(req, cands, l, "lane-empty")
+}
+
+// ResolveWithout answers the retry of req, a call that failed on the
+// instances failed ("Retries follow the chain", docs/routing.md): for this
+// answer only, they count as absent, as if not registered, and every rule
+// applies as usual to the rest: the lane while it has another instance,
+// then its chain; canaries, locality and probes. A lane request that so
+// leaves the lane that would have served it, where that lane had an
+// instance ready, is answered with the reason failover.
+func (m *Model) ResolveWithout(req Request, failed []string) Answer {
+	m.dry = true
+	would := m.Resolve(req)
+	m.dry, m.absent = false, failed
+	a := m.Resolve(req)
+	m.absent = nil
+	_, valid := laneName(strings.Trim(req.Lane, " \t"))
+	if valid && would.Error == "" && a.Error == "" && a.Lane != would.Lane && a.Reason != "probe" && m.ready(req.Service, would) {
+		a.Reason = "failover"
+	}
+	return a
+}
+
+// ready reports whether the lane that answer a says serves a request of
+// service had an instance ready for it: a healthy one, or any baseline one
+// in panic mode.
+func (m *Model) ready(service string, a Answer) bool {
+	if a.Reason == "panic" {
+		return true
+	}
+	for _, in := range m.insts {
+		if in.Service == service && !in.Drain && m.laneOf(in) == a.Lane && m.healthOf(service, in.ID).is(healthy) {
+			return true
+		}
+	}
+	return false
 }
 
 // baselineRequest routes a request without a (valid) lane: a canary split,
@@ -265,21 +327,28 @@ func (m *Model) baseline(req Request, cands []candidate, requestLane, reason str
 	// "The baseline is never emptied by ejection: if every baseline instance
 	// of S is ejected, all of them are eligible again (panic mode)", as if
 	// healthy. An instance whose probe is in flight stays out, unless
-	// nothing else is left.
+	// nothing else is left. Panic mode is the baseline's, not one call's:
+	// when the instances a retried call failed were the baseline's last
+	// healthy ones, the retry has none ("no_instance when all of them
+	// failed"); in panic mode, the retry goes to the others.
 	var all, notProbing []candidate
 	for _, c := range cands {
 		if c.lane == "" {
+			if c.absent && (c.h.is(healthy) || c.h.is(halfOpen)) {
+				return Answer{Error: "no_instance"}
+			}
 			all = append(all, c)
 			if !c.h.is(probing) {
 				notProbing = append(notProbing, c)
 			}
 		}
 	}
-	switch {
-	case len(notProbing) > 0:
-		return m.serve(req, notProbing, "", requestLane, "panic", true)
-	case len(all) > 0:
-		return m.serve(req, all, "", requestLane, "panic", true)
+	pool := all
+	if len(notProbing) > 0 {
+		pool = notProbing
+	}
+	if pool = where(pool, func(c candidate) bool { return !c.absent }); len(pool) > 0 {
+		return m.serve(req, pool, "", requestLane, "panic", true)
 	}
 	// "For a baseline request: S has no baseline instance": no_instance; a
 	// lane request whose chain ends here fails the same way.
@@ -305,7 +374,9 @@ func (m *Model) serve(req Request, pool []candidate, lane, requestLane, reason s
 		// other requests." Of several, the lowest id.
 		for _, c := range pool {
 			if c.h.is(halfOpen) {
-				c.h.state, c.h.until = probing, m.now.Add(m.out.Ejection.D())
+				if !m.dry {
+					c.h.state, c.h.until = probing, m.now.Add(m.out.Ejection.D())
+				}
 				a.Eligible, a.Reason = []string{c.in.ID}, "probe"
 				return a
 			}
@@ -324,7 +395,7 @@ func (m *Model) serve(req Request, pool []candidate, lane, requestLane, reason s
 // healthy or half-open ("a lane whose instances are all ejected counts as
 // having none"; a probing one is not eligible for other requests).
 func available(cands []candidate, l string) []candidate {
-	return where(cands, func(c candidate) bool { return c.lane == l && (c.h.is(healthy) || c.h.is(halfOpen)) })
+	return where(cands, func(c candidate) bool { return c.lane == l && !c.absent && (c.h.is(healthy) || c.h.is(halfOpen)) })
 }
 
 func where(cands []candidate, keep func(candidate) bool) []candidate {
