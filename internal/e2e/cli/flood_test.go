@@ -131,6 +131,7 @@ func flood(t *testing.T, prlimit string, fdLimit, n int, extra []string) {
 	// While the flood holds its connections: a request at a time.
 	var ok, shed, other int
 	var firstOK time.Duration
+	var otherMsg string
 	served := time.Now()
 	for time.Since(served) < wait {
 		a := get(t, probe, u.gateway+"/", nil)
@@ -144,13 +145,14 @@ func flood(t *testing.T, prlimit string, fdLimit, n int, extra []string) {
 			shed++
 		default:
 			other++
+			otherMsg = fmt.Sprintf("%d %q", a.Status, a.Body)
 		}
 		if ok >= 20 {
 			break
 		}
 	}
-	t.Logf("under the flood: %d requests served, %d answered 503 overloaded, %d failed otherwise; the first served %v after the flood was in",
-		ok, shed, other, firstOK.Round(time.Millisecond))
+	t.Logf("under the flood: %d requests served, %d answered 503 overloaded, %d failed otherwise (the last: %s); the first served %v after the flood was in",
+		ok, shed, other, otherMsg, firstOK.Round(time.Millisecond))
 	alive("under the flood")
 	if ok == 0 {
 		t.Errorf("no request served while the flood held its connections (the held ones time out after 2s)")
