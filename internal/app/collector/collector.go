@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/lanesdev/lanes/adminapi"
+	"github.com/lanesdev/lanes/internal/lib/accept"
 )
 
 // Config configures a Collector.
@@ -137,9 +138,26 @@ func (c *Collector) Start(ctx context.Context) error {
 			return fmt.Errorf("collector: OTLP/HTTP on %s: %w", c.cfg.HTTPAddr, err)
 		}
 	}
+	// Each receiver accepts through internal/lib/accept: a temporary
+	// accept error is waited out (grpc-go's and net/http's Serve would
+	// wait out most too, not ENOBUFS), and the connections are capped.
+	// Over the cap, an OTLP/HTTP client is answered 503, which OTLP
+	// exporters retry; a gRPC one is closed, which they see as
+	// UNAVAILABLE and retry too.
+	if lisGRPC != nil {
+		lisGRPC = accept.Wrap(lisGRPC, accept.Options{Name: "collector OTLP/gRPC", MaxConns: ReceiverMaxConns(), Logger: c.log})
+	}
+	if lisHTTP != nil {
+		lisHTTP = accept.Wrap(lisHTTP, accept.Options{Name: "collector OTLP/HTTP", MaxConns: ReceiverMaxConns(), Logger: c.log,
+			Shed: func(conn net.Conn) { conn.Write(shedAnswer) }})
+	}
 	if lisGRPC != nil {
 		c.grpcSrv = grpc.NewServer(
 			grpc.MaxRecvMsgSize(maxRequestBytes),
+			// As the OTLP/HTTP receiver's ReadHeaderTimeout: a connection
+			// that does not finish the HTTP/2 handshake holds its place
+			// no longer (grpc-go's default is 120s).
+			grpc.ConnectionTimeout(10*time.Second),
 			grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
 		)
@@ -156,6 +174,12 @@ func (c *Collector) Start(ctx context.Context) error {
 		"max_spans", c.store.limits.MaxSpans, "max_bytes", c.store.limits.MaxBytes, "max_age", c.store.limits.MaxAge)
 	return nil
 }
+
+// ReceiverMaxConns caps the connections open at once on each receiver: a
+// sixteenth of the process's open-file limit, at most 1,000.
+func ReceiverMaxConns() int { return accept.Share(16, 1000) }
+
+var shedAnswer = accept.Answer("", "lanes: the trace collector is at its connection limit; try again\n")
 
 func (c *Collector) serve(run func() error) {
 	c.wg.Add(1)

@@ -19,6 +19,7 @@ import (
 	"github.com/lanesdev/lanes/etcdstore"
 	"github.com/lanesdev/lanes/internal/app/admin"
 	"github.com/lanesdev/lanes/internal/app/dashboard"
+	"github.com/lanesdev/lanes/internal/lib/accept"
 	"github.com/lanesdev/lanes/internal/lib/etcdserver"
 	"github.com/lanesdev/lanes/routing"
 )
@@ -283,9 +284,20 @@ func (c *adminComponent) Provision(ctx context.Context, rt *Runtime) error {
 	return nil
 }
 
+// AdminMaxConns caps the connections open at once on the admin API (and
+// the dashboard, on the same listener): a sixteenth of the process's
+// open-file limit, at most 1,000. A connection over it is answered 503 and
+// closed.
+func AdminMaxConns() int { return accept.Share(16, 1000) }
+
+var adminShed = accept.Answer("", "lanes: the admin API is at its connection limit; try again\n")
+
 func (c *adminComponent) Start(context.Context) error {
 	c.done = make(chan struct{})
-	ln := c.ln
+	// The accept loop waits out a temporary accept error (net/http's
+	// would too, not ENOBUFS) and caps the connections.
+	ln := accept.Wrap(c.ln, accept.Options{Name: "admin API", MaxConns: AdminMaxConns(), Logger: c.rt.Log,
+		Shed: func(conn net.Conn) { conn.Write(adminShed) }})
 	go func() {
 		defer close(c.done)
 		if err := c.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

@@ -138,6 +138,14 @@ type GatewaySettings struct {
 	// wait for its next request before the gateway closes it, as nginx's
 	// keepalive_timeout (0: the gateway's default, 2m).
 	ClientIdleTimeout time.Duration `yaml:"client_idle_timeout"`
+	// ClientHeaderTimeout bounds how long a client may take to send a
+	// request's head, as nginx's client_header_timeout (0: the gateway's
+	// default, 10s).
+	ClientHeaderTimeout time.Duration `yaml:"client_header_timeout"`
+	// MaxConns caps the client connections open at once; a connection
+	// over it is answered 503 overloaded and closed (0: the gateway's
+	// default, a quarter of the open-file limit, at most 10,000).
+	MaxConns int `yaml:"max_conns"`
 	// HTTP1 is the stack that serves HTTP/1.1: "fast" (fasthttp, the
 	// default) or "std" (net/http).
 	HTTP1 string `yaml:"http1"`
@@ -292,6 +300,8 @@ var Settings = []Setting{
 	{Flag: "gateway-client-write-timeout", Env: "LANES_GATEWAY_CLIENT_WRITE_TIMEOUT", Key: "gateway.client_write_timeout", Usage: "how long a client may take none of a write of its answer (it stopped reading) before its connection is closed; each write, not the whole answer (0: 60s; off: no limit)", set: durationOrOff(func(c *Config) *time.Duration { return &c.Gateway.ClientWriteTimeout })},
 	{Flag: "gateway-upstream-idle-timeout", Env: "LANES_GATEWAY_UPSTREAM_IDLE_TIMEOUT", Key: "gateway.upstream_idle_timeout", Usage: "how long the gateway keeps an idle keep-alive connection to an instance; keep it below the instances' own idle timeout (0: 90s)", set: duration(func(c *Config) *time.Duration { return &c.Gateway.UpstreamIdleTimeout })},
 	{Flag: "gateway-client-idle-timeout", Env: "LANES_GATEWAY_CLIENT_IDLE_TIMEOUT", Key: "gateway.client_idle_timeout", Usage: "how long a client's keep-alive connection may wait for its next request before the gateway closes it (0: 2m)", set: duration(func(c *Config) *time.Duration { return &c.Gateway.ClientIdleTimeout })},
+	{Flag: "gateway-client-header-timeout", Env: "LANES_GATEWAY_CLIENT_HEADER_TIMEOUT", Key: "gateway.client_header_timeout", Usage: "how long a client may take to send a request's head before the gateway closes its connection (0: 10s)", set: duration(func(c *Config) *time.Duration { return &c.Gateway.ClientHeaderTimeout })},
+	{Flag: "gateway-max-conns", Env: "LANES_GATEWAY_MAX_CONNS", Key: "gateway.max_conns", Usage: "client connections the gateway keeps open at once; one over it is answered 503 overloaded and closed (0: a quarter of the open-file limit, at most 10000)", set: integer(func(c *Config) *int { return &c.Gateway.MaxConns })},
 	{Flag: "gateway-http1", Env: "LANES_GATEWAY_HTTP1", Key: "gateway.http1", Usage: "the stack that serves HTTP/1.1 at the gateway: fast (fasthttp) or std (net/http)", set: str(func(c *Config) *string { return &c.Gateway.HTTP1 })},
 	{Flag: "log-level", Env: "LANES_LOG_LEVEL", Key: "log_level", Usage: "debug, info, warn or error", set: str(func(c *Config) *string { return &c.LogLevel })},
 	{Flag: "log-format", Env: "LANES_LOG_FORMAT", Key: "log_format", Usage: "text or json", set: str(func(c *Config) *string { return &c.LogFormat })},

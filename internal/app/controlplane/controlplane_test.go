@@ -200,6 +200,7 @@ gateway:
   upstream_read_timeout: 2m
   client_write_timeout: 90s
   upstream_idle_timeout: 30s
+  client_header_timeout: 5s
   http1: std
 `), 0o644)
 	c := Defaults()
@@ -213,6 +214,9 @@ gateway:
 		t.Fatal(err)
 	}
 	if err := c.Set("gateway-client-idle-timeout", []string{"75s"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Set("gateway-max-conns", []string{"300"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Validate(); err != nil {
@@ -232,6 +236,7 @@ gateway:
 		UpstreamWriteTimeout: 30 * time.Second, UpstreamReadTimeout: 2 * time.Minute,
 		ClientWriteTimeout: 90 * time.Second, HTTP1: gateway.HTTP1Std,
 		UpstreamIdleTimeout: 30 * time.Second, ClientIdleTimeout: 75 * time.Second,
+		ClientHeaderTimeout: 5 * time.Second, MaxConns: 300,
 	}
 	if !reflect.DeepEqual(gc, want) {
 		t.Errorf("gateway config\n got %+v\nwant %+v", gc, want)

@@ -36,6 +36,8 @@ func (c *Config) GatewayConfig() (gateway.Config, error) {
 		ClientWriteTimeout:    c.Gateway.ClientWriteTimeout,
 		UpstreamIdleTimeout:   c.Gateway.UpstreamIdleTimeout,
 		ClientIdleTimeout:     c.Gateway.ClientIdleTimeout,
+		ClientHeaderTimeout:   c.Gateway.ClientHeaderTimeout,
+		MaxConns:              c.Gateway.MaxConns,
 		HTTP1:                 c.Gateway.HTTP1,
 	}
 	for i, r := range c.Routes {

@@ -136,6 +136,12 @@ func compile(cfg Config) (*Gateway, error) {
 	if cfg.ClientIdleTimeout < 0 {
 		return nil, fieldError("client_idle_timeout", -1, "%s is negative; 0 means the default, %s", cfg.ClientIdleTimeout, DefaultClientIdleTimeout)
 	}
+	if cfg.ClientHeaderTimeout < 0 {
+		return nil, fieldError("client_header_timeout", -1, "%s is negative; 0 means the default, %s", cfg.ClientHeaderTimeout, DefaultClientHeaderTimeout)
+	}
+	if cfg.MaxConns < 0 {
+		return nil, fieldError("max_conns", -1, "%d is negative; 0 means the default, a quarter of the open-file limit (now %d)", cfg.MaxConns, DefaultMaxConns())
+	}
 	if cfg.ReadyTimeout < 0 {
 		return nil, fieldError("ready_timeout", -1, "%s is negative", cfg.ReadyTimeout)
 	}

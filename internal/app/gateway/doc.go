@@ -291,6 +291,22 @@
 // (prefixConn) and the net/http path's (netbound.Conn); neither server's
 // WriteTimeout is set, since both are a deadline for the whole answer.
 //
+// # Connections
+//
+// Serve accepts through internal/lib/accept on both paths: an accept error
+// of a process out of file descriptors (EMFILE, ENFILE) or buffers, or a
+// timeout, is waited out (5ms doubling to 1s) and Serve goes on. It holds
+// at most [Config.MaxConns] client connections open (by default a quarter
+// of the process's open-file limit, at most 10,000); one over it is
+// answered 503 with x-lanes-error: overloaded and Connection: close once
+// its first bytes are in, and closed, and counted in
+// lanes_gateway_errors_total{code="overloaded"}. A request's head must be
+// in within [Config.ClientHeaderTimeout], 10s by default, on both paths
+// (the fast path counts a connection's first head from its open, the time
+// it takes to tell HTTP/1.1 from the HTTP/2 preface included, and answers
+// 408 request_timeout; net/http's server closes the connection), so that a
+// connection that sends part of a head and stops holds its place no longer.
+//
 // # Request smuggling
 //
 // The upstream request is written anew, with one framing; a request whose

@@ -17,6 +17,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/lanesdev/lanes/internal/lib/accept"
 	"github.com/lanesdev/lanes/internal/lib/netbound"
 	"github.com/lanesdev/lanes/internal/lib/routedcall"
 	"github.com/lanesdev/lanes/lane"
@@ -48,7 +49,19 @@ const (
 	// DefaultClientIdleTimeout is how long a client's keep-alive connection
 	// may wait for its next request (Config.ClientIdleTimeout).
 	DefaultClientIdleTimeout = 2 * time.Minute
+	// DefaultClientHeaderTimeout is how long a client may take to send a
+	// request's head (Config.ClientHeaderTimeout).
+	DefaultClientHeaderTimeout = 10 * time.Second
+	// MaxConnsCeiling is the most that DefaultMaxConns gives.
+	MaxConnsCeiling = 10000
 )
+
+// DefaultMaxConns is the cap on the client connections open at once that
+// Config.MaxConns 0 means: a quarter of the process's open-file limit
+// (RLIMIT_NOFILE), at most MaxConnsCeiling. The quarter leaves room for
+// the gateway's connections to instances, which may be as many, and for the
+// other listeners and files of the process.
+func DefaultMaxConns() int { return accept.Share(4, MaxConnsCeiling) }
 
 // Config is what a Gateway needs. Engine is required.
 type Config struct {
@@ -163,6 +176,22 @@ type Config struct {
 	// before the gateway closes it, as nginx's keepalive_timeout. 0 means
 	// DefaultClientIdleTimeout (2m); negative is refused.
 	ClientIdleTimeout time.Duration
+	// ClientHeaderTimeout bounds how long a client may take to send a
+	// request's head (the request line and the header fields), on both
+	// HTTP/1.1 paths, from the connection's open for its first request
+	// and from the first byte of each next one (the client idle timeout
+	// bounds the wait for it), as nginx's client_header_timeout: a client
+	// that sends a partial head and stops has its connection closed, with
+	// 408 on the fast path. 0 means DefaultClientHeaderTimeout (10s);
+	// negative is refused.
+	ClientHeaderTimeout time.Duration
+	// MaxConns caps the client connections open at once on a listener
+	// that Serve serves (HTTP/1.1 on both paths, and h2c): a connection
+	// over it is answered 503 with x-lanes-error: overloaded and
+	// Connection: close, at once, and closed; it is counted in
+	// lanes_gateway_errors_total{code="overloaded"} and logged (at most
+	// one line every 10s). 0 means DefaultMaxConns(); negative is refused.
+	MaxConns int
 	// HTTP1 chooses the stack that serves HTTP/1.1 requests: HTTP1Fast
 	// (the default, "fast") or HTTP1Std ("std"); see the package
 	// documentation. HTTP/2 is served by net/http on both.
@@ -216,7 +245,13 @@ type Gateway struct {
 	clientWrite time.Duration
 	// upIdle is the upstream idle timeout, clientIdle the client's.
 	upIdle, clientIdle time.Duration
-	tracer             trace.Tracer
+	// clientHeader bounds the read of a request head.
+	clientHeader time.Duration
+	// maxConns caps the open client connections of each Serve;
+	// shedAnswer is what a connection over it is answered.
+	maxConns   int
+	shedAnswer []byte
+	tracer     trace.Tracer
 	// fast is set when HTTP/1.1 is served on fasthttp (Config.HTTP1).
 	fast bool
 
@@ -267,6 +302,9 @@ func New(cfg Config) (*Gateway, error) {
 	g.clientWrite = routedcall.Timeout(cfg.ClientWriteTimeout, DefaultClientWriteTimeout)
 	g.upIdle = cmp.Or(cfg.UpstreamIdleTimeout, DefaultUpstreamIdleTimeout)
 	g.clientIdle = cmp.Or(cfg.ClientIdleTimeout, DefaultClientIdleTimeout)
+	g.clientHeader = cmp.Or(cfg.ClientHeaderTimeout, DefaultClientHeaderTimeout)
+	g.maxConns = cmp.Or(cfg.MaxConns, DefaultMaxConns())
+	g.shedAnswer = shedAnswer(g.maxConns)
 	g.tracer = cfg.Tracer
 	g.h1, g.h2c = newTransports(idle, g.upIdle, g.headerTimeout, g.writeTimeout)
 	g.proxy = &httputil.ReverseProxy{
@@ -359,7 +397,13 @@ func (bufferPool) Put(b []byte) { buffers.Put(&b) }
 // it). HTTP/1.1 is served on the stack that Config.HTTP1 chooses; a
 // connection that opens with the HTTP/2 preface goes to net/http on both. It
 // returns http.ErrServerClosed after Close or Shutdown.
+//
+// Serve accepts through internal/lib/accept: a temporary accept error (out
+// of file descriptors) is waited out, and the open connections are capped
+// at Config.MaxConns, a connection over it answered with shedAnswer.
 func (g *Gateway) Serve(ln net.Listener) error {
+	ln = accept.Wrap(ln, accept.Options{Name: "gateway", MaxConns: g.maxConns, Logger: g.log,
+		Shed: g.shed, OnShed: func() { g.m.errors(codeOverloaded) }})
 	if g.fast {
 		return g.serveFast(ln)
 	}
@@ -377,7 +421,7 @@ func (g *Gateway) serveStd(ln net.Listener) error {
 	srv := &http.Server{
 		Handler:           g,
 		Protocols:         &p,
-		ReadHeaderTimeout: 10 * time.Second,
+		ReadHeaderTimeout: g.clientHeader,
 		IdleTimeout:       g.clientIdle,
 		MaxHeaderBytes:    stdMaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),

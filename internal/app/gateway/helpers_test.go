@@ -221,6 +221,13 @@ func newWorld(t testing.TB, doc string, cfg Config) *world {
 // newWorldWith is newWorld, with prep run on the gateway before it serves.
 func newWorldWith(t testing.TB, doc string, cfg Config, prep func(*Gateway)) *world {
 	t.Helper()
+	return newWorldOn(t, doc, cfg, prep, nil)
+}
+
+// newWorldOn is newWorldWith, with the gateway serving wrap(l) rather than
+// its listener l, when wrap is set.
+func newWorldOn(t testing.TB, doc string, cfg Config, prep func(*Gateway), wrap func(net.Listener) net.Listener) *world {
+	t.Helper()
 	w := &world{reg: registry.NewMemory(), store: policy.NewMemory()}
 	t.Cleanup(func() { w.reg.Close() })
 	if doc != "" {
@@ -251,6 +258,9 @@ func newWorldWith(t testing.TB, doc string, cfg Config, prep func(*Gateway)) *wo
 	}
 	w.addr = l.Addr().String()
 	w.url = "http://" + w.addr
+	if wrap != nil {
+		l = wrap(l)
+	}
 	served := make(chan error, 1)
 	go func() { served <- gw.Serve(l) }()
 	tr := &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 16}

@@ -14,14 +14,12 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/lanesdev/lanes/internal/lib/accept"
 	"github.com/lanesdev/lanes/internal/lib/netbound"
 )
 
 // h2Preface opens every HTTP/2 connection with prior knowledge (h2c, gRPC).
 const h2Preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-
-// sniffTimeout bounds the wait for a new connection's first bytes.
-const sniffTimeout = 10 * time.Second
 
 // fastServer is one Serve call of the fast path: its listener, the HTTP/1.1
 // connections it serves on fasthttp, and the listener that hands HTTP/2
@@ -35,14 +33,32 @@ type fastServer struct {
 	wg    sync.WaitGroup // the connection goroutines
 	// clientWrite is the client write timeout, 0 for none.
 	clientWrite time.Duration
+	// headTimeout is the client header timeout.
+	headTimeout time.Duration
 }
+
+// bodyTimeout is fasthttp's HeaderReceived: once a head is in, its body
+// may take readTimeout (the head took at most the client header timeout).
+func bodyTimeout(*fasthttp.RequestHeader) fasthttp.RequestConfig {
+	return fasthttp.RequestConfig{ReadTimeout: readTimeout}
+}
+
+// shedAnswer is the answer to a connection over the cap of max: written at
+// once, before the request is read, and the connection closed.
+func shedAnswer(max int) []byte {
+	return accept.Answer(hError+": "+codeOverloaded+"\r\n",
+		fmt.Sprintf("lanes: the gateway is at its limit of %d open connections (max_conns); try again\n", max))
+}
+
+// shed answers a connection over Config.MaxConns (accept.Options.Shed).
+func (g *Gateway) shed(c net.Conn) { c.Write(g.shedAnswer) }
 
 // serveFast is Serve on the fast path: it accepts connections on ln, hands
 // those that open with the HTTP/2 preface to a net/http server (h2c and
 // gRPC, as the net/http path serves them) and serves the others on
 // fasthttp, each on its own goroutine, until Close or Shutdown.
 func (g *Gateway) serveFast(ln net.Listener) error {
-	s := &fastServer{ln: ln, h2: newChanListener(ln.Addr()), conns: map[net.Conn]struct{}{}, clientWrite: g.clientWrite}
+	s := &fastServer{headTimeout: g.clientHeader, ln: ln, h2: newChanListener(ln.Addr()), conns: map[net.Conn]struct{}{}, clientWrite: g.clientWrite}
 	s.fs = &fasthttp.Server{
 		Handler:                      g.fastPath.serve,
 		Name:                         "",
@@ -52,8 +68,12 @@ func (g *Gateway) serveFast(ln net.Listener) error {
 		DisablePreParseMultipartForm: true,
 		ReadBufferSize:               maxHeaderBytes, // fasthttp's bound on a request head
 		WriteBufferSize:              16 << 10,
-		ReadTimeout:                  readTimeout,
-		IdleTimeout:                  g.clientIdle,
+		// ReadTimeout bounds the read of a head (the first request's
+		// from where sniff started, see prefixConn.headBy); once it is
+		// in, HeaderReceived gives the body readTimeout.
+		ReadTimeout:    g.clientHeader,
+		HeaderReceived: bodyTimeout,
+		IdleTimeout:    g.clientIdle,
 		// Request bodies stream: the handler runs once the head is in
 		// (fastPath.takeBody); with streaming, MaxRequestBodySize is no
 		// limit, only how much of a body fasthttp may read with the head.
@@ -74,15 +94,12 @@ func (g *Gateway) serveFast(ln net.Listener) error {
 		defer close(h2done)
 		g.serveStd(s.h2)
 	}()
+	// ln backs off on temporary errors (Serve wrapped it): any error
+	// ends the loop.
 	var err error
 	for {
 		c, aerr := ln.Accept()
 		if aerr != nil {
-			var ne net.Error
-			if errors.As(aerr, &ne) && ne.Timeout() {
-				time.Sleep(5 * time.Millisecond)
-				continue
-			}
 			err = aerr
 			break
 		}
@@ -160,7 +177,7 @@ func (s *fastServer) stop() {
 // serveConn sniffs c's first bytes and serves it.
 func (s *fastServer) serveConn(c net.Conn) {
 	defer s.wg.Done()
-	pc, h2, err := sniff(c)
+	pc, h2, err := sniff(c, s.headTimeout)
 	if err != nil {
 		s.untrack(c)
 		c.Close()
@@ -180,10 +197,13 @@ func (s *fastServer) serveConn(c net.Conn) {
 	s.fs.ServeConn(pc)
 }
 
-// sniff reads the first bytes of c until they are the HTTP/2 preface or
-// cannot be, and returns c with them to be read again.
-func sniff(c net.Conn) (*prefixConn, bool, error) {
-	c.SetReadDeadline(time.Now().Add(sniffTimeout))
+// sniff reads the first bytes of c, within the head timeout d, until they
+// are the HTTP/2 preface or cannot be, and returns c with them to be read
+// again. An HTTP/1.1 connection keeps the deadline for the rest of its
+// first head (prefixConn.headBy).
+func sniff(c net.Conn, d time.Duration) (*prefixConn, bool, error) {
+	headBy := time.Now().Add(d)
+	c.SetReadDeadline(headBy)
 	var buf [len(h2Preface)]byte
 	n := 0
 	for n < len(buf) {
@@ -199,10 +219,15 @@ func sniff(c net.Conn) (*prefixConn, bool, error) {
 			break
 		}
 	}
-	c.SetReadDeadline(time.Time{})
+	h2 := n == len(h2Preface) && string(buf[:n]) == h2Preface
 	pc := &prefixConn{Conn: c}
+	if h2 {
+		c.SetReadDeadline(time.Time{}) // net/http's server sets its own
+	} else {
+		pc.headBy = headBy
+	}
 	pc.prefix = append(pc.buf[:0], buf[:n]...)
-	return pc, n == len(h2Preface) && string(buf[:n]) == h2Preface, nil
+	return pc, h2, nil
 }
 
 // prefixConn is a connection whose first bytes, already read, are read
@@ -218,6 +243,11 @@ type prefixConn struct {
 	linger bool
 	// w bounds each write of an answer by the client write timeout.
 	w netbound.Writer
+	// headBy is the deadline of the first request's head, set when the
+	// connection opened (sniff): fasthttp's first deadline, its read
+	// timeout counted from when it starts, keeps it, so that the head
+	// takes the client header timeout in all.
+	headBy time.Time
 }
 
 // Write writes to the client, each write within the client write timeout.
@@ -244,6 +274,14 @@ func (l clientListener) Accept() (net.Conn, error) {
 // and setting one is a runtime timer update. Its timeouts thus last up to a
 // second less than configured, never more.
 func (c *prefixConn) SetReadDeadline(t time.Time) error {
+	if !c.headBy.IsZero() {
+		by := c.headBy
+		c.headBy = time.Time{}
+		if !t.IsZero() && t.After(by) {
+			c.armed = by
+			return nil
+		}
+	}
 	if c.s != nil && !t.IsZero() && !c.armed.IsZero() && !c.armed.After(t) && t.Sub(c.armed) <= time.Second {
 		return nil
 	}
@@ -265,7 +303,7 @@ func (c *prefixConn) SetDeadline(t time.Time) error {
 func (c *prefixConn) Close() error {
 	if c.linger {
 		c.linger = false
-		if tc, ok := c.Conn.(*net.TCPConn); ok {
+		if tc := tcpConn(c.Conn); tc != nil {
 			// Still tracked: the gateway's Close ends the wait.
 			tc.CloseWrite()
 			tc.SetReadDeadline(time.Now().Add(lingerTimeout))
@@ -287,18 +325,30 @@ func (c *prefixConn) Close() error {
 // a cut answer may lose. A connection that is not TCP underneath ends as
 // it would have.
 func reset(c net.Conn) {
+	for pc, ok := c.(*prefixConn); ok; pc, ok = c.(*prefixConn) {
+		pc.linger = false
+		c = pc.Conn
+	}
+	if tc := tcpConn(c); tc != nil {
+		tc.SetLinger(0)
+	}
+}
+
+// tcpConn is the TCP connection under the client's connection c, nil when
+// it is not TCP underneath.
+func tcpConn(c net.Conn) *net.TCPConn {
 	for {
 		switch x := c.(type) {
 		case *prefixConn:
-			x.linger = false
 			c = x.Conn
 		case *netbound.Conn:
 			c = x.Conn
+		case *accept.Conn:
+			c = x.Conn
 		case *net.TCPConn:
-			x.SetLinger(0)
-			return
+			return x
 		default:
-			return
+			return nil
 		}
 	}
 }

@@ -47,6 +47,8 @@ const (
 	codeClosed      = "closed"
 	codeNotReady    = "not_ready"
 	codeBadBody     = "bad_request_body"
+	// codeOverloaded answers a connection over Config.MaxConns (shed).
+	codeOverloaded = "overloaded"
 	// The fast path's answers to requests that its server refuses (see
 	// refuse); net/http's server gives its own, without x-lanes-error.
 	codeBadRequest   = "bad_request"

@@ -58,8 +58,15 @@ func startEnv(t *testing.T, env []string, args ...string) *proc {
 // startEnvIn is startEnv in directory dir ("" for the test's own).
 func startEnvIn(t *testing.T, dir string, env []string, args ...string) *proc {
 	t.Helper()
+	return startProg(t, dir, env, []string{binary}, args...)
+}
+
+// startProg is startEnvIn running argv (the binary, or a command that
+// execs it such as prlimit) with args.
+func startProg(t *testing.T, dir string, env []string, argv []string, args ...string) *proc {
+	t.Helper()
 	p := &proc{t: t, name: strings.Join(args[:min(2, len(args))], " "), exited: make(chan struct{})}
-	p.cmd = exec.Command(binary, args...)
+	p.cmd = exec.Command(argv[0], append(argv[1:len(argv):len(argv)], args...)...)
 	p.cmd.Dir = dir
 	p.cmd.Env = append(cleanEnv(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
@@ -191,6 +198,12 @@ func startUpEnv(t *testing.T, env []string, cmd string, extra ...string) *up {
 // startUpDir is startUpEnv with the data directory dir.
 func startUpDir(t *testing.T, dir string, env []string, cmd string, extra ...string) *up {
 	t.Helper()
+	return startUpArgv(t, dir, env, []string{binary}, cmd, extra...)
+}
+
+// startUpArgv is startUpDir running argv (see startProg).
+func startUpArgv(t *testing.T, dir string, env []string, argv []string, cmd string, extra ...string) *up {
+	t.Helper()
 	args := append([]string{cmd,
 		"--data-dir", dir,
 		"--admin-addr", "127.0.0.1:0",
@@ -202,7 +215,7 @@ func startUpDir(t *testing.T, dir string, env []string, cmd string, extra ...str
 		"--otlp-http-addr", "127.0.0.1:0",
 		"--log-level", "warn",
 	}, extra...)
-	u := &up{proc: startEnv(t, env, args...), dataDir: dir}
+	u := &up{proc: startProg(t, "", env, argv, args...), dataDir: dir}
 	out := u.waitOutput("lanes is up.")
 	for _, m := range addrLine.FindAllStringSubmatch(out, -1) {
 		switch m[1] {
