@@ -272,20 +272,9 @@ func (p *principal) String() string {
 	return fmt.Sprintf("token %s (scope: lane %s)", p.token.ID, p.token.Lane)
 }
 
-// bearer returns the token of an Authorization header value that uses the
-// Bearer scheme, whose name is case-insensitive (RFC 9110, 11.1).
-func bearer(h string) (string, bool) {
-	scheme, tok, ok := strings.Cut(strings.TrimSpace(h), " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return "", false
-	}
-	tok = strings.TrimSpace(tok)
-	return tok, tok != ""
-}
-
 // authenticate reads the bearer token of r.
 func (s *Server) authenticate(r *http.Request) (*principal, error) {
-	tok, ok := bearer(r.Header.Get("Authorization"))
+	tok, ok := adminapi.Bearer(r.Header.Get("Authorization"))
 	if !ok {
 		return nil, unauthorized("this endpoint needs a token: send \"Authorization: Bearer <token>\"")
 	}
