@@ -17,8 +17,6 @@ package admin
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -82,18 +80,18 @@ var Version = "dev"
 
 // Server is the admin API, an http.Handler.
 type Server struct {
-	cfg       Config
-	store     *etcdstore.Store
-	regs      *etcdstore.Registrations
-	cli       *clientv3.Client
-	prefix    string
-	engine    *routing.Engine
-	adminHash [32]byte
-	log       *slog.Logger
-	now       func() time.Time
-	mux       *http.ServeMux
-	metrics   *metrics
-	handler   http.Handler
+	cfg     Config
+	store   *etcdstore.Store
+	regs    *etcdstore.Registrations
+	cli     *clientv3.Client
+	prefix  string
+	engine  *routing.Engine
+	tokens  *Tokens
+	log     *slog.Logger
+	now     func() time.Time
+	mux     *http.ServeMux
+	metrics *metrics
+	handler http.Handler
 
 	// streams is cancelled by Close: watch streams end with it.
 	streams      context.Context
@@ -128,16 +126,16 @@ func New(cfg Config) (*Server, error) {
 		cfg.Limits.InstanceBytes = DefaultLimits.InstanceBytes
 	}
 	s := &Server{
-		cfg:       cfg,
-		store:     cfg.Store,
-		regs:      cfg.Store.Registrations(),
-		cli:       cfg.Store.Client(),
-		prefix:    cfg.Store.Prefix(),
-		engine:    cfg.Engine,
-		adminHash: sha256.Sum256([]byte(cfg.AdminToken)),
-		log:       cfg.Logger.With("component", "admin"),
-		now:       cfg.Now,
-		mux:       http.NewServeMux(),
+		cfg:    cfg,
+		store:  cfg.Store,
+		regs:   cfg.Store.Registrations(),
+		cli:    cfg.Store.Client(),
+		prefix: cfg.Store.Prefix(),
+		engine: cfg.Engine,
+		tokens: NewTokens(cfg.Store, cfg.AdminToken, cfg.Logger),
+		log:    cfg.Logger.With("component", "admin"),
+		now:    cfg.Now,
+		mux:    http.NewServeMux(),
 	}
 	s.streams, s.cancelStream = context.WithCancel(context.Background())
 	s.metrics = newMetrics(cfg.Claims)
@@ -278,15 +276,11 @@ func (s *Server) authenticate(r *http.Request) (*principal, error) {
 	if !ok {
 		return nil, unauthorized("this endpoint needs a token: send \"Authorization: Bearer <token>\"")
 	}
-	sum := sha256.Sum256([]byte(tok))
-	if subtle.ConstantTimeCompare(sum[:], s.adminHash[:]) == 1 {
-		return &principal{admin: true}, nil
-	}
-	t, err := s.checkToken(r.Context(), tok)
+	admin, t, err := s.tokens.Check(r.Context(), tok)
 	if err != nil {
 		return nil, err
 	}
-	return &principal{token: t}, nil
+	return &principal{admin: admin, token: t}, nil
 }
 
 // apiError is an error answer.
