@@ -179,6 +179,10 @@ func Defaults() Config {
 			MaxMiB:   collector.DefaultLimits.MaxBytes >> 20,
 			MaxAge:   collector.DefaultLimits.MaxAge,
 			Sample:   1,
+
+			ReceiverAuth:  collector.AuthToken,
+			MaxValueBytes: collector.DefaultLimits.MaxValueBytes,
+			MaxCheckMiB:   collector.DefaultLimits.MaxCheckBytes >> 20,
 		},
 	}
 }
@@ -322,6 +326,17 @@ var Settings = []Setting{
 			return fmt.Errorf("want a whole number of MiB, 1 or more")
 		}
 		c.Traces.MaxMiB = n
+		return nil
+	})},
+	{Flag: "trace-receiver-auth", Env: "LANES_TRACE_RECEIVER_AUTH", Key: "traces.receiver_auth", Usage: "who may send spans to the trace collector: token (a registration token, sending only for its lane; the telemetry token; the admin token), loopback (any process on this machine, no token) or open (anyone who reaches it)", set: str(func(c *Config) *string { return &c.Traces.ReceiverAuth })},
+	{Flag: "telemetry-token", Env: "LANES_TELEMETRY_TOKEN", Key: "traces.token", Usage: "the telemetry token, which may send any span to the trace collector (default: read from, or created in, <data-dir>/telemetry-token)", Secret: true, set: str(func(c *Config) *string { return &c.Traces.Token })},
+	{Flag: "trace-max-value-bytes", Env: "LANES_TRACE_MAX_VALUE_BYTES", Key: "traces.max_value_bytes", Usage: "bytes that span names and attribute values are cut to as they arrive", set: integer(func(c *Config) *int { return &c.Traces.MaxValueBytes })},
+	{Flag: "trace-max-check-mib", Env: "LANES_TRACE_MAX_CHECK_MIB", Key: "traces.max_check_mib", Usage: "memory the integrity checks use at most, in MiB: half for findings, half for what they remember per service", set: one(func(c *Config, v string) error {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n <= 0 {
+			return fmt.Errorf("want a whole number of MiB, 1 or more")
+		}
+		c.Traces.MaxCheckMiB = n
 		return nil
 	})},
 	{Flag: "trace-max-age", Env: "LANES_TRACE_MAX_AGE", Key: "traces.max_age", Usage: "how long the trace store keeps a trace after its last span", set: duration(func(c *Config) *time.Duration { return &c.Traces.MaxAge })},
