@@ -180,3 +180,38 @@ func spanFlood(t *testing.T, storeBound, checkBound int64) {
 	}
 	runtime.KeepAlive(c)
 }
+
+// TestFindingsMetricLabelLimit forges breaches under 20,000 service names: the service label of
+// lanes_integrity_findings_total takes the first lanesmetrics.MaxServices and counts the rest as
+// "other", so the exposition stays small, and every finding is still counted.
+func TestFindingsMetricLabelLimit(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	c, err := New(Config{Registerer: reg, Fleet: &fleet{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var f forged
+	const services = 20_000
+	for i := range services {
+		c.Ingest(request(fmt.Sprintf("forged-%05d", i), f.span(tracepb.Span_SPAN_KIND_SERVER, "GET /",
+			strAttr(string(lanestrace.Requested), ""), strAttr(string(lanestrace.InstanceLane), "x"))))
+	}
+	if n := testutil.CollectAndCount(c.checker.counter.vec); n != lanesmetrics.MaxServices+1 {
+		t.Errorf("lanes_integrity_findings_total has %d series, want %d", n, lanesmetrics.MaxServices+1)
+	}
+	if got := testutil.ToFloat64(c.checker.counter.vec.WithLabelValues(Breach, lanesmetrics.Other)); got != services-lanesmetrics.MaxServices {
+		t.Errorf("other: %v, want %d", got, services-lanesmetrics.MaxServices)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var size int
+	for _, mf := range mfs {
+		size += len(mf.String())
+	}
+	t.Logf("%d forged service names: the collector's metrics take %d bytes", services, size)
+	if size > 64<<10 {
+		t.Errorf("the collector's metrics take %d bytes", size)
+	}
+}

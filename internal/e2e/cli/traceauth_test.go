@@ -155,3 +155,47 @@ func TestTraceReceiverAuth(t *testing.T) {
 		t.Errorf("stats: %d spans refused, want 3", list.Stats.Refused)
 	}
 }
+
+// TestTraceMetricsLabelLimit forges breaches under 20,000 service names with the telemetry
+// token: /metrics of lanes up keeps its size, since the service label of
+// lanes_integrity_findings_total is bounded.
+func TestTraceMetricsLabelLimit(t *testing.T) {
+	u := startUp(t, "up")
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	metricsSize := func() int {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, u.admin+"/metrics", nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return len(b)
+	}
+	before := metricsSize()
+	conn, err := grpc.NewClient(u.traces, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	client := coltracepb.NewTraceServiceClient(conn)
+	tctx := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+u.telemetryToken(t))
+	const services = 20_000
+	for batch := range services / 1000 {
+		req := &coltracepb.ExportTraceServiceRequest{}
+		for i := range 1000 {
+			n := batch*1000 + i
+			req.ResourceSpans = append(req.ResourceSpans, otlpServerSpan(fmt.Sprintf("forged-%05d", n), "", "x", n+1).ResourceSpans...)
+		}
+		if resp, err := client.Export(tctx, req); err != nil || resp.GetPartialSuccess() != nil {
+			t.Fatalf("export: %v, %v", resp, err)
+		}
+	}
+	after := metricsSize()
+	t.Logf("/metrics: %d bytes before, %d after %d forged service names", before, after, services)
+	if after > before+64<<10 {
+		t.Errorf("/metrics grew from %d to %d bytes", before, after)
+	}
+}
