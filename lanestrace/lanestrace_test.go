@@ -110,7 +110,9 @@ func (r *receiver) Export(ctx context.Context, req *coltracepb.ExportTraceServic
 	return &coltracepb.ExportTraceServiceResponse{}, nil
 }
 
-func TestFromEnv(t *testing.T) {
+// startReceiver serves a receiver over OTLP/gRPC on loopback until the test ends.
+func startReceiver(t *testing.T) (*receiver, net.Listener) {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -119,7 +121,12 @@ func TestFromEnv(t *testing.T) {
 	rec := &receiver{got: make(chan struct{}, 1)}
 	coltracepb.RegisterTraceServiceServer(srv, rec)
 	go srv.Serve(lis)
-	defer srv.Stop()
+	t.Cleanup(srv.Stop)
+	return rec, lis
+}
+
+func TestFromEnv(t *testing.T) {
+	rec, lis := startReceiver(t)
 
 	env := map[string]string{lanestrace.EnvTraces: lis.Addr().String()}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -147,15 +154,7 @@ func TestFromEnv(t *testing.T) {
 // TestFromEnvToken: FromEnv sends LANES_TRACES_TOKEN, else the service's LANES_TOKEN, to the
 // collector of LANES_TRACES as "Authorization: Bearer <token>", and NewProvider sends WithToken's.
 func TestFromEnvToken(t *testing.T) {
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := grpc.NewServer()
-	rec := &receiver{got: make(chan struct{}, 1)}
-	coltracepb.RegisterTraceServiceServer(srv, rec)
-	go srv.Serve(lis)
-	defer srv.Stop()
+	rec, lis := startReceiver(t)
 	defer lanestrace.SetTracerProvider(nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
