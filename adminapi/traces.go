@@ -64,8 +64,8 @@ type TraceSummary struct {
 	Duration Duration  `json:"duration"`
 }
 
-// TraceStats describe the trace store: its size, its bounds and what it dropped to stay within
-// them.
+// TraceStats describe the trace store and the integrity checks: their size, their bounds and what
+// they let go to stay within them.
 type TraceStats struct {
 	Traces   int      `json:"traces"`
 	Spans    int      `json:"spans"`
@@ -73,10 +73,31 @@ type TraceStats struct {
 	MaxSpans int      `json:"max_spans"`
 	MaxBytes int64    `json:"max_bytes"`
 	MaxAge   Duration `json:"max_age"`
-	Dropped  struct {
+	// MaxValueBytes is the length, in bytes, that span names and attribute values are cut to as
+	// they arrive; Truncated counts the values cut.
+	MaxValueBytes int   `json:"max_value_bytes"`
+	Truncated     int64 `json:"truncated"`
+	// Refused counts the spans refused because their sender's token may not send them.
+	Refused int64      `json:"refused"`
+	Checks  CheckStats `json:"checks"`
+	Dropped struct {
 		Traces int64 `json:"traces"`
 		Spans  int64 `json:"spans"`
+		// Findings and CheckState count the findings, and the spans the trace_broken check
+		// remembered, dropped (the oldest first) to stay within Checks.MaxBytes.
+		Findings   int64 `json:"findings"`
+		CheckState int64 `json:"check_state"`
 	} `json:"dropped"`
+}
+
+// CheckStats describe what the integrity checks keep: the findings, and the per-service state of
+// the trace_broken check, each charged in bytes within half of MaxBytes.
+type CheckStats struct {
+	Findings     int   `json:"findings"`
+	FindingBytes int64 `json:"finding_bytes"`
+	StateBytes   int64 `json:"state_bytes"`
+	Services     int   `json:"services"`
+	MaxBytes     int64 `json:"max_bytes"`
 }
 
 // TraceList answers GET /v1/traces: the newest traces first.

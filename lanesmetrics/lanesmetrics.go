@@ -26,6 +26,43 @@ const (
 	MaxServices = 128
 )
 
+// Bound bounds the values of one label fed from outside (a service name, a lane): the first Max
+// distinct values get a label of their own, and every later one is counted as Other. It is the
+// rule of every metric of lanes whose label values come from outside. It is safe for concurrent
+// use.
+type Bound struct {
+	max int
+
+	mu     sync.Mutex
+	seen   map[string]bool
+	folded uint64
+}
+
+// NewBound returns a Bound that gives max values a label of their own.
+func NewBound(max int) *Bound { return &Bound{max: max, seen: map[string]bool{}} }
+
+// Label returns v while the first Max distinct values include it, else Other.
+func (b *Bound) Label(v string) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.seen[v] {
+		return v
+	}
+	if len(b.seen) < b.max {
+		b.seen[v] = true
+		return v
+	}
+	b.folded++
+	return Other
+}
+
+// Folded returns how many times Label answered Other for a value past the bound.
+func (b *Bound) Folded() uint64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.folded
+}
+
 // Requests counts routed requests: lanes_requests_total{service, lane_requested, lane_served,
 // reason}. Reason is one of lanestrace's fallback reasons. A nil *Requests counts nothing.
 type Requests struct {
@@ -33,8 +70,8 @@ type Requests struct {
 
 	mu       sync.RWMutex
 	counters map[key]prometheus.Counter
-	lanes    map[string]bool
-	services map[string]bool
+	lanes    *Bound
+	services *Bound
 }
 
 type key struct{ service, requested, served, reason string }
@@ -60,7 +97,7 @@ func New(reg prometheus.Registerer) (*Requests, error) {
 		}
 		vec = existing
 	}
-	return &Requests{vec: vec, counters: map[key]prometheus.Counter{}, lanes: map[string]bool{}, services: map[string]bool{}}, nil
+	return &Requests{vec: vec, counters: map[key]prometheus.Counter{}, lanes: NewBound(MaxLanes), services: NewBound(MaxServices)}, nil
 }
 
 // Observe counts one request to service. It takes a read lock and makes no allocation once the
@@ -85,7 +122,7 @@ func (r *Requests) counter(k key) prometheus.Counter {
 	if c, ok := r.counters[k]; ok {
 		return c
 	}
-	labels := key{r.bound(r.services, k.service, MaxServices), r.laneLabel(k.requested), r.laneLabel(k.served), k.reason}
+	labels := key{r.services.Label(k.service), r.laneLabel(k.requested), r.laneLabel(k.served), k.reason}
 	c := r.vec.WithLabelValues(labels.service, labels.requested, labels.served, labels.reason)
 	if len(r.counters) < 4*MaxLanes*MaxLanes { // the cache is bounded too
 		r.counters[k] = c
@@ -97,17 +134,5 @@ func (r *Requests) laneLabel(l string) string {
 	if l == "" {
 		return Baseline
 	}
-	return r.bound(r.lanes, l, MaxLanes)
-}
-
-// bound returns v while the set has room for it, else Other.
-func (r *Requests) bound(set map[string]bool, v string, max int) string {
-	if set[v] {
-		return v
-	}
-	if len(set) < max {
-		set[v] = true
-		return v
-	}
-	return Other
+	return r.lanes.Label(l)
 }

@@ -78,3 +78,16 @@ func TestObserveAllocs(t *testing.T) {
 		t.Fatalf("Observe allocates %v times", n)
 	}
 }
+
+// TestBound: the first Max values keep their label; the rest are Other, and counted.
+func TestBound(t *testing.T) {
+	b := lanesmetrics.NewBound(2)
+	for v, want := range map[string]string{"a": "a", "b": "b"} {
+		if got := b.Label(v); got != want {
+			t.Fatalf("Label(%q) = %q", v, got)
+		}
+	}
+	if b.Label("c") != lanesmetrics.Other || b.Label("a") != "a" || b.Label("d") != lanesmetrics.Other || b.Folded() != 2 {
+		t.Fatalf("past the bound: folded %d", b.Folded())
+	}
+}

@@ -16,6 +16,7 @@ import (
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/lanesdev/lanes/lane"
 	"github.com/lanesdev/lanes/lanestrace"
@@ -81,11 +82,13 @@ type receiver struct {
 	coltracepb.UnimplementedTraceServiceServer
 	mu    sync.Mutex
 	names []string
+	auth  []string // the authorization metadata of each request
 	got   chan struct{}
 }
 
-func (r *receiver) Export(_ context.Context, req *coltracepb.ExportTraceServiceRequest) (*coltracepb.ExportTraceServiceResponse, error) {
+func (r *receiver) Export(ctx context.Context, req *coltracepb.ExportTraceServiceRequest) (*coltracepb.ExportTraceServiceResponse, error) {
 	r.mu.Lock()
+	r.auth = append(r.auth, strings.Join(metadata.ValueFromIncomingContext(ctx, "authorization"), ","))
 	for _, rs := range req.GetResourceSpans() {
 		var svc string
 		for _, kv := range rs.GetResource().GetAttributes() {
@@ -107,7 +110,9 @@ func (r *receiver) Export(_ context.Context, req *coltracepb.ExportTraceServiceR
 	return &coltracepb.ExportTraceServiceResponse{}, nil
 }
 
-func TestFromEnv(t *testing.T) {
+// startReceiver serves a receiver over OTLP/gRPC on loopback until the test ends.
+func startReceiver(t *testing.T) (*receiver, net.Listener) {
+	t.Helper()
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -116,7 +121,12 @@ func TestFromEnv(t *testing.T) {
 	rec := &receiver{got: make(chan struct{}, 1)}
 	coltracepb.RegisterTraceServiceServer(srv, rec)
 	go srv.Serve(lis)
-	defer srv.Stop()
+	t.Cleanup(srv.Stop)
+	return rec, lis
+}
+
+func TestFromEnv(t *testing.T) {
+	rec, lis := startReceiver(t)
 
 	env := map[string]string{lanestrace.EnvTraces: lis.Addr().String()}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -138,6 +148,46 @@ func TestFromEnv(t *testing.T) {
 	defer rec.mu.Unlock()
 	if strings.Join(rec.names, ",") != "orders:orders.Get" {
 		t.Fatalf("the collector got %v", rec.names)
+	}
+}
+
+// TestFromEnvToken: FromEnv sends LANES_TRACES_TOKEN, else the service's LANES_TOKEN, to the
+// collector of LANES_TRACES as "Authorization: Bearer <token>", and NewProvider sends WithToken's.
+func TestFromEnvToken(t *testing.T) {
+	rec, lis := startReceiver(t)
+	defer lanestrace.SetTracerProvider(nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	send := func(tp trace.TracerProvider, shutdown func(context.Context) error) {
+		t.Helper()
+		_, span := tp.Tracer("t").Start(ctx, "x")
+		span.End()
+		if err := shutdown(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, env := range []map[string]string{
+		{lanestrace.EnvToken: "lanes_aaaaaaaaaaaa_1"},
+		{lanestrace.EnvToken: "lanes_aaaaaaaaaaaa_1", lanestrace.EnvTracesToken: "lanes_telemetry_2"},
+		{},
+	} {
+		env[lanestrace.EnvTraces] = lis.Addr().String()
+		tr, err := lanestrace.FromEnv(ctx, "orders", func(k string) string { return env[k] })
+		if err != nil {
+			t.Fatal(err)
+		}
+		send(tr.Provider, tr.Shutdown)
+	}
+	tp, err := lanestrace.NewProvider(ctx, "gateway", lis.Addr().String(), 1, lanestrace.WithToken("lanes_telemetry_3"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	send(tp, tp.Shutdown)
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	want := "Bearer lanes_aaaaaaaaaaaa_1|Bearer lanes_telemetry_2||Bearer lanes_telemetry_3"
+	if got := strings.Join(rec.auth, "|"); got != want {
+		t.Fatalf("authorization headers %q, want %q", got, want)
 	}
 }
 

@@ -28,6 +28,12 @@ const (
 	// EnvSample is the share of baseline requests sampled at the entry, 0 to 1 (default 1).
 	// Lane requests are always sampled.
 	EnvSample = "LANES_TRACE_SAMPLE"
+	// EnvTracesToken is the token sent with the spans to the collector of LANES_TRACES: the
+	// telemetry token that `lanes up` prints. Unset, the service's registration token
+	// (EnvToken) is sent.
+	EnvTracesToken = "LANES_TRACES_TOKEN"
+	// EnvToken is the service's registration token, as package lanesenv reads it.
+	EnvToken = "LANES_TOKEN"
 )
 
 // Tracing is the OpenTelemetry set-up of a service: a tracer provider exporting to the
@@ -49,7 +55,8 @@ func (t *Tracing) Shutdown(ctx context.Context) error {
 }
 
 // FromEnv sets up tracing for service from the environment (getenv; nil is os.Getenv):
-// LANES_TRACES for lanes' collector, OTEL_EXPORTER_OTLP_ENDPOINT or
+// LANES_TRACES for lanes' collector, with LANES_TRACES_TOKEN, else LANES_TOKEN, as its credential
+// (sent to that collector only, as "Authorization: Bearer <token>"), OTEL_EXPORTER_OTLP_ENDPOINT or
 // OTEL_EXPORTER_OTLP_TRACES_ENDPOINT (with the other OTEL_EXPORTER_OTLP_* variables, as
 // OpenTelemetry defines them) for an external one, both where both are set, and
 // LANES_TRACE_SAMPLE. OTEL_SERVICE_NAME, where set, names the service instead of service. With
@@ -79,7 +86,11 @@ func FromEnv(ctx context.Context, service string, getenv func(string) string) (*
 	}
 	var opts []sdktrace.TracerProviderOption
 	if lanes != "" {
-		exp, err := lanesExporter(ctx, lanes)
+		token := strings.TrimSpace(getenv(EnvTracesToken))
+		if token == "" {
+			token = strings.TrimSpace(getenv(EnvToken))
+		}
+		exp, err := lanesExporter(ctx, lanes, token)
 		if err != nil {
 			return nil, err
 		}
@@ -109,12 +120,26 @@ func FromEnv(ctx context.Context, service string, getenv func(string) string) (*
 // `lanes trace` shows a request soon after it ended.
 const batchTimeout = 500 * time.Millisecond
 
+// ProviderOption configures NewProvider.
+type ProviderOption func(*providerOptions)
+
+type providerOptions struct{ token string }
+
+// WithToken sends token with the spans, as "Authorization: Bearer <token>" ("" sends none).
+func WithToken(token string) ProviderOption {
+	return func(o *providerOptions) { o.token = token }
+}
+
 // NewProvider returns a tracer provider of service that exports, in batches, to the trace
 // collector of lanes up at addr (in LANES_TRACES's form: host:port or an http(s):// URL), sampled
 // with Sampler(baselineRatio). It sets no global: the control plane and lanes demo, which run
 // several such services in one process, give each its own. Shut it down to flush its spans.
-func NewProvider(ctx context.Context, service, addr string, baselineRatio float64) (*sdktrace.TracerProvider, error) {
-	exp, err := lanesExporter(ctx, addr)
+func NewProvider(ctx context.Context, service, addr string, baselineRatio float64, opts ...ProviderOption) (*sdktrace.TracerProvider, error) {
+	var o providerOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	exp, err := lanesExporter(ctx, addr, o.token)
 	if err != nil {
 		return nil, err
 	}
@@ -135,9 +160,13 @@ func serviceResource(service string) (*resource.Resource, error) {
 	return res, nil
 }
 
-// lanesExporter exports to lanes' collector at addr (host:port, plain; or a URL).
-func lanesExporter(ctx context.Context, addr string) (sdktrace.SpanExporter, error) {
+// lanesExporter exports to lanes' collector at addr (host:port, plain; or a URL), with token as
+// its credential ("" for none).
+func lanesExporter(ctx context.Context, addr, token string) (sdktrace.SpanExporter, error) {
 	opts := []otlptracegrpc.Option{otlptracegrpc.WithTimeout(5 * time.Second)}
+	if token != "" {
+		opts = append(opts, otlptracegrpc.WithHeaders(map[string]string{"authorization": "Bearer " + token}))
+	}
 	switch {
 	case strings.HasPrefix(addr, "https://"):
 		opts = append(opts, otlptracegrpc.WithEndpointURL(addr))

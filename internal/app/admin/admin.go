@@ -17,8 +17,6 @@ package admin
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -83,18 +81,18 @@ var Version = "dev"
 
 // Server is the admin API, an http.Handler.
 type Server struct {
-	cfg       Config
-	store     *etcdstore.Store
-	regs      *etcdstore.Registrations
-	cli       *clientv3.Client
-	prefix    string
-	engine    *routing.Engine
-	adminHash [32]byte
-	log       *slog.Logger
-	now       func() time.Time
-	mux       *http.ServeMux
-	metrics   *metrics
-	handler   http.Handler
+	cfg     Config
+	store   *etcdstore.Store
+	regs    *etcdstore.Registrations
+	cli     *clientv3.Client
+	prefix  string
+	engine  *routing.Engine
+	tokens  *Tokens
+	log     *slog.Logger
+	now     func() time.Time
+	mux     *http.ServeMux
+	metrics *metrics
+	handler http.Handler
 
 	// streams is cancelled by Close: watch streams end with it.
 	streams      context.Context
@@ -129,16 +127,16 @@ func New(cfg Config) (*Server, error) {
 		cfg.Limits.InstanceBytes = DefaultLimits.InstanceBytes
 	}
 	s := &Server{
-		cfg:       cfg,
-		store:     cfg.Store,
-		regs:      cfg.Store.Registrations(),
-		cli:       cfg.Store.Client(),
-		prefix:    cfg.Store.Prefix(),
-		engine:    cfg.Engine,
-		adminHash: sha256.Sum256([]byte(cfg.AdminToken)),
-		log:       cfg.Logger.With("component", "admin"),
-		now:       cfg.Now,
-		mux:       http.NewServeMux(),
+		cfg:    cfg,
+		store:  cfg.Store,
+		regs:   cfg.Store.Registrations(),
+		cli:    cfg.Store.Client(),
+		prefix: cfg.Store.Prefix(),
+		engine: cfg.Engine,
+		tokens: NewTokens(cfg.Store, cfg.AdminToken, cfg.Logger),
+		log:    cfg.Logger.With("component", "admin"),
+		now:    cfg.Now,
+		mux:    http.NewServeMux(),
 	}
 	s.streams, s.cancelStream = context.WithCancel(context.Background())
 	s.metrics = newMetrics(cfg.Claims)
@@ -284,32 +282,17 @@ func (p *principal) String() string {
 	return fmt.Sprintf("token %s (scope: lane %s)", p.token.ID, p.token.Lane)
 }
 
-// bearer returns the token of an Authorization header value that uses the
-// Bearer scheme, whose name is case-insensitive (RFC 9110, 11.1).
-func bearer(h string) (string, bool) {
-	scheme, tok, ok := strings.Cut(strings.TrimSpace(h), " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return "", false
-	}
-	tok = strings.TrimSpace(tok)
-	return tok, tok != ""
-}
-
 // authenticate reads the bearer token of r.
 func (s *Server) authenticate(r *http.Request) (*principal, error) {
-	tok, ok := bearer(r.Header.Get("Authorization"))
+	tok, ok := adminapi.Bearer(r.Header.Get("Authorization"))
 	if !ok {
 		return nil, unauthorized("this endpoint needs a token: send \"Authorization: Bearer <token>\"")
 	}
-	sum := sha256.Sum256([]byte(tok))
-	if subtle.ConstantTimeCompare(sum[:], s.adminHash[:]) == 1 {
-		return &principal{admin: true}, nil
-	}
-	t, err := s.checkToken(r.Context(), tok)
+	admin, t, err := s.tokens.Check(r.Context(), tok)
 	if err != nil {
 		return nil, err
 	}
-	return &principal{token: t}, nil
+	return &principal{admin: admin, token: t}, nil
 }
 
 // apiError is an error answer.

@@ -7,6 +7,8 @@ import (
 	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
+	"log/slog"
 	"net/http"
 	"sort"
 	"strconv"
@@ -15,6 +17,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/lanesdev/lanes/adminapi"
+	"github.com/lanesdev/lanes/etcdstore"
 	"github.com/lanesdev/lanes/lane"
 )
 
@@ -59,13 +62,50 @@ func tokenID(tok string) string {
 	return id
 }
 
+// Tokens checks credentials: the admin token, and the registration tokens kept in etcd. The admin
+// API checks its callers with it, and lanes up the senders of spans to its trace collector.
+type Tokens struct {
+	cli       *clientv3.Client
+	prefix    string
+	adminHash [32]byte
+	hasAdmin  bool
+	log       *slog.Logger
+}
+
+// NewTokens returns the checker of adminToken ("" accepts no admin token) and of the
+// registration tokens of st.
+func NewTokens(st *etcdstore.Store, adminToken string, log *slog.Logger) *Tokens {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Tokens{cli: st.Client(), prefix: st.Prefix(), adminHash: sha256.Sum256([]byte(adminToken)), hasAdmin: adminToken != "", log: log}
+}
+
+// Check says who holds tok: the admin (admin is true), or the holder of a registration token,
+// whose record it returns. A token it refuses gives an error for which IsUnauthorized is true;
+// any other error is etcd's.
+func (ts *Tokens) Check(ctx context.Context, tok string) (admin bool, t adminapi.Token, err error) {
+	sum := sha256.Sum256([]byte(tok))
+	if ts.hasAdmin && subtle.ConstantTimeCompare(sum[:], ts.adminHash[:]) == 1 {
+		return true, adminapi.Token{}, nil
+	}
+	t, err = ts.checkToken(ctx, tok)
+	return false, t, err
+}
+
+// IsUnauthorized reports whether err is Check's refusal of a token.
+func IsUnauthorized(err error) bool {
+	var ae *apiError
+	return errors.As(err, &ae) && ae.status == http.StatusUnauthorized
+}
+
 // checkToken looks a registration token up in etcd.
-func (s *Server) checkToken(ctx context.Context, tok string) (adminapi.Token, error) {
+func (ts *Tokens) checkToken(ctx context.Context, tok string) (adminapi.Token, error) {
 	id := tokenID(tok)
 	if id == "" {
 		return adminapi.Token{}, unauthorized("unknown token: it is neither the admin token nor a registration token")
 	}
-	resp, err := s.cli.Get(ctx, s.tokenKey(id))
+	resp, err := ts.cli.Get(ctx, ts.prefix+"tokens/"+id)
 	if err != nil {
 		return adminapi.Token{}, etcdError("read token", err)
 	}
@@ -74,7 +114,7 @@ func (s *Server) checkToken(ctx context.Context, tok string) (adminapi.Token, er
 	}
 	var st storedToken
 	if err := json.Unmarshal(resp.Kvs[0].Value, &st); err != nil {
-		s.log.Warn("unreadable token record", "key", string(resp.Kvs[0].Key), "err", err)
+		ts.log.Warn("unreadable token record", "key", string(resp.Kvs[0].Key), "err", err)
 		return adminapi.Token{}, unauthorized("unknown token " + id)
 	}
 	sum := sha256.Sum256([]byte(tok))

@@ -11,7 +11,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,6 +23,7 @@ import (
 
 	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/internal/lib/accept"
+	"github.com/lanesdev/lanes/lanesmetrics"
 )
 
 // Config configures a Collector.
@@ -29,7 +32,12 @@ type Config struct {
 	// a free port). `lanes up` uses DefaultGRPCAddr and DefaultHTTPAddr.
 	GRPCAddr string
 	HTTPAddr string
-	Limits   Limits
+	// Auth says who may send spans: AuthToken ("" is AuthToken), AuthLoopback or AuthOpen.
+	Auth string
+	// Authenticate checks the tokens of requests where Auth is AuthToken; without it, such a
+	// collector refuses every request.
+	Authenticate Authenticator
+	Limits       Limits
 	// MaxFindings bounds the findings kept; 0 is 10,000.
 	MaxFindings int
 	// Fleet answers the integrity checks' questions; nil turns off the checks that need it.
@@ -56,8 +64,15 @@ func (cfg Config) Validate() error {
 			return fmt.Errorf("collector: %s %q: want host:port", a.name, a.addr)
 		}
 	}
-	if cfg.Limits.MaxSpans < 0 || cfg.Limits.MaxBytes < 0 || cfg.Limits.MaxAge < 0 {
-		return fmt.Errorf("collector: limits must not be negative (spans %d, bytes %d, age %s)", cfg.Limits.MaxSpans, cfg.Limits.MaxBytes, cfg.Limits.MaxAge)
+	switch cfg.Auth {
+	case "", AuthToken, AuthLoopback, AuthOpen:
+	default:
+		return fmt.Errorf("collector: receiver auth %q: want %s, %s or %s", cfg.Auth, AuthToken, AuthLoopback, AuthOpen)
+	}
+	l := cfg.Limits
+	if l.MaxSpans < 0 || l.MaxBytes < 0 || l.MaxAge < 0 || l.MaxValueBytes < 0 || l.MaxCheckBytes < 0 {
+		return fmt.Errorf("collector: limits must not be negative (spans %d, bytes %d, age %s, value bytes %d, check bytes %d)",
+			l.MaxSpans, l.MaxBytes, l.MaxAge, l.MaxValueBytes, l.MaxCheckBytes)
 	}
 	if cfg.MaxFindings < 0 {
 		return fmt.Errorf("collector: max findings %d must not be negative", cfg.MaxFindings)
@@ -71,6 +86,12 @@ type Collector struct {
 	checker *checker
 	log     *slog.Logger
 	cfg     Config
+
+	truncated atomic.Int64 // strings cut to Limits.MaxValueBytes
+	refused   atomic.Int64 // spans refused for their sender's scope
+	authFails atomic.Int64 // requests refused for their credential
+	lastLog   atomic.Int64 // unix nanoseconds of the last log line about drops
+	logged    atomic.Pointer[dropCounts]
 
 	grpcSrv  *grpc.Server
 	httpSrv  *http.Server
@@ -92,16 +113,21 @@ func New(cfg Config) (*Collector, error) {
 	if cfg.MaxFindings == 0 {
 		cfg.MaxFindings = 10_000
 	}
+	if cfg.Auth == "" {
+		cfg.Auth = AuthToken
+	}
+	cfg.Limits = cfg.Limits.withDefaults()
 	c := &Collector{store: NewStore(cfg.Limits), log: cfg.Logger.With("component", "collector"), cfg: cfg, errs: make(chan error, 2)}
-	counter := prometheus.NewCounterVec(prometheus.CounterOpts{
+	counter := &boundedCounter{vec: prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "lanes_integrity_findings_total",
-		Help: "Lane integrity findings on collected spans, by kind (breach, needless_fallback, lane_lost, trace_broken) and service.",
-	}, []string{"kind", "service"})
+		Help: fmt.Sprintf("Lane integrity findings on collected spans, by kind (breach, needless_fallback, lane_lost, trace_broken) and service. Services past the first %d are counted as \"other\".", lanesmetrics.MaxServices),
+	}, []string{"kind", "service"}), services: lanesmetrics.NewBound(lanesmetrics.MaxServices)}
+	c.checker = newChecker(c.store, cfg.Fleet, counter, cfg.MaxFindings, cfg.Limits.MaxCheckBytes)
 	if cfg.Registerer != nil {
-		if err := cfg.Registerer.Register(counter); err != nil {
+		if err := cfg.Registerer.Register(counter.vec); err != nil {
 			return nil, fmt.Errorf("collector: registering metrics: %w", err)
 		}
-		stats := c.store.Stats
+		stats := c.Stats
 		for _, col := range []prometheus.Collector{
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "lanes_traces_stored_spans", Help: "Spans in the trace store."},
 				func() float64 { return float64(stats().Spans) }),
@@ -109,14 +135,39 @@ func New(cfg Config) (*Collector, error) {
 				func() float64 { return float64(stats().Bytes) }),
 			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "lanes_traces_dropped_spans_total", Help: "Spans the trace store dropped to stay within its limits."},
 				func() float64 { return float64(stats().Dropped.Spans) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "lanes_traces_truncated_values_total", Help: "Span names and attribute values cut to traces.max_value_bytes as they arrived."},
+				func() float64 { return float64(c.truncated.Load()) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "lanes_traces_refused_spans_total", Help: "Spans refused because their sender's token may not send them."},
+				func() float64 { return float64(c.refused.Load()) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "lanes_traces_auth_failures_total", Help: "OTLP requests refused for a missing, unknown or wrong token, or a peer that is not loopback."},
+				func() float64 { return float64(c.authFails.Load()) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "lanes_integrity_bytes", Help: "Bytes charged for what the integrity checks keep: findings and per-service state."},
+				func() float64 { st := stats(); return float64(st.Checks.FindingBytes + st.Checks.StateBytes) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "lanes_integrity_dropped_findings_total", Help: "Findings dropped, the oldest first, to stay within their bounds."},
+				func() float64 { return float64(stats().Dropped.Findings) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "lanes_integrity_dropped_state_total", Help: "Spans the trace_broken check forgot, the oldest first, to stay within its bound."},
+				func() float64 { return float64(stats().Dropped.CheckState) }),
 		} {
 			if err := cfg.Registerer.Register(col); err != nil {
 				return nil, fmt.Errorf("collector: registering metrics: %w", err)
 			}
 		}
 	}
-	c.checker = newChecker(c.store, cfg.Fleet, counter, cfg.MaxFindings)
 	return c, nil
+}
+
+// boundedCounter is lanes_integrity_findings_total, its service label bounded by lanesmetrics'
+// rule. A nil one counts nothing.
+type boundedCounter struct {
+	vec      *prometheus.CounterVec
+	services *lanesmetrics.Bound
+}
+
+func (b *boundedCounter) inc(kind, service string) {
+	if b == nil {
+		return
+	}
+	b.vec.WithLabelValues(kind, b.services.Label(service)).Inc()
 }
 
 // Start opens the receivers. A listener that cannot be opened fails Start; an error of a running
@@ -221,17 +272,82 @@ func (c *Collector) Close(ctx context.Context) error {
 func (c *Collector) GRPCAddr() net.Addr { return c.grpcAddr }
 func (c *Collector) HTTPAddr() net.Addr { return c.httpAddr }
 
-// Ingest stores and checks the spans of one OTLP request, and returns how many it rejected.
+// Ingest stores and checks the spans of one OTLP request from a trusted sender, and returns how
+// many it rejected.
 func (c *Collector) Ingest(req *coltracepb.ExportTraceServiceRequest) (rejected int64) {
+	n, _ := c.ingest(req, Sender{Trusted: true})
+	return n
+}
+
+// ingest stores and checks the spans of one OTLP request from sender, and returns how many it
+// rejected, and why.
+func (c *Collector) ingest(req *coltracepb.ExportTraceServiceRequest, sender Sender) (rejected int64, why string) {
 	var total int64
 	for _, rs := range req.GetResourceSpans() {
 		for _, ss := range rs.GetScopeSpans() {
 			total += int64(len(ss.GetSpans()))
 		}
 	}
-	spans := fromOTLP(req.GetResourceSpans())
-	c.checker.check(c.store.add(spans))
-	return total - int64(len(spans))
+	conv := converter{max: c.cfg.Limits.MaxValueBytes}
+	spans := conv.fromOTLP(req.GetResourceSpans())
+	c.truncated.Add(conv.truncated)
+	invalid := total - int64(len(spans))
+	var refused int64
+	var refusal error
+	scope := sender.scope()
+	kept := spans[:0]
+	for _, sp := range spans {
+		if err := c.allows(sender, sp); err != nil {
+			refused++
+			if refusal == nil {
+				refusal = fmt.Errorf("span %q of %s: %w", sp.Name, sp.Service, err)
+			}
+			continue
+		}
+		sp.sender = scope
+		kept = append(kept, sp)
+	}
+	c.refused.Add(refused)
+	c.checker.check(c.store.add(kept))
+	c.logDrops()
+	var whys []string
+	if invalid > 0 {
+		whys = append(whys, fmt.Sprintf("%d spans without a valid trace or span id", invalid))
+	}
+	if refused > 0 {
+		whys = append(whys, fmt.Sprintf("%d spans refused (%v)", refused, refusal))
+	}
+	return invalid + refused, strings.Join(whys, "; ")
+}
+
+// dropCounts are what the collector has let go, for its log lines.
+type dropCounts struct{ spans, findings, state, truncated, refused int64 }
+
+// dropLogEvery is how often at most the collector logs that it dropped something.
+const dropLogEvery = time.Minute
+
+// logDrops logs what the collector let go since its last such line, at most once per
+// dropLogEvery.
+func (c *Collector) logDrops() {
+	now := time.Now().UnixNano()
+	last := c.lastLog.Load()
+	if now-last < int64(dropLogEvery) || !c.lastLog.CompareAndSwap(last, now) {
+		return
+	}
+	st := c.Stats()
+	cur := &dropCounts{st.Dropped.Spans, st.Dropped.Findings, st.Dropped.CheckState, st.Truncated, st.Refused}
+	prev := c.logged.Swap(cur)
+	if prev == nil {
+		prev = &dropCounts{}
+	}
+	if *cur == *prev {
+		return
+	}
+	c.log.Warn("trace collector dropped data to stay within its bounds",
+		"spans_dropped", cur.spans-prev.spans, "findings_dropped", cur.findings-prev.findings,
+		"check_state_dropped", cur.state-prev.state, "values_truncated", cur.truncated-prev.truncated,
+		"spans_refused", cur.refused-prev.refused, "stored_bytes", st.Bytes, "max_bytes", st.MaxBytes,
+		"check_bytes", st.Checks.FindingBytes+st.Checks.StateBytes, "max_check_bytes", st.Checks.MaxBytes)
 }
 
 // Traces returns the newest stored traces that match f, newest first, each with its number of
@@ -267,12 +383,17 @@ func (c *Collector) Trace(id string) (adminapi.Trace, bool) {
 	return adminapi.Trace{TraceID: id, Hops: Hops(spans, findings), Findings: findings}, true
 }
 
-// Stats describe the store.
+// Stats describe the store and the integrity checks: their size, their bounds and what they let
+// go.
 func (c *Collector) Stats() adminapi.TraceStats {
 	st := c.store.Stats()
 	out := adminapi.TraceStats{Traces: st.Traces, Spans: st.Spans, Bytes: st.Bytes,
-		MaxSpans: st.Limits.MaxSpans, MaxBytes: st.Limits.MaxBytes, MaxAge: adminapi.Duration(st.Limits.MaxAge)}
+		MaxSpans: st.Limits.MaxSpans, MaxBytes: st.Limits.MaxBytes, MaxAge: adminapi.Duration(st.Limits.MaxAge),
+		MaxValueBytes: c.cfg.Limits.MaxValueBytes, Truncated: c.truncated.Load(), Refused: c.refused.Load()}
 	out.Dropped.Traces, out.Dropped.Spans = st.Dropped.Traces, st.Dropped.Spans
+	findings, fb, sb, services, dropped := c.checker.stats()
+	out.Checks = adminapi.CheckStats{Findings: findings, FindingBytes: fb, StateBytes: sb, Services: services, MaxBytes: c.cfg.Limits.MaxCheckBytes}
+	out.Dropped.Findings, out.Dropped.CheckState = dropped.Findings, dropped.State
 	return out
 }
 

@@ -198,7 +198,7 @@ func TestMetrics(t *testing.T) {
 	}
 	c.checker.check(c.store.add([]*Span{{TraceID: strings.Repeat("a", 32), SpanID: strings.Repeat("1", 16), Name: "GET /",
 		Kind: KindServer, Service: "payments", HasLane: true, Requested: "", InstanceLane: "alice", Admitted: true}}))
-	if got := testutil.ToFloat64(c.checker.counter.WithLabelValues("breach", "payments")); got != 1 {
+	if got := testutil.ToFloat64(c.checker.counter.vec.WithLabelValues("breach", "payments")); got != 1 {
 		t.Fatalf("lanes_integrity_findings_total{kind=breach,service=payments} = %v, want 1", got)
 	}
 	if n, err := testutil.GatherAndCount(reg, "lanes_traces_stored_spans"); err != nil || n != 1 {

@@ -1,11 +1,11 @@
 package collector
 
 import (
+	"container/list"
 	"fmt"
 	"sync"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
+	"unsafe"
 
 	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/lanestrace"
@@ -36,31 +36,67 @@ type Fleet interface {
 	Entry(service string) bool
 }
 
-// checker runs the integrity checks on spans as they arrive and keeps the latest findings.
+// checker runs the integrity checks on spans as they arrive and keeps the latest findings. Both
+// what it remembers and the findings count their bytes against a bound and drop the oldest first.
 type checker struct {
 	store   *Store
 	fleet   Fleet
-	counter *prometheus.CounterVec
-	max     int
+	counter *boundedCounter
+	max     int   // findings kept at most
+	maxFB   int64 // bytes charged for the findings kept at most
+	maxSB   int64 // bytes charged for the per-service state at most
 	now     func() time.Time
 
-	mu       sync.Mutex
-	findings []Finding // newest last, at most max
-	seen     map[string]bool
-	// serving holds, per service, the lane requests it served recently (server spans with a
-	// lane), for trace_broken; roots holds the root client spans of non-entry services that
-	// have not been matched yet, since the server span that encloses them ends, and so arrives,
-	// after them.
-	serving map[string][]*Span
-	roots   map[string][]*Span
+	mu           sync.Mutex
+	findings     []Finding // newest last, within max and maxFB
+	findingBytes int64
+	seen         map[string]bool
+	// services holds, per service, the lane requests it served recently (server spans with a
+	// lane), for trace_broken, and the root client spans of non-entry services that have not been
+	// matched yet, since the server span that encloses them ends, and so arrives, after them.
+	// order lists their entries, oldest first, across services.
+	services   map[string]*serviceState
+	order      *list.List // of *stateEntry
+	stateBytes int64
+	dropped    CheckDropped
+}
+
+// CheckDropped counts what the integrity checks let go to stay within their bounds.
+type CheckDropped struct {
+	Findings int64 // findings dropped, the oldest first
+	State    int64 // remembered spans of the trace_broken check dropped, the oldest first
+}
+
+// serviceState is what the trace_broken check remembers of one service, oldest first.
+type serviceState struct {
+	serving, roots []*stateEntry
+}
+
+// stateEntry is one span the trace_broken check remembers: a pared copy, what it is charged, and
+// its place in the checker's order.
+type stateEntry struct {
+	sp      *Span
+	service string
+	serving bool
+	bytes   int64
+	elem    *list.Element
 }
 
 // maxRecent bounds the per-service lists of the trace_broken check.
 const maxRecent = 512
 
-func newChecker(store *Store, fleet Fleet, counter *prometheus.CounterVec, max int) *checker {
-	return &checker{store: store, fleet: fleet, counter: counter, max: max, now: time.Now,
-		seen: map[string]bool{}, serving: map[string][]*Span{}, roots: map[string][]*Span{}}
+// What the checker charges beyond the strings: a service's map entry and state, and a remembered
+// span's entry and list element; a finding's slice slot and its key in seen (with the key's
+// bytes, counted with the finding).
+const (
+	serviceOverhead = 256
+	entryOverhead   = 128
+	findingOverhead = 128
+)
+
+func newChecker(store *Store, fleet Fleet, counter *boundedCounter, max int, maxBytes int64) *checker {
+	return &checker{store: store, fleet: fleet, counter: counter, max: max, maxFB: maxBytes / 2, maxSB: maxBytes - maxBytes/2,
+		now: time.Now, seen: map[string]bool{}, services: map[string]*serviceState{}, order: list.New()}
 }
 
 // check runs every check that spans (just stored) make possible.
@@ -170,24 +206,33 @@ func (c *checker) checkBroken(sp *Span) {
 	c.mu.Lock()
 	switch {
 	case (sp.Kind == KindClient || sp.Kind == KindProducer) && sp.ParentID == "" && !sp.Entry && !c.fleet.Entry(sp.Service):
-		if p := enclosingServing(c.serving[sp.Service], sp); p != nil {
+		var p *Span
+		if st := c.services[sp.Service]; st != nil {
+			p = enclosingServing(st.serving, sp)
+		}
+		if p != nil {
 			c.mu.Unlock()
 			c.broken(sp, p)
 			return
 		}
-		c.roots[sp.Service] = bounded(append(c.roots[sp.Service], sp))
+		c.remember(sp, false)
 	case (sp.Kind == KindServer || sp.Kind == KindConsumer) && sp.HasLane && sp.Requested != "":
-		c.serving[sp.Service] = bounded(append(c.serving[sp.Service], sp))
+		c.remember(sp, true)
 		var matched []*Span
-		rest := c.roots[sp.Service][:0]
-		for _, r := range c.roots[sp.Service] {
-			if within(r, sp) {
-				matched = append(matched, r)
-			} else {
-				rest = append(rest, r)
+		if st := c.services[sp.Service]; st != nil {
+			rest := st.roots[:0]
+			for _, r := range st.roots {
+				if within(r.sp, sp) {
+					matched = append(matched, r.sp)
+					c.forgetLocked(r)
+				} else {
+					rest = append(rest, r)
+				}
 			}
+			clear(st.roots[len(rest):])
+			st.roots = rest
+			c.forgetServiceIfEmpty(sp.Service, st)
 		}
-		c.roots[sp.Service] = rest
 		c.mu.Unlock()
 		for _, r := range matched {
 			c.broken(r, sp)
@@ -197,31 +242,99 @@ func (c *checker) checkBroken(sp *Span) {
 	c.mu.Unlock()
 }
 
+// remember keeps a pared copy of sp in its service's state (the lane requests served, or the
+// unmatched roots), then drops the oldest entries while the state is over its bound.
+func (c *checker) remember(sp *Span, serving bool) {
+	st := c.services[sp.Service]
+	if st == nil {
+		st = &serviceState{}
+		c.services[sp.Service] = st
+		c.stateBytes += serviceOverhead + int64(len(sp.Service))
+	}
+	kept := &Span{TraceID: sp.TraceID, SpanID: sp.SpanID, Name: sp.Name, Kind: sp.Kind, Service: sp.Service,
+		Start: sp.Start, End: sp.End, HasLane: sp.HasLane, Requested: sp.Requested, sender: sp.sender}
+	e := &stateEntry{sp: kept, service: sp.Service, serving: serving, bytes: kept.size() + entryOverhead}
+	e.elem = c.order.PushBack(e)
+	c.stateBytes += e.bytes
+	list := &st.roots
+	if serving {
+		list = &st.serving
+	}
+	*list = append(*list, e)
+	for len(*list) > maxRecent {
+		c.dropped.State++
+		c.forgetLocked((*list)[0])
+		*list = removeFirst(*list)
+	}
+	for c.stateBytes > c.maxSB && c.order.Len() > 0 {
+		old := c.order.Front().Value.(*stateEntry)
+		c.dropped.State++
+		c.forgetLocked(old)
+		ost := c.services[old.service]
+		if old.serving {
+			ost.serving = removeEntry(ost.serving, old)
+		} else {
+			ost.roots = removeEntry(ost.roots, old)
+		}
+		c.forgetServiceIfEmpty(old.service, ost)
+	}
+	c.forgetServiceIfEmpty(sp.Service, st)
+}
+
+// forgetServiceIfEmpty deletes the state of service when it remembers nothing.
+func (c *checker) forgetServiceIfEmpty(service string, st *serviceState) {
+	if len(st.serving) == 0 && len(st.roots) == 0 && c.services[service] == st {
+		delete(c.services, service)
+		c.stateBytes -= serviceOverhead + int64(len(service))
+	}
+}
+
+// forgetLocked takes e out of the order and its bytes out of the state's charge; the caller takes
+// it out of its service's list.
+func (c *checker) forgetLocked(e *stateEntry) {
+	c.order.Remove(e.elem)
+	c.stateBytes -= e.bytes
+}
+
+func removeFirst(list []*stateEntry) []*stateEntry {
+	copy(list, list[1:])
+	list[len(list)-1] = nil
+	return list[:len(list)-1]
+}
+
+// removeEntry removes e from list; entries are kept oldest first, so it is almost always the
+// first.
+func removeEntry(list []*stateEntry, e *stateEntry) []*stateEntry {
+	for i, x := range list {
+		if x == e {
+			copy(list[i:], list[i+1:])
+			list[len(list)-1] = nil
+			return list[:len(list)-1]
+		}
+	}
+	return list
+}
+
 func (c *checker) broken(root, parent *Span) {
 	c.add(TraceBroken, root, fmt.Sprintf("%s started a new trace with %s while serving %s in lane %q: the call was made with context.Background() or context.TODO(), so it carried no lane",
 		root.Service, root.Name, parent.Name, parent.Requested), parent)
 }
 
 // enclosingServing returns the latest-starting span of list whose time encloses root's start.
-func enclosingServing(list []*Span, root *Span) *Span {
+func enclosingServing(list []*stateEntry, root *Span) *Span {
 	var best *Span
-	for _, s := range list {
-		if within(root, s) && (best == nil || s.Start.After(best.Start)) {
+	for _, e := range list {
+		if s := e.sp; within(root, s) && (best == nil || s.Start.After(best.Start)) {
 			best = s
 		}
 	}
 	return best
 }
 
+// within reports whether inner started while outer ran, in another trace, and both came from the
+// same sender (one process sends both, so spans of different credentials are not matched).
 func within(inner, outer *Span) bool {
-	return inner.TraceID != outer.TraceID && !inner.Start.Before(outer.Start) && !inner.Start.After(outer.End)
-}
-
-func bounded(list []*Span) []*Span {
-	if len(list) > maxRecent {
-		return append(list[:0], list[len(list)-maxRecent:]...)
-	}
-	return list
+	return inner.TraceID != outer.TraceID && inner.sender == outer.sender && !inner.Start.Before(outer.Start) && !inner.Start.After(outer.End)
 }
 
 func (c *checker) add(kind string, sp *Span, msg string, parent *Span) {
@@ -237,16 +350,38 @@ func (c *checker) add(kind string, sp *Span, msg string, parent *Span) {
 	}
 	c.seen[key] = true
 	c.findings = append(c.findings, f)
-	if len(c.findings) > c.max {
-		for _, old := range c.findings[:len(c.findings)-c.max] {
-			delete(c.seen, old.Kind+"/"+old.TraceID+"/"+old.SpanID)
-		}
-		c.findings = append(c.findings[:0], c.findings[len(c.findings)-c.max:]...)
+	c.findingBytes += findingSize(f)
+	drop := 0
+	for bytes := c.findingBytes; drop < len(c.findings)-1 && (len(c.findings)-drop > c.max || bytes > c.maxFB); drop++ {
+		old := c.findings[drop]
+		delete(c.seen, old.Kind+"/"+old.TraceID+"/"+old.SpanID)
+		bytes -= findingSize(old)
+		c.findingBytes = bytes
+	}
+	if drop > 0 {
+		c.dropped.Findings += int64(drop)
+		n := copy(c.findings, c.findings[drop:])
+		clear(c.findings[n:])
+		c.findings = c.findings[:n]
 	}
 	c.mu.Unlock()
-	if c.counter != nil {
-		c.counter.WithLabelValues(kind, sp.Service).Inc()
+	c.counter.inc(kind, sp.Service)
+}
+
+// findingSize is what the checker charges for f: the struct, its strings, and its key in seen.
+func findingSize(f Finding) int64 {
+	n := int64(unsafe.Sizeof(f)) + findingOverhead
+	for _, s := range []string{f.Kind, f.Service, f.TraceID, f.SpanID, f.Span, f.Message, f.ParentTraceID, f.ParentSpanID} {
+		n += int64(len(s))
 	}
+	return n + int64(len(f.Kind)+len(f.TraceID)+len(f.SpanID)+2)
+}
+
+// stats returns the size of what the checker keeps, and what it dropped.
+func (c *checker) stats() (findings int, findingBytes, stateBytes int64, services int, dropped CheckDropped) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.findings), c.findingBytes, c.stateBytes, len(c.services), c.dropped
 }
 
 // list returns the findings newer than since (all, for the zero time), newest first, filtered by

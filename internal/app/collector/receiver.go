@@ -3,12 +3,16 @@ package collector
 import (
 	"compress/gzip"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"mime"
 	"net/http"
 
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
@@ -28,10 +32,24 @@ func (r grpcReceiver) Export(ctx context.Context, req *coltracepb.ExportTraceSer
 	if err := ctx.Err(); err != nil {
 		return nil, status.FromContextError(err).Err()
 	}
-	rejected := r.c.Ingest(req)
+	var from, header string
+	if p, ok := peer.FromContext(ctx); ok && p.Addr != nil {
+		from = p.Addr.String()
+	}
+	if v := metadata.ValueFromIncomingContext(ctx, "authorization"); len(v) > 0 {
+		header = v[0]
+	}
+	sender, err := r.c.authenticate(ctx, from, header)
+	if err != nil {
+		r.c.authFails.Add(1)
+		if errors.Is(err, ErrUnauthenticated) {
+			return nil, status.Error(codes.Unauthenticated, err.Error())
+		}
+		return nil, status.Error(codes.Unavailable, "checking the token: "+err.Error())
+	}
 	resp := &coltracepb.ExportTraceServiceResponse{}
-	if rejected > 0 {
-		resp.PartialSuccess = &coltracepb.ExportTracePartialSuccess{RejectedSpans: rejected, ErrorMessage: "spans without a valid trace or span id"}
+	if rejected, why := r.c.ingest(req, sender); rejected > 0 {
+		resp.PartialSuccess = &coltracepb.ExportTracePartialSuccess{RejectedSpans: rejected, ErrorMessage: why}
 	}
 	return resp, nil
 }
@@ -41,6 +59,17 @@ func (r grpcReceiver) Export(ctx context.Context, req *coltracepb.ExportTraceSer
 func (c *Collector) httpReceiver() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/traces", func(w http.ResponseWriter, r *http.Request) {
+		sender, err := c.authenticate(r.Context(), r.RemoteAddr, r.Header.Get("Authorization"))
+		if err != nil {
+			c.authFails.Add(1)
+			if errors.Is(err, ErrUnauthenticated) {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="lanes"`)
+				http.Error(w, err.Error(), http.StatusUnauthorized)
+			} else {
+				http.Error(w, "checking the token: "+err.Error(), http.StatusServiceUnavailable)
+			}
+			return
+		}
 		ct, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 		if err != nil || (ct != "application/x-protobuf" && ct != "application/json") {
 			http.Error(w, fmt.Sprintf("Content-Type %q: want application/x-protobuf or application/json", r.Header.Get("Content-Type")), http.StatusUnsupportedMediaType)
@@ -81,8 +110,8 @@ func (c *Collector) httpReceiver() http.Handler {
 			return
 		}
 		resp := &coltracepb.ExportTraceServiceResponse{}
-		if rejected := c.Ingest(req); rejected > 0 {
-			resp.PartialSuccess = &coltracepb.ExportTracePartialSuccess{RejectedSpans: rejected, ErrorMessage: "spans without a valid trace or span id"}
+		if rejected, why := c.ingest(req, sender); rejected > 0 {
+			resp.PartialSuccess = &coltracepb.ExportTracePartialSuccess{RejectedSpans: rejected, ErrorMessage: why}
 		}
 		var out []byte
 		if ct == "application/json" {

@@ -2,7 +2,9 @@ package collector
 
 import (
 	"encoding/hex"
+	"strings"
 	"time"
+	"unicode/utf8"
 	"unsafe"
 
 	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
@@ -65,6 +67,10 @@ type Span struct {
 	ConsumerLane   string
 	DeliveryCount  int64
 	Entry          bool
+
+	// sender is the scope of the credential that sent the span (see Sender.scope): the
+	// trace_broken check matches a root span only with a lane request served under the same one.
+	sender string
 }
 
 // Duration is End minus Start.
@@ -75,7 +81,7 @@ func (s *Span) Duration() time.Duration { return s.End.Sub(s.Start) }
 func (s *Span) size() int64 {
 	n := int64(unsafe.Sizeof(*s)) + spanOverhead
 	for _, f := range []string{s.TraceID, s.SpanID, s.ParentID, s.Name, s.Service, s.Status, s.Requested, s.Served,
-		s.FallbackReason, s.Callee, s.InstanceID, s.InstanceAddr, s.InstanceLane, s.ConsumerLane} {
+		s.FallbackReason, s.Callee, s.InstanceID, s.InstanceAddr, s.InstanceLane, s.ConsumerLane, s.sender} {
 		n += int64(len(f))
 	}
 	return n
@@ -85,19 +91,40 @@ func (s *Span) size() int64 {
 // with each span.
 const spanOverhead = 256
 
+// converter turns OTLP spans into Spans, cutting every string it keeps (names, the service, the
+// status message, attribute values) to max bytes, and counting the values it cut.
+type converter struct {
+	max       int
+	truncated int64
+}
+
+// str returns v, cut to c.max bytes on a rune boundary. A cut value is copied, so that it does
+// not hold the request's larger buffer.
+func (c *converter) str(v string) string {
+	if len(v) <= c.max {
+		return v
+	}
+	c.truncated++
+	n := c.max
+	for n > 0 && !utf8.RuneStart(v[n]) {
+		n--
+	}
+	return strings.Clone(v[:n])
+}
+
 // fromOTLP converts the spans of one OTLP request.
-func fromOTLP(rss []*tracepb.ResourceSpans) []*Span {
+func (c *converter) fromOTLP(rss []*tracepb.ResourceSpans) []*Span {
 	var out []*Span
 	for _, rs := range rss {
 		service := "unknown_service"
 		if r := rs.GetResource(); r != nil {
 			if v, ok := stringAttr(r.GetAttributes(), "service.name"); ok && v != "" {
-				service = v
+				service = c.str(v)
 			}
 		}
 		for _, ss := range rs.GetScopeSpans() {
 			for _, ps := range ss.GetSpans() {
-				if s := convert(ps, service); s != nil {
+				if s := c.convert(ps, service); s != nil {
 					out = append(out, s)
 				}
 			}
@@ -106,14 +133,14 @@ func fromOTLP(rss []*tracepb.ResourceSpans) []*Span {
 	return out
 }
 
-func convert(ps *tracepb.Span, service string) *Span {
+func (c *converter) convert(ps *tracepb.Span, service string) *Span {
 	if len(ps.GetTraceId()) != 16 || len(ps.GetSpanId()) != 8 {
 		return nil // not a valid span: OTLP requires both ids
 	}
 	s := &Span{
 		TraceID:  hex.EncodeToString(ps.GetTraceId()),
 		SpanID:   hex.EncodeToString(ps.GetSpanId()),
-		Name:     ps.GetName(),
+		Name:     c.str(ps.GetName()),
 		Kind:     kindOf(ps.GetKind()),
 		Service:  service,
 		Start:    time.Unix(0, int64(ps.GetStartTimeUnixNano())),
@@ -125,25 +152,25 @@ func convert(ps *tracepb.Span, service string) *Span {
 	}
 	if st := ps.GetStatus(); st != nil {
 		s.Error = st.GetCode() == tracepb.Status_STATUS_CODE_ERROR
-		s.Status = st.GetMessage()
+		s.Status = c.str(st.GetMessage())
 	}
 	for _, kv := range ps.GetAttributes() {
 		v := kv.GetValue()
 		switch attribute := kv.GetKey(); attribute {
 		case string(lanestrace.Requested):
-			s.HasLane, s.Requested = true, v.GetStringValue()
+			s.HasLane, s.Requested = true, c.str(v.GetStringValue())
 		case string(lanestrace.Served):
-			s.Served = v.GetStringValue()
+			s.Served = c.str(v.GetStringValue())
 		case string(lanestrace.FallbackReason):
-			s.FallbackReason = v.GetStringValue()
+			s.FallbackReason = c.str(v.GetStringValue())
 		case string(lanestrace.Service):
-			s.Callee = v.GetStringValue()
+			s.Callee = c.str(v.GetStringValue())
 		case string(lanestrace.InstanceID):
-			s.InstanceID = v.GetStringValue()
+			s.InstanceID = c.str(v.GetStringValue())
 		case string(lanestrace.InstanceAddr):
-			s.InstanceAddr = v.GetStringValue()
+			s.InstanceAddr = c.str(v.GetStringValue())
 		case string(lanestrace.InstanceLane):
-			s.InstanceLane = v.GetStringValue()
+			s.InstanceLane = c.str(v.GetStringValue())
 		case string(lanestrace.Eligible):
 			s.Eligible = v.GetIntValue()
 		case string(lanestrace.Retries):
@@ -151,7 +178,7 @@ func convert(ps *tracepb.Span, service string) *Span {
 		case string(lanestrace.GuardAdmitted):
 			s.Admitted = v.GetBoolValue()
 		case string(lanestrace.ConsumerLane):
-			s.ConsumerLane = v.GetStringValue()
+			s.ConsumerLane = c.str(v.GetStringValue())
 		case string(lanestrace.DeliveryCount):
 			s.DeliveryCount = v.GetIntValue()
 		case string(lanestrace.Entry):

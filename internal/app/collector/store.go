@@ -9,16 +9,45 @@ import (
 	"github.com/lanesdev/lanes/adminapi"
 )
 
-// Limits bound the store. A trace is kept or dropped whole: when a limit is passed, the oldest
-// traces (by their first span's arrival) go first.
+// Limits bound the collector's memory. The store keeps or drops a trace whole: when a limit is
+// passed, the oldest traces (by their first span's arrival) go first. The integrity checks keep
+// their findings and their per-service state within MaxCheckBytes, the oldest going first too.
+// Zero fields take DefaultLimits' values.
 type Limits struct {
-	MaxSpans int           // spans kept at most; 0 means DefaultLimits' value
+	MaxSpans int           // spans kept at most
 	MaxBytes int64         // bytes charged for the spans kept (see Span.size) at most
 	MaxAge   time.Duration // a trace is dropped this long after its last span arrived
+	// MaxValueBytes cuts every string kept of a span (its name, service, status message and
+	// lanes attribute values) to this many bytes as it arrives.
+	MaxValueBytes int
+	// MaxCheckBytes bounds the integrity checks: half for the findings kept, half for what the
+	// trace_broken check remembers per service (the lane requests each served recently and the
+	// root spans not yet matched, and the services themselves).
+	MaxCheckBytes int64
 }
 
-// DefaultLimits are the store's limits in `lanes up`.
-var DefaultLimits = Limits{MaxSpans: 100_000, MaxBytes: 64 << 20, MaxAge: time.Hour}
+// DefaultLimits are the collector's limits in `lanes up`.
+var DefaultLimits = Limits{MaxSpans: 100_000, MaxBytes: 64 << 20, MaxAge: time.Hour, MaxValueBytes: 1024, MaxCheckBytes: 16 << 20}
+
+// withDefaults returns l with its zero fields set from DefaultLimits.
+func (l Limits) withDefaults() Limits {
+	if l.MaxSpans <= 0 {
+		l.MaxSpans = DefaultLimits.MaxSpans
+	}
+	if l.MaxBytes <= 0 {
+		l.MaxBytes = DefaultLimits.MaxBytes
+	}
+	if l.MaxAge <= 0 {
+		l.MaxAge = DefaultLimits.MaxAge
+	}
+	if l.MaxValueBytes <= 0 {
+		l.MaxValueBytes = DefaultLimits.MaxValueBytes
+	}
+	if l.MaxCheckBytes <= 0 {
+		l.MaxCheckBytes = DefaultLimits.MaxCheckBytes
+	}
+	return l
+}
 
 // Dropped counts what the store let go to stay within its limits.
 type Dropped struct {
@@ -70,15 +99,7 @@ type Store struct {
 
 // NewStore returns an empty store. Zero fields of limits take DefaultLimits' values.
 func NewStore(limits Limits) *Store {
-	if limits.MaxSpans <= 0 {
-		limits.MaxSpans = DefaultLimits.MaxSpans
-	}
-	if limits.MaxBytes <= 0 {
-		limits.MaxBytes = DefaultLimits.MaxBytes
-	}
-	if limits.MaxAge <= 0 {
-		limits.MaxAge = DefaultLimits.MaxAge
-	}
+	limits = limits.withDefaults()
 	return &Store{limits: limits, now: time.Now, traces: map[string]*traceEntry{}, order: list.New()}
 }
 

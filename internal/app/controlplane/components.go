@@ -335,38 +335,43 @@ func (c *adminComponent) Cleanup() error {
 // adminToken returns the admin token: from the configuration, else from
 // <dir>/admin-token, else a new one written there (mode 0600).
 func adminToken(cfg Config, dir string) (token, note string, err error) {
-	if cfg.AdminToken != "" {
-		src := cfg.sources["admin_token"]
+	return secretToken(cfg.AdminToken, cfg.sources["admin_token"], filepath.Join(dir, AdminTokenFile), admin.NewAdminToken, "admin token")
+}
+
+// secretToken returns a credential (what names it): value, set from src,
+// else the one in the file at path, else a new one from fresh written there (mode 0600); and a
+// note that says where it came from.
+func secretToken(value, src, path string, fresh func() string, what string) (token, note string, err error) {
+	if value != "" {
 		if src == "" {
 			src = "the configuration"
 		}
-		return cfg.AdminToken, "admin token from " + src, nil
+		return value, what + " from " + src, nil
 	}
-	path := filepath.Join(dir, AdminTokenFile)
 	data, err := os.ReadFile(path)
 	if err == nil {
 		t := strings.TrimSpace(string(data))
 		if len(t) < 16 {
-			return "", "", fmt.Errorf("%s: the admin token must be at least 16 characters; delete the file to get a new one", path)
+			return "", "", fmt.Errorf("%s: the %s must be at least 16 characters; delete the file to get a new one", path, what)
 		}
-		return t, "admin token in " + path, nil
+		return t, what + " in " + path, nil
 	}
 	if !errors.Is(err, os.ErrNotExist) {
-		return "", "", fmt.Errorf("admin token: %w", err)
+		return "", "", fmt.Errorf("%s: %w", what, err)
 	}
-	t := admin.NewAdminToken()
+	t := fresh()
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
-		return "", "", fmt.Errorf("admin token: %w", err)
+		return "", "", fmt.Errorf("%s: %w", what, err)
 	}
 	if _, err := f.WriteString(t + "\n"); err != nil {
 		f.Close()
-		return "", "", fmt.Errorf("admin token: %w", err)
+		return "", "", fmt.Errorf("%s: %w", what, err)
 	}
 	if err := f.Close(); err != nil {
-		return "", "", fmt.Errorf("admin token: %w", err)
+		return "", "", fmt.Errorf("%s: %w", what, err)
 	}
-	return t, "admin token created in " + path, nil
+	return t, what + " created in " + path, nil
 }
 
 // gatherers is what /metrics serves: the control plane's registry (the

@@ -187,6 +187,10 @@ func Defaults() Config {
 			MaxMiB:   collector.DefaultLimits.MaxBytes >> 20,
 			MaxAge:   collector.DefaultLimits.MaxAge,
 			Sample:   1,
+
+			ReceiverAuth:  collector.AuthToken,
+			MaxValueBytes: collector.DefaultLimits.MaxValueBytes,
+			MaxCheckMiB:   collector.DefaultLimits.MaxCheckBytes >> 20,
 		},
 	}
 }
@@ -247,6 +251,18 @@ func durationOrOff(p func(c *Config) *time.Duration) func(*Config, []string) err
 			return fmt.Errorf("want a duration such as 10s, or off")
 		}
 		*p(c) = d
+		return nil
+	})
+}
+
+// mib sets a number of MiB, 1 or more.
+func mib(p func(c *Config) *int64) func(*Config, []string) error {
+	return one(func(c *Config, v string) error {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n <= 0 {
+			return fmt.Errorf("want a whole number of MiB, 1 or more")
+		}
+		*p(c) = n
 		return nil
 	})
 }
@@ -326,14 +342,11 @@ var Settings = []Setting{
 	{Flag: "otlp-grpc-addr", Env: "LANES_OTLP_GRPC_ADDR", Key: "traces.otlp_grpc_addr", Usage: "address of the trace collector's OTLP/gRPC receiver, which services export to (LANES_TRACES); port 0 picks one; off runs none", set: str(func(c *Config) *string { return &c.Traces.GRPCAddr })},
 	{Flag: "otlp-http-addr", Env: "LANES_OTLP_HTTP_ADDR", Key: "traces.otlp_http_addr", Usage: "address of the trace collector's OTLP/HTTP receiver (POST /v1/traces); port 0 picks one; off runs none", set: str(func(c *Config) *string { return &c.Traces.HTTPAddr })},
 	{Flag: "trace-max-spans", Env: "LANES_TRACE_MAX_SPANS", Key: "traces.max_spans", Usage: "spans the trace store keeps at most; the oldest traces go first", set: integer(func(c *Config) *int { return &c.Traces.MaxSpans })},
-	{Flag: "trace-max-mib", Env: "LANES_TRACE_MAX_MIB", Key: "traces.max_mib", Usage: "memory the trace store uses at most, in MiB", set: one(func(c *Config, v string) error {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n <= 0 {
-			return fmt.Errorf("want a whole number of MiB, 1 or more")
-		}
-		c.Traces.MaxMiB = n
-		return nil
-	})},
+	{Flag: "trace-max-mib", Env: "LANES_TRACE_MAX_MIB", Key: "traces.max_mib", Usage: "memory the trace store uses at most, in MiB", set: mib(func(c *Config) *int64 { return &c.Traces.MaxMiB })},
+	{Flag: "trace-receiver-auth", Env: "LANES_TRACE_RECEIVER_AUTH", Key: "traces.receiver_auth", Usage: "who may send spans to the trace collector: token (a registration token, sending only for its lane, or the telemetry token), loopback (any process on this machine, no token) or open (anyone who reaches it)", set: str(func(c *Config) *string { return &c.Traces.ReceiverAuth })},
+	{Flag: "telemetry-token", Env: "LANES_TELEMETRY_TOKEN", Key: "traces.token", Usage: "the telemetry token, which may send any span to the trace collector (default: read from, or created in, <data-dir>/telemetry-token)", Secret: true, set: str(func(c *Config) *string { return &c.Traces.Token })},
+	{Flag: "trace-max-value-bytes", Env: "LANES_TRACE_MAX_VALUE_BYTES", Key: "traces.max_value_bytes", Usage: "bytes that span names and attribute values are cut to as they arrive", set: integer(func(c *Config) *int { return &c.Traces.MaxValueBytes })},
+	{Flag: "trace-max-check-mib", Env: "LANES_TRACE_MAX_CHECK_MIB", Key: "traces.max_check_mib", Usage: "memory the integrity checks use at most, in MiB: half for findings, half for what they remember per service", set: mib(func(c *Config) *int64 { return &c.Traces.MaxCheckMiB })},
 	{Flag: "trace-max-age", Env: "LANES_TRACE_MAX_AGE", Key: "traces.max_age", Usage: "how long the trace store keeps a trace after its last span", set: duration(func(c *Config) *time.Duration { return &c.Traces.MaxAge })},
 	{Flag: "trace-sample", Env: "LANES_TRACE_SAMPLE", Key: "traces.sample", Usage: "share of baseline requests the gateway traces, 0 to 1 (lane requests are always traced)", set: one(func(c *Config, v string) error {
 		r, err := strconv.ParseFloat(v, 64)

@@ -81,6 +81,10 @@ func TestConfigErrors(t *testing.T) {
 		{"trusted_proxies: [10.0.0.0/8, x]\n", "trusted_proxies"},
 		{"etcd:\n  ca: ca.pem\n", file + ":2: field etcd.ca: \"ca.pem\": only for an external etcd"},
 		{"etcd:\n  endpoints: [\"127.0.0.1:2379\"]\n  username: u\n", "set both the etcd username and password"},
+		{"traces:\n  receiver_auth: anyone\n", `traces.receiver_auth: "anyone": want token, loopback or open`},
+		{"traces:\n  token: short\n", "traces.token: \"(hidden)\": the telemetry token must be at least 16 characters"},
+		{"traces:\n  max_value_bytes: 8\n", `traces.max_value_bytes: "8": want a whole number of bytes, 64 or more`},
+		{"traces:\n  max_check_mib: 0\n", `traces.max_check_mib: "0": want a whole number of MiB, 1 or more`},
 	} {
 		os.WriteFile(file, []byte(tc.doc), 0o644)
 		c := Defaults()

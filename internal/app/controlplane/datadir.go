@@ -36,7 +36,7 @@ func (*dataDirComponent) Validate(cfg *Config) error {
 
 // usesDataDir reports whether anything keeps data in the data directory.
 func (c *Config) usesDataDir() bool {
-	return len(c.Etcd.Endpoints) == 0 || (c.Nats.URL == "" && c.Nats.Addr != NatsOff) || c.AdminToken == ""
+	return len(c.Etcd.Endpoints) == 0 || (c.Nats.URL == "" && c.Nats.Addr != NatsOff) || c.AdminToken == "" || c.needsTelemetryFile()
 }
 
 func (c *dataDirComponent) Provision(_ context.Context, rt *Runtime) error {

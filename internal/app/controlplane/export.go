@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/lanesdev/lanes/etcdstore"
+	"github.com/lanesdev/lanes/lanestrace"
 )
 
 // ServiceEnv returns the variables a service exports to join this control
@@ -41,20 +42,36 @@ func serviceEnv(cfg Config, etcd EtcdInfo) []string {
 }
 
 // PrintServiceEnv prints the export line of ServiceEnv, and the one for
-// services that register through the admin API with a token.
+// services that register through the admin API with a token. Where the trace
+// collector needs a token, the first line has the telemetry token's
+// (LANES_TRACES_TOKEN, read from its file, never printed), and a last line
+// says what an OpenTelemetry SDK without lanestrace sets.
 func PrintServiceEnv(w io.Writer, s *Server) {
-	fmt.Fprintf(w, "\nServices join with (see docs/http.md, docs/grpc.md):\n  export %s\n", strings.Join(s.ServiceEnv(), " "))
+	tr, _ := Value(s, TracesKey)
+	env := s.ServiceEnv()
+	if tr.GRPCAddr != "" && tr.Token != "" {
+		tok := "<the telemetry token (traces.token)>"
+		if tr.TokenFile != "" {
+			tok = `"$(cat ` + tr.TokenFile + `)"`
+		}
+		env = append(env, lanestrace.EnvTracesToken+"="+tok)
+	}
+	fmt.Fprintf(w, "\nServices join with (see docs/http.md, docs/grpc.md):\n  export %s\n", strings.Join(env, " "))
 	etcd, _ := Value(s, EtcdKey)
 	if !etcd.Embedded && (s.cfg.Etcd.CA != "" || s.cfg.Etcd.Username != "") {
 		fmt.Fprintln(w, "  (with LANES_ETCD_CA, _CERT, _KEY, _USERNAME and _PASSWORD as for lanes up)")
 	}
 	if a, _ := Value(s, AdminKey); a.URL != "" {
-		tr := ""
-		if t, _ := Value(s, TracesKey); t.GRPCAddr != "" {
-			tr = " LANES_TRACES=" + t.GRPCAddr
+		traces := ""
+		if tr.GRPCAddr != "" {
+			traces = " LANES_TRACES=" + tr.GRPCAddr
 		}
-		fmt.Fprintf(w, "or, with a registration token and no etcd access:\n  export LANES_REGISTRY=%s LANES_TOKEN=<lanes token create --lane LANE>%s\n\n", a.URL, tr)
+		fmt.Fprintf(w, "or, with a registration token and no etcd access:\n  export LANES_REGISTRY=%s LANES_TOKEN=<lanes token create --lane LANE>%s\n", a.URL, traces)
 	}
+	if tr.GRPCAddr != "" && tr.Token != "" {
+		fmt.Fprintf(w, "(the trace collector takes the token as \"Authorization: Bearer <token>\"; an OpenTelemetry SDK without lanestrace sets\n  OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=http://%s OTEL_EXPORTER_OTLP_TRACES_HEADERS=\"authorization=Bearer%%20$LANES_TOKEN\")\n", tr.GRPCAddr)
+	}
+	fmt.Fprintln(w)
 }
 
 // AdminAddrFile is the file, in the data directory, where a running control

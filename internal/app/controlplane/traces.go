@@ -2,13 +2,19 @@ package controlplane
 
 import (
 	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
 	"fmt"
+	"path/filepath"
 	"time"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/lanesdev/lanes/internal/app/admin"
 	"github.com/lanesdev/lanes/internal/app/collector"
 	"github.com/lanesdev/lanes/lanestrace"
 )
@@ -26,6 +32,32 @@ type TracesConfig struct {
 	// Sample is the share of baseline requests that the gateway traces (lane requests are
 	// always traced); the decision is made at the gateway and honoured downstream.
 	Sample float64 `yaml:"sample"`
+	// ReceiverAuth says who may send spans (collector.AuthToken, AuthLoopback, AuthOpen).
+	ReceiverAuth string `yaml:"receiver_auth"`
+	// Token is the telemetry token, which may send any span; empty, it is read from, or
+	// created in, <data-dir>/telemetry-token.
+	Token string `yaml:"token"`
+	// MaxValueBytes cuts span names and attribute values; MaxCheckMiB bounds the integrity
+	// checks.
+	MaxValueBytes int   `yaml:"max_value_bytes"`
+	MaxCheckMiB   int64 `yaml:"max_check_mib"`
+}
+
+// TelemetryTokenFile is the file, in the data directory, of the telemetry token.
+const TelemetryTokenFile = "telemetry-token"
+
+// newTelemetryToken returns a fresh telemetry token.
+func newTelemetryToken() string {
+	b := make([]byte, 32)
+	rand.Read(b)
+	return "lanes_telemetry_" + hex.EncodeToString(b)
+}
+
+// needsTelemetryFile reports whether the telemetry token is kept in the data directory: the
+// collector runs, authenticates by token, and no token is configured.
+func (c *Config) needsTelemetryFile() bool {
+	t := c.Traces
+	return t.Token == "" && t.ReceiverAuth == collector.AuthToken && (t.GRPCAddr != TracesOff || t.HTTPAddr != TracesOff)
 }
 
 // TracesOff is the value of an OTLP address that runs no receiver.
@@ -39,6 +71,10 @@ type Traces struct {
 	// GRPCAddr is the OTLP/gRPC address services export to ("" when off): the value of
 	// LANES_TRACES.
 	GRPCAddr string
+	// Token is the telemetry token, for senders in the process (lanes demo's services), and
+	// TokenFile the file that holds it when it is kept in the data directory. Both are "" when
+	// the receivers need no token.
+	Token, TokenFile string
 }
 
 // GatewayService is the service name of the gateway's spans: the entry point of the traces of
@@ -70,6 +106,20 @@ func (c *Config) validateTraces() error {
 	if t.Sample < 0 || t.Sample > 1 {
 		return c.fail("traces.sample", fmt.Sprint(t.Sample), "want a number from 0 to 1")
 	}
+	switch t.ReceiverAuth {
+	case collector.AuthToken, collector.AuthLoopback, collector.AuthOpen:
+	default:
+		return c.fail("traces.receiver_auth", t.ReceiverAuth, "want %s, %s or %s", collector.AuthToken, collector.AuthLoopback, collector.AuthOpen)
+	}
+	if t.Token != "" && len(t.Token) < 16 {
+		return c.fail("traces.token", "(hidden)", "the telemetry token must be at least 16 characters")
+	}
+	if t.MaxValueBytes < 64 {
+		return c.fail("traces.max_value_bytes", fmt.Sprint(t.MaxValueBytes), "want a whole number of bytes, 64 or more")
+	}
+	if t.MaxCheckMiB <= 0 {
+		return c.fail("traces.max_check_mib", fmt.Sprint(t.MaxCheckMiB), "want a whole number of MiB, 1 or more")
+	}
 	return nil
 }
 
@@ -82,7 +132,7 @@ type collectorComponent struct {
 }
 
 func (*collectorComponent) Name() string    { return "traces" }
-func (*collectorComponent) Needs() []Dep    { return []Dep{EngineKey} }
+func (*collectorComponent) Needs() []Dep    { return []Dep{DataDirKey, StoreKey, EngineKey} }
 func (*collectorComponent) Provides() []Dep { return []Dep{TracesKey} }
 
 func (*collectorComponent) Validate(cfg *Config) error { return cfg.validateTraces() }
@@ -96,10 +146,29 @@ func (c *collectorComponent) Provision(ctx context.Context, rt *Runtime) error {
 		}
 		return a
 	}
+	out := Traces{Provider: noop.NewTracerProvider()}
+	var auth collector.Authenticator
+	var tokenNote string
+	if t.ReceiverAuth == collector.AuthToken && (t.GRPCAddr != TracesOff || t.HTTPAddr != TracesOff) {
+		path, err := filepath.Abs(filepath.Join(Need(rt, DataDirKey), TelemetryTokenFile))
+		if err != nil {
+			return fmt.Errorf("telemetry token: %w", err)
+		}
+		if out.Token, tokenNote, err = secretToken(t.Token, rt.Config.sources["traces.token"], path, newTelemetryToken, "telemetry token"); err != nil {
+			return err
+		}
+		if t.Token == "" {
+			out.TokenFile = path
+		}
+		auth = senderAuth(out.Token, admin.NewTokens(Need(rt, StoreKey), "", rt.Log))
+	}
 	col, err := collector.New(collector.Config{
-		GRPCAddr:   addr(t.GRPCAddr),
-		HTTPAddr:   addr(t.HTTPAddr),
-		Limits:     collector.Limits{MaxSpans: t.MaxSpans, MaxBytes: t.MaxMiB << 20, MaxAge: t.MaxAge},
+		GRPCAddr:     addr(t.GRPCAddr),
+		HTTPAddr:     addr(t.HTTPAddr),
+		Auth:         t.ReceiverAuth,
+		Authenticate: auth,
+		Limits: collector.Limits{MaxSpans: t.MaxSpans, MaxBytes: t.MaxMiB << 20, MaxAge: t.MaxAge,
+			MaxValueBytes: t.MaxValueBytes, MaxCheckBytes: t.MaxCheckMiB << 20},
 		Fleet:      collector.EngineFleet(Need(rt, EngineKey), func(service string) bool { return service == GatewayService }),
 		Registerer: rt.Metrics,
 		Logger:     rt.Log,
@@ -111,15 +180,23 @@ func (c *collectorComponent) Provision(ctx context.Context, rt *Runtime) error {
 		return err
 	}
 	c.col = col
-	out := Traces{Collector: col, Provider: noop.NewTracerProvider()}
+	out.Collector = col
 	if a := col.GRPCAddr(); a != nil {
 		out.GRPCAddr = a.String()
 		note := "trace collector, OTLP/gRPC"
 		if h := col.HTTPAddr(); h != nil {
 			note += "; OTLP/HTTP on " + h.String()
 		}
+		switch t.ReceiverAuth {
+		case collector.AuthToken:
+			note += "; senders need a token: their own registration token, or the " + tokenNote
+		case collector.AuthLoopback:
+			note += "; from loopback only, no token"
+		case collector.AuthOpen:
+			note += "; open to anyone, no token"
+		}
 		rt.Announce(Address{Name: "traces", URL: out.GRPCAddr, Note: note})
-		sdk, err := lanestrace.NewProvider(ctx, GatewayService, out.GRPCAddr, t.Sample)
+		sdk, err := lanestrace.NewProvider(ctx, GatewayService, out.GRPCAddr, t.Sample, lanestrace.WithToken(out.Token))
 		if err != nil {
 			return fmt.Errorf("traces: the control plane's exporter: %w", err)
 		}
@@ -129,6 +206,32 @@ func (c *collectorComponent) Provision(ctx context.Context, rt *Runtime) error {
 	c.fatal.start(rt, "traces", col.Errors())
 	return nil
 }
+
+// senderAuth checks the tokens of the senders of spans: the telemetry token may send any span; a
+// registration token, what its scope owns. The admin token is not taken: it stays with the
+// operator, and services are given the telemetry token or their own.
+func senderAuth(telemetry string, tokens *admin.Tokens) collector.Authenticator {
+	telemetrySum := sha256.Sum256([]byte(telemetry))
+	return func(ctx context.Context, tok string) (collector.Sender, error) {
+		sum := sha256.Sum256([]byte(tok))
+		if subtle.ConstantTimeCompare(sum[:], telemetrySum[:]) == 1 {
+			return collector.Sender{Trusted: true}, nil
+		}
+		ctx, cancel := context.WithTimeout(ctx, tokenCheckTimeout)
+		defer cancel()
+		_, t, err := tokens.Check(ctx, tok) // no admin token is given to tokens
+		switch {
+		case admin.IsUnauthorized(err):
+			return collector.Sender{}, fmt.Errorf("%w: %v", collector.ErrUnauthenticated, err)
+		case err != nil:
+			return collector.Sender{}, err
+		}
+		return collector.Sender{Baseline: t.Baseline, Lane: t.Lane, ID: t.ID}, nil
+	}
+}
+
+// tokenCheckTimeout bounds the etcd read of a sender's token.
+const tokenCheckTimeout = 5 * time.Second
 
 func (c *collectorComponent) Stop(ctx context.Context) error {
 	var err error

@@ -51,7 +51,7 @@ func startWorld(t *testing.T) *world {
 	store, _ := controlplane.Value(srv, controlplane.StoreKey)
 	engine, _ := controlplane.Value(srv, controlplane.EngineKey)
 	traces, _ := controlplane.Value(srv, controlplane.TracesKey)
-	topo, err := demo.Start(ctx, demo.Config{Registry: store, Engine: engine, Logger: log, Traces: traces.GRPCAddr})
+	topo, err := demo.Start(ctx, demo.Config{Registry: store, Engine: engine, Logger: log, Traces: traces.GRPCAddr, TracesToken: traces.Token})
 	if err != nil {
 		t.Fatal(err)
 	}

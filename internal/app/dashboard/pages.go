@@ -121,6 +121,8 @@ var funcs = template.FuncMap{
 	"rate":   func(f float64) string { return fmt.Sprintf("%.2f/s", f) },
 	"join":   strings.Join,
 	"add":    func(a, b int) int { return a + b },
+	"plus64": func(a, b int64) int64 { return a + b },
+	"mib":    func(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) },
 	"swatch": func(l string) template.HTML {
 		return template.HTML(`<svg class="swatch" width="12" height="12" aria-hidden="true"><circle cx="6" cy="6" r="6" fill="` + laneColour(l) + `"/></svg>`)
 	},

@@ -79,6 +79,8 @@ type Config struct {
 	// Traces, when set, is the OTLP/gRPC address of the trace collector: each demo service then
 	// traces its requests under its own name, and exports there.
 	Traces string
+	// TracesToken is the credential sent with the spans (the telemetry token of lanes up).
+	TracesToken string
 }
 
 // Topology is the running demo services.
@@ -113,7 +115,7 @@ func Start(ctx context.Context, cfg Config) (*Topology, error) {
 		}
 		var tp trace.TracerProvider
 		if cfg.Traces != "" {
-			sdk, err := lanestrace.NewProvider(ctx, in.Service, cfg.Traces, 1)
+			sdk, err := lanestrace.NewProvider(ctx, in.Service, cfg.Traces, 1, lanestrace.WithToken(cfg.TracesToken))
 			if err != nil {
 				t.Close()
 				return nil, fmt.Errorf("demo: the trace exporter of %s: %w", in.Service, err)

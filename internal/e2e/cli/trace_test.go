@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -19,12 +21,33 @@ import (
 )
 
 // tracerFor is an OpenTelemetry SDK tracer provider of service that exports synchronously to the
-// collector of u, as a service started with LANES_TRACES would.
+// collector of u with its telemetry token, as a service started with LANES_TRACES and
+// LANES_TRACES_TOKEN would.
 func tracerFor(t *testing.T, u *up, service string) trace.Tracer {
+	t.Helper()
+	return tracerWith(t, u, service, u.telemetryToken(t))
+}
+
+// telemetryToken reads the telemetry token that lanes up keeps in its data directory.
+func (u *up) telemetryToken(t *testing.T) string {
+	t.Helper()
+	tok, err := os.ReadFile(filepath.Join(u.dataDir, "telemetry-token"))
+	if err != nil {
+		t.Fatalf("telemetry token: %v", err)
+	}
+	return strings.TrimSpace(string(tok))
+}
+
+// tracerWith is tracerFor with token ("" sends none).
+func tracerWith(t *testing.T, u *up, service, token string) trace.Tracer {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	exp, err := otlptracegrpc.New(ctx, otlptracegrpc.WithEndpoint(u.traces), otlptracegrpc.WithInsecure())
+	opts := []otlptracegrpc.Option{otlptracegrpc.WithEndpoint(u.traces), otlptracegrpc.WithInsecure()}
+	if token != "" {
+		opts = append(opts, otlptracegrpc.WithHeaders(map[string]string{"authorization": "Bearer " + token}))
+	}
+	exp, err := otlptracegrpc.New(ctx, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -56,7 +56,7 @@ func newWorld(t *testing.T) *world {
 	w.engine = routing.New(routing.WithRegistry(w.reg), routing.WithPolicyStore(store), routing.WithLogger(slog.New(slog.DiscardHandler)))
 	t.Cleanup(func() { w.engine.Close(); w.reg.Close() })
 	<-w.engine.PolicyReady()
-	col, err := collector.New(collector.Config{GRPCAddr: "127.0.0.1:0", Logger: slog.New(slog.DiscardHandler),
+	col, err := collector.New(collector.Config{GRPCAddr: "127.0.0.1:0", Auth: collector.AuthLoopback, Logger: slog.New(slog.DiscardHandler),
 		Fleet: collector.EngineFleet(w.engine, func(s string) bool { return s == "edge" })})
 	if err != nil {
 		t.Fatal(err)
