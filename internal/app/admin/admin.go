@@ -462,7 +462,7 @@ func (s *Server) info(w http.ResponseWriter, r *http.Request, _ *principal) erro
 // It is atomic so that tests can change it while streams of other servers run.
 var keepAliveEvery atomic.Int64
 
-func init() { keepAliveEvery.Store(int64(15 * time.Second)) }
+func init() { keepAliveEvery.Store(int64(adminapi.WatchKeepAlive)) }
 
 // watcher is what a watch stream serves: a registry.Watcher or a
 // policy.Watcher.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -15,6 +16,7 @@ import (
 	"github.com/lanesdev/lanes/adminclient"
 	"github.com/lanesdev/lanes/etcdstore"
 	"github.com/lanesdev/lanes/registry"
+	"github.com/lanesdev/lanes/routing"
 )
 
 // TestUpStalled suspends `lanes up` (SIGSTOP) under traffic for 10s and
@@ -112,6 +114,48 @@ func (s *stallSender) counts() (sent, failed, lastOK int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.sent, s.nFailed, s.lastOK
+}
+
+// enginePicker picks an instance from an engine every 20ms, as a service
+// calling another would, and counts the failures.
+type enginePicker struct {
+	name string
+	svc  *routing.Service
+	lane string
+	want string
+
+	mu       sync.Mutex
+	picks    int
+	failed   []string
+	fallback int
+}
+
+func (p *enginePicker) run(ctx context.Context) {
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		r, err := p.svc.Pick(routing.Request{Lane: p.lane})
+		p.mu.Lock()
+		p.picks++
+		switch {
+		case err != nil:
+			p.failed = append(p.failed, time.Now().Format("15:04:05.000")+" "+err.Error())
+		case r.Instance.ID != p.want:
+			p.fallback++
+		}
+		p.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+func (p *enginePicker) counts() (picks int, failed []string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.picks, slices.Clone(p.failed)
 }
 
 // registrations records, from an etcd watch, when each instance was last
@@ -239,6 +283,39 @@ func testUpStalled(t *testing.T, pause time.Duration) {
 	}()
 	defer func() { stopWatch(); w.Close(); <-watched }()
 
+	// Engines in this process (which is not suspended), as services have:
+	// one on etcd (st), one on the admin API with a registration of its
+	// own, as a service that joins with a token. Each picks an instance
+	// of each target every 20ms.
+	admin := adminclient.NewRegistry(u.client(t, baseTok), adminclient.WithLogger(quiet))
+	t.Cleanup(func() { admin.Close() })
+	side, err := admin.Register(ctx, registry.Instance{Service: "side", ID: "side-1", Addr: newBackend(t, "side-1").addr}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { side.Close() })
+	var pickers []*enginePicker
+	for _, r := range []struct {
+		name string
+		reg  registry.Registry
+	}{{"etcd", st}, {"admin API", admin}} {
+		e := routing.New(routing.WithRegistry(r.reg), routing.WithLogger(quiet))
+		t.Cleanup(func() { e.Close() })
+		for _, svc := range []string{"web", "direct"} {
+			pickers = append(pickers,
+				&enginePicker{name: r.name + " engine: " + svc + " lane", svc: e.Service(svc), lane: "alice", want: svc + "-alice"},
+				&enginePicker{name: r.name + " engine: " + svc + " baseline", svc: e.Service(svc), want: svc + "-base"})
+		}
+	}
+	for _, p := range pickers {
+		eventually(t, p.name+" sees its instance", func() string {
+			if r, err := p.svc.Pick(routing.Request{Lane: p.lane}); err != nil || r.Instance.ID != p.want {
+				return fmt.Sprintf("picked %v, %v", r.Instance, err)
+			}
+			return ""
+		})
+	}
+
 	// Four senders per target, a request every 80ms each, 20ms apart: a
 	// request every 20ms per target.
 	gw := u.gateway
@@ -269,6 +346,13 @@ func testUpStalled(t *testing.T, pause time.Duration) {
 				return
 			}
 			s.run(sendCtx, c)
+		}()
+	}
+	for _, p := range pickers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			p.run(sendCtx)
 		}()
 	}
 	defer func() { stopSending(); wg.Wait() }()
@@ -306,10 +390,19 @@ func testUpStalled(t *testing.T, pause time.Duration) {
 	for i, s := range senders {
 		from[i], _, _ = s.counts()
 	}
+	picked := make([]int, len(pickers))
+	for i, p := range pickers {
+		picked[i], _ = p.counts()
+	}
 	eventually(t, "traffic after the registrations", func() string {
 		for i, s := range senders {
 			if sent, _, ok := s.counts(); sent < from[i]+10 || ok < 10 {
 				return s.name + " has not had 10 answers in a row since"
+			}
+		}
+		for i, p := range pickers {
+			if n, _ := p.counts(); n < picked[i]+10 {
+				return p.name + " has not picked 10 times since"
 			}
 		}
 		return ""
@@ -332,8 +425,13 @@ func testUpStalled(t *testing.T, pause time.Duration) {
 		name, _, _ := strings.Cut(senders[i].name, " 0")
 		t.Logf("pause %s: %s: %d of %d requests failed (%d answered by a fallback) %v", pause, name, failed, sent, wrong, first[:min(len(first), 3)])
 	}
+	for _, p := range pickers {
+		n, failed := p.counts()
+		total += len(failed)
+		t.Logf("pause %s: %s: %d of %d picks failed (%d by a fallback) %v", pause, p.name, len(failed), n, p.fallback, failed[:min(len(failed), 3)])
+	}
 	t.Logf("pause %s: every instance registered again %.2fs after the resume", pause, last.Sub(resumed).Seconds())
 	if total > 0 {
-		t.Errorf("pause %s: %d requests failed across the pause, want 0", pause, total)
+		t.Errorf("pause %s: %d requests and picks failed across the pause, want 0", pause, total)
 	}
 }
