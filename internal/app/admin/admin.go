@@ -72,7 +72,17 @@ type Config struct {
 	// metrics (for example prometheus.DefaultGatherer, which holds the
 	// embedded etcd's).
 	Gatherer prometheus.Gatherer
+	// ClaimNets are the client addresses that a registration token may
+	// claim for its lane (DefaultClaimNets when nil); the admin token
+	// claims any. A claim moves every client behind the address into the
+	// lane: behind a NAT, all of them.
+	ClaimNets []netip.Prefix
 }
+
+// DefaultClaimNets are the addresses a registration token may claim when
+// the operator names none: loopback, the clients on the control plane's
+// own machine.
+var DefaultClaimNets = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}
 
 // DefaultLimits are the limits of a registration token that sets none.
 var DefaultLimits = adminapi.Limits{Instances: 100, Labels: 64, InstanceBytes: 16 << 10}
@@ -116,6 +126,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.ClaimNets == nil {
+		cfg.ClaimNets = DefaultClaimNets
 	}
 	cfg.Info.Version = Version
 	if cfg.Limits.Instances <= 0 {
