@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/lanesdev/lanes/internal/testkit/etcdtest"
+	"github.com/lanesdev/lanes/internal/testkit/picktest"
 	"github.com/lanesdev/lanes/routing"
 )
 
@@ -33,46 +34,6 @@ func TestClusterStallKeepsRouting(t *testing.T) {
 	}
 }
 
-// picker picks from an engine every 80ms and counts the failures.
-type picker struct {
-	svc  *routing.Service
-	lane string
-	want string // the instance that must serve
-
-	mu       sync.Mutex
-	picks    int
-	failed   []string
-	fallback int
-}
-
-func (p *picker) run(ctx context.Context) {
-	tick := time.NewTicker(80 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		r, err := p.svc.Pick(routing.Request{Lane: p.lane})
-		p.mu.Lock()
-		p.picks++
-		switch {
-		case err != nil:
-			p.failed = append(p.failed, time.Now().Format("15:04:05.000")+" "+err.Error())
-		case r.Instance.ID != p.want:
-			p.fallback++
-		}
-		p.mu.Unlock()
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-	}
-}
-
-func (p *picker) count() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.picks
-}
-
 func testClusterStall(t *testing.T, members, paused int) {
 	c := etcdtest.NewCluster(t, etcdtest.ClusterConfig{Members: members})
 	f := newFleet(t, c, 1, 1) // svc/i0, the baseline
@@ -89,14 +50,17 @@ func testClusterStall(t *testing.T, members, paused int) {
 	svc := e.Service("svc")
 	waitFor(t, "the engine to see both instances", func() bool { return len(svc.Instances()) == 2 })
 
-	pickers := []*picker{{svc: svc, lane: "alice", want: "l0"}, {svc: svc, want: "i0"}}
+	pickers := []*picktest.Picker{
+		{Service: svc, Lane: "alice", Want: "l0", Every: 80 * time.Millisecond},
+		{Service: svc, Want: "i0", Every: 80 * time.Millisecond},
+	}
 	pctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	for _, p := range pickers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			p.run(pctx)
+			p.Run(pctx)
 		}()
 	}
 	defer func() { stop(); wg.Wait() }()
@@ -126,11 +90,12 @@ func testClusterStall(t *testing.T, members, paused int) {
 	f.seen(resumed, 2*clusterTTL, func(ids map[string]bool) bool { return ids["i0"] && ids["l0"] })
 	var from []int
 	for _, p := range pickers {
-		from = append(from, p.count())
+		n, _, _ := p.Counts()
+		from = append(from, n)
 	}
 	waitFor(t, "ten picks after the recovery", func() bool {
 		for i, p := range pickers {
-			if p.count() < from[i]+10 {
+			if n, _, _ := p.Counts(); n < from[i]+10 {
 				return false
 			}
 		}
@@ -140,10 +105,11 @@ func testClusterStall(t *testing.T, members, paused int) {
 	wg.Wait()
 	lost := f.lostSince(start)
 	for _, p := range pickers {
+		n, failed, fallback := p.Counts()
 		t.Logf("%d of %d member(s) paused for %.1fs: lane %q: %d of %d picks failed, %d served by a fallback; registrations lost and made again: %v; held after: %v",
-			paused, len(c.Members), resumed.Sub(start).Seconds(), p.lane, len(p.failed), p.picks, p.fallback, lost, e.Held("svc"))
-		if len(p.failed) > 0 {
-			t.Errorf("lane %q: %d picks failed: %v", p.lane, len(p.failed), p.failed[:min(len(p.failed), 5)])
+			paused, len(c.Members), resumed.Sub(start).Seconds(), p.Lane, len(failed), n, fallback, lost, e.Held("svc"))
+		if len(failed) > 0 {
+			t.Errorf("lane %q: %d picks failed: %v", p.Lane, len(failed), failed[:min(len(failed), 5)])
 		}
 	}
 }

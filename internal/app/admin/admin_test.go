@@ -138,17 +138,10 @@ func TestAdmin(t *testing.T) {
 // every client behind it into the lane. The admin token claims any.
 func testClaimNets(t *testing.T, e *env) {
 	adm := e.client(t, adminToken)
-	tok, _ := adm.CreateToken(ctx(t), adminapi.TokenRequest{Lane: "alice"})
-	c := e.client(t, tok.Secret)
-	reg := adminclient.NewRegistry(c, adminclient.WithLogger(quiet))
-	defer reg.Close()
-	l, err := reg.Register(ctx(t), registry.Instance{Service: "web", ID: "a", Addr: "127.0.0.1:1", Lane: "alice"}, 5*time.Second)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, l := aliceRegistration(t, e)
 	defer l.Close()
 	rid := adminclient.RegistrationOf(l)
-	_, err = c.Claim(ctx(t), adminapi.ClaimRequest{Lane: "alice", Registration: rid})
+	_, err := c.Claim(ctx(t), adminapi.ClaimRequest{Lane: "alice", Registration: rid})
 	if !adminapi.IsCode(err, adminapi.CodeForbidden) || !strings.Contains(err.Error(), "10.0.0.0/8") {
 		t.Errorf("lane token's claim of 127.0.0.1 outside 10.0.0.0/8: %v", err)
 	}
@@ -243,16 +236,26 @@ func testTokens(t *testing.T, e *env) {
 	}
 }
 
-func testClaims(t *testing.T, e *env) {
-	adm := e.client(t, adminToken)
-	tok, _ := adm.CreateToken(ctx(t), adminapi.TokenRequest{Lane: "alice"})
+// aliceRegistration registers web/a in lane alice with a new token of the
+// lane, and returns that token's client and the lease.
+func aliceRegistration(t *testing.T, e *env) (*adminclient.Client, registry.Lease) {
+	t.Helper()
+	tok, err := e.client(t, adminToken).CreateToken(ctx(t), adminapi.TokenRequest{Lane: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
 	c := e.client(t, tok.Secret)
 	reg := adminclient.NewRegistry(c, adminclient.WithLogger(quiet))
-	defer reg.Close()
+	t.Cleanup(func() { reg.Close() })
 	l, err := reg.Register(ctx(t), registry.Instance{Service: "web", ID: "a", Addr: "127.0.0.1:1", Lane: "alice"}, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return c, l
+}
+
+func testClaims(t *testing.T, e *env) {
+	c, l := aliceRegistration(t, e)
 	rid := adminclient.RegistrationOf(l)
 	// A lane token claims only the address it comes from.
 	if _, err := c.Claim(ctx(t), adminapi.ClaimRequest{Lane: "alice", IP: "10.1.2.3", Registration: rid}); !adminapi.IsCode(err, adminapi.CodeForbidden) {

@@ -652,25 +652,22 @@ func ParseRoute(s string) (adminapi.Route, error) {
 // ParsedTrustedProxies parses the trusted proxies; a bare IP is a /32 (or
 // /128) prefix.
 func (c *Config) ParsedTrustedProxies() ([]netip.Prefix, error) {
-	var out []netip.Prefix
-	for _, s := range c.TrustedProxies {
-		p, err := parsePrefix(s)
-		if err != nil {
-			return nil, c.fail("trusted_proxies", s, "want an IP address or a CIDR such as 10.0.0.0/8")
-		}
-		out = append(out, p)
-	}
-	return out, nil
+	return c.parsePrefixes("trusted_proxies", c.TrustedProxies, "10.0.0.0/8")
 }
 
-// ParsedLaneClaims parses the lane claims; a bare IP is a /32 (or /128)
-// prefix; nil when none are set (the admin API's default, loopback).
+// ParsedLaneClaims parses the lane claims, as ParsedTrustedProxies does;
+// nil when none are set (the admin API's default, loopback).
 func (c *Config) ParsedLaneClaims() ([]netip.Prefix, error) {
+	return c.parsePrefixes("lane_claims", c.LaneClaims, "10.1.0.0/16")
+}
+
+// parsePrefixes parses the IPs and CIDRs of the setting key.
+func (c *Config) parsePrefixes(key string, vals []string, example string) ([]netip.Prefix, error) {
 	var out []netip.Prefix
-	for _, s := range c.LaneClaims {
+	for _, s := range vals {
 		p, err := parsePrefix(s)
 		if err != nil {
-			return nil, c.fail("lane_claims", s, "want an IP address or a CIDR such as 10.1.0.0/16")
+			return nil, c.fail(key, s, "want an IP address or a CIDR such as %s", example)
 		}
 		out = append(out, p)
 	}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -15,6 +14,7 @@ import (
 	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/adminclient"
 	"github.com/lanesdev/lanes/etcdstore"
+	"github.com/lanesdev/lanes/internal/testkit/picktest"
 	"github.com/lanesdev/lanes/registry"
 	"github.com/lanesdev/lanes/routing"
 )
@@ -114,48 +114,6 @@ func (s *stallSender) counts() (sent, failed, lastOK int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.sent, s.nFailed, s.lastOK
-}
-
-// enginePicker picks an instance from an engine every 20ms, as a service
-// calling another would, and counts the failures.
-type enginePicker struct {
-	name string
-	svc  *routing.Service
-	lane string
-	want string
-
-	mu       sync.Mutex
-	picks    int
-	failed   []string
-	fallback int
-}
-
-func (p *enginePicker) run(ctx context.Context) {
-	tick := time.NewTicker(20 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		r, err := p.svc.Pick(routing.Request{Lane: p.lane})
-		p.mu.Lock()
-		p.picks++
-		switch {
-		case err != nil:
-			p.failed = append(p.failed, time.Now().Format("15:04:05.000")+" "+err.Error())
-		case r.Instance.ID != p.want:
-			p.fallback++
-		}
-		p.mu.Unlock()
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-	}
-}
-
-func (p *enginePicker) counts() (picks int, failed []string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.picks, slices.Clone(p.failed)
 }
 
 // registrations records, from an etcd watch, when each instance was last
@@ -294,7 +252,7 @@ func testUpStalled(t *testing.T, pause time.Duration) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { side.Close() })
-	var pickers []*enginePicker
+	var pickers []*picktest.Picker
 	for _, r := range []struct {
 		name string
 		reg  registry.Registry
@@ -303,13 +261,13 @@ func testUpStalled(t *testing.T, pause time.Duration) {
 		t.Cleanup(func() { e.Close() })
 		for _, svc := range []string{"web", "direct"} {
 			pickers = append(pickers,
-				&enginePicker{name: r.name + " engine: " + svc + " lane", svc: e.Service(svc), lane: "alice", want: svc + "-alice"},
-				&enginePicker{name: r.name + " engine: " + svc + " baseline", svc: e.Service(svc), want: svc + "-base"})
+				&picktest.Picker{Name: r.name + " engine: " + svc + " lane", Service: e.Service(svc), Lane: "alice", Want: svc + "-alice", Every: 20 * time.Millisecond},
+				&picktest.Picker{Name: r.name + " engine: " + svc + " baseline", Service: e.Service(svc), Want: svc + "-base", Every: 20 * time.Millisecond})
 		}
 	}
 	for _, p := range pickers {
-		eventually(t, p.name+" sees its instance", func() string {
-			if r, err := p.svc.Pick(routing.Request{Lane: p.lane}); err != nil || r.Instance.ID != p.want {
+		eventually(t, p.Name+" sees its instance", func() string {
+			if r, err := p.Service.Pick(routing.Request{Lane: p.Lane}); err != nil || r.Instance.ID != p.Want {
 				return fmt.Sprintf("picked %v, %v", r.Instance, err)
 			}
 			return ""
@@ -352,7 +310,7 @@ func testUpStalled(t *testing.T, pause time.Duration) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			p.run(sendCtx)
+			p.Run(sendCtx)
 		}()
 	}
 	defer func() { stopSending(); wg.Wait() }()
@@ -392,7 +350,7 @@ func testUpStalled(t *testing.T, pause time.Duration) {
 	}
 	picked := make([]int, len(pickers))
 	for i, p := range pickers {
-		picked[i], _ = p.counts()
+		picked[i], _, _ = p.Counts()
 	}
 	eventually(t, "traffic after the registrations", func() string {
 		for i, s := range senders {
@@ -401,8 +359,8 @@ func testUpStalled(t *testing.T, pause time.Duration) {
 			}
 		}
 		for i, p := range pickers {
-			if n, _ := p.counts(); n < picked[i]+10 {
-				return p.name + " has not picked 10 times since"
+			if n, _, _ := p.Counts(); n < picked[i]+10 {
+				return p.Name + " has not picked 10 times since"
 			}
 		}
 		return ""
@@ -426,9 +384,9 @@ func testUpStalled(t *testing.T, pause time.Duration) {
 		t.Logf("pause %s: %s: %d of %d requests failed (%d answered by a fallback) %v", pause, name, failed, sent, wrong, first[:min(len(first), 3)])
 	}
 	for _, p := range pickers {
-		n, failed := p.counts()
+		n, failed, fallback := p.Counts()
 		total += len(failed)
-		t.Logf("pause %s: %s: %d of %d picks failed (%d by a fallback) %v", pause, p.name, len(failed), n, p.fallback, failed[:min(len(failed), 3)])
+		t.Logf("pause %s: %s: %d of %d picks failed (%d by a fallback) %v", pause, p.Name, len(failed), n, fallback, failed[:min(len(failed), 3)])
 	}
 	t.Logf("pause %s: every instance registered again %.2fs after the resume", pause, last.Sub(resumed).Seconds())
 	if total > 0 {
