@@ -13,15 +13,14 @@ import (
 
 // TestClusterStallKeepsRouting pauses (SIGSTOP) a single etcd, and of a
 // cluster of three the leader, two members (the quorum lost) and every
-// member (the cluster stalled),
-// for longer than the lease TTL, while a routing engine on its own Store
-// picks an instance of a lane and of the baseline every 80ms: no pick
-// fails, across the pause and after the resume. A single etcd expires
-// every lease on the resume, and so may a paused leader with
-// etcd-io/etcd#15247 (before 3.4.31 and 3.5.13: Debian's 3.4.23): the
-// engine holds the instances while they register again. A cluster that
-// lost its quorum, or stalled whole, elects a leader when it is back,
-// which extends every lease: no registration is lost.
+// member (the cluster stalled), for longer than the lease TTL, while a
+// routing engine on its own Store picks an instance of a lane and of the
+// baseline every 80ms: no pick fails, across the pause and after the
+// resume. A leader elected when the members are back extends the leases,
+// but a resumed etcd may expire some first (and a paused leader with
+// etcd-io/etcd#15247, before 3.4.31 and 3.5.13: Debian's 3.4.23, all): the
+// engine holds what the Store's outage tells it were expired by the stall,
+// while the instances register again.
 func TestClusterStallKeepsRouting(t *testing.T) {
 	for _, c := range []struct {
 		name            string
