@@ -412,6 +412,11 @@ type ClaimRequest struct {
 	Registration string `json:"registration"`
 }
 
+// WatchKeepAlive is how often an idle watch stream (GET /v1/watch/...)
+// sends a keep-alive line. A client that hears nothing for much longer
+// knows that the control plane stalled (see adminclient.BatchStream.Gap).
+const WatchKeepAlive = 5 * time.Second
+
 // Batch is one line of GET /v1/watch/instances: registry.Batch on the wire.
 type Batch struct {
 	Reset    bool    `json:"reset,omitempty"`

@@ -375,14 +375,19 @@ func (c *Client) WatchInstances(ctx context.Context, service string) (*BatchStre
 type BatchStream struct {
 	body io.ReadCloser
 	dec  *json.Decoder
+	gap  time.Duration
 }
 
 // Next blocks until the next batch arrives. The server sends an empty
 // non-reset batch now and then as a keep-alive; Next skips those.
 func (s *BatchStream) Next() (adminapi.Batch, error) {
+	s.gap = 0
 	for {
 		var b adminapi.Batch
-		if err := s.dec.Decode(&b); err != nil {
+		start := time.Now()
+		err := s.dec.Decode(&b)
+		s.gap = max(s.gap, time.Since(start))
+		if err != nil {
 			return adminapi.Batch{}, err
 		}
 		if b.Reset || len(b.Events) > 0 {
@@ -390,6 +395,12 @@ func (s *BatchStream) Next() (adminapi.Batch, error) {
 		}
 	}
 }
+
+// Gap returns the longest silence of the stream (between two lines,
+// keep-alives included) while Next waited for the batch it returned last:
+// a gap much longer than adminapi.WatchKeepAlive (the server's
+// keep-alives) means that the control plane stalled.
+func (s *BatchStream) Gap() time.Duration { return s.gap }
 
 // Close ends the stream.
 func (s *BatchStream) Close() error { return s.body.Close() }

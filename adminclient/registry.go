@@ -33,12 +33,22 @@ import (
 // wraps registry.ErrLeaseLost — when the control plane refuses it: its lane
 // has expired, or its token was revoked.
 type Registry struct {
-	c   *Client
-	log *slog.Logger
-	g   *gogroup.Group // heartbeats and watches
+	c       *Client
+	log     *slog.Logger
+	g       *gogroup.Group       // heartbeats and watches
+	outages registry.OutageClock // see LastOutage
 }
 
-var _ registry.Registry = (*Registry)(nil)
+var (
+	_ registry.Registry = (*Registry)(nil)
+	_ registry.Outages  = (*Registry)(nil)
+)
+
+// LastOutage implements registry.Outages: it returns when the Registry last
+// could not reach the control plane (a heartbeat failed, a watch stream
+// broke) or found a registration expired. A routing engine on the
+// Registry holds the instances deleted shortly after.
+func (r *Registry) LastOutage() time.Time { return r.outages.Last() }
 
 // RegistryOption configures a Registry.
 type RegistryOption func(*Registry)
@@ -145,6 +155,7 @@ func (k *keeper) Keep(ctx context.Context) error {
 			return ctx.Err()
 		}
 		inst := k.lease.Instance()
+		sent := time.Now()
 		hctx, cancel := context.WithTimeout(ctx, min(timeout, k.ttl))
 		_, err := k.r.c.Heartbeat(hctx, inst.Service, inst.ID, k.registration())
 		cancel()
@@ -152,12 +163,17 @@ func (k *keeper) Keep(ctx context.Context) error {
 		case ctx.Err() != nil:
 			return ctx.Err()
 		case err == nil:
+			if time.Since(sent) > interval { // the control plane stalled meanwhile
+				k.r.outages.Mark(time.Now())
+			}
 			delay, failDelay = interval, 100*time.Millisecond
 		case adminapi.IsCode(err, adminapi.CodeNotFound):
-			return err // expired: register again
+			k.r.outages.Mark(time.Now())                        // expired: others too, perhaps
+			return fmt.Errorf("%w (%w)", err, registry.ErrGone) // register again, at once
 		case fatal(err):
 			return fmt.Errorf("%w: %v", registry.ErrLeaseLost, err)
 		default:
+			k.r.outages.Mark(time.Now())
 			k.r.log.Warn("heartbeat failed; retrying", "service", inst.Service, "id", inst.ID, "err", err)
 			delay, failDelay = failDelay, min(2*failDelay, 2*time.Second)
 		}
@@ -260,6 +276,10 @@ func openStream[S io.Closer](ctx context.Context, r *Registry, open func(context
 	return nil
 }
 
+// stalledStream is a silence of a watch stream that its keep-alives rule
+// out: the control plane stalled.
+const stalledStream = adminapi.WatchKeepAlive * 3 / 2
+
 type watcher struct {
 	r       *Registry
 	service string
@@ -284,6 +304,7 @@ func (w *watcher) run(s *BatchStream) {
 		if w.ctx.Err() != nil {
 			return
 		}
+		w.r.outages.Mark(time.Now())
 		w.r.log.Warn("watch stream ended; watching again", "service", w.service, "err", err)
 		for {
 			if !bo.Wait(w.ctx) {
@@ -292,6 +313,7 @@ func (w *watcher) run(s *BatchStream) {
 			var err error
 			s, err = w.r.c.WatchInstances(w.ctx, w.service)
 			if err == nil {
+				w.r.outages.Mark(time.Now()) // back
 				break
 			}
 			if w.ctx.Err() != nil {
@@ -309,6 +331,9 @@ func (w *watcher) pump(s *BatchStream) error {
 		b, err := s.Next()
 		if err != nil {
 			return err
+		}
+		if s.Gap() > stalledStream {
+			w.r.outages.Mark(time.Now()) // before the changes it held back
 		}
 		rb := registry.Batch{Reset: b.Reset, Revision: b.Revision, Events: make([]registry.Event, 0, len(b.Events))}
 		for _, ev := range b.Events {

@@ -125,6 +125,9 @@ func (k *keeper) Keep(ctx context.Context) error {
 			if errors.Is(err, context.DeadlineExceeded) {
 				return fmt.Errorf("lease %s not renewed within its TTL of %s: %w", FormatLease(lease), ttl, err)
 			}
+			if errors.Is(err, ErrNoRegistration) {
+				return fmt.Errorf("%w (%w)", err, registry.ErrGone) // made again at once
+			}
 			return err
 		}
 		k.set(lease, got, sent)
@@ -165,6 +168,9 @@ func (r *Registrations) renew(ctx context.Context, lease clientv3.LeaseID, attem
 		case !timedOut && !retryable(err):
 			return 0, sent, fmt.Errorf("etcdstore: renew registration %s: %w", FormatLease(lease), err)
 		}
+		// etcd could not be reached: it may expire the leases it could
+		// not renew (see registry.Outages).
+		s.outages.Mark(time.Now())
 		// An attempt that failed at once (no leader, no connection) is
 		// tried again after a pause; one that ran out of time, at once.
 		if !timedOut && !bo.Wait(ctx) {
@@ -425,6 +431,7 @@ func (k *keeper) Restore(ctx context.Context, inst registry.Instance) error {
 		return err
 	}
 	k.set(reg.Lease, reg.TTL, granted)
+	k.r.s.outages.Mark(time.Now()) // etcd expired the lease: others too, perhaps
 	k.r.s.log.Info("lease was lost; registered under a new lease", "key", key, "old_lease", FormatLease(old), "lease", FormatLease(reg.Lease))
 	return nil
 }

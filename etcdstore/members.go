@@ -17,6 +17,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+
+	"github.com/lanesdev/lanes/registry"
 )
 
 // ErrNoQuorum is the error of every etcd request the Store's client makes
@@ -106,8 +108,9 @@ type members struct {
 	refusing    bool          // failing requests with ErrNoQuorum
 	back        chan struct{} // while refusing; closed when a member has a leader again
 	refusalText string
-	client      *grpc.ClientConn // the Store's client's, to reconnect at once to a member back
-	logins      int              // log-ins sent on the checks' connections, to take turns
+	client      *grpc.ClientConn      // the Store's client's, to reconnect at once to a member back
+	outages     *registry.OutageClock // the Store's: marked while no member answers, and when one is back
+	logins      int                   // log-ins sent on the checks' connections, to take turns
 }
 
 // probe checks one member.
@@ -279,6 +282,7 @@ func (m *members) report(p *probe, state string, err error) {
 			}
 			m.log.Warn("etcd member does not answer; the client avoids it until it does", "endpoint", q.endpoint, "state", q.state, "err", errText(q.err), "connections_closed", n)
 		} else {
+			m.markOutage()
 			m.log.Info("etcd member answers again", "endpoint", q.endpoint)
 			if m.client != nil {
 				m.client.ResetConnectBackoff()
@@ -286,6 +290,9 @@ func (m *members) report(p *probe, state string, err error) {
 		}
 	}
 	now := time.Now()
+	if !anyUp || !m.noLeader.IsZero() { // none answers with a leader, or one is back
+		m.markOutage()
+	}
 	switch {
 	case anyUp:
 		m.noLeader = time.Time{}
@@ -320,6 +327,13 @@ func (m *members) report(p *probe, state string, err error) {
 	}
 	if st != m.state {
 		m.state, m.since = st, now
+	}
+}
+
+// markOutage records an outage of etcd, or its end, now.
+func (m *members) markOutage() {
+	if m.outages != nil {
+		m.outages.Mark(time.Now())
 	}
 }
 

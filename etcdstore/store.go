@@ -144,11 +144,24 @@ type Store struct {
 	// a Lease of Register: the instance's key, the lease, and when the
 	// request that etcd answered was sent.
 	renewed func(key string, lease clientv3.LeaseID, sent time.Time)
+	// outages records when the Store last could not reach etcd, or
+	// found it back (LastOutage).
+	outages registry.OutageClock
 
 	g *gogroup.Group // the lease and watch goroutines; its context is the parent of every lease and watch
 }
 
-var _ registry.Registry = (*Store)(nil)
+var (
+	_ registry.Registry = (*Store)(nil)
+	_ registry.Outages  = (*Store)(nil)
+)
+
+// LastOutage implements registry.Outages: it returns when the Store last
+// found etcd unreachable or found it back: no member answered with a
+// leader, a member that did not answer answers again, a lease could not be
+// renewed. A routing engine on the Store holds the instances deleted
+// shortly after (etcd expires every lease it could not renew at once).
+func (s *Store) LastOutage() time.Time { return s.outages.Last() }
 
 // Open connects to the etcd cluster of cfg and returns a Store that owns the
 // connection: Close closes it. It fails when no endpoint answers a read of
@@ -190,6 +203,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	s.owned = true
 	s.attempt = cfg.RequestTimeout
+	m.outages = &s.outages
 	if err := m.start(cfg, s.policy.key, c.ActiveConnection()); err != nil {
 		s.Close()
 		return nil, fmt.Errorf("etcdstore: %w", err)

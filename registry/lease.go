@@ -17,6 +17,12 @@ import (
 // its ID.
 var ErrTakenOver = errors.New("registry: registered again by another registration")
 
+// ErrGone is wrapped by the error of Keeper.Keep when the registry answered
+// that the registration is gone (its lease expired): the registry is
+// reachable, so KeptLease makes the registration again at once, without the
+// backoff that paces its retries against a registry that does not answer.
+var ErrGone = errors.New("registry: registration gone")
+
 // A Keeper is the backend side of one registration: how to renew it, make
 // it again, rewrite it and end it. KeptLease drives a Keeper and is the
 // Lease that callers see, so that every backend's leases behave alike.
@@ -27,7 +33,8 @@ type Keeper interface {
 	// returns when the registration is lost: with an error that wraps
 	// ErrLeaseLost when it can never be made again (the lease ends with
 	// that error), otherwise with nil or the reason (the lease makes the
-	// registration again with Restore).
+	// registration again with Restore: at once when the reason wraps
+	// ErrGone).
 	Keep(ctx context.Context) error
 	// Restore makes the registration of inst again after Keep lost it. It
 	// returns ErrTakenOver when another registration holds the instance
@@ -42,6 +49,12 @@ type Keeper interface {
 	// registration still holds it.
 	Release(ctx context.Context) error
 }
+
+// minGoneKeep is how long Keep must have run for KeptLease to make a
+// registration found gone again at once: a Keeper renews a lease after a
+// third of its TTL (a second at least) first, so only one that fails at
+// once runs for less.
+const minGoneKeep = 100 * time.Millisecond
 
 // ReleaseTimeout bounds the Release of KeptLease.Close.
 const ReleaseTimeout = 5 * time.Second
@@ -189,8 +202,10 @@ func (l *KeptLease) Close() error {
 // it returns what spawn returned.
 //
 // The loop renews the registration with Keeper.Keep until Close, makes it
-// again with Keeper.Restore whenever it is lost (with backoff from 100ms to
-// 2s), and ends the lease when the Keeper says it can never be kept.
+// again with Keeper.Restore whenever it is lost (at once when the registry
+// said it is gone, else with backoff from 100ms to 2s, and so are failed
+// Restores retried), and ends the lease when the Keeper says it can never
+// be kept.
 func (l *KeptLease) Start(spawn func(func()) bool) bool {
 	l.running.Store(true)
 	if !spawn(l.run) {
@@ -222,9 +237,14 @@ func (l *KeptLease) run() {
 		}
 		l.log.Warn("registration lost; registering again", "service", inst.Service, "id", inst.ID, "err", err)
 		lost := time.Now()
-		if time.Since(start) > 5*time.Second {
+		ran := time.Since(start)
+		switch {
+		case ran > 5*time.Second:
 			bo.Reset()
-		} else if !bo.Wait(l.ctx) { // do not spin if renewals keep failing at once
+		case errors.Is(err, ErrGone) && ran >= minGoneKeep:
+			// The registry answers: no reason to wait. (The backoff
+			// goes on, should the registration be lost at once again.)
+		case !bo.Wait(l.ctx): // do not spin if renewals keep failing at once
 			return
 		}
 		for {

@@ -213,3 +213,25 @@ func TestKeptLeaseLogsRecovery(t *testing.T) {
 	l.Close()
 	<-ran
 }
+
+// A registration that the registry says is gone (its lease expired) is made
+// again at once, not after a backoff, however often that happens, as long
+// as Keep ran for a while: eight losses in a row cost no waiting, where the
+// backoff would have added 4.5s at least.
+func TestKeptLeaseRestoresGoneAtOnce(t *testing.T) {
+	k := newKeeper()
+	l, ran := start(t, context.Background(), k)
+	begin := time.Now()
+	const rounds, kept = 8, 150 * time.Millisecond
+	for range rounds {
+		time.Sleep(kept) // the scenario: the lease was kept for a while
+		send(t, k.keep, fmt.Errorf("lease 1f: %w", registry.ErrGone))
+		send(t, k.restore, nil)
+		<-k.restored
+	}
+	if took := time.Since(begin); took > rounds*kept+3*time.Second {
+		t.Errorf("%d losses took %s: the lease waited between them", rounds, took)
+	}
+	l.Close()
+	<-ran
+}

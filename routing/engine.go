@@ -122,6 +122,8 @@ type Engine struct {
 
 	g *gogroup.Group // the watches' goroutines; Close cancels and waits
 
+	expiry expiryGuard // tells a mass expiry across the watched services (hold.go)
+
 	invalidLanes  atomic.Uint64
 	policyReady   chan struct{}
 	policyOnce    sync.Once

@@ -4,9 +4,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"slices"
-	"strings"
-	"sync"
 	"time"
 
 	"github.com/lanesdev/lanes/policy"
@@ -82,32 +79,21 @@ const (
 	firstCost  = 50 * time.Microsecond
 )
 
-// instanceStream applies a registry watch of one service to its Service.
+// instanceStream applies a registry watch of one service to the service's
+// serviceWatch, which outlives it.
 type instanceStream struct {
-	w   registry.Watcher
-	svc *Service
-	// insts are the service's instances, in id order: the stream's own
-	// slice, of instances that are never changed once here (a change puts
-	// a new one in), so that a publication copies the pointers only, and
-	// the snapshots in force keep the instances they point at.
-	insts []*registry.Instance
-	dirty bool          // insts has changes that svc does not have yet
-	calm  time.Time     // no publication before then
-	cost  time.Duration // d of the last rebuild (see calmFactor)
-
+	w  registry.Watcher
+	sw *serviceWatch
 	// With a registry.Pusher, the batches are applied, and published when
 	// the calm allows, in the watcher's goroutine (onBatch), and next
-	// only waits for the end of a calm: mu then guards the fields above.
-	mu   sync.Mutex
+	// only waits for the end of a calm or of a grace.
 	done <-chan struct{} // the Pusher's; nil for a plain Watcher
-	kick chan struct{}   // a batch came within a calm; capacity 1
 }
 
 // newInstanceStream starts the stream of w.
-func newInstanceStream(w registry.Watcher, svc *Service) *instanceStream {
-	s := &instanceStream{w: w, svc: svc}
+func newInstanceStream(w registry.Watcher, sw *serviceWatch) *instanceStream {
+	s := &instanceStream{w: w, sw: sw}
 	if p, ok := w.(registry.Pusher); ok {
-		s.kick = make(chan struct{}, 1)
 		s.done = p.Push(s.onBatch)
 	}
 	return s
@@ -115,43 +101,45 @@ func newInstanceStream(w registry.Watcher, svc *Service) *instanceStream {
 
 // onBatch applies b, in the Pusher's goroutine.
 func (s *instanceStream) onBatch(b registry.Batch) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.apply(b)
-	s.dirty = true
-	if !time.Now().Before(s.calm) {
-		s.publish()
-		return
+	sw := s.sw
+	sw.mu.Lock()
+	now := time.Now()
+	sw.apply(b, now)
+	sw.dirty = true
+	if !now.Before(sw.calm) {
+		sw.publish()
+	} else {
+		sw.poke()
 	}
-	select {
-	case s.kick <- struct{}{}:
-	default:
-	}
+	sw.mu.Unlock()
 }
 
 // nextPushed is next with a Pusher: it publishes at the end of a calm
-// that held changes back.
+// that held changes back, and removes held instances at the end of their
+// grace.
 func (s *instanceStream) nextPushed(ctx context.Context) error {
+	sw := s.sw
 	var end <-chan time.Time
-	s.mu.Lock()
-	if s.dirty {
-		wait := time.Until(s.calm)
-		if wait <= 0 {
-			s.publish()
-			s.mu.Unlock()
+	sw.mu.Lock()
+	now := time.Now()
+	if d := sw.deadline(now); !d.IsZero() {
+		wait := d.Sub(now)
+		if sw.dirty && wait <= 0 {
+			sw.publish()
+			sw.mu.Unlock()
 			return nil
 		}
 		t := time.NewTimer(wait)
 		defer t.Stop()
 		end = t.C
 	}
-	s.mu.Unlock()
+	sw.mu.Unlock()
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-s.done:
 		return registry.ErrClosed
-	case <-s.kick:
+	case <-sw.kick:
 	case <-end:
 	}
 	return nil
@@ -161,88 +149,42 @@ func (s *instanceStream) next(ctx context.Context) error {
 	if s.done != nil {
 		return s.nextPushed(ctx)
 	}
-	wctx := ctx
-	if s.dirty {
-		wait := time.Until(s.calm)
-		if wait <= 0 {
-			s.publish()
-			return nil
-		}
-		var cancel context.CancelFunc
-		wctx, cancel = context.WithTimeout(ctx, wait)
-		defer cancel()
+	sw := s.sw
+	sw.mu.Lock()
+	now := time.Now()
+	d := sw.deadline(now)
+	if sw.dirty && !d.After(now) {
+		sw.publish()
+		sw.mu.Unlock()
+		return nil
 	}
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if !d.IsZero() {
+		var stop context.CancelFunc
+		wctx, stop = context.WithDeadline(wctx, d)
+		defer stop()
+	}
+	sw.wake = cancel
+	sw.mu.Unlock()
 	b, err := s.w.Next(wctx)
+	sw.mu.Lock()
+	sw.wake = nil
 	if err != nil {
-		if s.dirty && ctx.Err() == nil && wctx.Err() != nil {
-			s.publish() // the wait is over (the watch stays usable)
-			return nil
+		sw.mu.Unlock()
+		if ctx.Err() == nil && wctx.Err() != nil {
+			return nil // a deadline, or a wake-up (the watch stays usable)
 		}
 		return err
 	}
-	s.apply(b)
-	s.dirty = true
-	if !time.Now().Before(s.calm) {
-		s.publish()
+	now = time.Now()
+	sw.apply(b, now)
+	sw.dirty = true
+	if !now.Before(sw.calm) {
+		sw.publish()
 	}
+	sw.mu.Unlock()
 	return nil
-}
-
-// apply folds b into s.insts, keeping them in id order, so that a
-// publication copies them rather than sorting them again (a tenth of the
-// watcher's time under churn at 10,000 instances).
-func (s *instanceStream) apply(b registry.Batch) {
-	if b.Reset {
-		n := 0
-		for _, ev := range b.Events {
-			if ev.Type == registry.EventPut && ev.Instance.Service == s.svc.name {
-				n++
-			}
-		}
-		all := make([]registry.Instance, 0, n) // one allocation for every instance
-		s.insts = s.insts[:0]
-		for _, ev := range b.Events {
-			if ev.Type == registry.EventPut && ev.Instance.Service == s.svc.name {
-				all = append(all, ev.Instance)
-				s.insts = append(s.insts, &all[len(all)-1])
-			}
-		}
-		byID(s.insts)
-		return
-	}
-	var fresh []registry.Instance // the batch's new instances, in one allocation
-	for _, ev := range b.Events {
-		if ev.Instance.Service != s.svc.name {
-			continue
-		}
-		i, found := slices.BinarySearchFunc(s.insts, ev.Instance.ID, func(in *registry.Instance, id string) int { return strings.Compare(in.ID, id) })
-		if ev.Type == registry.EventDelete {
-			if found {
-				s.insts = slices.Delete(s.insts, i, i+1)
-			}
-			continue
-		}
-		if fresh == nil {
-			fresh = make([]registry.Instance, 0, len(b.Events))
-		}
-		fresh = append(fresh, ev.Instance)
-		if in := &fresh[len(fresh)-1]; found {
-			s.insts[i] = in
-		} else {
-			s.insts = slices.Insert(s.insts, i, in)
-		}
-	}
-}
-
-// publish gives the service a copy of s.insts, and sets the calm after it.
-func (s *instanceStream) publish() {
-	start := time.Now()
-	s.svc.replace(slices.Clone(s.insts))
-	s.svc.markReady()
-	s.dirty = false
-	end := time.Now()
-	s.cost = rebuildCost(end.Sub(start), s.cost)
-	s.calm = end.Add(min(calmFactor*s.cost, maxCalm))
 }
 
 // rebuildCost is the d of a rebuild that took took, after one whose d was
@@ -258,12 +200,13 @@ func (s *instanceStream) close() { s.w.Close() }
 
 // watchInstances is the follower of one service's instances in reg.
 func watchInstances(reg registry.Registry, log *slog.Logger, svc *Service) *follower {
+	sw := newServiceWatch(svc)
 	return &follower{what: "service " + svc.name, log: log, open: func(ctx context.Context) (stream, error) {
 		w, err := reg.Watch(ctx, svc.name)
 		if err != nil {
 			return nil, err
 		}
-		return newInstanceStream(w, svc), nil
+		return newInstanceStream(w, sw), nil
 	}}
 }
 

@@ -71,7 +71,17 @@ type Config struct {
 	// metrics (for example prometheus.DefaultGatherer, which holds the
 	// embedded etcd's).
 	Gatherer prometheus.Gatherer
+	// ClaimNets are the client addresses that a registration token may
+	// claim for its lane (DefaultClaimNets when nil); the admin token
+	// claims any. A claim moves every client behind the address into the
+	// lane: behind a NAT, all of them.
+	ClaimNets []netip.Prefix
 }
+
+// DefaultClaimNets are the addresses a registration token may claim when
+// the operator names none: loopback, the clients on the control plane's
+// own machine.
+var DefaultClaimNets = []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("::1/128")}
 
 // DefaultLimits are the limits of a registration token that sets none.
 var DefaultLimits = adminapi.Limits{Instances: 100, Labels: 64, InstanceBytes: 16 << 10}
@@ -115,6 +125,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.ClaimNets == nil {
+		cfg.ClaimNets = DefaultClaimNets
 	}
 	cfg.Info.Version = Version
 	if cfg.Limits.Instances <= 0 {
@@ -457,7 +470,7 @@ func (s *Server) info(w http.ResponseWriter, r *http.Request, _ *principal) erro
 // It is atomic so that tests can change it while streams of other servers run.
 var keepAliveEvery atomic.Int64
 
-func init() { keepAliveEvery.Store(int64(15 * time.Second)) }
+func init() { keepAliveEvery.Store(int64(adminapi.WatchKeepAlive)) }
 
 // watcher is what a watch stream serves: a registry.Watcher or a
 // policy.Watcher.

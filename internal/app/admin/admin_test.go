@@ -55,6 +55,12 @@ type env struct {
 // newEnv returns an admin API with a fresh key prefix on the etcd srv.
 func newEnv(t *testing.T, srv etcdtest.Server) *env {
 	t.Helper()
+	return newEnvWith(t, srv, nil)
+}
+
+// newEnvWith is newEnv with the admin API's Config changed by edit.
+func newEnvWith(t *testing.T, srv etcdtest.Server, edit func(*admin.Config)) *env {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	prefix := "/" + strings.NewReplacer("/", "-", " ", "-").Replace(t.Name()) + "/"
@@ -65,7 +71,11 @@ func newEnv(t *testing.T, srv etcdtest.Server) *env {
 	e := &env{store: st}
 	e.engine = routing.New(routing.WithRegistry(st), routing.WithPolicyStore(st.Policy()), routing.WithLogger(quiet))
 	e.claims = admin.WatchClaims(st, quiet)
-	api, err := admin.New(admin.Config{Store: st, Engine: e.engine, AdminToken: adminToken, Claims: e.claims, Logger: quiet})
+	cfg := admin.Config{Store: st, Engine: e.engine, AdminToken: adminToken, Claims: e.claims, Logger: quiet}
+	if edit != nil {
+		edit(&cfg)
+	}
+	api, err := admin.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,6 +119,9 @@ func TestAdmin(t *testing.T) {
 	})
 	t.Run("tokens", func(t *testing.T) { testTokens(t, newEnv(t, srv)) })
 	t.Run("claims", func(t *testing.T) { testClaims(t, newEnv(t, srv)) })
+	t.Run("claim-nets", func(t *testing.T) {
+		testClaimNets(t, newEnvWith(t, srv, func(c *admin.Config) { c.ClaimNets = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")} }))
+	})
 	t.Run("lane-expiry", func(t *testing.T) { testLaneExpiry(t, newEnv(t, srv)) })
 	t.Run("reregister", func(t *testing.T) { testReregister(t, newEnv(t, srv)) })
 	t.Run("errors", func(t *testing.T) { testErrors(t, newEnv(t, srv)) })
@@ -182,6 +195,23 @@ func testTagScope(t *testing.T, e *env) {
 		if err != nil || strings.Join(d.Eligible, ",") != wantIDs || d.Lane != l {
 			t.Errorf("lane %q: %+v %v, want %s from lane %q", l, d, err, wantIDs, l)
 		}
+	}
+}
+
+// A registration token claims only addresses the operator allows
+// (loopback by default): a claim of a shared address (a NAT's) would move
+// every client behind it into the lane. The admin token claims any.
+func testClaimNets(t *testing.T, e *env) {
+	adm := e.client(t, adminToken)
+	c, l := aliceRegistration(t, e)
+	defer l.Close()
+	rid := adminclient.RegistrationOf(l)
+	_, err := c.Claim(ctx(t), adminapi.ClaimRequest{Lane: "alice", Registration: rid})
+	if !adminapi.IsCode(err, adminapi.CodeForbidden) || !strings.Contains(err.Error(), "10.0.0.0/8") {
+		t.Errorf("lane token's claim of 127.0.0.1 outside 10.0.0.0/8: %v", err)
+	}
+	if cl, err := adm.Claim(ctx(t), adminapi.ClaimRequest{Lane: "alice", Registration: rid, IP: "192.0.2.7"}); err != nil || cl.IP != "192.0.2.7" {
+		t.Errorf("the admin's claim: %+v %v", cl, err)
 	}
 }
 
@@ -271,16 +301,26 @@ func testTokens(t *testing.T, e *env) {
 	}
 }
 
-func testClaims(t *testing.T, e *env) {
-	adm := e.client(t, adminToken)
-	tok, _ := adm.CreateToken(ctx(t), adminapi.TokenRequest{Lane: "alice"})
+// aliceRegistration registers web/a in lane alice with a new token of the
+// lane, and returns that token's client and the lease.
+func aliceRegistration(t *testing.T, e *env) (*adminclient.Client, registry.Lease) {
+	t.Helper()
+	tok, err := e.client(t, adminToken).CreateToken(ctx(t), adminapi.TokenRequest{Lane: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
 	c := e.client(t, tok.Secret)
 	reg := adminclient.NewRegistry(c, adminclient.WithLogger(quiet))
-	defer reg.Close()
+	t.Cleanup(func() { reg.Close() })
 	l, err := reg.Register(ctx(t), registry.Instance{Service: "web", ID: "a", Addr: "127.0.0.1:1", Lane: "alice"}, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return c, l
+}
+
+func testClaims(t *testing.T, e *env) {
+	c, l := aliceRegistration(t, e)
 	rid := adminclient.RegistrationOf(l)
 	// A lane token claims only the address it comes from.
 	if _, err := c.Claim(ctx(t), adminapi.ClaimRequest{Lane: "alice", IP: "10.1.2.3", Registration: rid}); !adminapi.IsCode(err, adminapi.CodeForbidden) {

@@ -102,6 +102,9 @@ func (s *Server) createClaim(w http.ResponseWriter, r *http.Request, p *principa
 	if !p.admin && ip != remote {
 		return forbidden("ip", ip.String(), "%s may claim only the address it connects from (%s)", p, remote)
 	}
+	if !p.admin && !claimable(s.cfg.ClaimNets, ip) {
+		return forbidden("ip", ip.String(), "%s may claim only addresses in %s: a claim moves every client behind the address into the lane (behind a NAT, all of them); the operator allows more with lanes up --lane-claims, or claims it with the admin token", p, formatNets(s.cfg.ClaimNets))
+	}
 	ctx := r.Context()
 	if err := s.refuseExpired(ctx, "lane", l); err != nil {
 		return err
@@ -286,4 +289,25 @@ func (t *ClaimTable) apply(evs []*clientv3.Event) {
 		}
 	}
 	t.m.Store(&next)
+}
+
+// claimable reports whether ip is in one of nets.
+func claimable(nets []netip.Prefix, ip netip.Addr) bool {
+	for _, n := range nets {
+		if n.Contains(ip) {
+			return true
+		}
+	}
+	return false
+}
+
+func formatNets(nets []netip.Prefix) string {
+	if len(nets) == 0 {
+		return "none"
+	}
+	out := make([]string, len(nets))
+	for i, n := range nets {
+		out[i] = n.String()
+	}
+	return strings.Join(out, ", ")
 }

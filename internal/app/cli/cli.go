@@ -90,7 +90,9 @@ Exit status, for every command:
 Output: commands that print data take -o text (the default), -o json or
 -o yaml. The commands that talk to the admin API find it in --admin,
 LANES_ADMIN or the admin-addr file of a local 'lanes up' (--data-dir, default
-.lanes), and their token in --token, LANES_TOKEN or its admin-token file.
+.lanes), and their token in --token, --token-file, LANES_TOKEN,
+LANES_TOKEN_FILE or its admin-token file. Other users of the machine see
+flags in ps: give a token in a variable or a file.
 
 Shell completion: lanes completion bash|zsh|fish|powershell prints a script,
 for example: source <(lanes completion bash)`,

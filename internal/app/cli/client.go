@@ -21,9 +21,10 @@ import (
 
 // clientFlags are the flags of every command that talks to the admin API.
 type clientFlags struct {
-	admin   string
-	token   string
-	dataDir string
+	admin     string
+	token     string
+	tokenFile string
+	dataDir   string
 	// fields maps the request fields of the admin API that the command
 	// fills from flags to those flags ("expires_in" -> "--in"), so that a
 	// refusal names the flag as the user typed it.
@@ -32,7 +33,8 @@ type clientFlags struct {
 
 func (f *clientFlags) add(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.admin, "admin", "", "address of the admin API (LANES_ADMIN; default: the one a 'lanes up' with this data directory recorded in <data-dir>/admin-addr, else "+adminclient.DefaultAddr+")")
-	cmd.Flags().StringVar(&f.token, "token", "", "token (LANES_TOKEN; default: the admin token in <data-dir>/admin-token)")
+	cmd.Flags().StringVar(&f.token, "token", "", "token (LANES_TOKEN; default: the admin token in <data-dir>/admin-token); other users see flags in ps: prefer LANES_TOKEN or --token-file")
+	cmd.Flags().StringVar(&f.tokenFile, "token-file", "", "file holding the token (LANES_TOKEN_FILE)")
 	cmd.Flags().StringVar(&f.dataDir, "data-dir", "", "data directory of a local 'lanes up', for its admin address and token (LANES_DATA_DIR; default .lanes)")
 }
 
@@ -71,8 +73,20 @@ func (f *clientFlags) client() (*apiClient, error) {
 	switch {
 	case strings.TrimSpace(f.token) != "":
 		tok, c.tokenFrom = f.token, "--token"
+	case strings.TrimSpace(f.tokenFile) != "":
+		t, err := readTokenFile("--token-file", f.tokenFile)
+		if err != nil {
+			return nil, err
+		}
+		tok, c.tokenFrom = t, f.tokenFile
 	case strings.TrimSpace(getenv(adminclient.EnvToken)) != "":
 		tok, c.tokenFrom = getenv(adminclient.EnvToken), adminclient.EnvToken
+	case strings.TrimSpace(getenv(EnvTokenFile)) != "":
+		t, err := readTokenFile(EnvTokenFile, getenv(EnvTokenFile))
+		if err != nil {
+			return nil, err
+		}
+		tok, c.tokenFrom = t, getenv(EnvTokenFile)
 	default:
 		path := filepath.Join(dir, controlplane.AdminTokenFile)
 		if abs, err := filepath.Abs(path); err == nil {
@@ -89,6 +103,25 @@ func (f *clientFlags) client() (*apiClient, error) {
 	}
 	c.Client = ac
 	return c, nil
+}
+
+// EnvTokenFile names the variable of a file that holds the token, as
+// --token-file does.
+const EnvTokenFile = "LANES_TOKEN_FILE"
+
+// readTokenFile reads the token in the file path, given by from (a flag or
+// a variable): its first line, trimmed.
+func readTokenFile(from, path string) (string, error) {
+	path = strings.TrimSpace(path)
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return "", &exitError{code: ExitUsage, err: fmt.Errorf("%s %q: %v", from, path, err)}
+	}
+	tok, _, _ := strings.Cut(strings.TrimSpace(string(data)), "\n")
+	if tok = strings.TrimSpace(tok); tok == "" {
+		return "", &exitError{code: ExitUsage, err: fmt.Errorf("%s %q: the file is empty", from, path)}
+	}
+	return tok, nil
 }
 
 func firstOf(vals ...string) string {

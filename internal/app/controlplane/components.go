@@ -233,7 +233,8 @@ func (*adminComponent) Validate(cfg *Config) error {
 	if cfg.AdminToken != "" && len(cfg.AdminToken) < 16 {
 		return cfg.fail("admin_token", "(hidden)", "the admin token must be at least 16 characters")
 	}
-	return nil
+	_, err := cfg.ParsedLaneClaims()
+	return err
 }
 
 func (c *adminComponent) Provision(ctx context.Context, rt *Runtime) error {
@@ -264,8 +265,13 @@ func (c *adminComponent) Provision(ctx context.Context, rt *Runtime) error {
 	c.ln = ln
 	url := httpURL(ln.Addr())
 	info.Admin.URL = url
+	claimNets, err := rt.Config.ParsedLaneClaims()
+	if err != nil {
+		return err
+	}
 	api, err := admin.New(admin.Config{Store: st, Engine: Need(rt, EngineKey), AdminToken: token, Info: info,
-		Claims: Need(rt, ClaimsKey), Traces: Need(rt, TracesKey).Collector, Logger: rt.Log, Gatherer: gatherers(rt)})
+		Claims: Need(rt, ClaimsKey), Traces: Need(rt, TracesKey).Collector, Logger: rt.Log, Gatherer: gatherers(rt),
+		ClaimNets: claimNets})
 	if err != nil {
 		return err
 	}

@@ -39,6 +39,10 @@ type Config struct {
 	// TrustedProxies are the peers (IPs or CIDRs) whose X-Forwarded-For the
 	// gateway believes.
 	TrustedProxies []string `yaml:"trusted_proxies"`
+	// LaneClaims are the client addresses (IPs or CIDRs) that a lane or
+	// baseline token may claim for its lane (lanes dev --claim-ip):
+	// loopback when empty. The admin token claims any.
+	LaneClaims []string `yaml:"lane_claims"`
 	// Zone is the gateway's zone, for same-zone preference.
 	Zone string `yaml:"zone"`
 	// Gateway holds the gateway's other settings.
@@ -299,6 +303,7 @@ var Settings = []Setting{
 	{Flag: "gateway-addr", Env: "LANES_GATEWAY_ADDR", Key: "gateway_addr", Usage: "address of the gateway (host:port; port 0 picks one)", set: str(func(c *Config) *string { return &c.GatewayAddr })},
 	{Flag: "route", Env: "LANES_ROUTES", Key: "routes", List: true, Usage: "gateway route host-or-/prefix=service, such as /=web or api.example.com=orders (repeatable)", set: list(func(c *Config) *[]string { return &c.Routes })},
 	{Flag: "domain", Env: "LANES_DOMAIN", Key: "domain", Usage: "<lane>.<domain> hosts select a lane at the gateway", set: str(func(c *Config) *string { return &c.Domain })},
+	{Flag: "lane-claims", Env: "LANES_LANE_CLAIMS", Key: "lane_claims", List: true, Usage: "IP or CIDR of the client addresses a lane or baseline token may claim for its lane, as lanes dev --claim-ip does (repeatable; default loopback only: a claim moves every client behind the address, behind a NAT all of them; the admin token claims any)", set: list(func(c *Config) *[]string { return &c.LaneClaims })},
 	{Flag: "trusted-proxy", Env: "LANES_TRUSTED_PROXIES", Key: "trusted_proxies", List: true, Usage: "IP or CIDR of a proxy whose X-Forwarded-For the gateway believes (repeatable)", set: list(func(c *Config) *[]string { return &c.TrustedProxies })},
 	{Flag: "zone", Env: "LANES_ZONE", Key: "zone", Usage: "the gateway's zone, for same-zone preference", set: str(func(c *Config) *string { return &c.Zone })},
 	{Flag: "gateway-alias", Env: "LANES_GATEWAY_ALIASES", Key: "gateway.aliases", List: true, Usage: "another header the gateway reads the lane from, after x-lane and baggage, such as x-asm-prefer-tag (repeatable)", set: list(func(c *Config) *[]string { return &c.Gateway.Aliases })},
@@ -670,11 +675,22 @@ func ParseRoute(s string) (adminapi.Route, error) {
 // ParsedTrustedProxies parses the trusted proxies; a bare IP is a /32 (or
 // /128) prefix.
 func (c *Config) ParsedTrustedProxies() ([]netip.Prefix, error) {
+	return c.parsePrefixes("trusted_proxies", c.TrustedProxies, "10.0.0.0/8")
+}
+
+// ParsedLaneClaims parses the lane claims, as ParsedTrustedProxies does;
+// nil when none are set (the admin API's default, loopback).
+func (c *Config) ParsedLaneClaims() ([]netip.Prefix, error) {
+	return c.parsePrefixes("lane_claims", c.LaneClaims, "10.1.0.0/16")
+}
+
+// parsePrefixes parses the IPs and CIDRs of the setting key.
+func (c *Config) parsePrefixes(key string, vals []string, example string) ([]netip.Prefix, error) {
 	var out []netip.Prefix
-	for _, s := range c.TrustedProxies {
+	for _, s := range vals {
 		p, err := parsePrefix(s)
 		if err != nil {
-			return nil, c.fail("trusted_proxies", s, "want an IP address or a CIDR such as 10.0.0.0/8")
+			return nil, c.fail(key, s, "want an IP address or a CIDR such as %s", example)
 		}
 		out = append(out, p)
 	}

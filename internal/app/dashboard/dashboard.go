@@ -23,11 +23,14 @@ import (
 	"embed"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"html/template"
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -41,10 +44,13 @@ const Prefix = "/ui/"
 // CookieName is the session cookie.
 const CookieName = "lanes_session"
 
-// sessionTTL bounds a session; maxSessions bounds how many are kept.
+// sessionTTL bounds a session; maxSessions bounds how many are kept, and
+// maxTokenSessions how many of one token: a token's new session evicts
+// that token's oldest, never another token's.
 const (
-	sessionTTL  = 12 * time.Hour
-	maxSessions = 1000
+	sessionTTL       = 12 * time.Hour
+	maxSessions      = 1000
+	maxTokenSessions = 16
 )
 
 //go:embed assets templates
@@ -74,6 +80,7 @@ type Server struct {
 
 	mu       sync.Mutex
 	sessions map[string]*session
+	failures failedLogins
 	closed   bool
 	wg       sync.WaitGroup // event streams
 	streams  context.Context
@@ -224,29 +231,109 @@ func (s *Server) session(r *http.Request) (*session, bool) {
 	return sess, true
 }
 
-// newSession keeps a session and returns its id; the oldest go when there
-// are too many.
-func (s *Server) newSession(sess *session) string {
+// errTooManySessions refuses a login when maxSessions sessions of other
+// tokens are kept.
+var errTooManySessions = errors.New("too many sessions are open; log out of one, or try again when one expires")
+
+// newSession keeps a session and returns its id. A token keeps at most
+// maxTokenSessions: its oldest goes. When maxSessions are kept, of other
+// tokens, the login is refused: a token never evicts another's session.
+func (s *Server) newSession(sess *session) (string, error) {
 	id := randomID()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.now()
+	var oldest string
+	n := 0
 	for k, v := range s.sessions {
-		if now.After(v.expires) {
+		switch {
+		case now.After(v.expires):
 			delete(s.sessions, k)
-		}
-	}
-	for len(s.sessions) >= maxSessions {
-		var oldest string
-		for k, v := range s.sessions {
+		case v.token == sess.token:
+			n++
 			if oldest == "" || v.expires.Before(s.sessions[oldest].expires) {
 				oldest = k
 			}
 		}
+	}
+	if n >= maxTokenSessions {
 		delete(s.sessions, oldest)
 	}
+	if len(s.sessions) >= maxSessions {
+		return "", errTooManySessions
+	}
 	s.sessions[id] = sess
-	return id
+	return id, nil
+}
+
+// Failed logins are slowed per client address: after freeFailures, each
+// failure makes the address wait before its next login, from 250ms,
+// doubling up to maxLoginWait; a success clears it. At most maxFailing
+// addresses are remembered: the one that failed longest ago goes first.
+const (
+	freeFailures = 5
+	maxLoginWait = 30 * time.Second
+	maxFailing   = 4096
+)
+
+// failedLogins are the failed logins per client address; the Server's mu
+// guards them.
+type failedLogins struct {
+	m       map[netip.Addr]*failing
+	dropped int // addresses forgotten for room
+}
+
+type failing struct {
+	n     int
+	last  time.Time
+	until time.Time // no login before then
+}
+
+// wait returns how long addr must wait before it may try to log in.
+func (f *failedLogins) wait(addr netip.Addr, now time.Time) time.Duration {
+	if e, ok := f.m[addr]; ok && now.Before(e.until) {
+		return e.until.Sub(now)
+	}
+	return 0
+}
+
+// fail records a failed login of addr, and returns whether an address was
+// forgotten for room.
+func (f *failedLogins) fail(addr netip.Addr, now time.Time) (dropped bool) {
+	if f.m == nil {
+		f.m = map[netip.Addr]*failing{}
+	}
+	e, ok := f.m[addr]
+	if !ok {
+		if len(f.m) >= maxFailing {
+			var oldest netip.Addr
+			for a, v := range f.m {
+				if !oldest.IsValid() || v.last.Before(f.m[oldest].last) {
+					oldest = a
+				}
+			}
+			delete(f.m, oldest)
+			f.dropped++
+			dropped = true
+		}
+		e = &failing{}
+		f.m[addr] = e
+	}
+	e.n++
+	e.last = now
+	if over := e.n - freeFailures; over > 0 {
+		e.until = now.Add(min(250*time.Millisecond<<min(over-1, 20), maxLoginWait))
+	}
+	return dropped
+}
+
+// clientAddr is the address a request comes from.
+func clientAddr(r *http.Request) netip.Addr {
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return netip.Addr{}
+	}
+	return ap.Addr().Unmap()
 }
 
 // checkOrigin refuses a request sent from another site: its Origin must be
@@ -304,20 +391,45 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		s.render(w, http.StatusUnauthorized, "login", v)
 		return
 	}
+	addr := clientAddr(r)
+	s.mu.Lock()
+	wait := s.failures.wait(addr, s.now())
+	s.mu.Unlock()
+	if wait > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(int((wait+time.Second-1)/time.Second)))
+		v.Err = fmt.Sprintf("Too many failed logins from %s: try again in %s.", addr, wait.Round(10*time.Millisecond))
+		s.render(w, http.StatusTooManyRequests, "login", v)
+		return
+	}
 	c := s.client(token)
 	ctx := withRemoteAddr(r.Context(), r.RemoteAddr)
 	if _, err := c.Info(ctx); err != nil {
+		s.mu.Lock()
+		dropped := s.failures.fail(addr, s.now())
+		n := s.failures.dropped
+		s.mu.Unlock()
+		if dropped && (n == 1 || n%1000 == 0) {
+			s.log.Warn("too many addresses with failed logins; forgetting the one that failed longest ago", "limit", maxFailing, "forgotten", n)
+		}
 		v.Err = "The control plane refused the token: " + err.Error()
 		s.render(w, http.StatusUnauthorized, "login", v)
 		return
 	}
+	s.mu.Lock()
+	delete(s.failures.m, addr)
+	s.mu.Unlock()
 	sess := &session{token: token, csrf: randomID(), expires: s.now().Add(sessionTTL)}
 	if _, err := c.Tokens(ctx); err == nil {
 		sess.admin, sess.scope = true, "admin"
 	} else {
 		sess.scope = "token"
 	}
-	id := s.newSession(sess)
+	id, err := s.newSession(sess)
+	if err != nil {
+		v.Err = err.Error()
+		s.render(w, http.StatusServiceUnavailable, "login", v)
+		return
+	}
 	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: id, Path: Prefix, HttpOnly: true,
 		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil, MaxAge: int(sessionTTL / time.Second)})
 	http.Redirect(w, r, v.Next, http.StatusSeeOther)
