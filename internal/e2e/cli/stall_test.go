@@ -183,9 +183,11 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 func testUpStalled(t *testing.T, pause time.Duration) {
 	// A request in flight when the process is suspended would meet the
 	// gateway's response header timeout on the resume (its timer ran
-	// through the pause); the test is about the registry, so the timeout
-	// is longer than the pause.
-	u := startUp(t, "up", "--route", "/direct=direct", "--route", "/=web", "--gateway-response-header-timeout", "60s")
+	// through the pause), and one whose head was on its way the client
+	// header timeout; the test is about the registry, so both are longer
+	// than the pause.
+	u := startUp(t, "up", "--route", "/direct=direct", "--route", "/=web",
+		"--gateway-response-header-timeout", "60s", "--gateway-client-header-timeout", "60s")
 	aliceTok := u.newToken(t, adminapi.TokenRequest{Lane: "alice", Name: "alice"})
 	baseTok := u.newToken(t, adminapi.TokenRequest{Baseline: true, Name: "ci"})
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
