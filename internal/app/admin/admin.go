@@ -40,6 +40,7 @@ import (
 	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/etcdstore"
 	"github.com/lanesdev/lanes/internal/app/collector"
+	"github.com/lanesdev/lanes/internal/lib/addrpolicy"
 	"github.com/lanesdev/lanes/routing"
 )
 
@@ -72,6 +73,13 @@ type Config struct {
 	// metrics (for example prometheus.DefaultGatherer, which holds the
 	// embedded etcd's).
 	Gatherer prometheus.Gatherer
+	// Reserved are the control plane's own listeners: no instance address
+	// may reach one, whoever registers it (addrpolicy).
+	Reserved *addrpolicy.Reserved
+	// AllowLinkLocal lets the admin token, and the tokens whose addresses
+	// allow it, register link-local and cloud metadata addresses; without
+	// it nobody may.
+	AllowLinkLocal bool
 }
 
 // DefaultLimits are the limits of a registration token that sets none.

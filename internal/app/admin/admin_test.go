@@ -22,6 +22,7 @@ import (
 	"github.com/lanesdev/lanes/adminclient"
 	"github.com/lanesdev/lanes/etcdstore"
 	"github.com/lanesdev/lanes/internal/app/admin"
+	"github.com/lanesdev/lanes/internal/lib/addrpolicy"
 	"github.com/lanesdev/lanes/internal/testkit/etcdtest"
 	"github.com/lanesdev/lanes/internal/testkit/leaktest"
 	"github.com/lanesdev/lanes/internal/testkit/registrytest"
@@ -50,6 +51,8 @@ type env struct {
 	store  *etcdstore.Store
 	engine *routing.Engine
 	claims *admin.ClaimTable
+	// reserved are the listeners no instance address may reach: etcd's.
+	reserved *addrpolicy.Reserved
 }
 
 // newEnv returns an admin API with a fresh key prefix on the etcd srv.
@@ -65,7 +68,14 @@ func newEnv(t *testing.T, srv etcdtest.Server) *env {
 	e := &env{store: st}
 	e.engine = routing.New(routing.WithRegistry(st), routing.WithPolicyStore(st.Policy()), routing.WithLogger(quiet))
 	e.claims = admin.WatchClaims(st, quiet)
-	api, err := admin.New(admin.Config{Store: st, Engine: e.engine, AdminToken: adminToken, Claims: e.claims, Logger: quiet})
+	// The API reserves its etcd's listeners, as the control plane does.
+	e.reserved = new(addrpolicy.Reserved)
+	for _, ep := range srv.Endpoints() {
+		if err := e.reserved.Add(ctx, "etcd client", strings.TrimPrefix(strings.TrimPrefix(ep, "http://"), "https://")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	api, err := admin.New(admin.Config{Store: st, Engine: e.engine, AdminToken: adminToken, Claims: e.claims, Logger: quiet, Reserved: e.reserved})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,6 +128,7 @@ func TestAdmin(t *testing.T) {
 	t.Run("bearer-case", func(t *testing.T) { testBearerCase(t, newEnv(t, srv)) })
 	t.Run("policy-size", func(t *testing.T) { testPolicySize(t, newEnv(t, srv)) })
 	t.Run("claim-ids", func(t *testing.T) { testClaimIDs(t, newEnv(t, srv)) })
+	t.Run("addresses", func(t *testing.T) { testAddresses(t, newEnv(t, srv)) })
 }
 
 // Explain shows the host step of the policy's locality.host: instances on

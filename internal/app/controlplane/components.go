@@ -104,6 +104,31 @@ func (c *etcdComponent) Provision(ctx context.Context, rt *Runtime) error {
 			note = fmt.Sprintf("external, %d endpoints", len(cfg.Endpoints))
 		}
 	}
+	// No instance address may reach etcd: the embedded member's client and
+	// peer listeners, or the external cluster's endpoints.
+	name := "etcd"
+	if c.srv != nil {
+		name = "etcd client"
+		for _, p := range c.srv.PeerEndpoints() {
+			if err := rt.Listening(ctx, "etcd peer", p); err != nil {
+				return err
+			}
+		}
+	}
+	for _, ep := range sc.Endpoints {
+		if !strings.Contains(ep, "://") {
+			ep = "http://" + ep
+		}
+		if err := rt.Listening(ctx, name, ep); err != nil {
+			if embedded {
+				return err
+			}
+			// An external endpoint that does not resolve now: etcdstore
+			// reports it if it matters; every instance dial is checked
+			// against what the others reach.
+			rt.Log.Warn("an etcd endpoint could not be resolved to reserve it from instance addresses", "endpoint", ep, "err", err)
+		}
+	}
 	st, err := etcdstore.Open(ctx, sc)
 	if err != nil {
 		return err
@@ -256,7 +281,7 @@ func (c *adminComponent) Provision(ctx context.Context, rt *Runtime) error {
 		Gateway: adminapi.GatewayInfo{URL: gw.URL, Domain: rt.Config.Domain, Routes: routes,
 			TrustedProxies: rt.Config.TrustedProxies, Zone: rt.Config.Zone},
 	}
-	ln, err := listen("admin", rt.Config.AdminAddr)
+	ln, err := rt.Listen("admin", rt.Config.AdminAddr)
 	if err != nil {
 		return err
 	}
@@ -264,7 +289,8 @@ func (c *adminComponent) Provision(ctx context.Context, rt *Runtime) error {
 	url := httpURL(ln.Addr())
 	info.Admin.URL = url
 	api, err := admin.New(admin.Config{Store: st, Engine: Need(rt, EngineKey), AdminToken: token, Info: info,
-		Claims: Need(rt, ClaimsKey), Traces: Need(rt, TracesKey).Collector, Logger: rt.Log, Gatherer: gatherers(rt)})
+		Claims: Need(rt, ClaimsKey), Traces: Need(rt, TracesKey).Collector, Logger: rt.Log, Gatherer: gatherers(rt),
+		Reserved: rt.Reserved(), AllowLinkLocal: rt.Config.AllowLinkLocal})
 	if err != nil {
 		return err
 	}

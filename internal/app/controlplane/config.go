@@ -53,6 +53,11 @@ type Config struct {
 	Nats NatsConfig `yaml:"nats"`
 	// Traces configures the trace collector.
 	Traces TracesConfig `yaml:"traces"`
+	// AllowLinkLocal lets instances have link-local and cloud metadata
+	// addresses (169.254.0.0/16, fe80::/10, fd00:ec2::254,
+	// 100.100.100.200): the gateway dials them, the admin token and the
+	// tokens whose addresses.link_local is set may register them.
+	AllowLinkLocal bool `yaml:"allow_link_local"`
 
 	// sources records where each setting came from, for error messages.
 	sources map[string]string
@@ -293,6 +298,7 @@ var Settings = []Setting{
 	{Flag: "gateway-upstream-idle-timeout", Env: "LANES_GATEWAY_UPSTREAM_IDLE_TIMEOUT", Key: "gateway.upstream_idle_timeout", Usage: "how long the gateway keeps an idle keep-alive connection to an instance; keep it below the instances' own idle timeout (0: 90s)", set: duration(func(c *Config) *time.Duration { return &c.Gateway.UpstreamIdleTimeout })},
 	{Flag: "gateway-client-idle-timeout", Env: "LANES_GATEWAY_CLIENT_IDLE_TIMEOUT", Key: "gateway.client_idle_timeout", Usage: "how long a client's keep-alive connection may wait for its next request before the gateway closes it (0: 2m)", set: duration(func(c *Config) *time.Duration { return &c.Gateway.ClientIdleTimeout })},
 	{Flag: "gateway-http1", Env: "LANES_GATEWAY_HTTP1", Key: "gateway.http1", Usage: "the stack that serves HTTP/1.1 at the gateway: fast (fasthttp) or std (net/http)", set: str(func(c *Config) *string { return &c.Gateway.HTTP1 })},
+	{Flag: "allow-link-local", Env: "LANES_ALLOW_LINK_LOCAL", Key: "allow_link_local", Bool: true, Usage: "let instances have link-local and cloud metadata addresses (169.254.0.0/16, fe80::/10, ...): the gateway dials them, and the admin token and tokens with addresses.link_local may register them", set: boolean(func(c *Config) *bool { return &c.AllowLinkLocal })},
 	{Flag: "log-level", Env: "LANES_LOG_LEVEL", Key: "log_level", Usage: "debug, info, warn or error", set: str(func(c *Config) *string { return &c.LogLevel })},
 	{Flag: "log-format", Env: "LANES_LOG_FORMAT", Key: "log_format", Usage: "text or json", set: str(func(c *Config) *string { return &c.LogFormat })},
 	{Flag: "external-etcd", Env: "LANES_EXTERNAL_ETCD", Key: "etcd.endpoints", List: true, Usage: "endpoints of an external etcd cluster, host:port or http(s) URLs (repeatable or comma-separated); none runs the embedded etcd", set: list(func(c *Config) *[]string { return &c.Etcd.Endpoints })},

@@ -3,6 +3,7 @@ package controlplane
 import (
 	"context"
 	"fmt"
+	"net"
 	"time"
 
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -111,6 +112,13 @@ func (c *collectorComponent) Provision(ctx context.Context, rt *Runtime) error {
 		return err
 	}
 	c.col = col
+	for name, a := range map[string]net.Addr{"collector OTLP/gRPC": col.GRPCAddr(), "collector OTLP/HTTP": col.HTTPAddr()} {
+		if a != nil {
+			if err := rt.Listening(ctx, name, a); err != nil {
+				return err
+			}
+		}
+	}
 	out := Traces{Collector: col, Provider: noop.NewTracerProvider()}
 	if a := col.GRPCAddr(); a != nil {
 		out.GRPCAddr = a.String()

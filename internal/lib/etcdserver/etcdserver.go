@@ -66,6 +66,7 @@ type Server struct {
 	etcd      *embed.Etcd
 	quiet     *atomic.Bool // set by Close to drop etcd's shutdown noise
 	endpoints []string
+	peers     []string
 	closeOnce sync.Once
 }
 
@@ -154,6 +155,9 @@ func start(ctx context.Context, c Config, level zapcore.Level, clientURL, peerUR
 	for _, l := range e.Clients {
 		s.endpoints = append(s.endpoints, "http://"+l.Addr().String())
 	}
+	for _, p := range e.Peers {
+		s.peers = append(s.peers, "http://"+p.Addr().String())
+	}
 	return s, nil
 }
 
@@ -190,6 +194,9 @@ func loopbackURL(addr string) (u *url.URL, auto bool, err error) {
 
 // Endpoints returns the client URLs of the member, for clientv3.Config.
 func (s *Server) Endpoints() []string { return append([]string(nil), s.endpoints...) }
+
+// PeerEndpoints returns the peer URLs that the member listens on.
+func (s *Server) PeerEndpoints() []string { return append([]string(nil), s.peers...) }
 
 // Err reports a fatal error of the running member (for example a listener
 // that failed). etcd closes it when the member has stopped.
