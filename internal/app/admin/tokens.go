@@ -39,7 +39,10 @@ type storedToken struct {
 }
 
 // NewAdminToken returns a fresh admin token.
-func NewAdminToken() string { return AdminTokenPrefix + randomHex(32) }
+func NewAdminToken() string { return AdminTokenPrefix + NewSecret() }
+
+// NewSecret returns 32 random bytes in hex, for a credential.
+func NewSecret() string { return randomHex(32) }
 
 func randomHex(n int) string {
 	b := make([]byte, n)

@@ -73,14 +73,23 @@ func (c *etcdComponent) Provision(ctx context.Context, rt *Runtime) error {
 	sc := etcdstore.Config{DialTimeout: cfg.DialTimeout, Options: etcdstore.Options{Prefix: cfg.Prefix, Logger: rt.Log}}
 	note := ""
 	embedded := len(cfg.Endpoints) == 0
+	info := EtcdInfo{Embedded: embedded}
 	if embedded {
 		dir := filepath.Join(Need(rt, DataDirKey), "etcd")
+		pwFile := filepath.Join(Need(rt, DataDirKey), EtcdPasswordFile)
+		password, _, err := secretFile(pwFile, "etcd password", admin.NewSecret, 16)
+		if err != nil {
+			return err
+		}
 		sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 		srv, err := etcdserver.Start(sctx, etcdserver.Config{
-			Dir:        dir,
-			ClientAddr: cfg.ClientAddr,
-			PeerAddr:   cfg.PeerAddr,
-			Logger:     rt.Log.With("component", "etcd"),
+			Dir:          dir,
+			ClientAddr:   cfg.ClientAddr,
+			PeerAddr:     cfg.PeerAddr,
+			Logger:       rt.Log.With("component", "etcd"),
+			RootPassword: password,
+			NoAuth:       cfg.NoAuth,
+			BcryptCost:   etcdBcryptCost,
 		})
 		cancel()
 		if err != nil {
@@ -89,6 +98,13 @@ func (c *etcdComponent) Provision(ctx context.Context, rt *Runtime) error {
 		c.srv = srv
 		sc.Endpoints = srv.Endpoints()
 		note = "embedded, data in " + dir
+		if cfg.NoAuth {
+			note += "; authentication off (etcd.no_auth)"
+		} else {
+			sc.Username, sc.Password = etcdserver.RootUser, password
+			info.Username, info.PasswordFile = etcdserver.RootUser, pwFile
+			note += "; user root, password in " + pwFile
+		}
 	} else {
 		sc.Endpoints = cfg.Endpoints
 		sc.Username, sc.Password = cfg.Username, cfg.Password
@@ -135,7 +151,8 @@ func (c *etcdComponent) Provision(ctx context.Context, rt *Runtime) error {
 	}
 	c.store = st
 	Provide(rt, StoreKey, st)
-	Provide(rt, EtcdKey, EtcdInfo{Endpoints: sc.Endpoints, Embedded: embedded})
+	info.Endpoints = sc.Endpoints
+	Provide(rt, EtcdKey, info)
 	rt.Announce(Address{Name: "etcd", URL: strings.Join(sc.Endpoints, ","), Note: note + "; prefix " + st.Prefix()})
 	return nil
 }
@@ -346,6 +363,14 @@ func (c *adminComponent) Cleanup() error {
 	return nil
 }
 
+// EtcdPasswordFile is the file, in the data directory, of the embedded
+// etcd's root password.
+const EtcdPasswordFile = "etcd-password"
+
+// etcdBcryptCost is the bcrypt cost of the embedded etcd's password hash
+// (0: etcd's default); tests lower it.
+var etcdBcryptCost = 0
+
 // adminToken returns the admin token: from the configuration, else from
 // <dir>/admin-token, else a new one written there (mode 0600).
 func adminToken(cfg Config, dir string) (token, note string, err error) {
@@ -357,30 +382,44 @@ func adminToken(cfg Config, dir string) (token, note string, err error) {
 		return cfg.AdminToken, "admin token from " + src, nil
 	}
 	path := filepath.Join(dir, AdminTokenFile)
+	t, created, err := secretFile(path, "admin token", admin.NewAdminToken, 16)
+	if err != nil {
+		return "", "", err
+	}
+	if created {
+		return t, "admin token created in " + path, nil
+	}
+	return t, "admin token in " + path, nil
+}
+
+// secretFile returns the secret kept in path, or a new one from gen that
+// it writes there (mode 0600, created: true); what names it in errors. A
+// secret shorter than minLen is refused.
+func secretFile(path, what string, gen func() string, minLen int) (secret string, created bool, err error) {
 	data, err := os.ReadFile(path)
 	if err == nil {
 		t := strings.TrimSpace(string(data))
-		if len(t) < 16 {
-			return "", "", fmt.Errorf("%s: the admin token must be at least 16 characters; delete the file to get a new one", path)
+		if len(t) < minLen {
+			return "", false, fmt.Errorf("%s: the %s must be at least %d characters; delete the file to get a new one", path, what, minLen)
 		}
-		return t, "admin token in " + path, nil
+		return t, false, nil
 	}
 	if !errors.Is(err, os.ErrNotExist) {
-		return "", "", fmt.Errorf("admin token: %w", err)
+		return "", false, fmt.Errorf("%s: %w", what, err)
 	}
-	t := admin.NewAdminToken()
+	t := gen()
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
-		return "", "", fmt.Errorf("admin token: %w", err)
+		return "", false, fmt.Errorf("%s: %w", what, err)
 	}
 	if _, err := f.WriteString(t + "\n"); err != nil {
 		f.Close()
-		return "", "", fmt.Errorf("admin token: %w", err)
+		return "", false, fmt.Errorf("%s: %w", what, err)
 	}
 	if err := f.Close(); err != nil {
-		return "", "", fmt.Errorf("admin token: %w", err)
+		return "", false, fmt.Errorf("%s: %w", what, err)
 	}
-	return t, "admin token created in " + path, nil
+	return t, true, nil
 }
 
 // gatherers is what /metrics serves: the control plane's registry (the

@@ -82,6 +82,11 @@ type EtcdConfig struct {
 	PeerAddr   string `yaml:"peer_addr"`
 	// DialTimeout bounds connecting to an external cluster.
 	DialTimeout time.Duration `yaml:"dial_timeout"`
+	// NoAuth leaves the embedded etcd's authentication off: anyone who
+	// reaches its client port reads and writes every key, around the admin
+	// API's scopes. By default authentication is on, with the root user's
+	// password in <DataDir>/etcd-password (mode 0600).
+	NoAuth bool `yaml:"no_auth"`
 }
 
 // GatewaySettings are the gateway's settings besides its address, routes,
@@ -310,6 +315,7 @@ var Settings = []Setting{
 	{Flag: "etcd-password", Env: "LANES_ETCD_PASSWORD", Key: "etcd.password", Usage: "etcd password", Secret: true, set: str(func(c *Config) *string { return &c.Etcd.Password })},
 	{Flag: "etcd-client-addr", Env: "LANES_ETCD_CLIENT_ADDR", Key: "etcd.client_addr", Usage: "client address of the embedded etcd (port 0 picks one)", set: str(func(c *Config) *string { return &c.Etcd.ClientAddr })},
 	{Flag: "etcd-peer-addr", Env: "LANES_ETCD_PEER_ADDR", Key: "etcd.peer_addr", Usage: "peer address of the embedded etcd (port 0 picks one)", set: str(func(c *Config) *string { return &c.Etcd.PeerAddr })},
+	{Flag: "etcd-no-auth", Env: "LANES_ETCD_NO_AUTH", Key: "etcd.no_auth", Bool: true, Usage: "leave the embedded etcd's authentication off, so that anyone who reaches its port reads and writes every key (default: on, the root password in <data-dir>/etcd-password)", set: boolean(func(c *Config) *bool { return &c.Etcd.NoAuth })},
 	{Flag: "etcd-dial-timeout", Env: "LANES_ETCD_DIAL_TIMEOUT", Key: "etcd.dial_timeout", Usage: "how long to wait for an external etcd at start-up", set: one(func(c *Config, v string) error {
 		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 {

@@ -72,6 +72,10 @@ var (
 type EtcdInfo struct {
 	Endpoints []string
 	Embedded  bool
+	// Username and PasswordFile are the credentials of the embedded etcd,
+	// when its authentication is on: the root user, and the file in the
+	// data directory that holds its password ("" otherwise).
+	Username, PasswordFile string
 }
 
 // NatsInfo describes the NATS server in use: its client URL ("" with NATS

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -67,7 +68,7 @@ func TestUpInstanceAddresses(t *testing.T) {
 	u.register(t, u.newToken(t, adminapi.TokenRequest{Baseline: true}), registry.Instance{Service: "web", ID: "web-base", Addr: webBase.addr})
 	c := clientFrom(t, "127.0.0.2")
 	expectBackend(t, c, gw, "web-base", header("x-lane", "alice"))
-	st, err := etcdstore.Open(ctx, etcdstore.Config{Endpoints: []string{u.etcd}, Options: etcdstore.Options{Prefix: "/lanes/", Logger: quiet}})
+	st, err := etcdstore.Open(ctx, u.etcdConfig(t, "/lanes/"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,4 +124,38 @@ func TestUpInstanceAddresses(t *testing.T) {
 		}
 		return ""
 	})
+}
+
+// TestUpEtcdAuth: the embedded etcd of `lanes up` takes no write without
+// credentials, so that nothing on the machine registers around the admin
+// API's scopes; the root password is in the data directory, and
+// --etcd-no-auth leaves authentication off.
+func TestUpEtcdAuth(t *testing.T) {
+	for _, noAuth := range []bool{false, true} {
+		var extra []string
+		if noAuth {
+			extra = append(extra, "--etcd-no-auth")
+		}
+		u := startUp(t, "up", extra...)
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		defer cancel()
+		cfg := u.etcdConfig(t, "/lanes/")
+		cfg.Username, cfg.Password = "", ""
+		st, err := etcdstore.Open(ctx, cfg)
+		if err == nil {
+			var l registry.Lease
+			l, err = st.Register(ctx, registry.Instance{Service: "web", ID: "rogue", Addr: "10.0.0.1:80"}, 5*time.Second)
+			if err == nil {
+				l.Close()
+			}
+			st.Close()
+		}
+		if noAuth != (err == nil) {
+			t.Errorf("--etcd-no-auth %v: a registration straight into etcd without credentials: %v", noAuth, err)
+		}
+		if got := strings.Contains(u.stdout.String(), "LANES_ETCD_PASSWORD_FILE="); got == noAuth {
+			t.Errorf("--etcd-no-auth %v: the export line names a password file: %v\n%s", noAuth, got, u.stdout.String())
+		}
+		u.stop(syscall.SIGTERM)
+	}
 }
