@@ -87,3 +87,27 @@ func testAddresses(t *testing.T, e *env) {
 		}
 	}
 }
+
+// With the control plane allowing link-local addresses, the admin token and
+// a token whose addresses allow them register one; other tokens do not, and
+// the control plane's listeners stay refused.
+func testLinkLocal(t *testing.T, e *env) {
+	plain, _ := e.token(t, adminapi.TokenRequest{Lane: "alice"})
+	ll, tok := e.token(t, adminapi.TokenRequest{Lane: "alice", Addresses: &adminapi.AddressScope{LinkLocal: true}})
+	if tok.Addresses == nil || !tok.Addresses.LinkLocal {
+		t.Fatalf("the token's addresses: %+v", tok.Addresses)
+	}
+	wantAddrRefused(t, "a token without link_local", plain, "alice", "169.254.169.254:80", "link-local")
+	for who, c := range map[string]*adminclient.Client{"the admin": e.client(t, adminToken), "a token with link_local": ll} {
+		l := "alice"
+		if who == "the admin" {
+			l = ""
+		}
+		in := registry.Instance{Service: "web", ID: "ll-" + strconv.Itoa(len(who)), Addr: "169.254.10.10:8080", Lane: l}
+		if _, err := c.Register(ctx(t), adminapi.RegisterRequest{Instance: in, TTL: adminapi.Duration(time.Minute)}); err != nil {
+			t.Errorf("%s registers a link-local address: %v", who, err)
+		}
+	}
+	etcd := e.reserved.List()[0].Addr
+	wantAddrRefused(t, "a token with link_local", ll, "alice", etcd.String(), "control plane")
+}

@@ -58,6 +58,12 @@ type env struct {
 // newEnv returns an admin API with a fresh key prefix on the etcd srv.
 func newEnv(t *testing.T, srv etcdtest.Server) *env {
 	t.Helper()
+	return newEnvWith(t, srv, nil)
+}
+
+// newEnvWith is newEnv with the API's configuration changed by edit.
+func newEnvWith(t *testing.T, srv etcdtest.Server, edit func(*admin.Config)) *env {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	prefix := "/" + strings.NewReplacer("/", "-", " ", "-").Replace(t.Name()) + "/"
@@ -75,7 +81,11 @@ func newEnv(t *testing.T, srv etcdtest.Server) *env {
 			t.Fatal(err)
 		}
 	}
-	api, err := admin.New(admin.Config{Store: st, Engine: e.engine, AdminToken: adminToken, Claims: e.claims, Logger: quiet, Reserved: e.reserved})
+	cfg := admin.Config{Store: st, Engine: e.engine, AdminToken: adminToken, Claims: e.claims, Logger: quiet, Reserved: e.reserved}
+	if edit != nil {
+		edit(&cfg)
+	}
+	api, err := admin.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,6 +139,9 @@ func TestAdmin(t *testing.T) {
 	t.Run("policy-size", func(t *testing.T) { testPolicySize(t, newEnv(t, srv)) })
 	t.Run("claim-ids", func(t *testing.T) { testClaimIDs(t, newEnv(t, srv)) })
 	t.Run("addresses", func(t *testing.T) { testAddresses(t, newEnv(t, srv)) })
+	t.Run("link-local", func(t *testing.T) {
+		testLinkLocal(t, newEnvWith(t, srv, func(c *admin.Config) { c.AllowLinkLocal = true }))
+	})
 }
 
 // Explain shows the host step of the policy's locality.host: instances on

@@ -63,6 +63,16 @@ func TestUpInstanceAddresses(t *testing.T) {
 	refused("a scoped token", scoped, "alice", "10.0.0.1:9000", "addresses.cidrs")
 	refused("a scoped token", scoped, "alice", "127.0.0.1:80", "addresses.ports")
 
+	// The same scope from the command line; a bad CIDR names its flag.
+	if code, _, errOut := u.cli(t, "token", "create", "--lane", "alice", "--cidr", "10.0.0.0/8", "--cidr", "10.0.0.300/8"); code != 2 || !strings.Contains(errOut, `--cidr "10.0.0.300/8"`) {
+		t.Errorf("token create with a bad --cidr: exit %d, %q; want 2 naming --cidr and the value", code, errOut)
+	}
+	code, out, errOut := u.cli(t, "token", "create", "--lane", "alice", "--cidr", "127.0.0.0/8", "--port", "9000-9999")
+	if code != 0 {
+		t.Fatalf("token create --cidr --port: exit %d %s", code, errOut)
+	}
+	refused("a token scoped by the command line", u.client(t, strings.TrimSpace(out)), "alice", "127.0.0.1:80", "addresses.ports")
+
 	// Straight into etcd, around the admin API.
 	webBase := newBackend(t, "web-base")
 	u.register(t, u.newToken(t, adminapi.TokenRequest{Baseline: true}), registry.Instance{Service: "web", ID: "web-base", Addr: webBase.addr})
