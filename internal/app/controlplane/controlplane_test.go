@@ -26,7 +26,6 @@ import (
 
 func TestMain(m *testing.M) {
 	natstest.RunChild()
-	etcdBcryptCost = 4 // a hash at etcd's default cost takes seconds under -race
 	goleak.VerifyTestMain(m, leaktest.Options()...)
 }
 
