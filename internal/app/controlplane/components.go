@@ -77,7 +77,7 @@ func (c *etcdComponent) Provision(ctx context.Context, rt *Runtime) error {
 	if embedded {
 		dir := filepath.Join(Need(rt, DataDirKey), "etcd")
 		pwFile := filepath.Join(Need(rt, DataDirKey), EtcdPasswordFile)
-		password, _, err := secretFile(pwFile, "etcd password", admin.NewSecret, 16)
+		password, created, err := secretFile(pwFile, "etcd password", admin.NewSecret, 16)
 		if err != nil {
 			return err
 		}
@@ -92,6 +92,17 @@ func (c *etcdComponent) Provision(ctx context.Context, rt *Runtime) error {
 			BcryptCost:   etcdBcryptCost,
 		})
 		cancel()
+		if err != nil && created {
+			// Not (yet) the password of this data: keep none, so that
+			// the next start says the same.
+			os.Remove(pwFile)
+		}
+		if errors.Is(err, etcdserver.ErrRootPassword) {
+			if created {
+				return fmt.Errorf("embedded etcd in %s: its authentication is on, and %s, which holds its root password, is missing: restore it from a backup of the data directory", dir, pwFile)
+			}
+			return fmt.Errorf("embedded etcd in %s: its authentication is on, and %s does not hold its root password: restore the file from a backup of the data directory", dir, pwFile)
+		}
 		if err != nil {
 			return fmt.Errorf("embedded etcd in %s: %w", dir, err)
 		}

@@ -66,5 +66,26 @@ func TestEmbeddedEtcdAuth(t *testing.T) {
 		if err := s.Close(); err != nil {
 			t.Fatal(err)
 		}
+		if !noAuth {
+			// Without its password file, the data directory's etcd cannot
+			// be opened, and the error says what to restore; no other
+			// password takes the file's place.
+			pw := filepath.Join(cfg.DataDir, EtcdPasswordFile)
+			if err := os.Rename(pw, pw+".saved"); err != nil {
+				t.Fatal(err)
+			}
+			if s, err := Start(ctx, cfg, WithLogger(NewLogger(io.Discard, "error"))); err == nil || !strings.Contains(err.Error(), "is missing: restore it") {
+				if s != nil {
+					s.Close()
+				}
+				t.Fatalf("a start without the password file: %v, want an error naming the missing file", err)
+			}
+			if _, err := os.Stat(pw); !os.IsNotExist(err) {
+				t.Errorf("after the failed start, %s: %v; want none", pw, err)
+			}
+			if err := os.Rename(pw+".saved", pw); err != nil {
+				t.Fatal(err)
+			}
+		}
 	}
 }

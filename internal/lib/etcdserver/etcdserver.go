@@ -78,6 +78,10 @@ type Config struct {
 // RootUser is the etcd user that RootPassword is the password of.
 const RootUser = "root"
 
+// ErrRootPassword is a Start with authentication on in the data directory
+// and another RootPassword than the root user's.
+var ErrRootPassword = errors.New("etcdserver: authentication is on, and the root password given is not etcd's")
+
 // Server is a running embedded etcd member.
 type Server struct {
 	etcd      *embed.Etcd
@@ -234,7 +238,7 @@ func (s *Server) setAuth(ctx context.Context, c Config) error {
 // checkRoot checks that password is the root user's.
 func (s *Server) checkRoot(password string) error {
 	if _, err := s.etcd.Server.AuthStore().CheckPassword(RootUser, password); err != nil {
-		return fmt.Errorf("etcdserver: authentication is on, and the root password given is not etcd's: %w", err)
+		return fmt.Errorf("%w: %w", ErrRootPassword, err)
 	}
 	return nil
 }
