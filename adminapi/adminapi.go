@@ -104,16 +104,17 @@ type ErrorBody struct {
 
 // Error codes.
 const (
-	CodeBadRequest    = "bad_request"    // 400: malformed request or invalid field
-	CodeUnauthorized  = "unauthorized"   // 401: no token, or an unknown one
-	CodeForbidden     = "forbidden"      // 403: the token's scope does not allow this
-	CodeLaneExpired   = "lane_expired"   // 403 on register, 410 on heartbeat: the lane has expired
-	CodeNotFound      = "not_found"      // 404
-	CodeConflict      = "conflict"       // 409: held by another lane or registration
-	CodeLimit         = "limit_exceeded" // 403 (instances) or 413 (labels, bytes): over a token's limits
-	CodeInvalidPolicy = "invalid_policy" // 422: the policy document is refused; field and line say where
-	CodeUnavailable   = "unavailable"    // 503: etcd cannot be reached
-	CodeInternal      = "internal"       // 500
+	CodeBadRequest    = "bad_request"     // 400: malformed request or invalid field
+	CodeUnauthorized  = "unauthorized"    // 401: no token, or an unknown one
+	CodeForbidden     = "forbidden"       // 403: the token's scope does not allow this
+	CodeLaneExpired   = "lane_expired"    // 403 on register, 410 on heartbeat: the lane has expired
+	CodeNotFound      = "not_found"       // 404
+	CodeConflict      = "conflict"        // 409: held by another lane or registration
+	CodeLimit         = "limit_exceeded"  // 403 (instances) or 413 (labels, bytes): over a token's limits
+	CodeAddress       = "address_refused" // 403: an instance address that no instance may have, or outside the token's addresses
+	CodeInvalidPolicy = "invalid_policy"  // 422: the policy document is refused; field and line say where
+	CodeUnavailable   = "unavailable"     // 503: etcd cannot be reached
+	CodeInternal      = "internal"        // 500
 )
 
 // Info describes a running control plane (GET /v1/info).
@@ -332,6 +333,9 @@ type Token struct {
 	// Limits bound what the token registers; nil, or a zero field, means
 	// the control plane's default.
 	Limits *Limits `json:"limits,omitempty"`
+	// Addresses bound the instance addresses the token registers; nil
+	// means any address but the refused ones (see AddressScope).
+	Addresses *AddressScope `json:"addresses,omitempty"`
 	// Secret is the token itself, returned once by POST /v1/tokens and
 	// never stored.
 	Secret string `json:"token,omitempty"`
@@ -351,6 +355,27 @@ type TokenRequest struct {
 	Lane     string  `json:"lane,omitempty"`
 	Baseline bool    `json:"baseline,omitempty"`
 	Limits   *Limits `json:"limits,omitempty"`
+	// Addresses, when set, scope the instance addresses of the token.
+	Addresses *AddressScope `json:"addresses,omitempty"`
+}
+
+// AddressScope bounds the addresses of the instances that a token
+// registers. Whatever the scope, no instance may have an address that
+// reaches one of the control plane's own listeners (etcd, the admin API,
+// the gateway, the collector, NATS), by any IP that reaches it; nor a
+// link-local or cloud metadata address unless LinkLocal is set.
+type AddressScope struct {
+	// CIDRs, when not empty, are the networks an instance's IP must be in,
+	// such as "10.0.0.0/8" or "2001:db8::/32".
+	CIDRs []string `json:"cidrs,omitempty"`
+	// Ports, when not empty, are the ports an instance may have: "8080",
+	// or a range "8000-8999".
+	Ports []string `json:"ports,omitempty"`
+	// LinkLocal allows link-local addresses (169.254.0.0/16, fe80::/10)
+	// and cloud metadata addresses (169.254.169.254, fd00:ec2::254,
+	// 100.100.100.200); the control plane must allow them too
+	// (allow_link_local), or the gateway would not dial them.
+	LinkLocal bool `json:"link_local,omitempty"`
 }
 
 // Limits bound what one registration token may register. A zero field

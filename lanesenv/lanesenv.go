@@ -14,8 +14,10 @@
 //   - etcd://host:port[,host:port...]: the etcd cluster of the control plane
 //     (`lanes up` prints the line to export). LANES_ETCD_CA, LANES_ETCD_CERT
 //     and LANES_ETCD_KEY (PEM files) turn on TLS; LANES_ETCD_USERNAME and
-//     LANES_ETCD_PASSWORD authenticate; LANES_ETCD_PREFIX is the key prefix
-//     of the installation (default /lanes/).
+//     LANES_ETCD_PASSWORD (or LANES_ETCD_PASSWORD_FILE, a file that holds
+//     it, as `lanes up` prints for its embedded etcd) authenticate;
+//     LANES_ETCD_PREFIX is the key prefix of the installation (default
+//     /lanes/).
 //   - http://admin-address or https://admin-address: the admin API of
 //     `lanes up`, with a registration token in LANES_TOKEN (`lanes token
 //     create --lane L`). The process needs no etcd address or credentials,
@@ -70,9 +72,13 @@ const (
 	EnvEtcdKey      = "LANES_ETCD_KEY"      // PEM file of its key
 	EnvEtcdUsername = "LANES_ETCD_USERNAME" // etcd user, when etcd auth is on
 	EnvEtcdPassword = "LANES_ETCD_PASSWORD" // etcd password
-	EnvEtcdPrefix   = "LANES_ETCD_PREFIX"   // key prefix of the installation (default /lanes/)
-	EnvLogFormat    = "LANES_LOG_FORMAT"    // text (default) or json
-	EnvLogLevel     = "LANES_LOG_LEVEL"     // debug, info (default), warn or error
+	// EnvEtcdPasswordFile is a file that holds the etcd password (its
+	// first line), instead of EnvEtcdPassword: lanes up keeps its embedded
+	// etcd's in <data-dir>/etcd-password.
+	EnvEtcdPasswordFile = "LANES_ETCD_PASSWORD_FILE"
+	EnvEtcdPrefix       = "LANES_ETCD_PREFIX" // key prefix of the installation (default /lanes/)
+	EnvLogFormat        = "LANES_LOG_FORMAT"  // text (default) or json
+	EnvLogLevel         = "LANES_LOG_LEVEL"   // debug, info (default), warn or error
 )
 
 // DefaultTimeout bounds Open: connecting, and reading the policy in force.
@@ -224,6 +230,19 @@ func Parse(getenv func(string) string) (Settings, error) {
 			}
 			return s, &Error{Var: v, Value: val, Msg: "set " + EnvEtcdCert + " and " + EnvEtcdKey + " together"}
 		}
+		if f := get(EnvEtcdPasswordFile); f != "" {
+			if s.Password != "" {
+				return s, &Error{Var: EnvEtcdPasswordFile, Value: f, Msg: EnvEtcdPassword + " is set too: set one of them"}
+			}
+			data, err := os.ReadFile(f)
+			if err != nil {
+				return s, &Error{Var: EnvEtcdPasswordFile, Value: f, Msg: err.Error()}
+			}
+			line, _, _ := strings.Cut(string(data), "\n")
+			if s.Password = strings.TrimSpace(line); s.Password == "" {
+				return s, &Error{Var: EnvEtcdPasswordFile, Value: f, Msg: "the file holds no password"}
+			}
+		}
 		if (s.Username == "") != (s.Password == "") {
 			if s.Username == "" {
 				return s, &Error{Var: EnvEtcdUsername, Msg: EnvEtcdPassword + " is set: set the user too"}
@@ -242,7 +261,7 @@ func Parse(getenv func(string) string) (Settings, error) {
 		if s.Token == "" {
 			return s, &Error{Var: EnvToken, Msg: EnvRegistry + " is the admin API: give a registration token (lanes token create --lane L, or --baseline)"}
 		}
-		for _, v := range []string{EnvEtcdCA, EnvEtcdCert, EnvEtcdKey, EnvEtcdUsername, EnvEtcdPassword, EnvEtcdPrefix} {
+		for _, v := range []string{EnvEtcdCA, EnvEtcdCert, EnvEtcdKey, EnvEtcdUsername, EnvEtcdPassword, EnvEtcdPasswordFile, EnvEtcdPrefix} {
 			if get(v) != "" {
 				return s, &Error{Var: v, Value: shown(v, get(v)), Msg: "only for an etcd:// " + EnvRegistry + "; the admin API needs only " + EnvToken}
 			}

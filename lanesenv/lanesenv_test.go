@@ -5,6 +5,8 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -43,6 +45,8 @@ func TestParseErrors(t *testing.T) {
 		{"path", env("LANES_REGISTRY", "etcd://a:1/x"), `endpoint 1 "a:1/x"`},
 		{"cert without key", env("LANES_REGISTRY", "etcd://a:1", "LANES_ETCD_CERT", "c.pem"), `LANES_ETCD_CERT="c.pem": set LANES_ETCD_CERT and LANES_ETCD_KEY together`},
 		{"password without user", env("LANES_REGISTRY", "etcd://a:1", "LANES_ETCD_PASSWORD", "s3cret"), `LANES_ETCD_USERNAME is not set: LANES_ETCD_PASSWORD is set`},
+		{"password and password file", env("LANES_REGISTRY", "etcd://a:1", "LANES_ETCD_USERNAME", "root", "LANES_ETCD_PASSWORD", "s3cret", "LANES_ETCD_PASSWORD_FILE", "pw"), `LANES_ETCD_PASSWORD_FILE="pw": LANES_ETCD_PASSWORD is set too`},
+		{"password file missing", env("LANES_REGISTRY", "etcd://a:1", "LANES_ETCD_USERNAME", "root", "LANES_ETCD_PASSWORD_FILE", "/nonexistent/etcd-password"), `LANES_ETCD_PASSWORD_FILE="/nonexistent/etcd-password": open /nonexistent/etcd-password: no such file or directory`},
 		{"prefix", env("LANES_REGISTRY", "etcd://a:1", "LANES_ETCD_PREFIX", "lanes"), `LANES_ETCD_PREFIX="lanes": want a key prefix starting with /`},
 		{"admin without token", env("LANES_REGISTRY", "http://127.0.0.1:7700"), `LANES_TOKEN is not set: LANES_REGISTRY is the admin API`},
 		{"admin with etcd password", env("LANES_REGISTRY", "http://127.0.0.1:7700", "LANES_TOKEN", "t", "LANES_ETCD_PASSWORD", "s3cret"), `LANES_ETCD_PASSWORD="(hidden)": only for an etcd://`},
@@ -69,6 +73,25 @@ func TestParseErrors(t *testing.T) {
 				t.Errorf("Open: %v, %v", env, err)
 			}
 		})
+	}
+}
+
+// TestPasswordFile: LANES_ETCD_PASSWORD_FILE gives the password from the
+// first line of a file.
+func TestPasswordFile(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "etcd-password")
+	if err := os.WriteFile(f, []byte("  s3cret \nignored\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err := lanesenv.Parse(env("LANES_REGISTRY", "etcd://a:1", "LANES_ETCD_USERNAME", "root", "LANES_ETCD_PASSWORD_FILE", f))
+	if err != nil || s.Username != "root" || s.Password != "s3cret" {
+		t.Fatalf("Parse: %+v %v", s, err)
+	}
+	if err := os.WriteFile(f, []byte("\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lanesenv.Parse(env("LANES_REGISTRY", "etcd://a:1", "LANES_ETCD_USERNAME", "root", "LANES_ETCD_PASSWORD_FILE", f)); err == nil || !strings.Contains(err.Error(), "holds no password") {
+		t.Errorf("an empty file: %v", err)
 	}
 }
 

@@ -1,12 +1,15 @@
 package lanesgrpc
 
 import (
+	"context"
 	"fmt"
+	"net"
 
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
 	"go.opentelemetry.io/otel/propagation"
 	"google.golang.org/grpc"
 
+	"github.com/lanesdev/lanes/internal/lib/addrpolicy"
 	"github.com/lanesdev/lanes/registry"
 	"github.com/lanesdev/lanes/routing"
 )
@@ -18,7 +21,12 @@ import (
 // interceptor of WithDialOptions.
 //
 // NewClient chooses no transport credentials: pass them with
-// WithDialOptions. Like grpc.NewClient it does not connect; the first call
+// WithDialOptions. Its dialer refuses to connect to a link-local or cloud
+// metadata address (169.254.0.0/16, fe80::/10, fd00:ec2::254,
+// 100.100.100.200: an instance address is what whoever registered it chose),
+// checked on the IP actually dialled; such an instance never becomes ready,
+// and the picker moves on. A grpc.WithContextDialer of WithDialOptions
+// replaces it. Like grpc.NewClient it does not connect; the first call
 // does. Close the connection when done.
 func NewClient(e *routing.Engine, service string, opts ...ClientOption) (*grpc.ClientConn, error) {
 	if err := registry.CheckService(service); err != nil {
@@ -28,7 +36,8 @@ func NewClient(e *routing.Engine, service string, opts ...ClientOption) (*grpc.C
 	if _, err := parseMethods(cfg.idempotent); err != nil {
 		return nil, err
 	}
-	dopts := append([]grpc.DialOption(nil), cfg.dialOpts...)
+	dopts := []grpc.DialOption{grpc.WithContextDialer(dialer)}
+	dopts = append(dopts, cfg.dialOpts...)
 	if tp := cfg.tracerProvider(); tp != nil {
 		dopts = append(dopts, grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithTracerProvider(tp), otelgrpc.WithPropagators(propagation.TraceContext{}))))
 	}
@@ -39,3 +48,12 @@ func NewClient(e *routing.Engine, service string, opts ...ClientOption) (*grpc.C
 	)
 	return grpc.NewClient(Scheme+":///"+service, dopts...)
 }
+
+// dialer connects to an instance, refusing the addresses that addrpolicy's
+// zero rules refuse, as gRPC's own dialer does otherwise (TCP, no
+// timeout of its own: the connection attempt's context bounds it).
+func dialer(ctx context.Context, addr string) (net.Conn, error) {
+	return defaultDialer.DialContext(ctx, "tcp", addr)
+}
+
+var defaultDialer = (*addrpolicy.Rules)(nil).Dialer(&net.Dialer{})

@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lanesdev/lanes/internal/lib/addrpolicy"
 	"github.com/lanesdev/lanes/internal/lib/netbound"
 	"github.com/lanesdev/lanes/internal/lib/routedcall"
 	"github.com/lanesdev/lanes/lane"
@@ -81,7 +82,12 @@ type Transport struct {
 	Metrics *lanesmetrics.Requests
 
 	// Base sends the requests once routed, and the requests to other hosts.
-	// nil means http.DefaultTransport.
+	// nil means a clone of http.DefaultTransport, which for routed
+	// requests refuses to connect to a link-local or cloud metadata
+	// address (169.254.0.0/16, fe80::/10, fd00:ec2::254, 100.100.100.200:
+	// an instance address is what whoever registered it chose), checked on
+	// the IP actually dialled; such an instance is unreachable, and the
+	// call moves on. A Base of your own dials what it dials.
 	Base http.RoundTripper
 
 	// Zone is the caller's zone, for same-zone preference ("" when unknown).
@@ -267,7 +273,7 @@ func Unsent(err error) bool {
 // service name).
 func (t *Transport) RoundTrip(req *http.Request) (res *http.Response, rerr error) {
 	if req.URL == nil {
-		return t.base().RoundTrip(req) // the base reports the error
+		return t.baseFor(false).RoundTrip(req) // the base reports the error
 	}
 	host := req.URL.Hostname()
 	if !t.routes(host) {
@@ -275,7 +281,7 @@ func (t *Transport) RoundTrip(req *http.Request) (res *http.Response, rerr error
 			closeBody(req)
 			return nil, fmt.Errorf("%w: host %q", ErrNotService, host)
 		}
-		return t.base().RoundTrip(req)
+		return t.baseFor(false).RoundTrip(req)
 	}
 	if t.Engine == nil {
 		closeBody(req)
@@ -308,7 +314,7 @@ func (t *Transport) RoundTrip(req *http.Request) (res *http.Response, rerr error
 		closeBody(req)
 		return nil, fmt.Errorf("laneshttp: %w", err)
 	}
-	base := t.base()
+	base := t.baseFor(true)
 	body := req.Body
 	for {
 		res, err := base.RoundTrip(t.outbound(req, pick, body))
@@ -357,23 +363,35 @@ func (t *Transport) retries() int {
 // method; [http.Client.CloseIdleConnections] calls it.
 func (t *Transport) CloseIdleConnections() {
 	type closeIdler interface{ CloseIdleConnections() }
-	if c, ok := t.base().(closeIdler); ok {
-		c.CloseIdleConnections()
+	for _, routed := range []bool{false, true} {
+		if c, ok := t.baseFor(routed).(closeIdler); ok {
+			c.CloseIdleConnections()
+		}
+		if t.Base != nil {
+			return
+		}
 	}
 }
 
-func (t *Transport) base() http.RoundTripper {
+// baseFor returns the base of routed requests, or of the others.
+func (t *Transport) baseFor(routed bool) http.RoundTripper {
 	if t.Base != nil {
 		return t.Base
 	}
 	return defaultBase(baseTimeouts{
 		header: routedcall.HeaderTimeout(t.ResponseHeaderTimeout),
 		write:  routedcall.Timeout(t.WriteTimeout, DefaultWriteTimeout),
+		routed: routed,
 	})
 }
 
-// baseTimeouts are the timeouts that a default base enforces (0: none).
-type baseTimeouts struct{ header, write time.Duration }
+// baseTimeouts are the timeouts that a default base enforces (0: none), and
+// whether it sends routed requests, to instances, whose addresses it checks
+// (addrpolicy: link-local and metadata addresses refused).
+type baseTimeouts struct {
+	header, write time.Duration
+	routed        bool
+}
 
 // defaultBases holds the default bases, one per pair of timeouts: clones of
 // http.DefaultTransport, shared as it is.
@@ -388,6 +406,10 @@ func defaultBase(d baseTimeouts) http.RoundTripper {
 	}
 	b := http.DefaultTransport.(*http.Transport).Clone()
 	b.ResponseHeaderTimeout = d.header
+	if d.routed {
+		// As http.DefaultTransport's dialer, with the address rules.
+		b.DialContext = (*addrpolicy.Rules)(nil).Dialer(&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	}
 	if dial := b.DialContext; d.write > 0 && dial != nil {
 		b.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
 			c, err := dial(ctx, network, addr)

@@ -38,6 +38,7 @@ import (
 	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/etcdstore"
 	"github.com/lanesdev/lanes/internal/app/collector"
+	"github.com/lanesdev/lanes/internal/lib/addrpolicy"
 	"github.com/lanesdev/lanes/registry"
 	"github.com/lanesdev/lanes/routing"
 )
@@ -76,6 +77,13 @@ type Config struct {
 	// claims any. A claim moves every client behind the address into the
 	// lane: behind a NAT, all of them.
 	ClaimNets []netip.Prefix
+	// Reserved are the control plane's own listeners: no instance address
+	// may reach one, whoever registers it (addrpolicy).
+	Reserved *addrpolicy.Reserved
+	// AllowLinkLocal lets the admin token, and the tokens whose addresses
+	// allow it, register link-local and cloud metadata addresses; without
+	// it nobody may.
+	AllowLinkLocal bool
 }
 
 // DefaultClaimNets are the addresses a registration token may claim when

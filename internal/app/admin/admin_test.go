@@ -22,6 +22,7 @@ import (
 	"github.com/lanesdev/lanes/adminclient"
 	"github.com/lanesdev/lanes/etcdstore"
 	"github.com/lanesdev/lanes/internal/app/admin"
+	"github.com/lanesdev/lanes/internal/lib/addrpolicy"
 	"github.com/lanesdev/lanes/internal/testkit/etcdtest"
 	"github.com/lanesdev/lanes/internal/testkit/leaktest"
 	"github.com/lanesdev/lanes/internal/testkit/registrytest"
@@ -50,6 +51,8 @@ type env struct {
 	store  *etcdstore.Store
 	engine *routing.Engine
 	claims *admin.ClaimTable
+	// reserved are the listeners no instance address may reach: etcd's.
+	reserved *addrpolicy.Reserved
 }
 
 // newEnv returns an admin API with a fresh key prefix on the etcd srv.
@@ -71,7 +74,14 @@ func newEnvWith(t *testing.T, srv etcdtest.Server, edit func(*admin.Config)) *en
 	e := &env{store: st}
 	e.engine = routing.New(routing.WithRegistry(st), routing.WithPolicyStore(st.Policy()), routing.WithLogger(quiet))
 	e.claims = admin.WatchClaims(st, quiet)
-	cfg := admin.Config{Store: st, Engine: e.engine, AdminToken: adminToken, Claims: e.claims, Logger: quiet}
+	// The API reserves its etcd's listeners, as the control plane does.
+	e.reserved = new(addrpolicy.Reserved)
+	for _, ep := range srv.Endpoints() {
+		if err := e.reserved.Add(ctx, "etcd client", strings.TrimPrefix(strings.TrimPrefix(ep, "http://"), "https://")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := admin.Config{Store: st, Engine: e.engine, AdminToken: adminToken, Claims: e.claims, Logger: quiet, Reserved: e.reserved}
 	if edit != nil {
 		edit(&cfg)
 	}
@@ -132,6 +142,10 @@ func TestAdmin(t *testing.T) {
 	t.Run("policy-size", func(t *testing.T) { testPolicySize(t, newEnv(t, srv)) })
 	t.Run("claim-ids", func(t *testing.T) { testClaimIDs(t, newEnv(t, srv)) })
 	t.Run("tag-scope", func(t *testing.T) { testTagScope(t, newEnv(t, srv)) })
+	t.Run("addresses", func(t *testing.T) { testAddresses(t, newEnv(t, srv)) })
+	t.Run("link-local", func(t *testing.T) {
+		testLinkLocal(t, newEnvWith(t, srv, func(c *admin.Config) { c.AllowLinkLocal = true }))
+	})
 }
 
 // A tag rule moves an instance only into a lane the token that registered

@@ -8,12 +8,14 @@ import (
 	"net/http"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/etcdstore"
+	"github.com/lanesdev/lanes/internal/lib/addrpolicy"
 	"github.com/lanesdev/lanes/policy"
 	"github.com/lanesdev/lanes/registry"
 )
@@ -135,6 +137,10 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request, p *principal) 
 		s.metrics.registrations.WithLabelValues("refused").Inc()
 		return err
 	}
+	if err := s.checkAddr(r.Context(), p, inst.Addr); err != nil {
+		s.metrics.registrations.WithLabelValues("refused").Inc()
+		return err
+	}
 	ctx := r.Context()
 
 	if req.Registration != "" {
@@ -198,6 +204,37 @@ func refusedTag(in registry.Instance, t policy.TagRule) string {
 	}
 	return fmt.Sprintf("the tag rule for %s does not apply: the instance was registered by %s, which may not register in %s",
 		laneName(t.Lane), by, laneName(t.Lane))
+}
+
+// checkAddr refuses an instance address that p may not register: one that
+// reaches a listener of the control plane (for anyone), a link-local or
+// metadata one (unless allowed), one outside p's token's addresses.
+func (s *Server) checkAddr(ctx context.Context, p *principal, addr string) error {
+	var sc *adminapi.AddressScope
+	if p.admin {
+		sc = &adminapi.AddressScope{LinkLocal: true}
+	} else {
+		sc = p.token.Addresses
+	}
+	rules, err := s.addressRules(sc)
+	if err != nil {
+		// A stored scope that no longer parses: refuse, naming it.
+		return err
+	}
+	err = rules.Check(ctx, addr)
+	var ref *addrpolicy.Refusal
+	if !errors.As(err, &ref) {
+		return nil
+	}
+	at := ""
+	if ref.IP.IsValid() && ref.IP.String() != addr {
+		at = " (" + ref.IP.String() + ")"
+	}
+	scope := ""
+	if strings.HasPrefix(ref.Rule, "addresses.") || ref.Rule == "resolve" {
+		scope = "; " + p.String() + " registers only within its addresses"
+	}
+	return errorf(http.StatusForbidden, adminapi.CodeAddress, "instance.addr", addr, "instance.addr %q%s %s%s", addr, at, ref.Msg, scope)
 }
 
 func laneName(l string) string {

@@ -8,8 +8,10 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"sort"
 	"strconv"
 	"strings"
@@ -18,6 +20,7 @@ import (
 
 	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/etcdstore"
+	"github.com/lanesdev/lanes/internal/lib/addrpolicy"
 	"github.com/lanesdev/lanes/lane"
 )
 
@@ -39,7 +42,10 @@ type storedToken struct {
 }
 
 // NewAdminToken returns a fresh admin token.
-func NewAdminToken() string { return AdminTokenPrefix + randomHex(32) }
+func NewAdminToken() string { return AdminTokenPrefix + NewSecret() }
+
+// NewSecret returns 32 random bytes in hex, for a credential.
+func NewSecret() string { return randomHex(32) }
 
 func randomHex(n int) string {
 	b := make([]byte, n)
@@ -173,6 +179,18 @@ func (s *Server) createToken(w http.ResponseWriter, r *http.Request, _ *principa
 			t.Limits = &l
 		}
 	}
+	if sc := req.Addresses; sc != nil {
+		if _, err := s.addressRules(sc); err != nil {
+			return err
+		}
+		if sc.LinkLocal && !s.cfg.AllowLinkLocal {
+			return badRequest("addresses.link_local", "true", "the control plane refuses link-local and metadata addresses (allow_link_local is off): the gateway would not dial them")
+		}
+		if len(sc.CIDRs) > 0 || len(sc.Ports) > 0 || sc.LinkLocal {
+			a := *sc
+			t.Addresses = &a
+		}
+	}
 	if len(t.Name) > 200 {
 		return badRequest("name", t.Name, "at most 200 characters")
 	}
@@ -214,4 +232,36 @@ func (s *Server) revokeToken(w http.ResponseWriter, r *http.Request, _ *principa
 	s.log.Info("token revoked", "id", id)
 	w.WriteHeader(http.StatusNoContent)
 	return nil
+}
+
+// maxScope bounds the CIDRs and the port ranges of a token's addresses.
+const maxScope = 64
+
+// addressRules returns the address rules of a token's scope (nil: none),
+// with the control plane's listeners reserved; an invalid scope is a
+// bad request naming the field and the value.
+func (s *Server) addressRules(sc *adminapi.AddressScope) (*addrpolicy.Rules, error) {
+	r := &addrpolicy.Rules{Reserved: s.cfg.Reserved}
+	if sc == nil {
+		return r, nil
+	}
+	if len(sc.CIDRs) > maxScope || len(sc.Ports) > maxScope {
+		return nil, badRequest("addresses", "", "at most %d CIDRs and %d port ranges", maxScope, maxScope)
+	}
+	for i, c := range sc.CIDRs {
+		p, err := netip.ParsePrefix(strings.TrimSpace(c))
+		if err != nil {
+			return nil, badRequest(fmt.Sprintf("addresses.cidrs[%d]", i), c, "not a CIDR such as 10.0.0.0/8 or 2001:db8::/32")
+		}
+		r.CIDRs = append(r.CIDRs, p.Masked())
+	}
+	for i, v := range sc.Ports {
+		pr, err := addrpolicy.ParsePorts(v)
+		if err != nil {
+			return nil, badRequest(fmt.Sprintf("addresses.ports[%d]", i), v, "%v", err)
+		}
+		r.Ports = append(r.Ports, pr)
+	}
+	r.LinkLocal = sc.LinkLocal && s.cfg.AllowLinkLocal
+	return r, nil
 }

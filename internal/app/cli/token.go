@@ -29,11 +29,13 @@ func newTokenCreate() *cobra.Command {
 	var cf clientFlags
 	var req adminapi.TokenRequest
 	var lim adminapi.Limits
+	var addrs adminapi.AddressScope
 	cmd := &cobra.Command{
-		Use:   "create (--lane LANE | --baseline) [--name NAME] [--max-instances N]",
+		Use:   "create (--lane LANE | --baseline) [--name NAME] [--max-instances N] [--cidr CIDR]... [--port PORTS]...",
 		Short: "Create a token; prints it (only this once) on stdout",
 		Example: `  lanes token create --lane alice --name "alice's laptop"
-  export LANES_TOKEN=$(lanes token create --baseline --name ci)`,
+  export LANES_TOKEN=$(lanes token create --baseline --name ci)
+  lanes token create --lane alice --cidr 10.0.0.0/8 --port 8000-8999`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if (req.Lane == "") == !req.Baseline {
@@ -46,6 +48,15 @@ func newTokenCreate() *cobra.Command {
 			}
 			if lim != (adminapi.Limits{}) {
 				req.Limits = &lim
+			}
+			if len(addrs.CIDRs) > 0 || len(addrs.Ports) > 0 || addrs.LinkLocal {
+				req.Addresses = &addrs
+				for i := range addrs.CIDRs {
+					cf.fields[fmt.Sprintf("addresses.cidrs[%d]", i)] = "--cidr"
+				}
+				for i := range addrs.Ports {
+					cf.fields[fmt.Sprintf("addresses.ports[%d]", i)] = "--port"
+				}
 			}
 			return cf.call(cmd, func(ctx context.Context, c *apiClient) error {
 				t, err := c.CreateToken(ctx, req)
@@ -65,8 +76,12 @@ func newTokenCreate() *cobra.Command {
 	cmd.Flags().IntVar(&lim.Instances, "max-instances", 0, "registrations the token may hold at once (0: the control plane's default, 100)")
 	cmd.Flags().IntVar(&lim.Labels, "max-labels", 0, "labels per instance (0: the default, 64)")
 	cmd.Flags().IntVar(&lim.InstanceBytes, "max-instance-bytes", 0, "bytes per instance, as JSON (0: the default, 16384)")
+	cmd.Flags().StringArrayVar(&addrs.CIDRs, "cidr", nil, "a network the token's instance addresses must be in, such as 10.0.0.0/8 (repeatable; none: any)")
+	cmd.Flags().StringArrayVar(&addrs.Ports, "port", nil, "a port, or a range lo-hi, the token's instance addresses may have (repeatable; none: any)")
+	cmd.Flags().BoolVar(&addrs.LinkLocal, "link-local", false, "let the token register link-local and cloud metadata addresses (the control plane must allow them: --allow-link-local)")
 	cf.fields = map[string]string{"lane": "--lane", "name": "--name",
-		"limits.instances": "--max-instances", "limits.labels": "--max-labels", "limits.instance_bytes": "--max-instance-bytes"}
+		"limits.instances": "--max-instances", "limits.labels": "--max-labels", "limits.instance_bytes": "--max-instance-bytes",
+		"addresses.link_local": "--link-local"}
 	return cmd
 }
 

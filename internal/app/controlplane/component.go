@@ -6,10 +6,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/url"
 	"slices"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/lanesdev/lanes/internal/lib/addrpolicy"
 )
 
 // A Component is one part of the control plane: the data directory's lock,
@@ -127,7 +131,45 @@ type shared struct {
 	vals      map[string]any
 	addresses []Address
 	fatal     chan error
+	// listeners are the control plane's own listeners, which no instance
+	// address may reach (addrpolicy): every component that listens says
+	// so with Runtime.Listen or Runtime.Listening.
+	listeners addrpolicy.Reserved
 }
+
+// Listen opens a TCP listener on addr for what (the setting is
+// --<what>-addr, named in errors), and records it among the control
+// plane's listeners, which no instance address may reach.
+func (rt *Runtime) Listen(what, addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s (--%s-addr): %w", addr, what, err)
+	}
+	if err := rt.Listening(context.Background(), what, ln.Addr()); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	return ln, nil
+}
+
+// Listening records a listener of the control plane that a component
+// opened otherwise (an embedded server's), or a server it uses (an
+// external etcd): addr is a net.Addr, "host:port" or a URL.
+func (rt *Runtime) Listening(ctx context.Context, name string, addr any) error {
+	if s, ok := addr.(string); ok && strings.Contains(s, "://") {
+		u, err := url.Parse(s)
+		if err != nil {
+			return fmt.Errorf("%s: %q: %w", name, s, err)
+		}
+		addr = u.Host
+	}
+	ctx, cancel := context.WithTimeout(ctx, addrpolicy.DefaultResolveTimeout)
+	defer cancel()
+	return rt.shared.listeners.Add(ctx, name, addr)
+}
+
+// Reserved returns the control plane's listeners, as they are recorded.
+func (rt *Runtime) Reserved() *addrpolicy.Reserved { return &rt.shared.listeners }
 
 // Announce adds an address to those printed at start-up.
 func (rt *Runtime) Announce(a Address) {

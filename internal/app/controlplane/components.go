@@ -74,22 +74,49 @@ func (c *etcdComponent) Provision(ctx context.Context, rt *Runtime) error {
 	sc := etcdstore.Config{DialTimeout: cfg.DialTimeout, Options: etcdstore.Options{Prefix: cfg.Prefix, Logger: rt.Log}}
 	note := ""
 	embedded := len(cfg.Endpoints) == 0
+	info := EtcdInfo{Embedded: embedded}
 	if embedded {
 		dir := filepath.Join(Need(rt, DataDirKey), "etcd")
+		pwFile := filepath.Join(Need(rt, DataDirKey), EtcdPasswordFile)
+		password, created, err := secretFile(pwFile, "etcd password", admin.NewSecret, 16)
+		if err != nil {
+			return err
+		}
 		sctx, cancel := context.WithTimeout(ctx, 60*time.Second)
 		srv, err := etcdserver.Start(sctx, etcdserver.Config{
-			Dir:        dir,
-			ClientAddr: cfg.ClientAddr,
-			PeerAddr:   cfg.PeerAddr,
-			Logger:     rt.Log.With("component", "etcd"),
+			Dir:          dir,
+			ClientAddr:   cfg.ClientAddr,
+			PeerAddr:     cfg.PeerAddr,
+			Logger:       rt.Log.With("component", "etcd"),
+			RootPassword: password,
+			NoAuth:       cfg.NoAuth,
+			BcryptCost:   etcdBcryptCost,
 		})
 		cancel()
+		if err != nil && created {
+			// Not (yet) the password of this data: keep none, so that
+			// the next start says the same.
+			os.Remove(pwFile)
+		}
+		if errors.Is(err, etcdserver.ErrRootPassword) {
+			if created {
+				return fmt.Errorf("embedded etcd in %s: its authentication is on, and %s, which holds its root password, is missing: restore it from a backup of the data directory", dir, pwFile)
+			}
+			return fmt.Errorf("embedded etcd in %s: its authentication is on, and %s does not hold its root password: restore the file from a backup of the data directory", dir, pwFile)
+		}
 		if err != nil {
 			return fmt.Errorf("embedded etcd in %s: %w", dir, err)
 		}
 		c.srv = srv
 		sc.Endpoints = srv.Endpoints()
 		note = "embedded, data in " + dir
+		if cfg.NoAuth {
+			note += "; authentication off (etcd.no_auth)"
+		} else {
+			sc.Username, sc.Password = etcdserver.RootUser, password
+			info.Username, info.PasswordFile = etcdserver.RootUser, pwFile
+			note += "; user root, password in " + pwFile
+		}
 	} else {
 		sc.Endpoints = cfg.Endpoints
 		sc.Username, sc.Password = cfg.Username, cfg.Password
@@ -105,13 +132,39 @@ func (c *etcdComponent) Provision(ctx context.Context, rt *Runtime) error {
 			note = fmt.Sprintf("external, %d endpoints", len(cfg.Endpoints))
 		}
 	}
+	// No instance address may reach etcd: the embedded member's client and
+	// peer listeners, or the external cluster's endpoints.
+	name := "etcd"
+	if c.srv != nil {
+		name = "etcd client"
+		for _, p := range c.srv.PeerEndpoints() {
+			if err := rt.Listening(ctx, "etcd peer", p); err != nil {
+				return err
+			}
+		}
+	}
+	for _, ep := range sc.Endpoints {
+		if !strings.Contains(ep, "://") {
+			ep = "http://" + ep
+		}
+		if err := rt.Listening(ctx, name, ep); err != nil {
+			if embedded {
+				return err
+			}
+			// An external endpoint that does not resolve now: etcdstore
+			// reports it if it matters; every instance dial is checked
+			// against what the others reach.
+			rt.Log.Warn("an etcd endpoint could not be resolved to reserve it from instance addresses", "endpoint", ep, "err", err)
+		}
+	}
 	st, err := etcdstore.Open(ctx, sc)
 	if err != nil {
 		return err
 	}
 	c.store = st
 	Provide(rt, StoreKey, st)
-	Provide(rt, EtcdKey, EtcdInfo{Endpoints: sc.Endpoints, Embedded: embedded})
+	info.Endpoints = sc.Endpoints
+	Provide(rt, EtcdKey, info)
 	rt.Announce(Address{Name: "etcd", URL: strings.Join(sc.Endpoints, ","), Note: note + "; prefix " + st.Prefix()})
 	return nil
 }
@@ -258,7 +311,7 @@ func (c *adminComponent) Provision(ctx context.Context, rt *Runtime) error {
 		Gateway: adminapi.GatewayInfo{URL: gw.URL, Domain: rt.Config.Domain, Routes: routes,
 			TrustedProxies: rt.Config.TrustedProxies, Zone: rt.Config.Zone},
 	}
-	ln, err := listen("admin", rt.Config.AdminAddr)
+	ln, err := rt.Listen("admin", rt.Config.AdminAddr)
 	if err != nil {
 		return err
 	}
@@ -271,7 +324,8 @@ func (c *adminComponent) Provision(ctx context.Context, rt *Runtime) error {
 	}
 	api, err := admin.New(admin.Config{Store: st, Engine: Need(rt, EngineKey), AdminToken: token, Info: info,
 		Claims: Need(rt, ClaimsKey), Traces: Need(rt, TracesKey).Collector, Logger: rt.Log, Gatherer: gatherers(rt),
-		ClaimNets: claimNets})
+		ClaimNets: claimNets,
+		Reserved:  rt.Reserved(), AllowLinkLocal: rt.Config.AllowLinkLocal})
 	if err != nil {
 		return err
 	}
@@ -338,6 +392,17 @@ func (c *adminComponent) Cleanup() error {
 	return nil
 }
 
+// EtcdPasswordFile is the file, in the data directory, of the embedded
+// etcd's root password.
+const EtcdPasswordFile = "etcd-password"
+
+// etcdBcryptCost is the bcrypt cost of the embedded etcd's password hash:
+// the lowest. A slow hash guards a guessable password; the root password is
+// 32 random bytes, and the etcd client logs in again (one hash checked by
+// the server) on every stream it opens, each watch and lease keep-alive,
+// which at etcd's default cost (10) takes tens of milliseconds of CPU each.
+const etcdBcryptCost = 4
+
 // adminToken returns the admin token: from the configuration, else from
 // <dir>/admin-token, else a new one written there (mode 0600).
 func adminToken(cfg Config, dir string) (token, note string, err error) {
@@ -354,30 +419,44 @@ func secretToken(value, src, path string, fresh func() string, what string) (tok
 		}
 		return value, what + " from " + src, nil
 	}
+	t, created, err := secretFile(path, what, fresh, 16)
+	if err != nil {
+		return "", "", err
+	}
+	if created {
+		return t, what + " created in " + path, nil
+	}
+	return t, what + " in " + path, nil
+}
+
+// secretFile returns the secret kept in path, or a new one from gen that
+// it writes there (mode 0600, created: true); what names it in errors. A
+// secret shorter than minLen is refused.
+func secretFile(path, what string, gen func() string, minLen int) (secret string, created bool, err error) {
 	data, err := os.ReadFile(path)
 	if err == nil {
 		t := strings.TrimSpace(string(data))
-		if len(t) < 16 {
-			return "", "", fmt.Errorf("%s: the %s must be at least 16 characters; delete the file to get a new one", path, what)
+		if len(t) < minLen {
+			return "", false, fmt.Errorf("%s: the %s must be at least %d characters; delete the file to get a new one", path, what, minLen)
 		}
-		return t, what + " in " + path, nil
+		return t, false, nil
 	}
 	if !errors.Is(err, os.ErrNotExist) {
-		return "", "", fmt.Errorf("%s: %w", what, err)
+		return "", false, fmt.Errorf("%s: %w", what, err)
 	}
-	t := fresh()
+	t := gen()
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
-		return "", "", fmt.Errorf("%s: %w", what, err)
+		return "", false, fmt.Errorf("%s: %w", what, err)
 	}
 	if _, err := f.WriteString(t + "\n"); err != nil {
 		f.Close()
-		return "", "", fmt.Errorf("%s: %w", what, err)
+		return "", false, fmt.Errorf("%s: %w", what, err)
 	}
 	if err := f.Close(); err != nil {
-		return "", "", fmt.Errorf("%s: %w", what, err)
+		return "", false, fmt.Errorf("%s: %w", what, err)
 	}
-	return t, what + " created in " + path, nil
+	return t, true, nil
 }
 
 // gatherers is what /metrics serves: the control plane's registry (the

@@ -57,6 +57,11 @@ type Config struct {
 	Nats NatsConfig `yaml:"nats"`
 	// Traces configures the trace collector.
 	Traces TracesConfig `yaml:"traces"`
+	// AllowLinkLocal lets instances have link-local and cloud metadata
+	// addresses (169.254.0.0/16, fe80::/10, fd00:ec2::254,
+	// 100.100.100.200): the gateway dials them, the admin token and the
+	// tokens whose addresses.link_local is set may register them.
+	AllowLinkLocal bool `yaml:"allow_link_local"`
 
 	// sources records where each setting came from, for error messages.
 	sources map[string]string
@@ -81,6 +86,11 @@ type EtcdConfig struct {
 	PeerAddr   string `yaml:"peer_addr"`
 	// DialTimeout bounds connecting to an external cluster.
 	DialTimeout time.Duration `yaml:"dial_timeout"`
+	// NoAuth leaves the embedded etcd's authentication off: anyone who
+	// reaches its client port reads and writes every key, around the admin
+	// API's scopes. By default authentication is on, with the root user's
+	// password in <DataDir>/etcd-password (mode 0600).
+	NoAuth bool `yaml:"no_auth"`
 }
 
 // GatewaySettings are the gateway's settings besides its address, routes,
@@ -324,6 +334,7 @@ var Settings = []Setting{
 	{Flag: "gateway-client-header-timeout", Env: "LANES_GATEWAY_CLIENT_HEADER_TIMEOUT", Key: "gateway.client_header_timeout", Usage: "how long a client may take to send a request's head before the gateway closes its connection (0: 10s)", set: duration(func(c *Config) *time.Duration { return &c.Gateway.ClientHeaderTimeout })},
 	{Flag: "gateway-max-conns", Env: "LANES_GATEWAY_MAX_CONNS", Key: "gateway.max_conns", Usage: "client connections the gateway keeps open at once; one over it is answered 503 overloaded and closed (0: a quarter of the open-file limit, at most 10000)", set: integer(func(c *Config) *int { return &c.Gateway.MaxConns })},
 	{Flag: "gateway-http1", Env: "LANES_GATEWAY_HTTP1", Key: "gateway.http1", Usage: "the stack that serves HTTP/1.1 at the gateway: fast (fasthttp) or std (net/http)", set: str(func(c *Config) *string { return &c.Gateway.HTTP1 })},
+	{Flag: "allow-link-local", Env: "LANES_ALLOW_LINK_LOCAL", Key: "allow_link_local", Bool: true, Usage: "let instances have link-local and cloud metadata addresses (169.254.0.0/16, fe80::/10, ...): the gateway dials them, and the admin token and tokens with addresses.link_local may register them", set: boolean(func(c *Config) *bool { return &c.AllowLinkLocal })},
 	{Flag: "log-level", Env: "LANES_LOG_LEVEL", Key: "log_level", Usage: "debug, info, warn or error", set: str(func(c *Config) *string { return &c.LogLevel })},
 	{Flag: "log-format", Env: "LANES_LOG_FORMAT", Key: "log_format", Usage: "text or json", set: str(func(c *Config) *string { return &c.LogFormat })},
 	{Flag: "external-etcd", Env: "LANES_EXTERNAL_ETCD", Key: "etcd.endpoints", List: true, Usage: "endpoints of an external etcd cluster, host:port or http(s) URLs (repeatable or comma-separated); none runs the embedded etcd", set: list(func(c *Config) *[]string { return &c.Etcd.Endpoints })},
@@ -335,6 +346,7 @@ var Settings = []Setting{
 	{Flag: "etcd-password", Env: "LANES_ETCD_PASSWORD", Key: "etcd.password", Usage: "etcd password", Secret: true, set: str(func(c *Config) *string { return &c.Etcd.Password })},
 	{Flag: "etcd-client-addr", Env: "LANES_ETCD_CLIENT_ADDR", Key: "etcd.client_addr", Usage: "client address of the embedded etcd (port 0 picks one)", set: str(func(c *Config) *string { return &c.Etcd.ClientAddr })},
 	{Flag: "etcd-peer-addr", Env: "LANES_ETCD_PEER_ADDR", Key: "etcd.peer_addr", Usage: "peer address of the embedded etcd (port 0 picks one)", set: str(func(c *Config) *string { return &c.Etcd.PeerAddr })},
+	{Flag: "etcd-no-auth", Env: "LANES_ETCD_NO_AUTH", Key: "etcd.no_auth", Bool: true, Usage: "leave the embedded etcd's authentication off, so that anyone who reaches its port reads and writes every key (default: on, the root password in <data-dir>/etcd-password)", set: boolean(func(c *Config) *bool { return &c.Etcd.NoAuth })},
 	{Flag: "etcd-dial-timeout", Env: "LANES_ETCD_DIAL_TIMEOUT", Key: "etcd.dial_timeout", Usage: "how long to wait for an external etcd at start-up", set: one(func(c *Config, v string) error {
 		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 {

@@ -39,6 +39,7 @@ import (
 
 	"github.com/lanesdev/lanes/etcdstore"
 	"github.com/lanesdev/lanes/internal/app/admin"
+	"github.com/lanesdev/lanes/internal/lib/addrpolicy"
 	"github.com/lanesdev/lanes/internal/lib/logs"
 	"github.com/lanesdev/lanes/routing"
 )
@@ -71,6 +72,10 @@ var (
 type EtcdInfo struct {
 	Endpoints []string
 	Embedded  bool
+	// Username and PasswordFile are the credentials of the embedded etcd,
+	// when its authentication is on: the root user, and the file in the
+	// data directory that holds its password ("" otherwise).
+	Username, PasswordFile string
 }
 
 // NatsInfo describes the NATS server in use: its client URL ("" with NATS
@@ -181,6 +186,10 @@ func (s *Server) Config() Config { return s.cfg }
 // Addresses returns the addresses the control plane serves on.
 func (s *Server) Addresses() []Address { return s.lc.sh.addresses }
 
+// Listeners returns the control plane's own listeners, which no instance
+// address may reach.
+func (s *Server) Listeners() []addrpolicy.Listener { return s.lc.sh.listeners.List() }
+
 // Failed delivers the error of a component that failed while running.
 func (s *Server) Failed() <-chan error { return s.lc.sh.fatal }
 
@@ -233,15 +242,6 @@ func Run(ctx context.Context, cfg Config, out io.Writer, opts ...Option) error {
 
 // NewLogger returns a text logger at level (debug, info, warn, error).
 func NewLogger(w io.Writer, level string) *slog.Logger { return logs.Must(w, level, logs.Text) }
-
-// listen opens a TCP listener, naming the setting in errors.
-func listen(what, addr string) (net.Listener, error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("listen on %s (--%s-addr): %w", addr, what, err)
-	}
-	return ln, nil
-}
 
 // httpURL returns http://host:port for a listener, with an unspecified
 // host shown as 127.0.0.1.

@@ -14,8 +14,9 @@ import (
 
 // ServiceEnv returns the variables a service exports to join this control
 // plane through package lanesenv: LANES_REGISTRY with the etcd endpoints
-// in use (etcd://host:port,...), LANES_ETCD_PREFIX when the prefix is not
-// the default, and LANES_TRACES with the trace collector's OTLP/gRPC
+// in use (etcd://host:port,...), the embedded etcd's user and password
+// file when its authentication is on, LANES_ETCD_PREFIX when the prefix is
+// not the default, and LANES_TRACES with the trace collector's OTLP/gRPC
 // address when it runs.
 func (s *Server) ServiceEnv() []string {
 	etcd, _ := Value(s, EtcdKey)
@@ -35,6 +36,13 @@ func serviceEnv(cfg Config, etcd EtcdInfo) []string {
 		hosts = append(hosts, ep)
 	}
 	env := []string{"LANES_REGISTRY=etcd://" + strings.Join(hosts, ",")}
+	if etcd.PasswordFile != "" {
+		pw := etcd.PasswordFile
+		if abs, err := filepath.Abs(pw); err == nil {
+			pw = abs
+		}
+		env = append(env, "LANES_ETCD_USERNAME="+etcd.Username, "LANES_ETCD_PASSWORD_FILE="+pw)
+	}
 	if p := cfg.Etcd.Prefix; p != "" && p != etcdstore.DefaultPrefix {
 		env = append(env, "LANES_ETCD_PREFIX="+p)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/internal/app/gateway"
+	"github.com/lanesdev/lanes/internal/lib/addrpolicy"
 	"github.com/lanesdev/lanes/lanestrace"
 )
 
@@ -146,12 +147,13 @@ func (c *gatewayComponent) Provision(ctx context.Context, rt *Runtime) error {
 	gc.Claims = Need(rt, ClaimsKey).Lookup
 	gc.Logger = rt.Log.With("component", "gateway")
 	gc.Registerer = rt.Metrics
+	gc.Dial = &addrpolicy.Rules{Reserved: rt.Reserved(), LinkLocal: rt.Config.AllowLinkLocal}
 	gw, err := gateway.New(gc)
 	if err != nil {
 		return err
 	}
 	c.gw = gw
-	if c.ln, err = listen("gateway", rt.Config.GatewayAddr); err != nil {
+	if c.ln, err = rt.Listen("gateway", rt.Config.GatewayAddr); err != nil {
 		return err
 	}
 	url := httpURL(c.ln.Addr())

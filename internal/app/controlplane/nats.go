@@ -52,6 +52,9 @@ func (c *natsComponent) Provision(ctx context.Context, rt *Runtime) error {
 		return fmt.Errorf("embedded NATS on %s (--nats-addr): %w%s", cfg.Addr, err, hint)
 	}
 	c.srv = srv
+	if err := rt.Listening(ctx, "nats", srv.URL()); err != nil {
+		return err
+	}
 	Provide(rt, NatsKey, NatsInfo{URL: srv.URL(), Embedded: true})
 	rt.Announce(Address{Name: "nats", URL: srv.URL(), Note: "embedded, JetStream data in " + dir})
 	return nil
@@ -71,6 +74,15 @@ func (c *natsComponent) external(ctx context.Context, urls string) error {
 	}
 	if err := waitJetStream(ctx, js); err != nil {
 		return fmt.Errorf("external NATS at %s: JetStream: %w", shown, err)
+	}
+	for _, u := range strings.Split(urls, ",") {
+		u = strings.TrimSpace(u)
+		if !strings.Contains(u, "://") {
+			u = "nats://" + u
+		}
+		if err := c.rt.Listening(ctx, "nats", u); err != nil {
+			c.rt.Log.Warn("a NATS server could not be resolved to reserve it from instance addresses", "url", redactURLs(u), "err", err)
+		}
 	}
 	Provide(c.rt, NatsKey, NatsInfo{URL: urls})
 	c.rt.Announce(Address{Name: "nats", URL: shown, Note: "external, JetStream on"})

@@ -7,6 +7,7 @@ import (
 	"crypto/subtle"
 	"encoding/hex"
 	"fmt"
+	"net"
 	"path/filepath"
 	"time"
 
@@ -180,6 +181,13 @@ func (c *collectorComponent) Provision(ctx context.Context, rt *Runtime) error {
 		return err
 	}
 	c.col = col
+	for name, a := range map[string]net.Addr{"collector OTLP/gRPC": col.GRPCAddr(), "collector OTLP/HTTP": col.HTTPAddr()} {
+		if a != nil {
+			if err := rt.Listening(ctx, name, a); err != nil {
+				return err
+			}
+		}
+	}
 	out.Collector = col
 	if a := col.GRPCAddr(); a != nil {
 		out.GRPCAddr = a.String()

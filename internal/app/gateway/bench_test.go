@@ -117,7 +117,7 @@ func BenchmarkGateway(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	h1, _ := newTransports(DefaultMaxIdleConnsPerHost, DefaultUpstreamIdleTimeout, 0, 0)
+	h1, _ := newTransports(DefaultMaxIdleConnsPerHost, DefaultUpstreamIdleTimeout, 0, 0, nil)
 	b.Cleanup(h1.CloseIdleConnections)
 
 	proxies := []struct {
@@ -168,7 +168,7 @@ func BenchmarkGatewayParallel(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { g.Close() })
-	h1, _ := newTransports(DefaultMaxIdleConnsPerHost, DefaultUpstreamIdleTimeout, 0, 0)
+	h1, _ := newTransports(DefaultMaxIdleConnsPerHost, DefaultUpstreamIdleTimeout, 0, 0, nil)
 	b.Cleanup(h1.CloseIdleConnections)
 	for _, p := range []struct{ name, url string }{
 		{"proxy=reverseproxy", serve(b, plainProxy(baseAddr, h1))},

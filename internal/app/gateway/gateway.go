@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/lanesdev/lanes/internal/lib/accept"
+	"github.com/lanesdev/lanes/internal/lib/addrpolicy"
 	"github.com/lanesdev/lanes/internal/lib/netbound"
 	"github.com/lanesdev/lanes/internal/lib/routedcall"
 	"github.com/lanesdev/lanes/lane"
@@ -90,6 +91,15 @@ type Config struct {
 	Logger *slog.Logger
 	// Registerer, when set, gets the gateway's Prometheus counters.
 	Registerer prometheus.Registerer
+	// Dial are the rules of the addresses that the gateway connects to
+	// (internal/lib/addrpolicy), checked on the IP and port of every
+	// connection to an instance, after resolution, on both HTTP/1.1 paths
+	// and h2c: the control plane's own listeners (Dial.Reserved) and, unless
+	// Dial.LinkLocal, link-local and cloud metadata addresses are refused
+	// before any byte is sent, whatever the registry holds. A refused dial
+	// is an unreachable instance: the call moves on to another. Nil: the
+	// zero rules (no reserved listener known; link-local refused).
+	Dial *addrpolicy.Rules
 
 	// Aliases are more headers to read the lane from after x-lane and
 	// baggage (see lane.Propagator); they are always removed upstream.
@@ -306,7 +316,7 @@ func New(cfg Config) (*Gateway, error) {
 	g.maxConns = cmp.Or(cfg.MaxConns, DefaultMaxConns())
 	g.shedAnswer = shedAnswer(g.maxConns)
 	g.tracer = cfg.Tracer
-	g.h1, g.h2c = newTransports(idle, g.upIdle, g.headerTimeout, g.writeTimeout)
+	g.h1, g.h2c = newTransports(idle, g.upIdle, g.headerTimeout, g.writeTimeout, cfg.Dial)
 	g.proxy = &httputil.ReverseProxy{
 		Rewrite:        g.rewrite,
 		Transport:      &upstream{g: g},
@@ -316,7 +326,7 @@ func New(cfg Config) (*Gateway, error) {
 		BufferPool:     bufferPool{},
 	}
 	g.pool.New = func() any { return new(reqState) }
-	g.up = newUpstreams(idle, g.upIdle, g.writeTimeout, g.readTimeout)
+	g.up = newUpstreams(idle, g.upIdle, g.writeTimeout, g.readTimeout, cfg.Dial)
 	g.fastPath = newFastPath(g)
 	for i := range g.routes {
 		g.routes[i].svc = g.engine.Service(g.routes[i].Service)
@@ -344,9 +354,10 @@ func validHeader(s string) bool {
 // connection for idleTimeout: h1 bounds the wait
 // for the response headers by headerTimeout and each write of a request by
 // writeTimeout (netbound.Conn); h2c closes a connection that answers no ping
-// within headerTimeout or takes no byte for writeTimeout.
-func newTransports(idle int, idleTimeout, headerTimeout, writeTimeout time.Duration) (h1, h2c *http.Transport) {
-	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
+// within headerTimeout or takes no byte for writeTimeout. Both dial only what
+// rules allow.
+func newTransports(idle int, idleTimeout, headerTimeout, writeTimeout time.Duration, rules *addrpolicy.Rules) (h1, h2c *http.Transport) {
+	dialer := rules.Dialer(&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second})
 	dialBounded := func(ctx context.Context, network, addr string) (net.Conn, error) {
 		c, err := dialer.DialContext(ctx, network, addr)
 		if err != nil || writeTimeout <= 0 {

@@ -417,7 +417,7 @@ func TestPoolSweep(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	u := newUpstreams(4, DefaultUpstreamIdleTimeout, 0, 0)
+	u := newUpstreams(4, DefaultUpstreamIdleTimeout, 0, 0, nil)
 	addr := l.Addr().String()
 	p := u.pool(addr)
 	now := time.Now()

@@ -17,6 +17,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"github.com/lanesdev/lanes/internal/lib/addrpolicy"
 	"github.com/lanesdev/lanes/internal/lib/netbound"
 )
 
@@ -83,7 +84,8 @@ type upstreams struct {
 	idleTimeout time.Duration // Config.UpstreamIdleTimeout: an idle connection, and a pool without requests, last that long
 	write       time.Duration // the upstream write timeout, 0 for none
 	read        time.Duration // the upstream read timeout, 0 for none
-	// dial is a net.Dialer's Dial (tests tap it).
+	// dial is a net.Dialer's Dial, with the gateway's address rules (tests
+	// tap it).
 	dial   func(network, addr string) (net.Conn, error)
 	closed bool
 	// The sweeper (sweep), while it runs: stop cancels it, done closes
@@ -92,9 +94,9 @@ type upstreams struct {
 	done chan struct{}
 }
 
-func newUpstreams(idle int, idleTimeout, writeTimeout, readTimeout time.Duration) *upstreams {
+func newUpstreams(idle int, idleTimeout, writeTimeout, readTimeout time.Duration, rules *addrpolicy.Rules) *upstreams {
 	return &upstreams{idle: idle, idleTimeout: idleTimeout, write: writeTimeout, read: readTimeout,
-		dial: (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).Dial}
+		dial: rules.Dialer(&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).Dial}
 }
 
 // startSweeper starts the sweeper unless it runs or the pools are closed.

@@ -89,7 +89,7 @@ func testUp(t *testing.T, prefix string, etcdArgs []string) {
 	// Straight into etcd, at the endpoint `lanes up` printed.
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
 	defer cancel()
-	st, err := etcdstore.Open(ctx, etcdstore.Config{Endpoints: []string{u.etcd}, Options: etcdstore.Options{Prefix: prefix}})
+	st, err := etcdstore.Open(ctx, u.etcdConfig(t, prefix))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/adminclient"
+	"github.com/lanesdev/lanes/etcdstore"
 	"github.com/lanesdev/lanes/internal/testkit/buftest"
 	"github.com/lanesdev/lanes/registry"
 )
@@ -251,6 +252,18 @@ func startUpArgv(t *testing.T, dir string, env []string, argv []string, cmd stri
 		}
 	})
 	return u
+}
+
+// etcdConfig returns the configuration of a client of u's etcd with the
+// key prefix: as root, with the password lanes up keeps in its data
+// directory, when it runs the embedded etcd with authentication on.
+func (u *up) etcdConfig(t *testing.T, prefix string) etcdstore.Config {
+	t.Helper()
+	cfg := etcdstore.Config{Endpoints: []string{u.etcd}, Options: etcdstore.Options{Prefix: prefix, Logger: quiet}}
+	if pw, err := os.ReadFile(filepath.Join(u.dataDir, "etcd-password")); err == nil {
+		cfg.Username, cfg.Password = "root", strings.TrimSpace(string(pw))
+	}
+	return cfg
 }
 
 // cli runs a client command against u with the admin token.

@@ -22,8 +22,12 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 )
 
@@ -59,13 +63,31 @@ type Config struct {
 	// zero; 4 to 31). Tests lower it: a hash at 10 takes seconds in a test
 	// binary built with the race detector.
 	BcryptCost int
+	// RootPassword, when set, turns etcd's authentication on: Start
+	// creates the root user with this password (or, when authentication
+	// is already on, checks that it is the root user's) and enables
+	// authentication, so that only a client with credentials reads or
+	// writes. With NoAuth, it is the password that turns authentication
+	// off again.
+	RootPassword string
+	// NoAuth leaves authentication off, turning it off (with
+	// RootPassword) when an earlier start turned it on.
+	NoAuth bool
 }
+
+// RootUser is the etcd user that RootPassword is the password of.
+const RootUser = "root"
+
+// ErrRootPassword is a Start with authentication on in the data directory
+// and another RootPassword than the root user's.
+var ErrRootPassword = errors.New("etcdserver: authentication is on, and the root password given is not etcd's")
 
 // Server is a running embedded etcd member.
 type Server struct {
 	etcd      *embed.Etcd
 	quiet     *atomic.Bool // set by Close to drop etcd's shutdown noise
 	endpoints []string
+	peers     []string
 	closeOnce sync.Once
 }
 
@@ -154,7 +176,78 @@ func start(ctx context.Context, c Config, level zapcore.Level, clientURL, peerUR
 	for _, l := range e.Clients {
 		s.endpoints = append(s.endpoints, "http://"+l.Addr().String())
 	}
+	for _, p := range e.Peers {
+		s.peers = append(s.peers, "http://"+p.Addr().String())
+	}
+	if err := s.setAuth(ctx, c); err != nil {
+		return fail(err)
+	}
 	return s, nil
+}
+
+// setAuth turns authentication on or off as c asks.
+func (s *Server) setAuth(ctx context.Context, c Config) error {
+	on := s.etcd.Server.AuthStore().IsAuthEnabled()
+	switch {
+	case !c.NoAuth && c.RootPassword == "": // the caller leaves it as it is
+		return nil
+	case !c.NoAuth && on:
+		return s.checkRoot(c.RootPassword)
+	case c.NoAuth && !on:
+		return nil
+	case c.NoAuth && c.RootPassword == "":
+		return errors.New("etcdserver: authentication is on: turning it off takes the root password")
+	}
+	// Turn it on (it is off), or off (it is on).
+	user := ""
+	if on {
+		user = RootUser
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: s.endpoints, Username: user, Password: c.RootPassword,
+		DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return fmt.Errorf("etcdserver: authentication: %w", err)
+	}
+	defer cli.Close()
+	if c.NoAuth {
+		if _, err := cli.AuthDisable(ctx); err != nil {
+			return fmt.Errorf("etcdserver: turning authentication off: %w", err)
+		}
+		return nil
+	}
+	steps := []func() error{
+		func() error { _, err := cli.RoleAdd(ctx, "root"); return ignore(err, rpctypes.ErrRoleAlreadyExist) },
+		func() error {
+			_, err := cli.UserAdd(ctx, RootUser, c.RootPassword)
+			if errors.Is(err, rpctypes.ErrUserAlreadyExist) {
+				_, err = cli.UserChangePassword(ctx, RootUser, c.RootPassword)
+			}
+			return err
+		},
+		func() error { _, err := cli.UserGrantRole(ctx, RootUser, "root"); return err },
+		func() error { _, err := cli.AuthEnable(ctx); return err },
+	}
+	for _, f := range steps {
+		if err := f(); err != nil {
+			return fmt.Errorf("etcdserver: turning authentication on: %w", err)
+		}
+	}
+	return nil
+}
+
+// checkRoot checks that password is the root user's.
+func (s *Server) checkRoot(password string) error {
+	if _, err := s.etcd.Server.AuthStore().CheckPassword(RootUser, password); err != nil {
+		return fmt.Errorf("%w: %w", ErrRootPassword, err)
+	}
+	return nil
+}
+
+func ignore(err, want error) error {
+	if errors.Is(err, want) {
+		return nil
+	}
+	return err
 }
 
 // loopbackURL turns host:port into an http URL, choosing a free port when
@@ -190,6 +283,9 @@ func loopbackURL(addr string) (u *url.URL, auto bool, err error) {
 
 // Endpoints returns the client URLs of the member, for clientv3.Config.
 func (s *Server) Endpoints() []string { return append([]string(nil), s.endpoints...) }
+
+// PeerEndpoints returns the peer URLs that the member listens on.
+func (s *Server) PeerEndpoints() []string { return append([]string(nil), s.peers...) }
 
 // Err reports a fatal error of the running member (for example a listener
 // that failed). etcd closes it when the member has stopped.
