@@ -210,7 +210,7 @@ func testUpStalled(t *testing.T, pause time.Duration) {
 		t.Cleanup(func() { l.Close() })
 	}
 	// Straight into etcd, at the default TTL.
-	st, err := etcdstore.Open(ctx, etcdstore.Config{Endpoints: []string{u.etcd}, Options: etcdstore.Options{Logger: quiet}})
+	st, err := etcdstore.Open(ctx, u.etcdConfig(t, ""))
 	if err != nil {
 		t.Fatal(err)
 	}
