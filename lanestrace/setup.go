@@ -2,6 +2,7 @@ package lanestrace
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -18,6 +19,9 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/lanesdev/lanes/internal/lib/tlsfiles"
 )
 
 // Environment variables read by FromEnv.
@@ -28,6 +32,9 @@ const (
 	// EnvSample is the share of baseline requests sampled at the entry, 0 to 1 (default 1).
 	// Lane requests are always sampled.
 	EnvSample = "LANES_TRACE_SAMPLE"
+	// EnvCAFile is the PEM file of the CA that an https:// LANES_TRACES is verified with (the
+	// system's roots when unset); lanes up prints it when its collector serves TLS.
+	EnvCAFile = tlsfiles.EnvCAFile
 )
 
 // Tracing is the OpenTelemetry set-up of a service: a tracer provider exporting to the
@@ -52,7 +59,7 @@ func (t *Tracing) Shutdown(ctx context.Context) error {
 // LANES_TRACES for lanes' collector, OTEL_EXPORTER_OTLP_ENDPOINT or
 // OTEL_EXPORTER_OTLP_TRACES_ENDPOINT (with the other OTEL_EXPORTER_OTLP_* variables, as
 // OpenTelemetry defines them) for an external one, both where both are set, and
-// LANES_TRACE_SAMPLE. OTEL_SERVICE_NAME, where set, names the service instead of service. With
+// LANES_TRACE_SAMPLE; an https:// LANES_TRACES is verified with LANES_CA_FILE where set. OTEL_SERVICE_NAME, where set, names the service instead of service. With
 // none of the endpoints set, or LANES_TRACES=off, tracing is off and Provider is a no-op.
 //
 // It installs the provider and the W3C trace-context propagator as OpenTelemetry's globals, and
@@ -79,7 +86,15 @@ func FromEnv(ctx context.Context, service string, getenv func(string) string) (*
 	}
 	var opts []sdktrace.TracerProviderOption
 	if lanes != "" {
-		exp, err := lanesExporter(ctx, lanes)
+		var tc *tls.Config
+		if ca := strings.TrimSpace(getenv(EnvCAFile)); ca != "" && strings.HasPrefix(lanes, "https://") {
+			c, err := tlsfiles.Client(ca)
+			if err != nil {
+				return nil, fmt.Errorf("lanestrace: %s: %w", EnvCAFile, err)
+			}
+			tc = c
+		}
+		exp, err := lanesExporter(ctx, lanes, tc)
 		if err != nil {
 			return nil, err
 		}
@@ -113,8 +128,14 @@ const batchTimeout = 500 * time.Millisecond
 // collector of lanes up at addr (in LANES_TRACES's form: host:port or an http(s):// URL), sampled
 // with Sampler(baselineRatio). It sets no global: the control plane and lanes demo, which run
 // several such services in one process, give each its own. Shut it down to flush its spans.
-func NewProvider(ctx context.Context, service, addr string, baselineRatio float64) (*sdktrace.TracerProvider, error) {
-	exp, err := lanesExporter(ctx, addr)
+//
+// An https:// addr is verified with tc when given, else with the system's roots.
+func NewProvider(ctx context.Context, service, addr string, baselineRatio float64, tc ...*tls.Config) (*sdktrace.TracerProvider, error) {
+	var c *tls.Config
+	if len(tc) > 0 {
+		c = tc[0]
+	}
+	exp, err := lanesExporter(ctx, addr, c)
 	if err != nil {
 		return nil, err
 	}
@@ -135,12 +156,16 @@ func serviceResource(service string) (*resource.Resource, error) {
 	return res, nil
 }
 
-// lanesExporter exports to lanes' collector at addr (host:port, plain; or a URL).
-func lanesExporter(ctx context.Context, addr string) (sdktrace.SpanExporter, error) {
+// lanesExporter exports to lanes' collector at addr (host:port, plain; or a URL); an https:// one
+// is verified with tc, or the system's roots when tc is nil.
+func lanesExporter(ctx context.Context, addr string, tc *tls.Config) (sdktrace.SpanExporter, error) {
 	opts := []otlptracegrpc.Option{otlptracegrpc.WithTimeout(5 * time.Second)}
 	switch {
 	case strings.HasPrefix(addr, "https://"):
 		opts = append(opts, otlptracegrpc.WithEndpointURL(addr))
+		if tc != nil {
+			opts = append(opts, otlptracegrpc.WithTLSCredentials(credentials.NewTLS(tc)))
+		}
 	case strings.HasPrefix(addr, "http://"):
 		opts = append(opts, otlptracegrpc.WithEndpointURL(addr), otlptracegrpc.WithInsecure())
 	default:

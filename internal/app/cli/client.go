@@ -24,6 +24,7 @@ type clientFlags struct {
 	admin   string
 	token   string
 	dataDir string
+	caFile  string
 	// fields maps the request fields of the admin API that the command
 	// fills from flags to those flags ("expires_in" -> "--in"), so that a
 	// refusal names the flag as the user typed it.
@@ -33,6 +34,7 @@ type clientFlags struct {
 func (f *clientFlags) add(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.admin, "admin", "", "address of the admin API (LANES_ADMIN; default: the one a 'lanes up' with this data directory recorded in <data-dir>/admin-addr, else "+adminclient.DefaultAddr+")")
 	cmd.Flags().StringVar(&f.token, "token", "", "token (LANES_TOKEN; default: the admin token in <data-dir>/admin-token)")
+	cmd.Flags().StringVar(&f.caFile, "ca-file", "", "PEM file of the CA that an https:// admin API is verified with ("+adminclient.EnvCAFile+"; default: the system's roots)")
 	cmd.Flags().StringVar(&f.dataDir, "data-dir", "", "data directory of a local 'lanes up', for its admin address and token (LANES_DATA_DIR; default .lanes)")
 }
 
@@ -83,9 +85,17 @@ func (f *clientFlags) client() (*apiClient, error) {
 			tok, c.tokenFrom = strings.TrimSpace(string(data)), path
 		}
 	}
-	ac, err := adminclient.New(addr, tok)
+	ca, caFrom := f.caFile, "--ca-file"
+	if strings.TrimSpace(ca) == "" {
+		ca, caFrom = getenv(adminclient.EnvCAFile), adminclient.EnvCAFile
+	}
+	ac, err := adminclient.New(addr, tok, adminclient.WithCAFile(ca))
 	if err != nil {
-		return nil, &exitError{code: ExitUsage, err: fmt.Errorf("%s: %v", c.addrFrom, err)}
+		from := c.addrFrom
+		if strings.TrimSpace(ca) != "" && strings.Contains(err.Error(), "CA file") {
+			from = caFrom
+		}
+		return nil, &exitError{code: ExitUsage, err: fmt.Errorf("%s: %v", from, err)}
 	}
 	c.Client = ac
 	return c, nil

@@ -256,12 +256,19 @@ func (c *adminComponent) Provision(ctx context.Context, rt *Runtime) error {
 		Gateway: adminapi.GatewayInfo{URL: gw.URL, Domain: rt.Config.Domain, Routes: routes,
 			TrustedProxies: rt.Config.TrustedProxies, Zone: rt.Config.Zone},
 	}
+	tc, err := rt.Config.ServerTLS(tlsAdmin)
+	if err != nil {
+		return err
+	}
 	ln, err := listen("admin", rt.Config.AdminAddr)
 	if err != nil {
 		return err
 	}
+	url := listenerURL(ln.Addr(), tc)
+	if tc != nil {
+		ln = tls.NewListener(ln, tc)
+	}
 	c.ln = ln
-	url := httpURL(ln.Addr())
 	info.Admin.URL = url
 	api, err := admin.New(admin.Config{Store: st, Engine: Need(rt, EngineKey), AdminToken: token, Info: info,
 		Claims: Need(rt, ClaimsKey), Traces: Need(rt, TracesKey).Collector, Logger: rt.Log, Gatherer: gatherers(rt)})

@@ -53,6 +53,8 @@ type Config struct {
 	Nats NatsConfig `yaml:"nats"`
 	// Traces configures the trace collector.
 	Traces TracesConfig `yaml:"traces"`
+	// TLS holds the certificates the listeners serve TLS with.
+	TLS TLSSettings `yaml:"tls"`
 
 	// sources records where each setting came from, for error messages.
 	sources map[string]string
@@ -472,7 +474,7 @@ func (c *Config) validateOwn() error {
 	if err := logs.CheckFormat(c.LogFormat); err != nil {
 		return c.fail("log_format", c.LogFormat, "%v", err)
 	}
-	return nil
+	return c.validateTLS()
 }
 
 // validateEtcd checks the etcd settings.

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/lanesdev/lanes/etcdstore"
+	"github.com/lanesdev/lanes/internal/lib/tlsfiles"
 )
 
 // ServiceEnv returns the variables a service exports to join this control
@@ -52,6 +53,9 @@ func PrintServiceEnv(w io.Writer, s *Server) {
 		tr := ""
 		if t, _ := Value(s, TracesKey); t.GRPCAddr != "" {
 			tr = " LANES_TRACES=" + t.GRPCAddr
+		}
+		if strings.HasPrefix(a.URL, "https://") || strings.HasPrefix(tr, " LANES_TRACES=https://") {
+			tr += " " + tlsfiles.EnvCAFile + "=<PEM file of the CA of the certificates>"
 		}
 		fmt.Fprintf(w, "or, with a registration token and no etcd access:\n  export LANES_REGISTRY=%s LANES_TOKEN=<lanes token create --lane LANE>%s\n\n", a.URL, tr)
 	}

@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/lanesdev/lanes/internal/app/collector"
+	"github.com/lanesdev/lanes/internal/lib/tlsfiles"
 	"github.com/lanesdev/lanes/lanestrace"
 )
 
@@ -96,7 +98,12 @@ func (c *collectorComponent) Provision(ctx context.Context, rt *Runtime) error {
 		}
 		return a
 	}
+	tc, err := rt.Config.ServerTLS(tlsTraces)
+	if err != nil {
+		return err
+	}
 	col, err := collector.New(collector.Config{
+		TLS:        tc,
 		GRPCAddr:   addr(t.GRPCAddr),
 		HTTPAddr:   addr(t.HTTPAddr),
 		Limits:     collector.Limits{MaxSpans: t.MaxSpans, MaxBytes: t.MaxMiB << 20, MaxAge: t.MaxAge},
@@ -114,12 +121,20 @@ func (c *collectorComponent) Provision(ctx context.Context, rt *Runtime) error {
 	out := Traces{Collector: col, Provider: noop.NewTracerProvider()}
 	if a := col.GRPCAddr(); a != nil {
 		out.GRPCAddr = a.String()
+		var self *tls.Config // the control plane's own exporter: it trusts the collector's certificate
+		if tc != nil {
+			out.GRPCAddr = listenerURL(a, tc)
+			self = tlsfiles.Pinned(tc)
+		}
 		note := "trace collector, OTLP/gRPC"
 		if h := col.HTTPAddr(); h != nil {
 			note += "; OTLP/HTTP on " + h.String()
+			if tc != nil {
+				note += "; both over TLS"
+			}
 		}
 		rt.Announce(Address{Name: "traces", URL: out.GRPCAddr, Note: note})
-		sdk, err := lanestrace.NewProvider(ctx, GatewayService, out.GRPCAddr, t.Sample)
+		sdk, err := lanestrace.NewProvider(ctx, GatewayService, out.GRPCAddr, t.Sample, self)
 		if err != nil {
 			return fmt.Errorf("traces: the control plane's exporter: %w", err)
 		}

@@ -3,6 +3,7 @@ package gateway
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"go.opentelemetry.io/otel/trace"
 	"log/slog"
@@ -374,9 +375,16 @@ func (g *Gateway) serveStd(ln net.Listener) error {
 	var p http.Protocols
 	p.SetHTTP1(true)
 	p.SetUnencryptedHTTP2(true)
+	return g.runStd(ln, &p, nil)
+}
+
+// runStd serves ln on net/http with the protocols p, over TLS with tc when
+// it is not nil.
+func (g *Gateway) runStd(ln net.Listener, p *http.Protocols, tc *tls.Config) error {
 	srv := &http.Server{
 		Handler:           g,
-		Protocols:         &p,
+		Protocols:         p,
+		TLSConfig:         tc,
 		ReadHeaderTimeout: 10 * time.Second,
 		IdleTimeout:       g.clientIdle,
 		MaxHeaderBytes:    stdMaxHeaderBytes,
@@ -389,7 +397,12 @@ func (g *Gateway) serveStd(ln net.Listener) error {
 	if !g.register(ln, func() { g.servers[srv] = struct{}{} }) {
 		return http.ErrServerClosed
 	}
-	err := srv.Serve(ln)
+	var err error
+	if tc != nil {
+		err = srv.ServeTLS(ln, "", "")
+	} else {
+		err = srv.Serve(ln)
+	}
 	g.mu.Lock()
 	delete(g.servers, srv)
 	g.mu.Unlock()

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -294,6 +295,8 @@ func reset(c net.Conn) {
 			c = x.Conn
 		case *netbound.Conn:
 			c = x.Conn
+		case *tls.Conn:
+			c = x.NetConn()
 		case *net.TCPConn:
 			x.SetLinger(0)
 			return

@@ -1,0 +1,239 @@
+package controlplane
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/lanesdev/lanes/adminclient"
+	"github.com/lanesdev/lanes/internal/app/dashboard"
+	"github.com/lanesdev/lanes/internal/lib/tlsfiles"
+	"github.com/lanesdev/lanes/internal/testkit/tlstest"
+	"github.com/lanesdev/lanes/lanestrace"
+)
+
+// tlsConfig is a control plane on free ports that serves TLS with one
+// certificate for 127.0.0.1, localhost and the lane hosts.
+func tlsConfig(t *testing.T) (Config, *tlstest.Files) {
+	t.Helper()
+	dir := t.TempDir()
+	files, err := tlstest.Write(filepath.Join(dir, "tls"), "127.0.0.1", "localhost", "*.lanes.localhost")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Defaults()
+	cfg.DataDir = dir
+	cfg.AdminAddr, cfg.GatewayAddr, cfg.Etcd.ClientAddr, cfg.Etcd.PeerAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Nats.Addr = NatsOff
+	cfg.Traces.GRPCAddr, cfg.Traces.HTTPAddr = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.TLS.Cert, cfg.TLS.Key = files.ServerCert, files.ServerKey
+	return cfg, files
+}
+
+// Every listener that credentials travel to serves TLS, and the clients
+// verify it with the CA file.
+func TestTLSListeners(t *testing.T) {
+	cfg, files := tlsConfig(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	s, err := Start(ctx, cfg, WithLogger(NewLogger(io.Discard, "error")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	adm, _ := Value(s, AdminKey)
+	gw, _ := Value(s, GatewayKey)
+	tr, _ := Value(s, TracesKey)
+	for name, u := range map[string]string{"admin": adm.URL, "gateway": gw.URL, "traces": tr.GRPCAddr} {
+		if !strings.HasPrefix(u, "https://") {
+			t.Errorf("%s URL %q: want https://", name, u)
+		}
+	}
+	var out strings.Builder
+	PrintServiceEnv(&out, s)
+	if !strings.Contains(out.String(), "LANES_REGISTRY="+adm.URL) || !strings.Contains(out.String(), tlsfiles.EnvCAFile+"=") {
+		t.Errorf("the export lines name no https admin URL or CA variable:\n%s", out.String())
+	}
+	pool, err := tlsfiles.Client(files.CA)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("admin", func(t *testing.T) {
+		c, err := adminclient.New(adm.URL, adm.Token, adminclient.WithCAFile(files.CA))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		if _, err := c.Info(ctx); err != nil {
+			t.Fatalf("admin API over TLS with the CA file: %v", err)
+		}
+	})
+
+	t.Run("wrong CA", func(t *testing.T) {
+		other, err := tlstest.Write(filepath.Join(t.TempDir(), "other"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := adminclient.New(adm.URL, adm.Token, adminclient.WithCAFile(other.CA))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_, err = c.Info(ctx)
+		if err == nil || !strings.Contains(err.Error(), "certificate signed by unknown authority") || !strings.Contains(err.Error(), adm.URL) {
+			t.Errorf("a server outside the CA file: got %v, want an unknown-authority error naming the URL", err)
+		}
+		if _, err := adminclient.New(adm.URL, adm.Token, adminclient.WithCAFile(filepath.Join(t.TempDir(), "none.pem"))); err == nil || !strings.Contains(err.Error(), "none.pem") {
+			t.Errorf("a missing CA file: got %v, want an error naming it", err)
+		}
+	})
+
+	t.Run("dashboard cookie", func(t *testing.T) {
+		hc := &http.Client{Transport: &http.Transport{TLSClientConfig: pool}, Timeout: 10 * time.Second,
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		defer hc.CloseIdleConnections()
+		resp, err := hc.PostForm(adm.URL+dashboard.Prefix+"login", url.Values{"token": {adm.Token}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		var found bool
+		for _, ck := range resp.Cookies() {
+			if ck.Name == dashboard.CookieName {
+				found = true
+				if !ck.Secure {
+					t.Errorf("the session cookie over TLS is not Secure: %s", resp.Header.Get("Set-Cookie"))
+				}
+			}
+		}
+		if !found {
+			t.Errorf("login over TLS: status %d, no session cookie", resp.StatusCode)
+		}
+	})
+
+	t.Run("gateway", func(t *testing.T) {
+		host := strings.TrimPrefix(gw.URL, "https://")
+		for _, tc := range []struct {
+			proto, url string
+		}{
+			{"HTTP/1.1", gw.URL + "/"},
+			{"HTTP/2.0", gw.URL + "/"},
+			// A lane host, on the wildcard certificate.
+			{"HTTP/2.0", "https://alice.lanes.localhost/"},
+		} {
+			var p http.Protocols
+			if tc.proto == "HTTP/2.0" {
+				p.SetHTTP2(true)
+			} else {
+				p.SetHTTP1(true)
+			}
+			d := &net.Dialer{Timeout: 5 * time.Second}
+			hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: pool.Clone(), Protocols: &p,
+				DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) { return d.DialContext(ctx, network, host) }}}
+			resp, err := hc.Get(tc.url)
+			if err != nil {
+				t.Errorf("%s %s: %v", tc.proto, tc.url, err)
+				continue
+			}
+			resp.Body.Close()
+			hc.CloseIdleConnections()
+			// No routes: the gateway itself answers 404, over TLS.
+			if resp.Proto != tc.proto || resp.StatusCode != http.StatusNotFound || resp.TLS == nil {
+				t.Errorf("%s %s: got %s %d (TLS %v)", tc.proto, tc.url, resp.Proto, resp.StatusCode, resp.TLS != nil)
+			}
+		}
+	})
+
+	t.Run("collector", func(t *testing.T) {
+		tp, err := lanestrace.NewProvider(ctx, "orders", tr.GRPCAddr, 1, pool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, span := tp.Tracer("test").Start(ctx, "GET /", trace.WithSpanKind(trace.SpanKindServer))
+		span.End()
+		if err := tp.ForceFlush(ctx); err != nil {
+			t.Fatalf("export over TLS: %v", err)
+		}
+		if err := tp.Shutdown(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := tr.Collector.Trace(span.SpanContext().TraceID().String()); !ok {
+			t.Errorf("the span exported over TLS is not in the collector")
+		}
+		// OTLP/HTTP too.
+		hc := &http.Client{Transport: &http.Transport{TLSClientConfig: pool.Clone()}, Timeout: 10 * time.Second}
+		defer hc.CloseIdleConnections()
+		resp, err := hc.Post("https://"+tr.Collector.HTTPAddr().String()+"/v1/traces", "application/x-protobuf", strings.NewReader(""))
+		if err != nil {
+			t.Fatalf("OTLP/HTTP over TLS: %v", err)
+		}
+		resp.Body.Close()
+		if resp.TLS == nil || resp.StatusCode != http.StatusOK {
+			t.Errorf("OTLP/HTTP over TLS: status %d (TLS %v)", resp.StatusCode, resp.TLS != nil)
+		}
+		// Plain gRPC to the TLS receiver does not get in.
+		plain, err := lanestrace.NewProvider(ctx, "orders", strings.Replace(tr.GRPCAddr, "https://", "http://", 1), 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, span = plain.Tracer("test").Start(ctx, "GET /")
+		span.End()
+		if err := plain.ForceFlush(ctx); err == nil {
+			t.Errorf("a plain export to the TLS receiver succeeded")
+		}
+		plain.Shutdown(ctx)
+	})
+}
+
+// Bad certificate settings are refused before anything starts, naming the
+// setting and the file.
+func TestTLSSettingErrors(t *testing.T) {
+	dir := t.TempDir()
+	files, err := tlstest.Write(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	missing := filepath.Join(dir, "missing.pem")
+	for _, tc := range []struct {
+		env  map[string]string
+		want []string
+	}{
+		{map[string]string{"LANES_TLS_CERT": files.ServerCert}, []string{"default tls.key", "tls.cert is set: set the key too"}},
+		{map[string]string{"LANES_ADMIN_TLS_KEY": files.ServerKey}, []string{"default tls.admin_cert", "tls.admin_key is set"}},
+		{map[string]string{"LANES_TLS_CERT": missing, "LANES_TLS_KEY": files.ServerKey}, []string{"LANES_TLS_CERT", missing, "no such file"}},
+		{map[string]string{"LANES_GATEWAY_TLS_CERT": files.ServerCert, "LANES_GATEWAY_TLS_KEY": files.ClientKey}, []string{"LANES_GATEWAY_TLS_CERT", files.ClientKey, "private key does not match"}},
+		{map[string]string{"LANES_TRACES_TLS_CERT": files.ServerKey, "LANES_TRACES_TLS_KEY": files.ServerKey}, []string{"LANES_TRACES_TLS_CERT", "certificate"}},
+	} {
+		c := Defaults()
+		if err := c.ApplyEnv(env(tc.env)); err != nil {
+			t.Fatal(err)
+		}
+		err := c.Validate()
+		for _, w := range tc.want {
+			if err == nil || !strings.Contains(err.Error(), w) {
+				t.Errorf("%v: got %v, want %q in it", tc.env, err, w)
+			}
+		}
+	}
+	// A listener's own pair serves it alone.
+	c := Defaults()
+	c.TLS.AdminCert, c.TLS.AdminKey = files.ServerCert, files.ServerKey
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for l, want := range map[string]bool{tlsAdmin: true, tlsGateway: false, tlsTraces: false} {
+		tc, err := c.ServerTLS(l)
+		if err != nil || (tc != nil) != want {
+			t.Errorf("%s: TLS %v, err %v; want TLS %v", l, tc != nil, err, want)
+		}
+	}
+}
