@@ -276,7 +276,11 @@ func (c *adminComponent) Provision(ctx context.Context, rt *Runtime) error {
 		return err
 	}
 	c.api = api
-	dash, err := dashboard.New(dashboard.Config{API: api, Logger: rt.Log})
+	trusted, err := rt.Config.ParsedTrustedProxies()
+	if err != nil {
+		return err
+	}
+	dash, err := dashboard.New(dashboard.Config{API: api, Logger: rt.Log, TrustedProxies: trusted})
 	if err != nil {
 		return err
 	}

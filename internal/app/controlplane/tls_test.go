@@ -138,7 +138,9 @@ func TestTLSListeners(t *testing.T) {
 			}
 			d := &net.Dialer{Timeout: 5 * time.Second}
 			hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: pool.Clone(), Protocols: &p,
-				DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) { return d.DialContext(ctx, network, host) }}}
+				DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+					return d.DialContext(ctx, network, host)
+				}}}
 			resp, err := hc.Get(tc.url)
 			if err != nil {
 				t.Errorf("%s %s: %v", tc.proto, tc.url, err)
@@ -234,6 +236,60 @@ func TestTLSSettingErrors(t *testing.T) {
 		tc, err := c.ServerTLS(l)
 		if err != nil || (tc != nil) != want {
 			t.Errorf("%s: TLS %v, err %v; want TLS %v", l, tc != nil, err, want)
+		}
+	}
+}
+
+// Behind a TLS-terminating proxy the session cookie is Secure when a
+// trusted proxy says https, and not when an untrusted peer claims it.
+func TestDashboardCookieBehindProxy(t *testing.T) {
+	cfg, _ := tlsConfig(t)
+	cfg.TLS = TLSSettings{} // plain HTTP, as behind a proxy that terminates TLS
+	cfg.TrustedProxies = []string{"127.0.0.2"}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	s, err := Start(ctx, cfg, WithLogger(NewLogger(io.Discard, "error")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	adm, _ := Value(s, AdminKey)
+	login := func(from, proto string) *http.Cookie {
+		t.Helper()
+		d := &net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
+		hc := &http.Client{Transport: &http.Transport{DialContext: d.DialContext}, Timeout: 10 * time.Second,
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		defer hc.CloseIdleConnections()
+		req, _ := http.NewRequest(http.MethodPost, adm.URL+dashboard.Prefix+"login", strings.NewReader(url.Values{"token": {adm.Token}}.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		if proto != "" {
+			req.Header.Set("X-Forwarded-Proto", proto)
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		for _, ck := range resp.Cookies() {
+			if ck.Name == dashboard.CookieName {
+				return ck
+			}
+		}
+		t.Fatalf("login from %s: status %d, no session cookie", from, resp.StatusCode)
+		return nil
+	}
+	for _, tc := range []struct {
+		from, proto string
+		secure      bool
+	}{
+		{"127.0.0.2", "https", true},        // the trusted proxy terminated TLS
+		{"127.0.0.2", "", false},            // the trusted proxy says nothing
+		{"127.0.0.2", "http", false},        // the trusted proxy served plain HTTP
+		{"127.0.0.2", "https, http", false}, // the last value is the proxy's own
+		{"127.0.0.1", "https", false},       // an untrusted peer's claim
+	} {
+		if ck := login(tc.from, tc.proto); ck.Secure != tc.secure {
+			t.Errorf("from %s with X-Forwarded-Proto %q: Secure %v, want %v", tc.from, tc.proto, ck.Secure, tc.secure)
 		}
 	}
 }
