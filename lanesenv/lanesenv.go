@@ -57,6 +57,7 @@ import (
 	"github.com/lanesdev/lanes/adminclient"
 	"github.com/lanesdev/lanes/etcdstore"
 	"github.com/lanesdev/lanes/internal/lib/logs"
+	"github.com/lanesdev/lanes/internal/lib/tlsfiles"
 	"github.com/lanesdev/lanes/lanestrace"
 	"github.com/lanesdev/lanes/policy"
 	"github.com/lanesdev/lanes/registry"
@@ -330,7 +331,7 @@ func Open(ctx context.Context, opts ...Option) (*Env, error) {
 	} else {
 		c, err := adminclient.New(s.Admin, s.Token, adminclient.WithCAFile(s.CAFile))
 		if err != nil {
-			if s.CAFile != "" && strings.Contains(err.Error(), "CA file") {
+			if ce := (*tlsfiles.CAError)(nil); errors.As(err, &ce) {
 				return nil, &Error{Var: EnvCAFile, Value: s.CAFile, Msg: err.Error()}
 			}
 			return nil, &Error{Var: EnvRegistry, Value: raw, Msg: err.Error()}

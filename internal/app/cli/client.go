@@ -16,6 +16,7 @@ import (
 	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/adminclient"
 	"github.com/lanesdev/lanes/internal/app/controlplane"
+	"github.com/lanesdev/lanes/internal/lib/tlsfiles"
 	"github.com/lanesdev/lanes/registry"
 )
 
@@ -92,7 +93,7 @@ func (f *clientFlags) client() (*apiClient, error) {
 	ac, err := adminclient.New(addr, tok, adminclient.WithCAFile(ca))
 	if err != nil {
 		from := c.addrFrom
-		if strings.TrimSpace(ca) != "" && strings.Contains(err.Error(), "CA file") {
+		if ce := (*tlsfiles.CAError)(nil); errors.As(err, &ce) {
 			from = caFrom
 		}
 		return nil, &exitError{code: ExitUsage, err: fmt.Errorf("%s: %v", from, err)}

@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -17,6 +18,7 @@ import (
 	"github.com/lanesdev/lanes/internal/app/dashboard"
 	"github.com/lanesdev/lanes/internal/lib/tlsfiles"
 	"github.com/lanesdev/lanes/internal/testkit/tlstest"
+	"github.com/lanesdev/lanes/lanesenv"
 	"github.com/lanesdev/lanes/lanestrace"
 )
 
@@ -75,6 +77,23 @@ func TestTLSListeners(t *testing.T) {
 		defer c.Close()
 		if _, err := c.Info(ctx); err != nil {
 			t.Fatalf("admin API over TLS with the CA file: %v", err)
+		}
+	})
+
+	t.Run("lanesenv", func(t *testing.T) {
+		vars := map[string]string{"LANES_REGISTRY": adm.URL, "LANES_TOKEN": adm.Token, "LANES_TRACES": tr.GRPCAddr, "LANES_CA_FILE": files.CA}
+		e, err := lanesenv.Open(ctx, lanesenv.WithGetenv(env(vars)), lanesenv.WithLogger(NewLogger(io.Discard, "error")))
+		if err != nil {
+			t.Fatalf("lanesenv over TLS with the CA file: %v", err)
+		}
+		if err := e.Close(); err != nil {
+			t.Error(err)
+		}
+		vars["LANES_CA_FILE"] = filepath.Join(t.TempDir(), "none.pem")
+		_, err = lanesenv.Open(ctx, lanesenv.WithGetenv(env(vars)), lanesenv.WithLogger(NewLogger(io.Discard, "error")))
+		var le *lanesenv.Error
+		if !errors.As(err, &le) || le.Var != "LANES_CA_FILE" || !strings.Contains(err.Error(), "none.pem") {
+			t.Errorf("a missing CA file: got %v, want an error naming LANES_CA_FILE and the file", err)
 		}
 	})
 

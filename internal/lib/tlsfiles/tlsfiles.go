@@ -43,6 +43,15 @@ func unwrapPath(err error) error {
 	return err
 }
 
+// A CAError is a CA file that Client cannot use.
+type CAError struct {
+	File string
+	Err  error
+}
+
+func (e *CAError) Error() string { return fmt.Sprintf("CA file %q: %v", e.File, e.Err) }
+func (e *CAError) Unwrap() error { return e.Err }
+
 // Client returns the configuration of a client that verifies servers with
 // the certificates in caFile only; with caFile "" it returns nil (the
 // system's roots). Its error names the file.
@@ -52,11 +61,11 @@ func Client(caFile string) (*tls.Config, error) {
 	}
 	data, err := os.ReadFile(caFile)
 	if err != nil {
-		return nil, fmt.Errorf("CA file %q: %w", caFile, unwrapPath(err))
+		return nil, &CAError{File: caFile, Err: unwrapPath(err)}
 	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(data) {
-		return nil, fmt.Errorf("CA file %q: no PEM certificate in it", caFile)
+		return nil, &CAError{File: caFile, Err: errors.New("no PEM certificate in it")}
 	}
 	return &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
 }
