@@ -3,6 +3,7 @@ package gateway
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -221,6 +222,14 @@ func newWorld(t testing.TB, doc string, cfg Config) *world {
 // newWorldWith is newWorld, with prep run on the gateway before it serves.
 func newWorldWith(t testing.TB, doc string, cfg Config, prep func(*Gateway)) *world {
 	t.Helper()
+	return newWorldServing(t, doc, cfg, prep, nil)
+}
+
+// newWorldServing is newWorldWith, with the gateway serving TLS with tc
+// (ServeTLS) when tc is not nil; w.client then trusts nothing: a test
+// brings its own.
+func newWorldServing(t testing.TB, doc string, cfg Config, prep func(*Gateway), tc *tls.Config) *world {
+	t.Helper()
 	w := &world{reg: registry.NewMemory(), store: policy.NewMemory()}
 	t.Cleanup(func() { w.reg.Close() })
 	if doc != "" {
@@ -252,7 +261,12 @@ func newWorldWith(t testing.TB, doc string, cfg Config, prep func(*Gateway)) *wo
 	w.addr = l.Addr().String()
 	w.url = "http://" + w.addr
 	served := make(chan error, 1)
-	go func() { served <- gw.Serve(l) }()
+	if tc != nil {
+		w.url = "https://" + w.addr
+		go func() { served <- gw.ServeTLS(l, tc) }()
+	} else {
+		go func() { served <- gw.Serve(l) }()
+	}
 	tr := &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 16}
 	w.client = &http.Client{Transport: tr, Timeout: waitFor}
 	t.Cleanup(func() {
