@@ -44,13 +44,9 @@ func tlsConfig(t *testing.T) (Config, *tlstest.Files) {
 // verify it with the CA file.
 func TestTLSListeners(t *testing.T) {
 	cfg, files := tlsConfig(t)
+	s := startQuiet(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	s, err := Start(ctx, cfg, WithLogger(NewLogger(io.Discard, "error")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
 	adm, _ := Value(s, AdminKey)
 	gw, _ := Value(s, GatewayKey)
 	tr, _ := Value(s, TracesKey)
@@ -117,25 +113,8 @@ func TestTLSListeners(t *testing.T) {
 	})
 
 	t.Run("dashboard cookie", func(t *testing.T) {
-		hc := &http.Client{Transport: &http.Transport{TLSClientConfig: pool}, Timeout: 10 * time.Second,
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-		defer hc.CloseIdleConnections()
-		resp, err := hc.PostForm(adm.URL+dashboard.Prefix+"login", url.Values{"token": {adm.Token}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		var found bool
-		for _, ck := range resp.Cookies() {
-			if ck.Name == dashboard.CookieName {
-				found = true
-				if !ck.Secure {
-					t.Errorf("the session cookie over TLS is not Secure: %s", resp.Header.Get("Set-Cookie"))
-				}
-			}
-		}
-		if !found {
-			t.Errorf("login over TLS: status %d, no session cookie", resp.StatusCode)
+		if ck := sessionCookie(t, &http.Transport{TLSClientConfig: pool}, adm, ""); !ck.Secure {
+			t.Errorf("the session cookie over TLS is not Secure: %s", ck)
 		}
 	})
 
@@ -265,37 +244,11 @@ func TestDashboardCookieBehindProxy(t *testing.T) {
 	cfg, _ := tlsConfig(t)
 	cfg.TLS = TLSSettings{} // plain HTTP, as behind a proxy that terminates TLS
 	cfg.TrustedProxies = []string{"127.0.0.2"}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	s, err := Start(ctx, cfg, WithLogger(NewLogger(io.Discard, "error")))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	adm, _ := Value(s, AdminKey)
+	adm, _ := Value(startQuiet(t, cfg), AdminKey)
 	login := func(from, proto string) *http.Cookie {
 		t.Helper()
 		d := &net.Dialer{Timeout: 5 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
-		hc := &http.Client{Transport: &http.Transport{DialContext: d.DialContext}, Timeout: 10 * time.Second,
-			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-		defer hc.CloseIdleConnections()
-		req, _ := http.NewRequest(http.MethodPost, adm.URL+dashboard.Prefix+"login", strings.NewReader(url.Values{"token": {adm.Token}}.Encode()))
-		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-		if proto != "" {
-			req.Header.Set("X-Forwarded-Proto", proto)
-		}
-		resp, err := hc.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		for _, ck := range resp.Cookies() {
-			if ck.Name == dashboard.CookieName {
-				return ck
-			}
-		}
-		t.Fatalf("login from %s: status %d, no session cookie", from, resp.StatusCode)
-		return nil
+		return sessionCookie(t, &http.Transport{DialContext: d.DialContext}, adm, proto)
 	}
 	for _, tc := range []struct {
 		from, proto string
@@ -311,4 +264,44 @@ func TestDashboardCookieBehindProxy(t *testing.T) {
 			t.Errorf("from %s with X-Forwarded-Proto %q: Secure %v, want %v", tc.from, tc.proto, ck.Secure, tc.secure)
 		}
 	}
+}
+
+// startQuiet starts a control plane with cfg, closed when t ends.
+func startQuiet(t *testing.T, cfg Config) *Server {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	s, err := Start(ctx, cfg, WithLogger(NewLogger(io.Discard, "error")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// sessionCookie logs in to the dashboard with the admin token through tr,
+// with X-Forwarded-Proto proto unless it is "", and returns the session
+// cookie.
+func sessionCookie(t *testing.T, tr *http.Transport, adm AdminInfo, proto string) *http.Cookie {
+	t.Helper()
+	hc := &http.Client{Transport: tr, Timeout: 10 * time.Second,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	defer tr.CloseIdleConnections()
+	req, _ := http.NewRequest(http.MethodPost, adm.URL+dashboard.Prefix+"login", strings.NewReader(url.Values{"token": {adm.Token}}.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	if proto != "" {
+		req.Header.Set("X-Forwarded-Proto", proto)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	for _, ck := range resp.Cookies() {
+		if ck.Name == dashboard.CookieName {
+			return ck
+		}
+	}
+	t.Fatalf("login through %s: status %d, no session cookie", adm.URL, resp.StatusCode)
+	return nil
 }
