@@ -45,7 +45,9 @@ func TestServeTLS(t *testing.T) {
 				p.SetHTTP2(tc.h2)
 				var d net.Dialer
 				tr := &http.Transport{TLSClientConfig: roots.Clone(), Protocols: &p,
-					DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) { return d.DialContext(ctx, network, w.addr) }}
+					DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+						return d.DialContext(ctx, network, w.addr)
+					}}
 				r := do(t, &http.Client{Transport: tr, Timeout: waitFor}, http.MethodGet, tc.url, nil)
 				tr.CloseIdleConnections()
 				wantProto := "HTTP/1.1"
