@@ -1,9 +1,11 @@
 package tlsfiles_test
 
 import (
+	"bytes"
 	"crypto/tls"
 	"errors"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -58,36 +60,77 @@ func TestPinned(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// handshake serves srv on a loopback port and returns the error of a
-	// client's handshake with cli.
-	handshake := func(srv, cli *tls.Config) error {
-		ln, err := tls.Listen("tcp", "127.0.0.1:0", srv)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ln.Close()
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			defer c.Close()
-			c.SetDeadline(time.Now().Add(10 * time.Second))
-			c.(*tls.Conn).Handshake()
-		}()
-		defer func() { <-done }()
-		c, err := tls.DialWithDialer(&net.Dialer{Timeout: 10 * time.Second}, "tcp", ln.Addr().String(), cli)
-		if err != nil {
-			return err
-		}
-		return c.Close()
-	}
-	if err := handshake(srvA, tlsfiles.Pinned(srvA)); err != nil {
+	if err := handshake(t, srvA, tlsfiles.Pinned(srvA)); err != nil {
 		t.Errorf("its own certificate: %v", err)
 	}
-	if err := handshake(srvB, tlsfiles.Pinned(srvA)); err == nil {
+	if err := handshake(t, srvB, tlsfiles.Pinned(srvA)); err == nil {
 		t.Errorf("another certificate was accepted")
 	}
+}
+
+// A server takes a new pair written over its files, and keeps the one in
+// service while the new one does not load.
+func TestServerReloads(t *testing.T) {
+	tlsfiles.SetReloadCheck(t, 0)
+	dir := t.TempDir()
+	a, err := tlstest.Write(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := tlsfiles.Server(a.ServerCert, a.ServerKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf := func() []byte {
+		c, err := srv.GetCertificate(&tls.ClientHelloInfo{})
+		if err != nil || c == nil {
+			t.Fatalf("GetCertificate: %v", err)
+		}
+		return c.Certificate[0]
+	}
+	first := leaf()
+	// A certificate written before its key: the old pair stays.
+	if err := os.WriteFile(a.ServerCert, []byte("not yet"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(leaf(), first) {
+		t.Fatal("a pair that does not load replaced the one in service")
+	}
+	if _, err := tlstest.Write(dir); err != nil { // a new CA, certificate and key, over the files
+		t.Fatal(err)
+	}
+	if bytes.Equal(leaf(), first) {
+		t.Fatal("the new pair was not taken")
+	}
+	if err := handshake(t, srv, tlsfiles.Pinned(srv)); err != nil {
+		t.Errorf("the pinned client after a reload: %v", err)
+	}
+}
+
+// handshake serves srv on a loopback port and returns the error of a
+// client's handshake with cli.
+func handshake(t *testing.T, srv, cli *tls.Config) error {
+	t.Helper()
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", srv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		c.(*tls.Conn).Handshake()
+	}()
+	defer func() { <-done }()
+	c, err := tls.DialWithDialer(&net.Dialer{Timeout: 10 * time.Second}, "tcp", ln.Addr().String(), cli)
+	if err != nil {
+		return err
+	}
+	return c.Close()
 }
