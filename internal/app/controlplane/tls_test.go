@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lanesdev/lanes/adminclient"
@@ -168,6 +169,19 @@ func TestTLSListeners(t *testing.T) {
 		}
 		if _, ok := tr.Collector.Trace(span.SpanContext().TraceID().String()); !ok {
 			t.Errorf("the span exported over TLS is not in the collector")
+		}
+		// The control plane's own spans (the gateway's) reach it too, on the pinned certificate.
+		self, ok := tr.Provider.(*sdktrace.TracerProvider)
+		if !ok {
+			t.Fatalf("the control plane's tracer provider is a %T", tr.Provider)
+		}
+		_, span = self.Tracer("test").Start(ctx, "self")
+		span.End()
+		if err := self.ForceFlush(ctx); err != nil {
+			t.Fatalf("the control plane's export over TLS: %v", err)
+		}
+		if _, ok := tr.Collector.Trace(span.SpanContext().TraceID().String()); !ok {
+			t.Errorf("the control plane's span is not in the collector")
 		}
 		// OTLP/HTTP too.
 		hc := &http.Client{Transport: &http.Transport{TLSClientConfig: pool.Clone()}, Timeout: 10 * time.Second}

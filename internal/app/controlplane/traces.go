@@ -41,6 +41,9 @@ type Traces struct {
 	// GRPCAddr is the OTLP/gRPC address services export to ("" when off): the value of
 	// LANES_TRACES.
 	GRPCAddr string
+	// ClientTLS is what exporters in this process verify the collector with when it serves TLS:
+	// its own certificate, pinned (nil without TLS).
+	ClientTLS *tls.Config
 }
 
 // GatewayService is the service name of the gateway's spans: the entry point of the traces of
@@ -121,10 +124,9 @@ func (c *collectorComponent) Provision(ctx context.Context, rt *Runtime) error {
 	out := Traces{Collector: col, Provider: noop.NewTracerProvider()}
 	if a := col.GRPCAddr(); a != nil {
 		out.GRPCAddr = a.String()
-		var self *tls.Config // the control plane's own exporter: it trusts the collector's certificate
 		if tc != nil {
 			out.GRPCAddr = listenerURL(a, tc)
-			self = tlsfiles.Pinned(tc)
+			out.ClientTLS = tlsfiles.Pinned(tc)
 		}
 		note := "trace collector, OTLP/gRPC"
 		if h := col.HTTPAddr(); h != nil {
@@ -134,7 +136,7 @@ func (c *collectorComponent) Provision(ctx context.Context, rt *Runtime) error {
 			}
 		}
 		rt.Announce(Address{Name: "traces", URL: out.GRPCAddr, Note: note})
-		sdk, err := lanestrace.NewProvider(ctx, GatewayService, out.GRPCAddr, t.Sample, self)
+		sdk, err := lanestrace.NewProvider(ctx, GatewayService, out.GRPCAddr, t.Sample, out.ClientTLS)
 		if err != nil {
 			return fmt.Errorf("traces: the control plane's exporter: %w", err)
 		}

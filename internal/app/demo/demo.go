@@ -16,6 +16,7 @@ package demo
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -79,6 +80,8 @@ type Config struct {
 	// Traces, when set, is the OTLP/gRPC address of the trace collector: each demo service then
 	// traces its requests under its own name, and exports there.
 	Traces string
+	// TracesTLS verifies an https:// Traces (nil: the system's roots).
+	TracesTLS *tls.Config
 }
 
 // Topology is the running demo services.
@@ -113,7 +116,7 @@ func Start(ctx context.Context, cfg Config) (*Topology, error) {
 		}
 		var tp trace.TracerProvider
 		if cfg.Traces != "" {
-			sdk, err := lanestrace.NewProvider(ctx, in.Service, cfg.Traces, 1)
+			sdk, err := lanestrace.NewProvider(ctx, in.Service, cfg.Traces, 1, cfg.TracesTLS)
 			if err != nil {
 				t.Close()
 				return nil, fmt.Errorf("demo: the trace exporter of %s: %w", in.Service, err)
