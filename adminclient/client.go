@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/lanesdev/lanes/adminapi"
+	"github.com/lanesdev/lanes/internal/lib/tlsfiles"
 )
 
 // EnvAdmin and EnvToken are the environment variables that tools read the
@@ -36,6 +37,9 @@ import (
 const (
 	EnvAdmin = "LANES_ADMIN"
 	EnvToken = "LANES_TOKEN"
+	// EnvCAFile is the PEM file of the CA that an https:// admin API is
+	// verified with (WithCAFile); lanes up prints it when it serves TLS.
+	EnvCAFile = tlsfiles.EnvCAFile
 )
 
 // DefaultAddr is the admin address of `lanes up` by default.
@@ -43,10 +47,11 @@ const DefaultAddr = "http://127.0.0.1:7700"
 
 // Client calls the admin API. It is safe for concurrent use.
 type Client struct {
-	base  *url.URL
-	token string
-	hc    *http.Client
-	owned bool // hc was created here; Close closes its idle connections
+	base   *url.URL
+	token  string
+	hc     *http.Client
+	owned  bool   // hc was created here; Close closes its idle connections
+	caFile string // WithCAFile
 }
 
 // Option configures a Client.
@@ -54,6 +59,13 @@ type Option func(*Client)
 
 // WithHTTPClient makes the Client send its requests with hc.
 func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc, c.owned = hc, false } }
+
+// WithCAFile makes the Client verify an https:// admin API with the CA
+// certificates in the PEM file path only, instead of the system's roots
+// (the value of LANES_CA_FILE). "" changes nothing. New fails, naming the
+// file, when it cannot be read. It applies to the Client's own HTTP client,
+// not to one given with WithHTTPClient.
+func WithCAFile(path string) Option { return func(c *Client) { c.caFile = strings.TrimSpace(path) } }
 
 // New returns a client of the admin API at addr ("host:port" or an http(s)
 // URL) that authenticates with token (which may be empty for the endpoints
@@ -74,6 +86,13 @@ func New(addr, token string, opts ...Option) (*Client, error) {
 		hc: &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}} //lanes:ignore the admin API is the control plane, not a service in a lane
 	for _, o := range opts {
 		o(c)
+	}
+	if c.caFile != "" && c.owned {
+		tc, err := tlsfiles.Client(c.caFile)
+		if err != nil {
+			return nil, fmt.Errorf("adminclient: %w", err)
+		}
+		c.hc.Transport.(*http.Transport).TLSClientConfig = tc
 	}
 	return c, nil
 }

@@ -21,7 +21,9 @@
 //   - http://admin-address or https://admin-address: the admin API of
 //     `lanes up`, with a registration token in LANES_TOKEN (`lanes token
 //     create --lane L`). The process needs no etcd address or credentials,
-//     and registers only where its token allows.
+//     and registers only where its token allows. LANES_CA_FILE (a PEM file)
+//     verifies an https:// admin API, and an https:// LANES_TRACES, instead
+//     of the system's roots.
 //
 // Either way the engine follows the policy in force (fallback chains, strict
 // lanes, tag rules, canaries), so a process behind a token routes like any
@@ -57,6 +59,7 @@ import (
 	"github.com/lanesdev/lanes/adminclient"
 	"github.com/lanesdev/lanes/etcdstore"
 	"github.com/lanesdev/lanes/internal/lib/logs"
+	"github.com/lanesdev/lanes/internal/lib/tlsfiles"
 	"github.com/lanesdev/lanes/lanestrace"
 	"github.com/lanesdev/lanes/policy"
 	"github.com/lanesdev/lanes/registry"
@@ -67,6 +70,7 @@ import (
 const (
 	EnvRegistry     = "LANES_REGISTRY"      // etcd://host:port[,host:port...] or http(s)://admin-address
 	EnvToken        = adminclient.EnvToken  // the registration token, for an http(s) LANES_REGISTRY
+	EnvCAFile       = adminclient.EnvCAFile // PEM file of the CA of an https:// LANES_REGISTRY and LANES_TRACES
 	EnvEtcdCA       = "LANES_ETCD_CA"       // PEM file of the etcd servers' CA: turns TLS on
 	EnvEtcdCert     = "LANES_ETCD_CERT"     // PEM file of a client certificate for etcd
 	EnvEtcdKey      = "LANES_ETCD_KEY"      // PEM file of its key
@@ -172,9 +176,11 @@ func WithRoutingOptions(opts ...routing.Option) Option {
 // to anything.
 type Settings struct {
 	// Etcd endpoints (etcd://...), or else Admin (http(s)://...).
-	Etcd     []string
-	Admin    string
-	Token    string
+	Etcd  []string
+	Admin string
+	Token string
+	// CAFile verifies an https:// admin API (LANES_CA_FILE).
+	CAFile   string
 	CA       string
 	Cert     string
 	Key      string
@@ -194,7 +200,7 @@ func Parse(getenv func(string) string) (Settings, error) {
 	}
 	get := func(k string) string { return strings.TrimSpace(getenv(k)) }
 	s := Settings{
-		Token: get(EnvToken), CA: get(EnvEtcdCA), Cert: get(EnvEtcdCert), Key: get(EnvEtcdKey),
+		Token: get(EnvToken), CAFile: get(EnvCAFile), CA: get(EnvEtcdCA), Cert: get(EnvEtcdCert), Key: get(EnvEtcdKey),
 		Username: get(EnvEtcdUsername), Password: get(EnvEtcdPassword), Prefix: get(EnvEtcdPrefix),
 		LogLevel: get(EnvLogLevel), LogFormat: get(EnvLogFormat),
 	}
@@ -342,8 +348,11 @@ func Open(ctx context.Context, opts ...Option) (*Env, error) {
 		}
 		env.Registry, env.Policy, closeReg = st, st.Policy(), st.Close
 	} else {
-		c, err := adminclient.New(s.Admin, s.Token)
+		c, err := adminclient.New(s.Admin, s.Token, adminclient.WithCAFile(s.CAFile))
 		if err != nil {
+			if ce := (*tlsfiles.CAError)(nil); errors.As(err, &ce) {
+				return nil, &Error{Var: EnvCAFile, Value: s.CAFile, Msg: err.Error()}
+			}
 			return nil, &Error{Var: EnvRegistry, Value: raw, Msg: err.Error()}
 		}
 		if _, err := c.Info(ctx); err != nil {

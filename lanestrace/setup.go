@@ -2,6 +2,7 @@ package lanestrace
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -18,6 +19,9 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
+	"google.golang.org/grpc/credentials"
+
+	"github.com/lanesdev/lanes/internal/lib/tlsfiles"
 )
 
 // Environment variables read by FromEnv.
@@ -34,6 +38,9 @@ const (
 	EnvTracesToken = "LANES_TRACES_TOKEN"
 	// EnvToken is the service's registration token, as package lanesenv reads it.
 	EnvToken = "LANES_TOKEN"
+	// EnvCAFile is the PEM file of the CA that an https:// LANES_TRACES is verified with (the
+	// system's roots when unset); lanes up prints it when its collector serves TLS.
+	EnvCAFile = tlsfiles.EnvCAFile
 )
 
 // Tracing is the OpenTelemetry set-up of a service: a tracer provider exporting to the
@@ -59,7 +66,7 @@ func (t *Tracing) Shutdown(ctx context.Context) error {
 // (sent to that collector only, as "Authorization: Bearer <token>"), OTEL_EXPORTER_OTLP_ENDPOINT or
 // OTEL_EXPORTER_OTLP_TRACES_ENDPOINT (with the other OTEL_EXPORTER_OTLP_* variables, as
 // OpenTelemetry defines them) for an external one, both where both are set, and
-// LANES_TRACE_SAMPLE. OTEL_SERVICE_NAME, where set, names the service instead of service. With
+// LANES_TRACE_SAMPLE; an https:// LANES_TRACES is verified with LANES_CA_FILE where set. OTEL_SERVICE_NAME, where set, names the service instead of service. With
 // none of the endpoints set, or LANES_TRACES=off, tracing is off and Provider is a no-op.
 //
 // It installs the provider and the W3C trace-context propagator as OpenTelemetry's globals, and
@@ -90,7 +97,15 @@ func FromEnv(ctx context.Context, service string, getenv func(string) string) (*
 		if token == "" {
 			token = strings.TrimSpace(getenv(EnvToken))
 		}
-		exp, err := lanesExporter(ctx, lanes, token)
+		var tc *tls.Config
+		if ca := strings.TrimSpace(getenv(EnvCAFile)); ca != "" && strings.HasPrefix(lanes, "https://") {
+			c, err := tlsfiles.Client(ca)
+			if err != nil {
+				return nil, fmt.Errorf("lanestrace: %s: %w", EnvCAFile, err)
+			}
+			tc = c
+		}
+		exp, err := lanesExporter(ctx, lanes, token, tc)
 		if err != nil {
 			return nil, err
 		}
@@ -123,11 +138,19 @@ const batchTimeout = 500 * time.Millisecond
 // ProviderOption configures NewProvider.
 type ProviderOption func(*providerOptions)
 
-type providerOptions struct{ token string }
+type providerOptions struct {
+	token string
+	tls   *tls.Config
+}
 
 // WithToken sends token with the spans, as "Authorization: Bearer <token>" ("" sends none).
 func WithToken(token string) ProviderOption {
 	return func(o *providerOptions) { o.token = token }
+}
+
+// WithTLS verifies an https:// collector with tc (nil: the system's roots).
+func WithTLS(tc *tls.Config) ProviderOption {
+	return func(o *providerOptions) { o.tls = tc }
 }
 
 // NewProvider returns a tracer provider of service that exports, in batches, to the trace
@@ -139,7 +162,7 @@ func NewProvider(ctx context.Context, service, addr string, baselineRatio float6
 	for _, opt := range opts {
 		opt(&o)
 	}
-	exp, err := lanesExporter(ctx, addr, o.token)
+	exp, err := lanesExporter(ctx, addr, o.token, o.tls)
 	if err != nil {
 		return nil, err
 	}
@@ -161,8 +184,9 @@ func serviceResource(service string) (*resource.Resource, error) {
 }
 
 // lanesExporter exports to lanes' collector at addr (host:port, plain; or a URL), with token as
-// its credential ("" for none).
-func lanesExporter(ctx context.Context, addr, token string) (sdktrace.SpanExporter, error) {
+// its credential ("" for none); an https:// addr is verified with tc, or the system's roots when
+// tc is nil.
+func lanesExporter(ctx context.Context, addr, token string, tc *tls.Config) (sdktrace.SpanExporter, error) {
 	opts := []otlptracegrpc.Option{otlptracegrpc.WithTimeout(5 * time.Second)}
 	if token != "" {
 		opts = append(opts, otlptracegrpc.WithHeaders(map[string]string{"authorization": "Bearer " + token}))
@@ -170,6 +194,9 @@ func lanesExporter(ctx context.Context, addr, token string) (sdktrace.SpanExport
 	switch {
 	case strings.HasPrefix(addr, "https://"):
 		opts = append(opts, otlptracegrpc.WithEndpointURL(addr))
+		if tc != nil {
+			opts = append(opts, otlptracegrpc.WithTLSCredentials(credentials.NewTLS(tc)))
+		}
 	case strings.HasPrefix(addr, "http://"):
 		opts = append(opts, otlptracegrpc.WithEndpointURL(addr), otlptracegrpc.WithInsecure())
 	default:

@@ -16,6 +16,7 @@ import (
 	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/adminclient"
 	"github.com/lanesdev/lanes/internal/app/controlplane"
+	"github.com/lanesdev/lanes/internal/lib/tlsfiles"
 	"github.com/lanesdev/lanes/registry"
 )
 
@@ -25,6 +26,7 @@ type clientFlags struct {
 	token     string
 	tokenFile string
 	dataDir   string
+	caFile    string
 	// fields maps the request fields of the admin API that the command
 	// fills from flags to those flags ("expires_in" -> "--in"), so that a
 	// refusal names the flag as the user typed it.
@@ -35,6 +37,7 @@ func (f *clientFlags) add(cmd *cobra.Command) {
 	cmd.Flags().StringVar(&f.admin, "admin", "", "address of the admin API (LANES_ADMIN; default: the one a 'lanes up' with this data directory recorded in <data-dir>/admin-addr, else "+adminclient.DefaultAddr+")")
 	cmd.Flags().StringVar(&f.token, "token", "", "token (LANES_TOKEN; default: the admin token in <data-dir>/admin-token); other users see flags in ps: prefer LANES_TOKEN or --token-file")
 	cmd.Flags().StringVar(&f.tokenFile, "token-file", "", "file holding the token (LANES_TOKEN_FILE)")
+	cmd.Flags().StringVar(&f.caFile, "ca-file", "", "PEM file of the CA that an https:// admin API is verified with ("+adminclient.EnvCAFile+"; default: the system's roots)")
 	cmd.Flags().StringVar(&f.dataDir, "data-dir", "", "data directory of a local 'lanes up', for its admin address and token (LANES_DATA_DIR; default .lanes)")
 }
 
@@ -97,9 +100,17 @@ func (f *clientFlags) client() (*apiClient, error) {
 			tok, c.tokenFrom = strings.TrimSpace(string(data)), path
 		}
 	}
-	ac, err := adminclient.New(addr, tok)
+	ca, caFrom := f.caFile, "--ca-file"
+	if strings.TrimSpace(ca) == "" {
+		ca, caFrom = getenv(adminclient.EnvCAFile), adminclient.EnvCAFile
+	}
+	ac, err := adminclient.New(addr, tok, adminclient.WithCAFile(ca))
 	if err != nil {
-		return nil, &exitError{code: ExitUsage, err: fmt.Errorf("%s: %v", c.addrFrom, err)}
+		from := c.addrFrom
+		if ce := (*tlsfiles.CAError)(nil); errors.As(err, &ce) {
+			from = caFrom
+		}
+		return nil, &exitError{code: ExitUsage, err: fmt.Errorf("%s: %v", from, err)}
 	}
 	c.Client = ac
 	return c, nil

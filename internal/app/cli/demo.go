@@ -52,7 +52,7 @@ takes the same settings as 'lanes up' (addresses, data directory, etcd).`,
 			fmt.Fprintln(stderr, "lanes: starting the sample services web, orders and payments; waiting until the engine lists them (up to 30s)...")
 			sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			traces, _ := controlplane.Value(s, controlplane.TracesKey)
-			topo, err := demo.Start(sctx, demo.Config{Registry: store, Engine: engine, Logger: log, Traces: traces.GRPCAddr, TracesToken: traces.Token})
+			topo, err := demo.Start(sctx, demo.Config{Registry: store, Engine: engine, Logger: log, Traces: traces.GRPCAddr, TracesToken: traces.Token, TracesTLS: traces.ClientTLS})
 			cancel()
 			if err != nil {
 				if ctx.Err() != nil {

@@ -6,6 +6,7 @@ package collector
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	coltracepb "go.opentelemetry.io/proto/otlp/collector/trace/v1"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/lanesdev/lanes/adminapi"
@@ -46,6 +48,9 @@ type Config struct {
 	// nothing.
 	Registerer prometheus.Registerer
 	Logger     *slog.Logger
+	// TLS, when set, has both receivers serve TLS with its certificates
+	// (OTLP/gRPC over HTTP/2, OTLP/HTTP over HTTP/2 or HTTP/1.1).
+	TLS *tls.Config
 }
 
 // The OTLP ports, as OpenTelemetry SDKs expect them by default.
@@ -203,7 +208,11 @@ func (c *Collector) Start(ctx context.Context) error {
 			Shed: func(conn net.Conn) { conn.Write(shedAnswer) }})
 	}
 	if lisGRPC != nil {
-		c.grpcSrv = grpc.NewServer(
+		var creds []grpc.ServerOption
+		if c.cfg.TLS != nil {
+			creds = append(creds, grpc.Creds(credentials.NewTLS(c.cfg.TLS)))
+		}
+		c.grpcSrv = grpc.NewServer(append(creds,
 			grpc.MaxRecvMsgSize(maxRequestBytes),
 			// As the OTLP/HTTP receiver's ReadHeaderTimeout: a connection
 			// that does not finish the HTTP/2 handshake holds its place
@@ -211,7 +220,7 @@ func (c *Collector) Start(ctx context.Context) error {
 			grpc.ConnectionTimeout(10*time.Second),
 			grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 			grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
-		)
+		)...)
 		coltracepb.RegisterTraceServiceServer(c.grpcSrv, grpcReceiver{c: c})
 		c.grpcAddr = lisGRPC.Addr()
 		c.serve(func() error { return c.grpcSrv.Serve(lisGRPC) })
@@ -219,7 +228,13 @@ func (c *Collector) Start(ctx context.Context) error {
 	if lisHTTP != nil {
 		c.httpSrv = &http.Server{Handler: c.httpReceiver(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute}
 		c.httpAddr = lisHTTP.Addr()
-		c.serve(func() error { return c.httpSrv.Serve(lisHTTP) })
+		c.httpSrv.TLSConfig = c.cfg.TLS
+		c.serve(func() error {
+			if c.cfg.TLS != nil {
+				return c.httpSrv.ServeTLS(lisHTTP, "", "")
+			}
+			return c.httpSrv.Serve(lisHTTP)
+		})
 	}
 	c.log.Info("trace collector listening", "otlp_grpc", addrString(c.grpcAddr), "otlp_http", addrString(c.httpAddr),
 		"max_spans", c.store.limits.MaxSpans, "max_bytes", c.store.limits.MaxBytes, "max_age", c.store.limits.MaxAge)

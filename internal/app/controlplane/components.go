@@ -267,6 +267,7 @@ type adminComponent struct {
 	dash *dashboard.Server
 	srv  *http.Server
 	ln   net.Listener
+	tls  *tls.Config // nil: plain HTTP
 	done chan struct{}
 }
 
@@ -311,12 +312,16 @@ func (c *adminComponent) Provision(ctx context.Context, rt *Runtime) error {
 		Gateway: adminapi.GatewayInfo{URL: gw.URL, Domain: rt.Config.Domain, Routes: routes,
 			TrustedProxies: rt.Config.TrustedProxies, Zone: rt.Config.Zone},
 	}
+	tc, err := rt.Config.ServerTLS(tlsAdmin)
+	if err != nil {
+		return err
+	}
 	ln, err := rt.Listen("admin", rt.Config.AdminAddr)
 	if err != nil {
 		return err
 	}
-	c.ln = ln
-	url := httpURL(ln.Addr())
+	url := listenerURL(ln.Addr(), tc)
+	c.ln, c.tls = ln, tc
 	info.Admin.URL = url
 	claimNets, err := rt.Config.ParsedLaneClaims()
 	if err != nil {
@@ -330,7 +335,11 @@ func (c *adminComponent) Provision(ctx context.Context, rt *Runtime) error {
 		return err
 	}
 	c.api = api
-	dash, err := dashboard.New(dashboard.Config{API: api, Logger: rt.Log})
+	trusted, err := rt.Config.ParsedTrustedProxies()
+	if err != nil {
+		return err
+	}
+	dash, err := dashboard.New(dashboard.Config{API: api, Logger: rt.Log, TrustedProxies: trusted})
 	if err != nil {
 		return err
 	}
@@ -356,8 +365,13 @@ func (c *adminComponent) Start(context.Context) error {
 	c.done = make(chan struct{})
 	// The accept loop waits out a temporary accept error (net/http's
 	// would too, not ENOBUFS) and caps the connections.
-	ln := accept.Wrap(c.ln, accept.Options{Name: "admin API", MaxConns: AdminMaxConns(), Logger: c.rt.Log,
+	var ln net.Listener = accept.Wrap(c.ln, accept.Options{Name: "admin API", MaxConns: AdminMaxConns(), Logger: c.rt.Log,
 		Shed: func(conn net.Conn) { conn.Write(adminShed) }})
+	if c.tls != nil {
+		// Over the accept loop, so that net/http sees a *tls.Conn: it
+		// negotiates HTTP/2 by ALPN and tells the handlers the TLS state.
+		ln = tls.NewListener(ln, c.tls)
+	}
 	go func() {
 		defer close(c.done)
 		if err := c.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

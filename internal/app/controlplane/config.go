@@ -62,6 +62,8 @@ type Config struct {
 	// 100.100.100.200): the gateway dials them, the admin token and the
 	// tokens whose addresses.link_local is set may register them.
 	AllowLinkLocal bool `yaml:"allow_link_local"`
+	// TLS holds the certificates the listeners serve TLS with.
+	TLS TLSSettings `yaml:"tls"`
 
 	// sources records where each setting came from, for error messages.
 	sources map[string]string
@@ -314,7 +316,7 @@ var Settings = []Setting{
 	{Flag: "route", Env: "LANES_ROUTES", Key: "routes", List: true, Usage: "gateway route host-or-/prefix=service, such as /=web or api.example.com=orders (repeatable)", set: list(func(c *Config) *[]string { return &c.Routes })},
 	{Flag: "domain", Env: "LANES_DOMAIN", Key: "domain", Usage: "<lane>.<domain> hosts select a lane at the gateway", set: str(func(c *Config) *string { return &c.Domain })},
 	{Flag: "lane-claims", Env: "LANES_LANE_CLAIMS", Key: "lane_claims", List: true, Usage: "IP or CIDR of the client addresses a lane or baseline token may claim for its lane, as lanes dev --claim-ip does (repeatable; default loopback only: a claim moves every client behind the address, behind a NAT all of them; the admin token claims any)", set: list(func(c *Config) *[]string { return &c.LaneClaims })},
-	{Flag: "trusted-proxy", Env: "LANES_TRUSTED_PROXIES", Key: "trusted_proxies", List: true, Usage: "IP or CIDR of a proxy whose X-Forwarded-For the gateway believes (repeatable)", set: list(func(c *Config) *[]string { return &c.TrustedProxies })},
+	{Flag: "trusted-proxy", Env: "LANES_TRUSTED_PROXIES", Key: "trusted_proxies", List: true, Usage: "IP or CIDR of a proxy whose X-Forwarded-For the gateway believes, and whose X-Forwarded-Proto: https marks the dashboard's session cookie Secure (repeatable)", set: list(func(c *Config) *[]string { return &c.TrustedProxies })},
 	{Flag: "zone", Env: "LANES_ZONE", Key: "zone", Usage: "the gateway's zone, for same-zone preference", set: str(func(c *Config) *string { return &c.Zone })},
 	{Flag: "gateway-alias", Env: "LANES_GATEWAY_ALIASES", Key: "gateway.aliases", List: true, Usage: "another header the gateway reads the lane from, after x-lane and baggage, such as x-asm-prefer-tag (repeatable)", set: list(func(c *Config) *[]string { return &c.Gateway.Aliases })},
 	{Flag: "gateway-lane-cookie", Env: "LANES_GATEWAY_LANE_COOKIE", Key: "gateway.lane_cookie", Usage: "name of the cookie that selects a lane at the gateway", set: str(func(c *Config) *string { return &c.Gateway.LaneCookie })},
@@ -512,7 +514,7 @@ func (c *Config) validateOwn() error {
 	if err := logs.CheckFormat(c.LogFormat); err != nil {
 		return c.fail("log_format", c.LogFormat, "%v", err)
 	}
-	return nil
+	return c.validateTLS()
 }
 
 // validateEtcd checks the etcd settings.

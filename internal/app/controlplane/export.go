@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/lanesdev/lanes/etcdstore"
+	"github.com/lanesdev/lanes/internal/lib/tlsfiles"
 	"github.com/lanesdev/lanes/lanestrace"
 )
 
@@ -74,10 +75,17 @@ func PrintServiceEnv(w io.Writer, s *Server) {
 		if tr.GRPCAddr != "" {
 			traces = " LANES_TRACES=" + tr.GRPCAddr
 		}
+		if strings.HasPrefix(a.URL, "https://") || strings.HasPrefix(traces, " LANES_TRACES=https://") {
+			traces += " " + tlsfiles.EnvCAFile + "=<PEM file of the CA of the certificates>"
+		}
 		fmt.Fprintf(w, "or, with a registration token and no etcd access:\n  export LANES_REGISTRY=%s LANES_TOKEN=<lanes token create --lane LANE>%s\n", a.URL, traces)
 	}
 	if tr.GRPCAddr != "" && tr.Token != "" {
-		fmt.Fprintf(w, "(the trace collector takes the token as \"Authorization: Bearer <token>\"; an OpenTelemetry SDK without lanestrace sets\n  OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=http://%s OTEL_EXPORTER_OTLP_TRACES_HEADERS=\"authorization=Bearer%%20$LANES_TOKEN\")\n", tr.GRPCAddr)
+		endpoint := tr.GRPCAddr
+		if !strings.Contains(endpoint, "://") {
+			endpoint = "http://" + endpoint
+		}
+		fmt.Fprintf(w, "(the trace collector takes the token as \"Authorization: Bearer <token>\"; an OpenTelemetry SDK without lanestrace sets\n  OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=%s OTEL_EXPORTER_OTLP_TRACES_HEADERS=\"authorization=Bearer%%20$LANES_TOKEN\")\n", endpoint)
 	}
 	fmt.Fprintln(w)
 }

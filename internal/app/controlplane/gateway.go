@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -118,6 +119,7 @@ func (c *Config) gatewayError(err error) error {
 type gatewayComponent struct {
 	rt   *Runtime
 	gw   *gateway.Gateway
+	tls  *tls.Config // nil: plain HTTP
 	ln   net.Listener
 	done chan struct{}
 }
@@ -153,10 +155,13 @@ func (c *gatewayComponent) Provision(ctx context.Context, rt *Runtime) error {
 		return err
 	}
 	c.gw = gw
+	if c.tls, err = rt.Config.ServerTLS(tlsGateway); err != nil {
+		return err
+	}
 	if c.ln, err = rt.Listen("gateway", rt.Config.GatewayAddr); err != nil {
 		return err
 	}
-	url := httpURL(c.ln.Addr())
+	url := listenerURL(c.ln.Addr(), c.tls)
 	Provide(rt, GatewayKey, GatewayInfo{URL: url})
 	rt.Announce(Address{Name: "gateway", URL: url, Note: describeRoutes(gc.Routes, rt.Config.Domain)})
 	return nil
@@ -187,7 +192,11 @@ func (c *gatewayComponent) Start(context.Context) error {
 	c.ln = nil // Serve owns it now
 	go func() {
 		defer close(c.done)
-		if err := c.gw.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		serve := c.gw.Serve
+		if c.tls != nil {
+			serve = func(ln net.Listener) error { return c.gw.ServeTLS(ln, c.tls) }
+		}
+		if err := serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			c.rt.Fail(fmt.Errorf("gateway: %w", err))
 		}
 	}()

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
+	"crypto/tls"
 	"encoding/hex"
 	"fmt"
 	"net"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/lanesdev/lanes/internal/app/admin"
 	"github.com/lanesdev/lanes/internal/app/collector"
+	"github.com/lanesdev/lanes/internal/lib/tlsfiles"
 	"github.com/lanesdev/lanes/lanestrace"
 )
 
@@ -76,6 +78,9 @@ type Traces struct {
 	// TokenFile the file that holds it when it is kept in the data directory. Both are "" when
 	// the receivers need no token.
 	Token, TokenFile string
+	// ClientTLS is what exporters in this process verify the collector with when it serves TLS:
+	// its own certificate, pinned (nil without TLS).
+	ClientTLS *tls.Config
 }
 
 // GatewayService is the service name of the gateway's spans: the entry point of the traces of
@@ -163,7 +168,12 @@ func (c *collectorComponent) Provision(ctx context.Context, rt *Runtime) error {
 		}
 		auth = senderAuth(out.Token, admin.NewTokens(Need(rt, StoreKey), "", rt.Log))
 	}
+	tc, err := rt.Config.ServerTLS(tlsTraces)
+	if err != nil {
+		return err
+	}
 	col, err := collector.New(collector.Config{
+		TLS:          tc,
 		GRPCAddr:     addr(t.GRPCAddr),
 		HTTPAddr:     addr(t.HTTPAddr),
 		Auth:         t.ReceiverAuth,
@@ -191,9 +201,16 @@ func (c *collectorComponent) Provision(ctx context.Context, rt *Runtime) error {
 	out.Collector = col
 	if a := col.GRPCAddr(); a != nil {
 		out.GRPCAddr = a.String()
+		if tc != nil {
+			out.GRPCAddr = listenerURL(a, tc)
+			out.ClientTLS = tlsfiles.Pinned(tc)
+		}
 		note := "trace collector, OTLP/gRPC"
 		if h := col.HTTPAddr(); h != nil {
 			note += "; OTLP/HTTP on " + h.String()
+			if tc != nil {
+				note += "; both over TLS"
+			}
 		}
 		switch t.ReceiverAuth {
 		case collector.AuthToken:
@@ -204,7 +221,7 @@ func (c *collectorComponent) Provision(ctx context.Context, rt *Runtime) error {
 			note += "; open to anyone, no token"
 		}
 		rt.Announce(Address{Name: "traces", URL: out.GRPCAddr, Note: note})
-		sdk, err := lanestrace.NewProvider(ctx, GatewayService, out.GRPCAddr, t.Sample, lanestrace.WithToken(out.Token))
+		sdk, err := lanestrace.NewProvider(ctx, GatewayService, out.GRPCAddr, t.Sample, lanestrace.WithToken(out.Token), lanestrace.WithTLS(out.ClientTLS))
 		if err != nil {
 			return fmt.Errorf("traces: the control plane's exporter: %w", err)
 		}

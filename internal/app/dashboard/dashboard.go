@@ -67,6 +67,10 @@ type Config struct {
 	// FindingsPoll is how often the live stream looks for new findings
 	// (default 5s).
 	FindingsPoll time.Duration
+	// TrustedProxies are the peers whose X-Forwarded-Proto the dashboard
+	// believes: a TLS-terminating proxy among them that says https gets
+	// the session cookie marked Secure, as a TLS connection does.
+	TrustedProxies []netip.Prefix
 }
 
 // Server is the dashboard, an http.Handler for the paths under Prefix.
@@ -431,7 +435,7 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: id, Path: Prefix, HttpOnly: true,
-		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil, MaxAge: int(sessionTTL / time.Second)})
+		SameSite: http.SameSiteStrictMode, Secure: s.overTLS(r), MaxAge: int(sessionTTL / time.Second)})
 	http.Redirect(w, r, v.Next, http.StatusSeeOther)
 }
 
@@ -442,9 +446,40 @@ func (s *Server) logout(w http.ResponseWriter, r *http.Request, v *view) error {
 		s.mu.Unlock()
 	}
 	http.SetCookie(w, &http.Cookie{Name: CookieName, Value: "", Path: Prefix, HttpOnly: true,
-		SameSite: http.SameSiteStrictMode, MaxAge: -1})
+		SameSite: http.SameSiteStrictMode, Secure: s.overTLS(r), MaxAge: -1})
 	http.Redirect(w, r, Prefix+"login", http.StatusSeeOther)
 	return nil
+}
+
+// overTLS reports whether the browser reached the dashboard over TLS: the
+// connection is TLS, or its peer is a trusted proxy whose
+// X-Forwarded-Proto (the last value, the one that proxy set) says https.
+func (s *Server) overTLS(r *http.Request) bool {
+	if r.TLS != nil {
+		return true
+	}
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil || !trusted(s.cfg.TrustedProxies, ap.Addr().Unmap()) {
+		return false
+	}
+	vals := r.Header.Values("X-Forwarded-Proto")
+	if len(vals) == 0 {
+		return false
+	}
+	last := vals[len(vals)-1]
+	if i := strings.LastIndexByte(last, ','); i >= 0 {
+		last = last[i+1:]
+	}
+	return strings.EqualFold(strings.TrimSpace(last), "https")
+}
+
+func trusted(ps []netip.Prefix, a netip.Addr) bool {
+	for _, p := range ps {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
 }
 
 // client returns an admin API client that authenticates with token and

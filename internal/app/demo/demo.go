@@ -16,6 +16,7 @@ package demo
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -81,6 +82,8 @@ type Config struct {
 	Traces string
 	// TracesToken is the credential sent with the spans (the telemetry token of lanes up).
 	TracesToken string
+	// TracesTLS verifies an https:// Traces (nil: the system's roots).
+	TracesTLS *tls.Config
 }
 
 // Topology is the running demo services.
@@ -115,7 +118,7 @@ func Start(ctx context.Context, cfg Config) (*Topology, error) {
 		}
 		var tp trace.TracerProvider
 		if cfg.Traces != "" {
-			sdk, err := lanestrace.NewProvider(ctx, in.Service, cfg.Traces, 1, lanestrace.WithToken(cfg.TracesToken))
+			sdk, err := lanestrace.NewProvider(ctx, in.Service, cfg.Traces, 1, lanestrace.WithToken(cfg.TracesToken), lanestrace.WithTLS(cfg.TracesTLS))
 			if err != nil {
 				t.Close()
 				return nil, fmt.Errorf("demo: the trace exporter of %s: %w", in.Service, err)

@@ -25,7 +25,7 @@ func TestAcceptErrorsWaitedOut(t *testing.T) {
 	w := newWorldOn(t, "", Config{}, nil, func(l net.Listener) net.Listener {
 		fl = faultln.New(l, 0, syscall.EMFILE)
 		return fl
-	})
+	}, nil)
 	b := newBackend(t, "one", "")
 	w.register(t, "orders", b.id, b.addr, "")
 	expectServed(t, w.get(t, "/", nil), b.id, "")

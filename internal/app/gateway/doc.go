@@ -5,7 +5,9 @@
 // the lane on in the request's headers, so that every later hop keeps it.
 //
 // The gateway serves HTTP/1.1 and HTTP/2 without TLS (h2c, prior knowledge;
-// [Gateway.Serve] enables both), and passes gRPC through: a request with
+// [Gateway.Serve] enables both), or over TLS with HTTP/2 and HTTP/1.1 chosen
+// by ALPN ([Gateway.ServeTLS], on net/http whatever Config.HTTP1 says), and
+// passes gRPC through: a request with
 // content-type application/grpc goes to the upstream over h2c, streams in both
 // directions and brings its trailers back.
 //

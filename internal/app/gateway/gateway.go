@@ -3,6 +3,7 @@ package gateway
 import (
 	"cmp"
 	"context"
+	"crypto/tls"
 	"errors"
 	"go.opentelemetry.io/otel/trace"
 	"log/slog"
@@ -413,8 +414,7 @@ func (bufferPool) Put(b []byte) { buffers.Put(&b) }
 // of file descriptors) is waited out, and the open connections are capped
 // at Config.MaxConns, a connection over it answered with shedAnswer.
 func (g *Gateway) Serve(ln net.Listener) error {
-	ln = accept.Wrap(ln, accept.Options{Name: "gateway", MaxConns: g.maxConns, Logger: g.log,
-		Shed: g.shed, OnShed: func() { g.m.errors(codeOverloaded) }})
+	ln = g.accepting(ln)
 	if g.fast {
 		return g.serveFast(ln)
 	}
@@ -424,14 +424,28 @@ func (g *Gateway) Serve(ln net.Listener) error {
 	return g.serveStd(ln)
 }
 
+// accepting wraps ln in the accept loop of the gateway's listeners (Serve,
+// ServeTLS): accept errors waited out, connections capped.
+func (g *Gateway) accepting(ln net.Listener) net.Listener {
+	return accept.Wrap(ln, accept.Options{Name: "gateway", MaxConns: g.maxConns, Logger: g.log,
+		Shed: g.shed, OnShed: func() { g.m.errors(codeOverloaded) }})
+}
+
 // serveStd serves ln on net/http.
 func (g *Gateway) serveStd(ln net.Listener) error {
 	var p http.Protocols
 	p.SetHTTP1(true)
 	p.SetUnencryptedHTTP2(true)
+	return g.runStd(ln, &p, nil)
+}
+
+// runStd serves ln on net/http with the protocols p, over TLS with tc when
+// it is not nil.
+func (g *Gateway) runStd(ln net.Listener, p *http.Protocols, tc *tls.Config) error {
 	srv := &http.Server{
 		Handler:           g,
-		Protocols:         &p,
+		Protocols:         p,
+		TLSConfig:         tc,
 		ReadHeaderTimeout: g.clientHeader,
 		IdleTimeout:       g.clientIdle,
 		MaxHeaderBytes:    stdMaxHeaderBytes,
@@ -444,7 +458,12 @@ func (g *Gateway) serveStd(ln net.Listener) error {
 	if !g.register(ln, func() { g.servers[srv] = struct{}{} }) {
 		return http.ErrServerClosed
 	}
-	err := srv.Serve(ln)
+	var err error
+	if tc != nil {
+		err = srv.ServeTLS(ln, "", "")
+	} else {
+		err = srv.Serve(ln)
+	}
 	g.mu.Lock()
 	delete(g.servers, srv)
 	g.mu.Unlock()

@@ -3,6 +3,7 @@ package gateway
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -221,12 +222,13 @@ func newWorld(t testing.TB, doc string, cfg Config) *world {
 // newWorldWith is newWorld, with prep run on the gateway before it serves.
 func newWorldWith(t testing.TB, doc string, cfg Config, prep func(*Gateway)) *world {
 	t.Helper()
-	return newWorldOn(t, doc, cfg, prep, nil)
+	return newWorldOn(t, doc, cfg, prep, nil, nil)
 }
 
 // newWorldOn is newWorldWith, with the gateway serving wrap(l) rather than
-// its listener l, when wrap is set.
-func newWorldOn(t testing.TB, doc string, cfg Config, prep func(*Gateway), wrap func(net.Listener) net.Listener) *world {
+// its listener l, when wrap is set; and serving TLS with tc (ServeTLS) when
+// tc is not nil, where w.client then trusts nothing: a test brings its own.
+func newWorldOn(t testing.TB, doc string, cfg Config, prep func(*Gateway), wrap func(net.Listener) net.Listener, tc *tls.Config) *world {
 	t.Helper()
 	w := &world{reg: registry.NewMemory(), store: policy.NewMemory()}
 	t.Cleanup(func() { w.reg.Close() })
@@ -262,7 +264,12 @@ func newWorldOn(t testing.TB, doc string, cfg Config, prep func(*Gateway), wrap 
 		l = wrap(l)
 	}
 	served := make(chan error, 1)
-	go func() { served <- gw.Serve(l) }()
+	if tc != nil {
+		w.url = "https://" + w.addr
+		go func() { served <- gw.ServeTLS(l, tc) }()
+	} else {
+		go func() { served <- gw.Serve(l) }()
+	}
 	tr := &http.Transport{Proxy: nil, MaxIdleConnsPerHost: 16}
 	w.client = &http.Client{Transport: tr, Timeout: waitFor}
 	t.Cleanup(func() {

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -345,6 +346,8 @@ func tcpConn(c net.Conn) *net.TCPConn {
 			c = x.Conn
 		case *accept.Conn:
 			c = x.Conn
+		case *tls.Conn:
+			c = x.NetConn()
 		case *net.TCPConn:
 			return x
 		default:

@@ -318,8 +318,9 @@ type backend struct {
 
 type answer struct {
 	Backend string `json:"backend"`
-	Lane    string `json:"lane"` // the x-lane header it received
-	Path    string `json:"path"` // the path it received
+	Lane    string `json:"lane"`  // the x-lane header it received
+	Path    string `json:"path"`  // the path it received
+	Proto   string `json:"proto"` // the X-Forwarded-Proto it received
 	Status  int    `json:"-"`
 	Served  string `json:"-"` // the gateway's X-Lane-Served
 	Body    string `json:"-"`
@@ -333,7 +334,7 @@ func newBackend(t *testing.T, name string) *backend {
 	}
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(answer{Backend: name, Lane: r.Header.Get("X-Lane"), Path: r.URL.Path})
+		json.NewEncoder(w).Encode(answer{Backend: name, Lane: r.Header.Get("X-Lane"), Path: r.URL.Path, Proto: r.Header.Get("X-Forwarded-Proto")})
 	})}
 	done := make(chan struct{})
 	go func() {

@@ -93,7 +93,7 @@ func NewCluster(t testing.TB, cfg ClusterConfig) *Cluster {
 			t.Fatalf("etcdtest: %v", err)
 		}
 		c.TLS = files
-		tc, err := files.ClientConfig()
+		tc, err := ClientConfig(files)
 		if err != nil {
 			t.Fatalf("etcdtest: %v", err)
 		}
@@ -209,7 +209,7 @@ func (c *Cluster) ClientTLS() *tls.Config {
 	if c.TLS == nil {
 		return nil
 	}
-	tc, err := c.TLS.ClientConfig()
+	tc, err := ClientConfig(c.TLS)
 	if err != nil {
 		c.t.Fatalf("etcdtest: %v", err)
 	}
