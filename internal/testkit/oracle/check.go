@@ -78,8 +78,7 @@ func Replay(s *scenario.Scenario) []Answer {
 			m.Report(r.Service, r.Instance, r.OK)
 			continue
 		}
-		r := st.Request
-		req := Request{Service: r.Service, Lane: r.Lane, Zone: r.Zone, Host: r.Host, Key: r.Key}
+		req := requestOf(st.Request)
 		a := m.Resolve(req)
 		for _, failed := range a.RetrySets() {
 			a.Retries = append(a.Retries, m.ResolveWithout(req, failed))
@@ -87,6 +86,11 @@ func Replay(s *scenario.Scenario) []Answer {
 		out[i] = a
 	}
 	return out
+}
+
+// requestOf is a scenario step's request as the model takes it.
+func requestOf(r *scenario.Request) Request {
+	return Request{Service: r.Service, Lane: r.Lane, Zone: r.Zone, Host: r.Host, Key: r.Key}
 }
 
 // Keeps says which parts of an answer a data path claims to keep. The
@@ -187,8 +191,7 @@ func Check(path Path, keeps Keeps, c *Case) (*Disagreement, Counts, error) {
 			n.Answers["retry "+r.Reason+r.Error]++
 		}
 		if !agree(got[i], want[i], keeps) {
-			r := st.Request
-			return &Disagreement{Step: i + 1, Line: st.Line, Request: Request{Service: r.Service, Lane: r.Lane, Zone: r.Zone, Host: r.Host, Key: r.Key},
+			return &Disagreement{Step: i + 1, Line: st.Line, Request: requestOf(st.Request),
 				Path: got[i], Model: want[i]}, n, nil
 		}
 	}

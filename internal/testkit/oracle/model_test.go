@@ -37,8 +37,7 @@ func TestModelPassesExamples(t *testing.T) {
 					m.Report(r.Service, r.Instance, r.OK)
 					continue
 				}
-				r := st.Request
-				req := Request{Service: r.Service, Lane: r.Lane, Zone: r.Zone, Host: r.Host, Key: r.Key}
+				req := requestOf(st.Request)
 				if sh := st.ExpectShare; sh != nil {
 					rng := rand.New(rand.NewPCG(uint64(i), 1))
 					served := 0
