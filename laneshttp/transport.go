@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"go.opentelemetry.io/otel/propagation"
-	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace"
 	"io"
 	"net"
@@ -293,70 +292,73 @@ func (t *Transport) RoundTrip(req *http.Request) (res *http.Response, rerr error
 		closeBody(req)
 		return nil, err
 	}
-	var c routedcall.Call
-	rreq := routing.RequestFromContext(ctx, t.Zone, t.Host)
-	var span trace.Span // the request's client span; nil when not traced
-	if t.Tracer != nil {
-		ctx, span = t.Tracer.Start(ctx, req.Method, trace.WithSpanKind(trace.SpanKindClient),
-			trace.WithAttributes(semconv.HTTPRequestMethodKey.String(req.Method), semconv.ServerAddress(host)))
-		if span.IsRecording() {
-			req = req.WithContext(ctx)
-		} else {
-			span.End()
-			span = nil
-		}
-	}
-	if span != nil || t.Metrics != nil {
-		defer func() { t.record(span, &c, svc.Name(), rreq.Lane, res, rerr) }()
-	}
-	pick, err := c.Start(ctx, svc, rreq, t.retries(), routedcall.HeaderTimeout(t.ResponseHeaderTimeout))
-	if err != nil {
+	rt := &roundTrip{t: t, req: req, base: t.baseFor(true), body: req.Body}
+	cfg := routedcall.Config{Engine: t.Engine, Retries: t.Retries, ResponseHeaderTimeout: t.ResponseHeaderTimeout, Tracer: t.Tracer, Metrics: t.Metrics}
+	sp := routedcall.Spec{Service: svc, Request: routing.RequestFromContext(ctx, t.Zone, t.Host), Method: req.Method, Idempotent: t.idempotent(req)}
+	if err := rt.call.Run(ctx, &cfg, sp, rt); err != nil {
 		closeBody(req)
 		return nil, fmt.Errorf("laneshttp: %w", err)
 	}
-	base := t.baseFor(true)
-	body := req.Body
-	for {
-		res, err := base.RoundTrip(t.outbound(req, pick, body))
-		if !c.Again(t.classify(req, res, err), t.retryable(req, res, err), replayable(req)) {
-			return res, err
-		}
-		// A fresh body before the pick, so that a probe claimed by the
-		// pick is always sent.
-		b, berr := freshBody(req)
-		if berr != nil {
-			return res, err
-		}
-		next, ok := c.Next()
-		if !ok {
-			closeReader(b)
-			return res, err
-		}
-		if res != nil {
-			discard(res)
-		}
-		pick, body = next, b
+	if rt.next {
+		closeReader(rt.body) // a copy of the body that no attempt sent
 	}
+	return rt.res, rt.err
 }
 
-// record counts the call's routing decision in Metrics, and ends its client span (span, when not
-// nil) with the decision and the outcome: one description of the decision for both.
-func (t *Transport) record(span trace.Span, c *routedcall.Call, service, requested string, res *http.Response, err error) {
-	d := lanestrace.DecisionOf(t.Engine, service, requested, c.Pick(), c.PickErr(err), c.Retries())
-	t.Metrics.Observe(d.Service, d.Requested, d.Served, d.Reason)
-	if span != nil {
-		lanestrace.EndHTTP(span, d, res, err)
-	}
+// roundTrip is one routed request: its routed call, and the sender of its
+// attempts (a routedcall.Sender). It is the request's one allocation, with
+// the copy of the request that its first attempt sends.
+type roundTrip struct {
+	call routedcall.Call
+	t    *Transport
+	req  *http.Request
+	base http.RoundTripper
+	body io.ReadCloser // the body of the next attempt
+	next bool          // body is a fresh copy, made by Replayable, not sent yet
+	sent bool          // first is taken
+	res  *http.Response
+	err  error
+	// first is the request of the first attempt, with its own URL.
+	first outRequest
 }
 
-func (t *Transport) retries() int {
-	switch {
-	case t.Retries == 0:
-		return 1
-	case t.Retries < 0:
-		return 0
+// Send sends an attempt to the instance of pick.
+func (rt *roundTrip) Send(ctx context.Context, pick routing.Result) routedcall.Attempt {
+	var o *outRequest
+	if !rt.sent {
+		o, rt.sent = &rt.first, true
 	}
-	return t.Retries
+	rt.next = false
+	req := rt.req
+	rt.res, rt.err = rt.base.RoundTrip(rt.t.outbound(ctx, req, pick, rt.body, o))
+	a := attempt(req, rt.res, rt.err)
+	if rt.t.Classify != nil {
+		a.Classified, a.Outcome = true, rt.t.Classify(req, rt.res, rt.err)
+	}
+	a.RetryStatus = rt.err == nil && rt.t.RetryStatus != nil && rt.t.RetryStatus(rt.res.StatusCode)
+	return a
+}
+
+// Replayable makes a fresh copy of the request's body for another attempt:
+// before the next pick, so that a probe claimed by the pick is always sent.
+func (rt *roundTrip) Replayable(routedcall.Outcome) bool {
+	if !replayable(rt.req) {
+		return false
+	}
+	b, err := freshBody(rt.req)
+	if err != nil {
+		return false
+	}
+	rt.body, rt.next = b, true
+	return true
+}
+
+// Drop discards the answer of an attempt that another follows.
+func (rt *roundTrip) Drop() {
+	if rt.res != nil {
+		discard(rt.res)
+		rt.res = nil
+	}
 }
 
 // CloseIdleConnections closes the idle connections of Base, if it has such a
@@ -458,20 +460,23 @@ func (t *Transport) waitReady(ctx context.Context, svc *routing.Service) error {
 
 // outbound returns the request to send to the picked instance: a shallow copy
 // of req with its own URL, the given body, and headers that carry the pick's
-// request lane. req is not modified.
+// request lane, made with ctx (the call's context: its client span when it
+// is traced), in o when it is not nil. req is not modified.
 //
-// When the request's context has OpenTelemetry baggage that says otherwise,
-// the copy's context has it rewritten to the pick's lane (lane.SyncBaggage),
-// so that an otelhttp transport under this one writes the same lane.
-func (t *Transport) outbound(req *http.Request, pick routing.Result, body io.ReadCloser) *http.Request {
+// When ctx has OpenTelemetry baggage that says otherwise, the copy's
+// context has it rewritten to the pick's lane (lane.SyncBaggage), so that an
+// otelhttp transport under this one writes the same lane.
+func (t *Transport) outbound(ctx context.Context, req *http.Request, pick routing.Result, body io.ReadCloser, o *outRequest) *http.Request {
 	var out *http.Request
 	var u *url.URL
-	if sc := lane.SyncBaggage(req.Context(), pick.RequestLane); sc != req.Context() {
+	if sc := lane.SyncBaggage(ctx, pick.RequestLane); sc != req.Context() {
 		out = req.WithContext(sc)
 		u = new(url.URL)
 	} else {
 		// The request and its URL in one allocation.
-		o := new(outRequest)
+		if o == nil {
+			o = new(outRequest)
+		}
 		o.req = *req // as http.Request.WithContext copies it
 		out, u = &o.req, &o.url
 	}
@@ -482,11 +487,11 @@ func (t *Transport) outbound(req *http.Request, pick routing.Result, body io.Rea
 		out.Host = req.URL.Host
 	}
 	out.Body = body
-	out.Header = t.headers(req.Context(), req.Header, pick.RequestLane)
+	out.Header = t.headers(ctx, req.Header, pick.RequestLane)
 	if t.Tracer != nil {
-		if sc := trace.SpanContextFromContext(req.Context()); sc.IsValid() {
+		if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
 			out.Header = out.Header.Clone() // it may be the caller's, or shared by every request of the lane
-			traceContext.Inject(req.Context(), propagation.HeaderCarrier(out.Header))
+			traceContext.Inject(ctx, propagation.HeaderCarrier(out.Header))
 		}
 	}
 	return out
@@ -617,24 +622,6 @@ func (t *Transport) hasLaneHeaders(h http.Header) bool {
 		}
 	}
 	return false
-}
-
-func (t *Transport) classify(req *http.Request, res *http.Response, err error) Outcome {
-	if t.Classify != nil {
-		return t.Classify(req, res, err)
-	}
-	return DefaultClassify(req, res, err)
-}
-
-// retryable reports whether an attempt's result calls for another attempt on
-// another instance (before the checks on the retry budget, the deadline and
-// the body).
-func (t *Transport) retryable(req *http.Request, res *http.Response, err error) bool {
-	idem := t.idempotent(req)
-	if routedcall.Retryable(attempt(req, res, err), idem) {
-		return true
-	}
-	return err == nil && idem && t.RetryStatus != nil && t.RetryStatus(res.StatusCode)
 }
 
 func (t *Transport) idempotent(req *http.Request) bool {
