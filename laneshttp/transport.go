@@ -18,7 +18,6 @@ import (
 	"github.com/lanesdev/lanes/internal/lib/netbound"
 	"github.com/lanesdev/lanes/internal/lib/routedcall"
 	"github.com/lanesdev/lanes/lane"
-	"github.com/lanesdev/lanes/lanesmetrics"
 	"github.com/lanesdev/lanes/lanestrace"
 	"github.com/lanesdev/lanes/registry"
 	"github.com/lanesdev/lanes/routing"
@@ -26,20 +25,20 @@ import (
 
 // DefaultReadyTimeout is how long a Transport waits, at most, for the
 // registry to list a service's instances the first time the service is
-// called (see Transport.ReadyTimeout).
+// called (see WithReadyTimeout).
 const DefaultReadyTimeout = 10 * time.Second
 
 // DefaultResponseHeaderTimeout is how long an instance may take to send the
 // response headers before the attempt fails (see
-// Transport.ResponseHeaderTimeout).
+// WithResponseHeaderTimeout).
 const DefaultResponseHeaderTimeout = routedcall.DefaultResponseHeaderTimeout
 
 // DefaultWriteTimeout is how long an instance may take to take any of a
 // write of a request (its head, or a part of its body) before the attempt
-// fails (see Transport.WriteTimeout).
+// fails (see WithWriteTimeout).
 const DefaultWriteTimeout = 10 * time.Second
 
-// ErrNotService is wrapped by the error that a Transport with RefuseOthers
+// ErrNotService is wrapped by the error that a Transport with WithRefuseOthers
 // returns for a host that is not a lanes service.
 var ErrNotService = errors.New("laneshttp: not a lanes service")
 
@@ -66,123 +65,61 @@ const (
 // Transport is an [http.RoundTripper] that routes requests to lanes services
 // through a routing engine. See the package documentation.
 //
-// Only Engine is required. A Transport is safe for concurrent use; do not
-// change its fields once it is in use.
+// Make one with NewTransport (or NewClient), which the client options
+// configure: a Transport has no settings of its own to change, and is safe
+// for concurrent use. The zero Transport has no engine: it sends the
+// requests to other hosts as http.DefaultTransport would, and fails the
+// requests to lanes services.
 type Transport struct {
-	// Engine routes the requests. Required.
-	Engine *routing.Engine
-
-	// Tracer, when set, writes a client span for each routed request, with its routing
-	// decision (see docs/tracing.md), and the W3C traceparent header of the span. NewTransport
-	// sets it from WithTracerProvider or lanestrace.TracerProvider().
-	Tracer trace.Tracer
-
-	// Metrics, when set, counts every routed request's decision (WithMetrics).
-	Metrics *lanesmetrics.Requests
-
-	// Base sends the requests once routed, and the requests to other hosts.
-	// nil means a clone of http.DefaultTransport, which for routed
-	// requests refuses to connect to a link-local or cloud metadata
-	// address (169.254.0.0/16, fe80::/10, fd00:ec2::254, 100.100.100.200:
-	// an instance address is what whoever registered it chose), checked on
-	// the IP actually dialled; such an instance is unreachable, and the
-	// call moves on. A Base of your own dials what it dials.
-	Base http.RoundTripper
-
-	// Zone is the caller's zone, for same-zone preference ("" when unknown).
-	Zone string
-
-	// Host is the caller's host, for the same-host rule of the policy's
-	// locality.host ("" when unknown). NewTransport sets it to
-	// registry.LocalHost: LANES_HOST, else the machine's host name.
-	Host string
-
-	// Propagator writes the lane to outgoing requests. Its Aliases are
-	// removed from baseline requests.
-	Propagator lane.Propagator
-
-	// Services reports whether a URL host (without port) is a lanes service.
-	// nil means SingleLabel.
-	Services func(host string) bool
-
-	// RefuseOthers makes RoundTrip fail, with an error wrapping
-	// ErrNotService, for a host that is not a lanes service. By default such
-	// requests go to Base untouched: no lane is written and none is removed.
-	RefuseOthers bool
-
-	// Retries is how many times a failed attempt may be retried, each time
-	// on an instance that has not failed this request yet (along the lane
-	// chain once every eligible instance of the lane has). 0 means 1; a
-	// negative value turns retries off. See the retry rules in docs/http.md.
-	Retries int
-
-	// Idempotent reports whether a request may be retried after a connection
-	// error. nil means IsIdempotent.
-	Idempotent func(*http.Request) bool
-
-	// RetryStatus reports whether a response status of an idempotent request
-	// is retried like a connection error. nil means none: a 503 is returned
-	// to the caller, not retried.
-	RetryStatus func(code int) bool
-
-	// Classify turns the result of one attempt into an Outcome for outlier
-	// detection. nil means DefaultClassify. Whatever it says, an Ignore for
-	// an attempt that the caller abandoned after the instance had taken
-	// longer than ResponseHeaderTimeout counts as a Failure.
-	Classify func(req *http.Request, res *http.Response, err error) Outcome
-
-	// ResponseHeaderTimeout bounds how long an instance may take to send
-	// the response headers of an attempt: the attempt then fails, counts as
-	// a failure for outlier detection, and an idempotent request is retried
-	// on another instance; an attempt that the caller abandons after that
-	// long counts as a failure too. 0 means DefaultResponseHeaderTimeout; a
-	// negative value sets no timeout. The Transport's default base enforces
-	// it; a Base of your own must enforce it itself (for an
-	// [http.Transport], set its ResponseHeaderTimeout).
-	ResponseHeaderTimeout time.Duration
-
-	// WriteTimeout bounds each write of a request to an instance (its head,
-	// and each part of its body as it is sent): an instance that takes none
-	// of a write for that long (hung, paused with SIGSTOP, or not reading an
-	// upload) fails the attempt, which counts as a failure for outlier
-	// detection and is retried on another instance when the request may be
-	// (an idempotent one whose body can be sent again). It bounds the time
-	// between two writes the instance takes, as nginx's proxy_send_timeout
-	// does, not the whole upload; a write may fail up to a tenth of it (at
-	// most a second) sooner. 0 means DefaultWriteTimeout; a negative value
-	// sets no timeout. The Transport's default base enforces it; a Base of
-	// your own must enforce it itself.
-	WriteTimeout time.Duration
-
-	// ReadyTimeout bounds the wait for the registry to list a service's
-	// instances when a request is the first to the service (only with an
-	// engine that follows a registry). 0 means DefaultReadyTimeout; a
-	// negative value does not wait. After the wait, the request is routed on
-	// what the engine knows.
-	ReadyTimeout time.Duration
+	// call is what every routed call of the Transport shares: the engine,
+	// the retries, the response-header timeout, the tracer and the
+	// metrics.
+	call routedcall.Config
+	// base is WithBase's; nil means a default base (baseFor).
+	base http.RoundTripper
+	// zone and host are the caller's, for locality.
+	zone, host string
+	prop       lane.Propagator
+	// services is WithServices' function; nil means SingleLabel.
+	services     func(host string) bool
+	refuseOthers bool
+	// idempotent is WithIdempotent's function; nil means IsIdempotent.
+	idempotent  func(*http.Request) bool
+	retryStatus func(code int) bool
+	// classify is WithClassify's function; nil means DefaultClassify.
+	classify func(req *http.Request, res *http.Response, err error) Outcome
+	// writeTimeout and readyTimeout are settings: 0 means the default, a
+	// negative value none (routedcall.Timeout).
+	writeTimeout, readyTimeout time.Duration
 }
 
 // NewTransport returns a Transport on the engine e, configured by the client
-// options: WithBase, WithZone, WithPropagator, WithServices,
-// WithRefuseOthers, WithRetries, WithIdempotent, WithRetryStatus,
-// WithClassify, WithReadyTimeout, WithResponseHeaderTimeout and
-// WithWriteTimeout. Without
-// WithZone, the zone is read from LANES_ZONE. The host is this process's
-// host, as its instances register it (registry.LocalHost, read through
-// WithEnv).
+// options:
+//
+//   - where requests go: WithServices (which hosts are lanes services),
+//     WithRefuseOthers (fail the others), WithBase (the transport that sends
+//     them);
+//   - the caller: WithZone (default: LANES_ZONE), WithEnv, WithPropagator;
+//     the host is this process's, as its instances register it
+//     (registry.LocalHost, read through WithEnv);
+//   - retries and outcomes: WithRetries, WithIdempotent, WithRetryStatus,
+//     WithClassify;
+//   - timeouts: WithResponseHeaderTimeout, WithWriteTimeout,
+//     WithReadyTimeout, each 0 for its default and negative for none;
+//   - observability: WithTracerProvider, WithMetrics.
 func NewTransport(e *routing.Engine, opts ...ClientOption) *Transport {
 	c := clientConfig(opts)
 	t := c.transport
-	t.Engine = e
-	t.Propagator = c.prop
+	t.call.Engine = e
+	t.prop = c.prop
 	if !c.zoneSet {
-		t.Zone = strings.TrimSpace(c.getenv(registry.EnvZone))
+		t.zone = strings.TrimSpace(c.getenv(registry.EnvZone))
 	} else {
-		t.Zone = c.zone
+		t.zone = c.zone
 	}
-	t.Host = registry.LocalHost(c.getenv)
+	t.host = registry.LocalHost(c.getenv)
 	if tp := c.tracerProvider(); tp != nil {
-		t.Tracer = lanestrace.Tracer(tp)
+		t.call.Tracer = lanestrace.Tracer(tp)
 	}
 	return &t
 }
@@ -195,7 +132,7 @@ func NewClient(e *routing.Engine, opts ...ClientOption) *http.Client {
 
 // SingleLabel reports whether host is a bare service name: a name of one DNS
 // label, such as "orders", that is a valid service name and not "localhost".
-// It is the default of Transport.Services: hosts with a dot (DNS names, IPv4
+// It is the default of WithServices: hosts with a dot (DNS names, IPv4
 // addresses) and IPv6 addresses are not lanes services.
 func SingleLabel(host string) bool {
 	if host == "" || host == "localhost" || strings.IndexByte(host, '.') >= 0 || strings.IndexByte(host, ':') >= 0 {
@@ -204,7 +141,7 @@ func SingleLabel(host string) bool {
 	return registry.CheckService(host) == nil
 }
 
-// ServiceNames returns a Transport.Services function that matches exactly the
+// ServiceNames returns a WithServices function that matches exactly the
 // given names.
 func ServiceNames(names ...string) func(host string) bool {
 	set := make(map[string]bool, len(names))
@@ -214,7 +151,7 @@ func ServiceNames(names ...string) func(host string) bool {
 	return func(host string) bool { return set[host] }
 }
 
-// IsIdempotent is the default of Transport.Idempotent: the methods GET, HEAD,
+// IsIdempotent is the default of WithIdempotent: the methods GET, HEAD,
 // OPTIONS, TRACE, PUT and DELETE, and any request with an Idempotency-Key or
 // X-Idempotency-Key header, as net/http decides.
 func IsIdempotent(req *http.Request) bool {
@@ -225,11 +162,11 @@ func IsIdempotent(req *http.Request) bool {
 	return routedcall.Idempotent(req.Method, key)
 }
 
-// DefaultClassify is the default of Transport.Classify:
+// DefaultClassify is the default of WithClassify:
 //
 //   - an error while the request's context is done (the caller gave up or
 //     ran out of time) is Ignore: it says nothing about the instance (but see
-//     Transport.ResponseHeaderTimeout);
+//     WithResponseHeaderTimeout);
 //   - an error before the request was sent (a refused connection, a failed
 //     dial) is Unreachable;
 //   - any other error (reset connection, response-header timeout, broken
@@ -276,26 +213,25 @@ func (t *Transport) RoundTrip(req *http.Request) (res *http.Response, rerr error
 	}
 	host := req.URL.Hostname()
 	if !t.routes(host) {
-		if t.RefuseOthers {
+		if t.refuseOthers {
 			closeBody(req)
 			return nil, fmt.Errorf("%w: host %q", ErrNotService, host)
 		}
 		return t.baseFor(false).RoundTrip(req)
 	}
-	if t.Engine == nil {
+	if t.call.Engine == nil {
 		closeBody(req)
-		return nil, errors.New("laneshttp: Transport.Engine is nil")
+		return nil, errors.New("laneshttp: a Transport without an engine: make it with NewTransport")
 	}
 	ctx := req.Context()
-	svc := t.Engine.Service(host)
+	svc := t.call.Engine.Service(host)
 	if err := t.waitReady(ctx, svc); err != nil {
 		closeBody(req)
 		return nil, err
 	}
 	rt := &roundTrip{t: t, req: req, base: t.baseFor(true), body: req.Body}
-	cfg := routedcall.Config{Engine: t.Engine, Retries: t.Retries, ResponseHeaderTimeout: t.ResponseHeaderTimeout, Tracer: t.Tracer, Metrics: t.Metrics}
-	sp := routedcall.Spec{Service: svc, Request: routing.RequestFromContext(ctx, t.Zone, t.Host), Method: req.Method, Idempotent: t.idempotent(req)}
-	if err := rt.call.Run(ctx, &cfg, sp, rt); err != nil {
+	sp := routedcall.Spec{Service: svc, Request: routing.RequestFromContext(ctx, t.zone, t.host), Method: req.Method, Idempotent: t.isIdempotent(req)}
+	if err := rt.call.Run(ctx, &t.call, sp, rt); err != nil {
 		closeBody(req)
 		return nil, fmt.Errorf("laneshttp: %w", err)
 	}
@@ -332,10 +268,10 @@ func (rt *roundTrip) Send(ctx context.Context, pick routing.Result) routedcall.A
 	req := rt.req
 	rt.res, rt.err = rt.base.RoundTrip(rt.t.outbound(ctx, req, pick, rt.body, o))
 	a := attempt(req, rt.res, rt.err)
-	if rt.t.Classify != nil {
-		a.Classified, a.Outcome = true, rt.t.Classify(req, rt.res, rt.err)
+	if rt.t.classify != nil {
+		a.Classified, a.Outcome = true, rt.t.classify(req, rt.res, rt.err)
 	}
-	a.RetryStatus = rt.err == nil && rt.t.RetryStatus != nil && rt.t.RetryStatus(rt.res.StatusCode)
+	a.RetryStatus = rt.err == nil && rt.t.retryStatus != nil && rt.t.retryStatus(rt.res.StatusCode)
 	return a
 }
 
@@ -369,7 +305,7 @@ func (t *Transport) CloseIdleConnections() {
 		if c, ok := t.baseFor(routed).(closeIdler); ok {
 			c.CloseIdleConnections()
 		}
-		if t.Base != nil {
+		if t.base != nil {
 			return
 		}
 	}
@@ -377,12 +313,12 @@ func (t *Transport) CloseIdleConnections() {
 
 // baseFor returns the base of routed requests, or of the others.
 func (t *Transport) baseFor(routed bool) http.RoundTripper {
-	if t.Base != nil {
-		return t.Base
+	if t.base != nil {
+		return t.base
 	}
 	return defaultBase(baseTimeouts{
-		header: routedcall.HeaderTimeout(t.ResponseHeaderTimeout),
-		write:  routedcall.Timeout(t.WriteTimeout, DefaultWriteTimeout),
+		header: routedcall.HeaderTimeout(t.call.ResponseHeaderTimeout),
+		write:  routedcall.Timeout(t.writeTimeout, DefaultWriteTimeout),
 		routed: routed,
 	})
 }
@@ -426,8 +362,8 @@ func defaultBase(d baseTimeouts) http.RoundTripper {
 }
 
 func (t *Transport) routes(host string) bool {
-	if t.Services != nil {
-		return t.Services(host)
+	if t.services != nil {
+		return t.services(host)
 	}
 	return SingleLabel(host)
 }
@@ -440,12 +376,9 @@ func (t *Transport) waitReady(ctx context.Context, svc *routing.Service) error {
 		return nil
 	default:
 	}
-	d := t.ReadyTimeout
-	if d < 0 {
-		return nil
-	}
+	d := routedcall.Timeout(t.readyTimeout, DefaultReadyTimeout)
 	if d == 0 {
-		d = DefaultReadyTimeout
+		return nil
 	}
 	timer := time.NewTimer(d)
 	defer timer.Stop()
@@ -488,7 +421,7 @@ func (t *Transport) outbound(ctx context.Context, req *http.Request, pick routin
 	}
 	out.Body = body
 	out.Header = t.headers(ctx, req.Header, pick.RequestLane)
-	if t.Tracer != nil {
+	if t.call.Tracer != nil {
 		if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
 			out.Header = out.Header.Clone() // it may be the caller's, or shared by every request of the lane
 			traceContext.Inject(ctx, propagation.HeaderCarrier(out.Header))
@@ -557,7 +490,7 @@ func (t *Transport) headers(ctx context.Context, h http.Header, l string) http.H
 	} else if key && len(c["Baggage"]) == 0 {
 		c["Baggage"] = sv[:1:1]
 	}
-	t.Propagator.InjectCall(ctx, l, inPlace(c))
+	t.prop.InjectCall(ctx, l, inPlace(c))
 	return c
 }
 
@@ -596,7 +529,7 @@ func (t *Transport) laneKey(k string) string {
 	case strings.EqualFold(k, lane.BaggageHeader):
 		return "Baggage"
 	}
-	for _, a := range t.Propagator.Aliases {
+	for _, a := range t.prop.Aliases {
 		if a != "" && strings.EqualFold(k, a) {
 			return http.CanonicalHeaderKey(a)
 		}
@@ -624,9 +557,9 @@ func (t *Transport) hasLaneHeaders(h http.Header) bool {
 	return false
 }
 
-func (t *Transport) idempotent(req *http.Request) bool {
-	if t.Idempotent != nil {
-		return t.Idempotent(req)
+func (t *Transport) isIdempotent(req *http.Request) bool {
+	if t.idempotent != nil {
+		return t.idempotent(req)
 	}
 	return IsIdempotent(req)
 }
