@@ -500,7 +500,8 @@ type Sender interface {
 // sent).
 //
 // With cfg.Tracer, Run writes the call's HTTP client span, a child of ctx's
-// span, named sp.Method: it carries the routing decision (the lanestrace
+// span, named sp.Method, and gives the attempts its context (a span that is
+// not sampled is dropped at once, and the attempts get ctx): it carries the routing decision (the lanestrace
 // attributes: the lane requested and served, the reason, the instance, the
 // retries) and the last attempt's status or error. With cfg.Metrics, it
 // counts the decision. Untraced and uncounted, Run allocates nothing.
@@ -508,13 +509,14 @@ type Sender interface {
 // The Call holds the call's state after Run returns (Pick, Retries, and
 // Report for a Final answer); do not Run it again until that is done with.
 func (c *Call) Run(ctx context.Context, cfg *Config, sp Spec, s Sender) error {
-	var span trace.Span
+	var span trace.Span // nil when not traced
 	if cfg.Tracer != nil {
-		ctx, span = cfg.Tracer.Start(ctx, sp.Method, trace.WithSpanKind(trace.SpanKindClient),
+		sctx, s := cfg.Tracer.Start(ctx, sp.Method, trace.WithSpanKind(trace.SpanKindClient),
 			trace.WithAttributes(semconv.HTTPRequestMethodKey.String(sp.Method), semconv.ServerAddress(sp.Service.Name())))
-		if !span.IsRecording() {
-			span.End()
-			span = nil
+		if s.IsRecording() {
+			ctx, span = sctx, s
+		} else {
+			s.End() // the attempts go with the caller's context
 		}
 	}
 	pick, err := c.Start(ctx, sp.Service, sp.Request, cfg.retries(), HeaderTimeout(cfg.ResponseHeaderTimeout))
