@@ -363,7 +363,7 @@ func TestRunNoInstance(t *testing.T) {
 func attrOf(s sdktrace.ReadOnlySpan, k attribute.Key) string {
 	for _, kv := range s.Attributes() {
 		if kv.Key == k {
-			return kv.Value.Emit()
+			return kv.Value.String()
 		}
 	}
 	return ""
