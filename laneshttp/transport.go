@@ -229,9 +229,12 @@ func (t *Transport) RoundTrip(req *http.Request) (res *http.Response, rerr error
 		closeBody(req)
 		return nil, err
 	}
-	rt := &roundTrip{t: t, req: req, base: t.baseFor(true), body: req.Body}
+	rt := roundTrips.Get().(*roundTrip)
+	*rt = roundTrip{t: t, req: req, base: t.baseFor(true), body: req.Body}
+	defer rt.release()
 	sp := routedcall.Spec{Service: svc, Request: routing.RequestFromContext(ctx, t.zone, t.host), Method: req.Method, Idempotent: t.isIdempotent(req)}
-	if err := rt.call.Run(ctx, &t.call, sp, rt); err != nil {
+	var c routedcall.Call // on the stack: the sender does not hold it
+	if err := c.Run(ctx, &t.call, sp, rt); err != nil {
 		closeBody(req)
 		return nil, fmt.Errorf("laneshttp: %w", err)
 	}
@@ -241,32 +244,32 @@ func (t *Transport) RoundTrip(req *http.Request) (res *http.Response, rerr error
 	return rt.res, rt.err
 }
 
-// roundTrip is one routed request: its routed call, and the sender of its
-// attempts (a routedcall.Sender). It is the request's one allocation, with
-// the copy of the request that its first attempt sends.
+// roundTrip sends the attempts of one routed request (a routedcall.Sender).
+// roundTrips are pooled: nothing holds one once its request's RoundTrip
+// returns, so that the request allocates only the copies it sends
+// (outbound).
 type roundTrip struct {
-	call routedcall.Call
 	t    *Transport
 	req  *http.Request
 	base http.RoundTripper
 	body io.ReadCloser // the body of the next attempt
 	next bool          // body is a fresh copy, made by Replayable, not sent yet
-	sent bool          // first is taken
 	res  *http.Response
 	err  error
-	// first is the request of the first attempt, with its own URL.
-	first outRequest
+}
+
+var roundTrips = sync.Pool{New: func() any { return new(roundTrip) }}
+
+func (rt *roundTrip) release() {
+	*rt = roundTrip{}
+	roundTrips.Put(rt)
 }
 
 // Send sends an attempt to the instance of pick.
 func (rt *roundTrip) Send(ctx context.Context, pick routing.Result) routedcall.Attempt {
-	var o *outRequest
-	if !rt.sent {
-		o, rt.sent = &rt.first, true
-	}
 	rt.next = false
 	req := rt.req
-	rt.res, rt.err = rt.base.RoundTrip(rt.t.outbound(ctx, req, pick, rt.body, o))
+	rt.res, rt.err = rt.base.RoundTrip(rt.t.outbound(ctx, req, pick, rt.body))
 	a := attempt(req, rt.res, rt.err)
 	if rt.t.classify != nil {
 		a.Classified, a.Outcome = true, rt.t.classify(req, rt.res, rt.err)
@@ -394,12 +397,12 @@ func (t *Transport) waitReady(ctx context.Context, svc *routing.Service) error {
 // outbound returns the request to send to the picked instance: a shallow copy
 // of req with its own URL, the given body, and headers that carry the pick's
 // request lane, made with ctx (the call's context: its client span when it
-// is traced), in o when it is not nil. req is not modified.
+// is traced). req is not modified.
 //
 // When ctx has OpenTelemetry baggage that says otherwise, the copy's
 // context has it rewritten to the pick's lane (lane.SyncBaggage), so that an
 // otelhttp transport under this one writes the same lane.
-func (t *Transport) outbound(ctx context.Context, req *http.Request, pick routing.Result, body io.ReadCloser, o *outRequest) *http.Request {
+func (t *Transport) outbound(ctx context.Context, req *http.Request, pick routing.Result, body io.ReadCloser) *http.Request {
 	var out *http.Request
 	var u *url.URL
 	if sc := lane.SyncBaggage(ctx, pick.RequestLane); sc != req.Context() {
@@ -407,9 +410,7 @@ func (t *Transport) outbound(ctx context.Context, req *http.Request, pick routin
 		u = new(url.URL)
 	} else {
 		// The request and its URL in one allocation.
-		if o == nil {
-			o = new(outRequest)
-		}
+		o := new(outRequest)
 		o.req = *req // as http.Request.WithContext copies it
 		out, u = &o.req, &o.url
 	}
