@@ -207,7 +207,7 @@ func Unsent(err error) bool {
 // a copy whose URL host is the instance's address. The Host header stays
 // what the caller would have sent: req.Host, or else the URL's host (the
 // service name).
-func (t *Transport) RoundTrip(req *http.Request) (res *http.Response, rerr error) {
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.URL == nil {
 		return t.baseFor(false).RoundTrip(req) // the base reports the error
 	}
