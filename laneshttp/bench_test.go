@@ -92,8 +92,8 @@ func BenchmarkRoundTrip(b *testing.B) {
 			return c
 		}
 		plain = mk(newBase(b), context.Background(), srv.URL+"/x")
-		lanes = mk(&laneshttp.Transport{Engine: e, Base: newBase(b)}, context.Background(), "http://orders/x")
-		laneReq = mk(&laneshttp.Transport{Engine: e, Base: newBase(b)}, lane.WithLane(context.Background(), "alice"), "http://orders/x")
+		lanes = mk(laneshttp.NewTransport(e, laneshttp.WithBase(newBase(b))), context.Background(), "http://orders/x")
+		laneReq = mk(laneshttp.NewTransport(e, laneshttp.WithBase(newBase(b))), lane.WithLane(context.Background(), "alice"), "http://orders/x")
 		return
 	}
 	for _, name := range []string{"plain", "lanes", "lanes-lane"} {
@@ -184,7 +184,7 @@ func (s stubBase) RoundTrip(*http.Request) (*http.Response, error) { return s.re
 func BenchmarkTransportAlone(b *testing.B) {
 	e := benchEngine(b, "127.0.0.1:1")
 	stub := stubBase{&http.Response{StatusCode: 200, Header: http.Header{}, Body: http.NoBody}}
-	tr := &laneshttp.Transport{Engine: e, Base: stub}
+	tr := laneshttp.NewTransport(e, laneshttp.WithBase(stub))
 	for _, tc := range []struct{ name, lane string }{{"baseline", ""}, {"lane", "alice"}} {
 		b.Run(tc.name, func(b *testing.B) {
 			req, err := http.NewRequestWithContext(lane.WithLane(context.Background(), tc.lane), http.MethodGet, "http://orders/x", nil)
@@ -214,7 +214,7 @@ func BenchmarkTransportAlone(b *testing.B) {
 func TestRoundTripAllocs(t *testing.T) {
 	e := benchEngine(t, "127.0.0.1:1")
 	stub := stubBase{&http.Response{StatusCode: 200, Header: http.Header{}, Body: http.NoBody}}
-	tr := &laneshttp.Transport{Engine: e, Base: stub}
+	tr := laneshttp.NewTransport(e, laneshttp.WithBase(stub))
 	for _, tc := range []struct {
 		name string
 		lane string
@@ -261,7 +261,7 @@ func TestRoundTripAllocsOverLoopback(t *testing.T) {
 	}
 	plain := measure(&http.Client{Transport: newBase(t)}, context.Background(), srv.URL+"/x")
 	for _, l := range []string{"", "alice"} {
-		lanes := measure(&http.Client{Transport: &laneshttp.Transport{Engine: e, Base: newBase(t)}}, lane.WithLane(context.Background(), l), "http://orders/x")
+		lanes := measure(&http.Client{Transport: laneshttp.NewTransport(e, laneshttp.WithBase(newBase(t)))}, lane.WithLane(context.Background(), l), "http://orders/x")
 		t.Logf("lane %q: plain %v, lanes %v allocations per GET", l, plain, lanes)
 		if lanes-plain > 20 {
 			t.Errorf("lane %q: lanes %v vs plain %v allocations per GET", l, lanes, plain)

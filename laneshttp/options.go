@@ -76,68 +76,101 @@ func WithEnv(getenv func(string) string) Option {
 	})
 }
 
-// WithBase sets the transport that sends the routed requests and the
-// requests to other hosts (NewTransport, NewClient). Default: a clone of
-// http.DefaultTransport with the response-header timeout set.
+// WithBase sets the transport that sends the routed requests, and the
+// requests to other hosts (NewTransport, NewClient). The default, and nil,
+// is a clone of http.DefaultTransport that enforces the response-header and
+// write timeouts (WithResponseHeaderTimeout, WithWriteTimeout) and, for
+// routed requests, refuses to connect to a link-local or cloud metadata
+// address (169.254.0.0/16, fe80::/10, fd00:ec2::254, 100.100.100.200: an
+// instance address is what whoever registered it chose), checked on the IP
+// actually dialled; such an instance is unreachable, and the call moves on.
+// A base of your own dials what it dials, and must enforce the timeouts
+// itself (for an [http.Transport], set its ResponseHeaderTimeout).
 func WithBase(rt http.RoundTripper) ClientOption {
-	return clientOption(func(c *config) { c.transport.Base = rt })
+	return clientOption(func(c *config) { c.transport.base = rt })
 }
 
-// WithServices sets the function that tells which URL hosts are lanes
-// services (NewTransport, NewClient); see Transport.Services.
+// WithServices sets the function that tells which URL hosts (without port)
+// are lanes services (NewTransport, NewClient). The default, and nil, is
+// SingleLabel; ServiceNames matches a fixed list.
 func WithServices(match func(host string) bool) ClientOption {
-	return clientOption(func(c *config) { c.transport.Services = match })
+	return clientOption(func(c *config) { c.transport.services = match })
 }
 
-// WithRefuseOthers makes requests to hosts that are not lanes services fail
-// instead of going to the base transport (NewTransport, NewClient).
+// WithRefuseOthers makes requests to hosts that are not lanes services fail,
+// with an error wrapping ErrNotService, instead of going to the base
+// transport (NewTransport, NewClient). By default such requests go to the
+// base untouched: no lane is written and none is removed.
 func WithRefuseOthers() ClientOption {
-	return clientOption(func(c *config) { c.transport.RefuseOthers = true })
+	return clientOption(func(c *config) { c.transport.refuseOthers = true })
 }
 
-// WithRetries sets how many times a failed attempt may be retried on another
-// instance (NewTransport, NewClient): 0 means the default, 1; a negative
-// value turns retries off.
+// WithRetries sets how many times a failed attempt may be retried, each time
+// on an instance that has not failed the request yet (along the lane chain
+// once every eligible instance of the lane has) (NewTransport, NewClient):
+// 0 means the default, 1; a negative value turns retries off. Moves past an
+// unreachable instance are not retries. See the retry rules in docs/http.md.
 func WithRetries(n int) ClientOption {
-	return clientOption(func(c *config) { c.transport.Retries = n })
+	return clientOption(func(c *config) { c.transport.call.Retries = n })
 }
 
 // WithIdempotent sets the function that tells which requests may be sent
-// twice, and so retried after a failure (NewTransport, NewClient); default
-// IsIdempotent.
+// twice, and so retried after a failure (NewTransport, NewClient). The
+// default, and nil, is IsIdempotent.
 func WithIdempotent(f func(*http.Request) bool) ClientOption {
-	return clientOption(func(c *config) { c.transport.Idempotent = f })
+	return clientOption(func(c *config) { c.transport.idempotent = f })
 }
 
 // WithRetryStatus makes idempotent requests whose response status f accepts
-// retried like connection errors (NewTransport, NewClient). Default: none.
+// retried like connection errors (NewTransport, NewClient). The default,
+// and nil, retries no status: a 503 is returned to the caller.
 func WithRetryStatus(f func(code int) bool) ClientOption {
-	return clientOption(func(c *config) { c.transport.RetryStatus = f })
+	return clientOption(func(c *config) { c.transport.retryStatus = f })
 }
 
-// WithClassify sets the function that turns an attempt into an Outcome for
-// outlier detection (NewTransport, NewClient); default DefaultClassify.
+// WithClassify sets the function that turns the result of one attempt into
+// an Outcome for outlier detection (NewTransport, NewClient). The default,
+// and nil, is DefaultClassify. Whatever it says, an Ignore for an attempt
+// that the caller abandoned after the instance had taken longer than the
+// response-header timeout counts as a Failure.
 func WithClassify(f func(req *http.Request, res *http.Response, err error) Outcome) ClientOption {
-	return clientOption(func(c *config) { c.transport.Classify = f })
+	return clientOption(func(c *config) { c.transport.classify = f })
 }
 
-// WithReadyTimeout sets Transport.ReadyTimeout (NewTransport, NewClient).
+// WithReadyTimeout bounds the wait for the registry to list a service's
+// instances when a request is the first to the service, with an engine
+// that follows a registry (NewTransport, NewClient). 0 means
+// DefaultReadyTimeout; a negative value does not wait. After the wait, the
+// request is routed on what the engine knows.
 func WithReadyTimeout(d time.Duration) ClientOption {
-	return clientOption(func(c *config) { c.transport.ReadyTimeout = d })
+	return clientOption(func(c *config) { c.transport.readyTimeout = d })
 }
 
-// WithResponseHeaderTimeout sets Transport.ResponseHeaderTimeout
-// (NewTransport, NewClient): how long an instance may take to send the
-// response headers (default DefaultResponseHeaderTimeout; negative: none).
+// WithResponseHeaderTimeout bounds how long an instance may take to send the
+// response headers of an attempt (NewTransport, NewClient): the attempt
+// then fails, counts as a failure for outlier detection (and ejects the
+// instance at once: it hangs), and an idempotent request is retried on
+// another instance; an attempt that the caller abandons after that long
+// counts as a failure too. 0 means DefaultResponseHeaderTimeout; a negative
+// value sets no timeout. The default base enforces it; a base of your own
+// must enforce it itself.
 func WithResponseHeaderTimeout(d time.Duration) ClientOption {
-	return clientOption(func(c *config) { c.transport.ResponseHeaderTimeout = d })
+	return clientOption(func(c *config) { c.transport.call.ResponseHeaderTimeout = d })
 }
 
-// WithWriteTimeout sets Transport.WriteTimeout (NewTransport, NewClient):
-// how long an instance may take to take any of a write of a request
-// (default DefaultWriteTimeout; negative: none).
+// WithWriteTimeout bounds each write of a request to an instance, its head
+// and each part of its body as it is sent (NewTransport, NewClient): an
+// instance that takes none of a write for that long (hung, paused with
+// SIGSTOP, or not reading an upload) fails the attempt, which counts as a
+// failure for outlier detection and is retried on another instance when
+// the request may be (an idempotent one whose body can be sent again). It
+// bounds the time between two writes the instance takes, as nginx's
+// proxy_send_timeout does, not the whole upload; a write may fail up to a
+// tenth of it (at most a second) sooner. 0 means DefaultWriteTimeout; a
+// negative value sets no timeout. The default base enforces it; a base of
+// your own must enforce it itself.
 func WithWriteTimeout(d time.Duration) ClientOption {
-	return clientOption(func(c *config) { c.transport.WriteTimeout = d })
+	return clientOption(func(c *config) { c.transport.writeTimeout = d })
 }
 
 // WithTracerProvider traces requests with tp: the Transport writes a client span per request
@@ -152,7 +185,7 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 // WithMetrics counts every request's routing decision in m (lanes_requests_total by service,
 // requested lane, served lane and reason; see lanesmetrics).
 func WithMetrics(m *lanesmetrics.Requests) ClientOption {
-	return clientOption(func(c *config) { c.transport.Metrics = m })
+	return clientOption(func(c *config) { c.transport.call.Metrics = m })
 }
 
 // tracerProvider is WithTracerProvider's provider, else lanestrace's; nil when tracing is off.
@@ -222,7 +255,7 @@ func WithShutdownTimeout(d time.Duration) ServerOption {
 // config is what the options set.
 type config struct {
 	// client
-	transport Transport // Engine and Propagator are filled in by NewTransport
+	transport Transport // the engine, the propagator, the zone, the host and the tracer are filled in by NewTransport
 	zone      string
 	zoneSet   bool
 

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"go.opentelemetry.io/otel/propagation"
-	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace"
 	"io"
 	"net"
@@ -19,7 +18,6 @@ import (
 	"github.com/lanesdev/lanes/internal/lib/netbound"
 	"github.com/lanesdev/lanes/internal/lib/routedcall"
 	"github.com/lanesdev/lanes/lane"
-	"github.com/lanesdev/lanes/lanesmetrics"
 	"github.com/lanesdev/lanes/lanestrace"
 	"github.com/lanesdev/lanes/registry"
 	"github.com/lanesdev/lanes/routing"
@@ -27,20 +25,20 @@ import (
 
 // DefaultReadyTimeout is how long a Transport waits, at most, for the
 // registry to list a service's instances the first time the service is
-// called (see Transport.ReadyTimeout).
+// called (see WithReadyTimeout).
 const DefaultReadyTimeout = 10 * time.Second
 
 // DefaultResponseHeaderTimeout is how long an instance may take to send the
 // response headers before the attempt fails (see
-// Transport.ResponseHeaderTimeout).
+// WithResponseHeaderTimeout).
 const DefaultResponseHeaderTimeout = routedcall.DefaultResponseHeaderTimeout
 
 // DefaultWriteTimeout is how long an instance may take to take any of a
 // write of a request (its head, or a part of its body) before the attempt
-// fails (see Transport.WriteTimeout).
+// fails (see WithWriteTimeout).
 const DefaultWriteTimeout = 10 * time.Second
 
-// ErrNotService is wrapped by the error that a Transport with RefuseOthers
+// ErrNotService is wrapped by the error that a Transport with WithRefuseOthers
 // returns for a host that is not a lanes service.
 var ErrNotService = errors.New("laneshttp: not a lanes service")
 
@@ -67,123 +65,61 @@ const (
 // Transport is an [http.RoundTripper] that routes requests to lanes services
 // through a routing engine. See the package documentation.
 //
-// Only Engine is required. A Transport is safe for concurrent use; do not
-// change its fields once it is in use.
+// Make one with NewTransport (or NewClient), which the client options
+// configure: a Transport has no settings of its own to change, and is safe
+// for concurrent use. The zero Transport has no engine: it sends the
+// requests to other hosts as http.DefaultTransport would, and fails the
+// requests to lanes services.
 type Transport struct {
-	// Engine routes the requests. Required.
-	Engine *routing.Engine
-
-	// Tracer, when set, writes a client span for each routed request, with its routing
-	// decision (see docs/tracing.md), and the W3C traceparent header of the span. NewTransport
-	// sets it from WithTracerProvider or lanestrace.TracerProvider().
-	Tracer trace.Tracer
-
-	// Metrics, when set, counts every routed request's decision (WithMetrics).
-	Metrics *lanesmetrics.Requests
-
-	// Base sends the requests once routed, and the requests to other hosts.
-	// nil means a clone of http.DefaultTransport, which for routed
-	// requests refuses to connect to a link-local or cloud metadata
-	// address (169.254.0.0/16, fe80::/10, fd00:ec2::254, 100.100.100.200:
-	// an instance address is what whoever registered it chose), checked on
-	// the IP actually dialled; such an instance is unreachable, and the
-	// call moves on. A Base of your own dials what it dials.
-	Base http.RoundTripper
-
-	// Zone is the caller's zone, for same-zone preference ("" when unknown).
-	Zone string
-
-	// Host is the caller's host, for the same-host rule of the policy's
-	// locality.host ("" when unknown). NewTransport sets it to
-	// registry.LocalHost: LANES_HOST, else the machine's host name.
-	Host string
-
-	// Propagator writes the lane to outgoing requests. Its Aliases are
-	// removed from baseline requests.
-	Propagator lane.Propagator
-
-	// Services reports whether a URL host (without port) is a lanes service.
-	// nil means SingleLabel.
-	Services func(host string) bool
-
-	// RefuseOthers makes RoundTrip fail, with an error wrapping
-	// ErrNotService, for a host that is not a lanes service. By default such
-	// requests go to Base untouched: no lane is written and none is removed.
-	RefuseOthers bool
-
-	// Retries is how many times a failed attempt may be retried, each time
-	// on an instance that has not failed this request yet (along the lane
-	// chain once every eligible instance of the lane has). 0 means 1; a
-	// negative value turns retries off. See the retry rules in docs/http.md.
-	Retries int
-
-	// Idempotent reports whether a request may be retried after a connection
-	// error. nil means IsIdempotent.
-	Idempotent func(*http.Request) bool
-
-	// RetryStatus reports whether a response status of an idempotent request
-	// is retried like a connection error. nil means none: a 503 is returned
-	// to the caller, not retried.
-	RetryStatus func(code int) bool
-
-	// Classify turns the result of one attempt into an Outcome for outlier
-	// detection. nil means DefaultClassify. Whatever it says, an Ignore for
-	// an attempt that the caller abandoned after the instance had taken
-	// longer than ResponseHeaderTimeout counts as a Failure.
-	Classify func(req *http.Request, res *http.Response, err error) Outcome
-
-	// ResponseHeaderTimeout bounds how long an instance may take to send
-	// the response headers of an attempt: the attempt then fails, counts as
-	// a failure for outlier detection, and an idempotent request is retried
-	// on another instance; an attempt that the caller abandons after that
-	// long counts as a failure too. 0 means DefaultResponseHeaderTimeout; a
-	// negative value sets no timeout. The Transport's default base enforces
-	// it; a Base of your own must enforce it itself (for an
-	// [http.Transport], set its ResponseHeaderTimeout).
-	ResponseHeaderTimeout time.Duration
-
-	// WriteTimeout bounds each write of a request to an instance (its head,
-	// and each part of its body as it is sent): an instance that takes none
-	// of a write for that long (hung, paused with SIGSTOP, or not reading an
-	// upload) fails the attempt, which counts as a failure for outlier
-	// detection and is retried on another instance when the request may be
-	// (an idempotent one whose body can be sent again). It bounds the time
-	// between two writes the instance takes, as nginx's proxy_send_timeout
-	// does, not the whole upload; a write may fail up to a tenth of it (at
-	// most a second) sooner. 0 means DefaultWriteTimeout; a negative value
-	// sets no timeout. The Transport's default base enforces it; a Base of
-	// your own must enforce it itself.
-	WriteTimeout time.Duration
-
-	// ReadyTimeout bounds the wait for the registry to list a service's
-	// instances when a request is the first to the service (only with an
-	// engine that follows a registry). 0 means DefaultReadyTimeout; a
-	// negative value does not wait. After the wait, the request is routed on
-	// what the engine knows.
-	ReadyTimeout time.Duration
+	// call is what every routed call of the Transport shares: the engine,
+	// the retries, the response-header timeout, the tracer and the
+	// metrics.
+	call routedcall.Config
+	// base is WithBase's; nil means a default base (baseFor).
+	base http.RoundTripper
+	// zone and host are the caller's, for locality.
+	zone, host string
+	prop       lane.Propagator
+	// services is WithServices' function; nil means SingleLabel.
+	services     func(host string) bool
+	refuseOthers bool
+	// idempotent is WithIdempotent's function; nil means IsIdempotent.
+	idempotent  func(*http.Request) bool
+	retryStatus func(code int) bool
+	// classify is WithClassify's function; nil means DefaultClassify.
+	classify func(req *http.Request, res *http.Response, err error) Outcome
+	// writeTimeout and readyTimeout are settings: 0 means the default, a
+	// negative value none (routedcall.Timeout).
+	writeTimeout, readyTimeout time.Duration
 }
 
 // NewTransport returns a Transport on the engine e, configured by the client
-// options: WithBase, WithZone, WithPropagator, WithServices,
-// WithRefuseOthers, WithRetries, WithIdempotent, WithRetryStatus,
-// WithClassify, WithReadyTimeout, WithResponseHeaderTimeout and
-// WithWriteTimeout. Without
-// WithZone, the zone is read from LANES_ZONE. The host is this process's
-// host, as its instances register it (registry.LocalHost, read through
-// WithEnv).
+// options:
+//
+//   - where requests go: WithServices (which hosts are lanes services),
+//     WithRefuseOthers (fail the others), WithBase (the transport that sends
+//     them);
+//   - the caller: WithZone (default: LANES_ZONE), WithEnv, WithPropagator;
+//     the host is this process's, as its instances register it
+//     (registry.LocalHost, read through WithEnv);
+//   - retries and outcomes: WithRetries, WithIdempotent, WithRetryStatus,
+//     WithClassify;
+//   - timeouts: WithResponseHeaderTimeout, WithWriteTimeout,
+//     WithReadyTimeout, each 0 for its default and negative for none;
+//   - observability: WithTracerProvider, WithMetrics.
 func NewTransport(e *routing.Engine, opts ...ClientOption) *Transport {
 	c := clientConfig(opts)
 	t := c.transport
-	t.Engine = e
-	t.Propagator = c.prop
+	t.call.Engine = e
+	t.prop = c.prop
 	if !c.zoneSet {
-		t.Zone = strings.TrimSpace(c.getenv(registry.EnvZone))
+		t.zone = strings.TrimSpace(c.getenv(registry.EnvZone))
 	} else {
-		t.Zone = c.zone
+		t.zone = c.zone
 	}
-	t.Host = registry.LocalHost(c.getenv)
+	t.host = registry.LocalHost(c.getenv)
 	if tp := c.tracerProvider(); tp != nil {
-		t.Tracer = lanestrace.Tracer(tp)
+		t.call.Tracer = lanestrace.Tracer(tp)
 	}
 	return &t
 }
@@ -196,7 +132,7 @@ func NewClient(e *routing.Engine, opts ...ClientOption) *http.Client {
 
 // SingleLabel reports whether host is a bare service name: a name of one DNS
 // label, such as "orders", that is a valid service name and not "localhost".
-// It is the default of Transport.Services: hosts with a dot (DNS names, IPv4
+// It is the default of WithServices: hosts with a dot (DNS names, IPv4
 // addresses) and IPv6 addresses are not lanes services.
 func SingleLabel(host string) bool {
 	if host == "" || host == "localhost" || strings.IndexByte(host, '.') >= 0 || strings.IndexByte(host, ':') >= 0 {
@@ -205,7 +141,7 @@ func SingleLabel(host string) bool {
 	return registry.CheckService(host) == nil
 }
 
-// ServiceNames returns a Transport.Services function that matches exactly the
+// ServiceNames returns a WithServices function that matches exactly the
 // given names.
 func ServiceNames(names ...string) func(host string) bool {
 	set := make(map[string]bool, len(names))
@@ -215,7 +151,7 @@ func ServiceNames(names ...string) func(host string) bool {
 	return func(host string) bool { return set[host] }
 }
 
-// IsIdempotent is the default of Transport.Idempotent: the methods GET, HEAD,
+// IsIdempotent is the default of WithIdempotent: the methods GET, HEAD,
 // OPTIONS, TRACE, PUT and DELETE, and any request with an Idempotency-Key or
 // X-Idempotency-Key header, as net/http decides.
 func IsIdempotent(req *http.Request) bool {
@@ -226,11 +162,11 @@ func IsIdempotent(req *http.Request) bool {
 	return routedcall.Idempotent(req.Method, key)
 }
 
-// DefaultClassify is the default of Transport.Classify:
+// DefaultClassify is the default of WithClassify:
 //
 //   - an error while the request's context is done (the caller gave up or
 //     ran out of time) is Ignore: it says nothing about the instance (but see
-//     Transport.ResponseHeaderTimeout);
+//     WithResponseHeaderTimeout);
 //   - an error before the request was sent (a refused connection, a failed
 //     dial) is Unreachable;
 //   - any other error (reset connection, response-header timeout, broken
@@ -271,92 +207,97 @@ func Unsent(err error) bool {
 // a copy whose URL host is the instance's address. The Host header stays
 // what the caller would have sent: req.Host, or else the URL's host (the
 // service name).
-func (t *Transport) RoundTrip(req *http.Request) (res *http.Response, rerr error) {
+func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	if req.URL == nil {
 		return t.baseFor(false).RoundTrip(req) // the base reports the error
 	}
 	host := req.URL.Hostname()
 	if !t.routes(host) {
-		if t.RefuseOthers {
+		if t.refuseOthers {
 			closeBody(req)
 			return nil, fmt.Errorf("%w: host %q", ErrNotService, host)
 		}
 		return t.baseFor(false).RoundTrip(req)
 	}
-	if t.Engine == nil {
+	if t.call.Engine == nil {
 		closeBody(req)
-		return nil, errors.New("laneshttp: Transport.Engine is nil")
+		return nil, errors.New("laneshttp: a Transport without an engine: make it with NewTransport")
 	}
 	ctx := req.Context()
-	svc := t.Engine.Service(host)
+	svc := t.call.Engine.Service(host)
 	if err := t.waitReady(ctx, svc); err != nil {
 		closeBody(req)
 		return nil, err
 	}
-	var c routedcall.Call
-	rreq := routing.RequestFromContext(ctx, t.Zone, t.Host)
-	var span trace.Span // the request's client span; nil when not traced
-	if t.Tracer != nil {
-		ctx, span = t.Tracer.Start(ctx, req.Method, trace.WithSpanKind(trace.SpanKindClient),
-			trace.WithAttributes(semconv.HTTPRequestMethodKey.String(req.Method), semconv.ServerAddress(host)))
-		if span.IsRecording() {
-			req = req.WithContext(ctx)
-		} else {
-			span.End()
-			span = nil
-		}
-	}
-	if span != nil || t.Metrics != nil {
-		defer func() { t.record(span, &c, svc.Name(), rreq.Lane, res, rerr) }()
-	}
-	pick, err := c.Start(ctx, svc, rreq, t.retries(), routedcall.HeaderTimeout(t.ResponseHeaderTimeout))
-	if err != nil {
+	rt := roundTrips.Get().(*roundTrip)
+	*rt = roundTrip{t: t, req: req, base: t.baseFor(true), body: req.Body}
+	defer rt.release()
+	sp := routedcall.Spec{Service: svc, Request: routing.RequestFromContext(ctx, t.zone, t.host), Method: req.Method, Idempotent: t.isIdempotent(req)}
+	var c routedcall.Call // on the stack: the sender does not hold it
+	if err := c.Run(ctx, &t.call, sp, rt); err != nil {
 		closeBody(req)
 		return nil, fmt.Errorf("laneshttp: %w", err)
 	}
-	base := t.baseFor(true)
-	body := req.Body
-	for {
-		res, err := base.RoundTrip(t.outbound(req, pick, body))
-		if !c.Again(t.classify(req, res, err), t.retryable(req, res, err), replayable(req)) {
-			return res, err
-		}
-		// A fresh body before the pick, so that a probe claimed by the
-		// pick is always sent.
-		b, berr := freshBody(req)
-		if berr != nil {
-			return res, err
-		}
-		next, ok := c.Next()
-		if !ok {
-			closeReader(b)
-			return res, err
-		}
-		if res != nil {
-			discard(res)
-		}
-		pick, body = next, b
+	if rt.next {
+		closeReader(rt.body) // a copy of the body that no attempt sent
 	}
+	return rt.res, rt.err
 }
 
-// record counts the call's routing decision in Metrics, and ends its client span (span, when not
-// nil) with the decision and the outcome: one description of the decision for both.
-func (t *Transport) record(span trace.Span, c *routedcall.Call, service, requested string, res *http.Response, err error) {
-	d := lanestrace.DecisionOf(t.Engine, service, requested, c.Pick(), c.PickErr(err), c.Retries())
-	t.Metrics.Observe(d.Service, d.Requested, d.Served, d.Reason)
-	if span != nil {
-		lanestrace.EndHTTP(span, d, res, err)
-	}
+// roundTrip sends the attempts of one routed request (a routedcall.Sender).
+// roundTrips are pooled: nothing holds one once its request's RoundTrip
+// returns, so that the request allocates only the copies it sends
+// (outbound).
+type roundTrip struct {
+	t    *Transport
+	req  *http.Request
+	base http.RoundTripper
+	body io.ReadCloser // the body of the next attempt
+	next bool          // body is a fresh copy, made by Replayable, not sent yet
+	res  *http.Response
+	err  error
 }
 
-func (t *Transport) retries() int {
-	switch {
-	case t.Retries == 0:
-		return 1
-	case t.Retries < 0:
-		return 0
+var roundTrips = sync.Pool{New: func() any { return new(roundTrip) }}
+
+func (rt *roundTrip) release() {
+	*rt = roundTrip{}
+	roundTrips.Put(rt)
+}
+
+// Send sends an attempt to the instance of pick.
+func (rt *roundTrip) Send(ctx context.Context, pick routing.Result) routedcall.Attempt {
+	rt.next = false
+	req := rt.req
+	rt.res, rt.err = rt.base.RoundTrip(rt.t.outbound(ctx, req, pick, rt.body))
+	a := attempt(req, rt.res, rt.err)
+	if rt.t.classify != nil {
+		a.Classified, a.Outcome = true, rt.t.classify(req, rt.res, rt.err)
 	}
-	return t.Retries
+	a.RetryStatus = rt.err == nil && rt.t.retryStatus != nil && rt.t.retryStatus(rt.res.StatusCode)
+	return a
+}
+
+// Replayable makes a fresh copy of the request's body for another attempt:
+// before the next pick, so that a probe claimed by the pick is always sent.
+func (rt *roundTrip) Replayable(routedcall.Outcome) bool {
+	if !replayable(rt.req) {
+		return false
+	}
+	b, err := freshBody(rt.req)
+	if err != nil {
+		return false
+	}
+	rt.body, rt.next = b, true
+	return true
+}
+
+// Drop discards the answer of an attempt that another follows.
+func (rt *roundTrip) Drop() {
+	if rt.res != nil {
+		discard(rt.res)
+		rt.res = nil
+	}
 }
 
 // CloseIdleConnections closes the idle connections of Base, if it has such a
@@ -367,7 +308,7 @@ func (t *Transport) CloseIdleConnections() {
 		if c, ok := t.baseFor(routed).(closeIdler); ok {
 			c.CloseIdleConnections()
 		}
-		if t.Base != nil {
+		if t.base != nil {
 			return
 		}
 	}
@@ -375,12 +316,12 @@ func (t *Transport) CloseIdleConnections() {
 
 // baseFor returns the base of routed requests, or of the others.
 func (t *Transport) baseFor(routed bool) http.RoundTripper {
-	if t.Base != nil {
-		return t.Base
+	if t.base != nil {
+		return t.base
 	}
 	return defaultBase(baseTimeouts{
-		header: routedcall.HeaderTimeout(t.ResponseHeaderTimeout),
-		write:  routedcall.Timeout(t.WriteTimeout, DefaultWriteTimeout),
+		header: routedcall.HeaderTimeout(t.call.ResponseHeaderTimeout),
+		write:  routedcall.Timeout(t.writeTimeout, DefaultWriteTimeout),
 		routed: routed,
 	})
 }
@@ -424,8 +365,8 @@ func defaultBase(d baseTimeouts) http.RoundTripper {
 }
 
 func (t *Transport) routes(host string) bool {
-	if t.Services != nil {
-		return t.Services(host)
+	if t.services != nil {
+		return t.services(host)
 	}
 	return SingleLabel(host)
 }
@@ -438,12 +379,9 @@ func (t *Transport) waitReady(ctx context.Context, svc *routing.Service) error {
 		return nil
 	default:
 	}
-	d := t.ReadyTimeout
-	if d < 0 {
-		return nil
-	}
+	d := routedcall.Timeout(t.readyTimeout, DefaultReadyTimeout)
 	if d == 0 {
-		d = DefaultReadyTimeout
+		return nil
 	}
 	timer := time.NewTimer(d)
 	defer timer.Stop()
@@ -458,15 +396,16 @@ func (t *Transport) waitReady(ctx context.Context, svc *routing.Service) error {
 
 // outbound returns the request to send to the picked instance: a shallow copy
 // of req with its own URL, the given body, and headers that carry the pick's
-// request lane. req is not modified.
+// request lane, made with ctx (the call's context: its client span when it
+// is traced). req is not modified.
 //
-// When the request's context has OpenTelemetry baggage that says otherwise,
-// the copy's context has it rewritten to the pick's lane (lane.SyncBaggage),
-// so that an otelhttp transport under this one writes the same lane.
-func (t *Transport) outbound(req *http.Request, pick routing.Result, body io.ReadCloser) *http.Request {
+// When ctx has OpenTelemetry baggage that says otherwise, the copy's
+// context has it rewritten to the pick's lane (lane.SyncBaggage), so that an
+// otelhttp transport under this one writes the same lane.
+func (t *Transport) outbound(ctx context.Context, req *http.Request, pick routing.Result, body io.ReadCloser) *http.Request {
 	var out *http.Request
 	var u *url.URL
-	if sc := lane.SyncBaggage(req.Context(), pick.RequestLane); sc != req.Context() {
+	if sc := lane.SyncBaggage(ctx, pick.RequestLane); sc != req.Context() {
 		out = req.WithContext(sc)
 		u = new(url.URL)
 	} else {
@@ -482,11 +421,11 @@ func (t *Transport) outbound(req *http.Request, pick routing.Result, body io.Rea
 		out.Host = req.URL.Host
 	}
 	out.Body = body
-	out.Header = t.headers(req.Context(), req.Header, pick.RequestLane)
-	if t.Tracer != nil {
-		if sc := trace.SpanContextFromContext(req.Context()); sc.IsValid() {
+	out.Header = t.headers(ctx, req.Header, pick.RequestLane)
+	if t.call.Tracer != nil {
+		if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
 			out.Header = out.Header.Clone() // it may be the caller's, or shared by every request of the lane
-			traceContext.Inject(req.Context(), propagation.HeaderCarrier(out.Header))
+			traceContext.Inject(ctx, propagation.HeaderCarrier(out.Header))
 		}
 	}
 	return out
@@ -552,7 +491,7 @@ func (t *Transport) headers(ctx context.Context, h http.Header, l string) http.H
 	} else if key && len(c["Baggage"]) == 0 {
 		c["Baggage"] = sv[:1:1]
 	}
-	t.Propagator.InjectCall(ctx, l, inPlace(c))
+	t.prop.InjectCall(ctx, l, inPlace(c))
 	return c
 }
 
@@ -591,7 +530,7 @@ func (t *Transport) laneKey(k string) string {
 	case strings.EqualFold(k, lane.BaggageHeader):
 		return "Baggage"
 	}
-	for _, a := range t.Propagator.Aliases {
+	for _, a := range t.prop.Aliases {
 		if a != "" && strings.EqualFold(k, a) {
 			return http.CanonicalHeaderKey(a)
 		}
@@ -619,27 +558,9 @@ func (t *Transport) hasLaneHeaders(h http.Header) bool {
 	return false
 }
 
-func (t *Transport) classify(req *http.Request, res *http.Response, err error) Outcome {
-	if t.Classify != nil {
-		return t.Classify(req, res, err)
-	}
-	return DefaultClassify(req, res, err)
-}
-
-// retryable reports whether an attempt's result calls for another attempt on
-// another instance (before the checks on the retry budget, the deadline and
-// the body).
-func (t *Transport) retryable(req *http.Request, res *http.Response, err error) bool {
-	idem := t.idempotent(req)
-	if routedcall.Retryable(attempt(req, res, err), idem) {
-		return true
-	}
-	return err == nil && idem && t.RetryStatus != nil && t.RetryStatus(res.StatusCode)
-}
-
-func (t *Transport) idempotent(req *http.Request) bool {
-	if t.Idempotent != nil {
-		return t.Idempotent(req)
+func (t *Transport) isIdempotent(req *http.Request) bool {
+	if t.idempotent != nil {
+		return t.idempotent(req)
 	}
 	return IsIdempotent(req)
 }

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -511,5 +512,44 @@ func TestIsIdempotent(t *testing.T) {
 	req.Header.Set("Idempotency-Key", "k1")
 	if !laneshttp.IsIdempotent(req) {
 		t.Error("POST with Idempotency-Key")
+	}
+}
+
+// TestNilOptionsAreDefaults: a client option given nil restores its default
+// (docs/http.md, Options): the single-label services, IsIdempotent (a GET
+// that fails is retried), no retried status, DefaultClassify.
+func TestNilOptionsAreDefaults(t *testing.T) {
+	f := newFleet(t, "")
+	var cut atomic.Int64
+	f.start("o1 orders", func(registry.Instance, http.Handler) http.Handler {
+		return http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+			cut.Add(1)
+			panic(http.ErrAbortHandler) // the connection is cut: a failure, before any answer
+		})
+	})
+	good := f.start("o2 orders")
+	f.await("orders", 2)
+	c := f.client(laneshttp.WithServices(nil), laneshttp.WithIdempotent(nil), laneshttp.WithRetryStatus(nil), laneshttp.WithClassify(nil))
+	for range 4 {
+		if code, body := get(t, bg(t), c, "http://orders/x"); code != 200 || body != good.id {
+			t.Fatalf("%d %q, want 200 from %s", code, body, good.id)
+		}
+	}
+	if cut.Load() == 0 {
+		t.Fatal("no request went to the instance that cuts them: nothing was retried")
+	}
+}
+
+// TestZeroTransport: a Transport not made by NewTransport has no engine: it
+// fails a request to a lanes service with an error that says so, and closes
+// its body.
+func TestZeroTransport(t *testing.T) {
+	body := &closeRecorder{Reader: strings.NewReader("x")}
+	req, _ := http.NewRequestWithContext(bg(t), http.MethodPost, "http://orders/", body)
+	if _, err := new(laneshttp.Transport).RoundTrip(req); err == nil || !strings.Contains(err.Error(), "NewTransport") {
+		t.Fatalf("error %v, want one that names NewTransport", err)
+	}
+	if !body.closed {
+		t.Fatal("the request body was not closed")
 	}
 }

@@ -35,6 +35,25 @@
 //     baseline, or no retry when the lane is strict. A baseline request is
 //     never retried on a lane instance. When no instance is left, the call
 //     ends with the last attempt's outcome.
+//
+// # Running a call
+//
+// [Call.Run] is the routed call, whole: a client gives it its [Config] (the
+// same for every call), the call's [Spec], and a [Sender] that makes the
+// attempts on its wire; Run picks, has the sender send, classifies, reports
+// and goes on to another instance as the rules above say, and writes the
+// call's client span and counts its routing decision. The sender says how
+// each attempt ended ([Attempt]), whether the request can be sent again,
+// and discards an answer that another attempt replaces; the last attempt's
+// answer is the sender's to return. laneshttp.Transport runs its calls so.
+// Start, Again, Next and Report are the steps that Run orders; Report also
+// serves a sender that learns an attempt's outcome after the call (a gRPC
+// answer, whose status comes with its trailers: see [Attempt.Final]).
+//
+// The lanes gRPC client does not run its calls here: grpc-go makes the
+// attempts (its picker is asked for each, its retry policy decides the
+// retries, and each outcome comes back in a DoneInfo), so its picker applies
+// the same rules piecewise: [Repick], [MarkFailing] and [ClassifyGRPC].
 package routedcall
 
 import (
@@ -42,6 +61,11 @@ import (
 	"slices"
 	"time"
 
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/lanesdev/lanes/lanesmetrics"
+	"github.com/lanesdev/lanes/lanestrace"
 	"github.com/lanesdev/lanes/routing"
 )
 
@@ -49,6 +73,10 @@ import (
 // answer (the response headers) before the attempt fails and counts against
 // the instance for outlier detection.
 const DefaultResponseHeaderTimeout = 10 * time.Second
+
+// DefaultRetries is how many failed attempts of a call may be retried when
+// the setting is 0 (Config.Retries).
+const DefaultRetries = 1
 
 // MaxMoves bounds how many unreachable instances one call moves past.
 const MaxMoves = 8
@@ -125,17 +153,34 @@ type Attempt struct {
 	// Misdirected reports that the answer is the guard's refusal (421 with
 	// X-Lanes-Error: misdirected): no handler saw the request.
 	Misdirected bool
+	// RetryStatus reports that the client retries an answer of this
+	// status, when the request is idempotent, as it would an error
+	// (laneshttp's WithRetryStatus).
+	RetryStatus bool
+
+	// Final reports that the answer is returned as it is, neither
+	// classified nor retried by Run: the sender reports its outcome itself
+	// (Call.Report) once it knows it, as for a gRPC answer whose status
+	// comes with the trailers. Status and Err still describe it for the
+	// client span.
+	Final bool
+	// Classified reports that Outcome is the attempt's outcome by the
+	// client's own rules (laneshttp's WithClassify), which Run then uses
+	// instead of Classify.
+	Classified bool
+	Outcome    Outcome
 }
 
 // Retryable reports whether an attempt calls for another attempt on another
 // instance, before the checks on the budget, the caller and the body: an
-// error of an idempotent request, or the guard's refusal, whatever the
-// method.
+// error of an idempotent request, an answer whose status the client retries
+// (RetryStatus) of an idempotent request, or the guard's refusal, whatever
+// the method.
 func Retryable(a Attempt, idempotent bool) bool {
 	if a.Err != nil {
 		return idempotent
 	}
-	return a.Misdirected
+	return a.Misdirected || a.RetryStatus && idempotent
 }
 
 // Idempotent reports whether a request of the given method may be sent
@@ -151,7 +196,7 @@ func Idempotent(method string, hasKey bool) bool {
 }
 
 // Classify is the default classification of an attempt (see the package
-// documentation).
+// documentation). It ignores Classified and Outcome.
 func Classify(a Attempt) Outcome {
 	if a.Err != nil {
 		switch {
@@ -317,21 +362,32 @@ func (c *Call) timedOut() bool {
 // never once the caller gave up. When it returns true, call Next.
 func (c *Call) Again(o Outcome, retryable, replayable bool) bool {
 	c.Report(o)
-	if !replayable || c.ctx.Err() != nil {
+	if !replayable || !c.may(o, retryable) {
 		return false
 	}
-	if o == Unreachable {
-		if c.moves >= MaxMoves {
-			return false
-		}
-		c.moves++
-		return true
-	}
-	if !retryable || c.retried >= c.retries {
-		return false
-	}
-	c.retried++
+	c.spend(o)
 	return true
+}
+
+// may reports whether the rules let the call go on after an attempt that
+// ended o (retryable: the client allows a retry), the body aside.
+func (c *Call) may(o Outcome, retryable bool) bool {
+	switch {
+	case c.ctx.Err() != nil:
+		return false
+	case o == Unreachable:
+		return c.moves < MaxMoves
+	}
+	return retryable && c.retried < c.retries
+}
+
+// spend counts the move or the retry that may allowed.
+func (c *Call) spend(o Outcome) {
+	if o == Unreachable {
+		c.moves++
+	} else {
+		c.retried++
+	}
 }
 
 // Next picks the instance of the next attempt (Repick: one that has not
@@ -365,4 +421,144 @@ func Repick(svc *routing.Service, req routing.Request, failed []string) (routing
 		return p, err
 	}
 	return svc.PickWithout(req, failed...)
+}
+
+// Config is how a client makes its routed calls: the same for each of its
+// calls, set up once and only read by Run. The zero Config retries a failed
+// attempt once (DefaultRetries), bounds each attempt by
+// DefaultResponseHeaderTimeout, and writes no span and counts nothing.
+type Config struct {
+	// Engine tells the reasons of the routing decision (an ejected lane,
+	// an expired one) that the span and the metrics record; nil tells
+	// fewer.
+	Engine *routing.Engine
+	// Retries is how many failed attempts may be retried: 0 means
+	// DefaultRetries, a negative value none. Moves past an unreachable
+	// instance do not count.
+	Retries int
+	// ResponseHeaderTimeout is how long an instance may take to start its
+	// answer, which decides how an abandoned attempt counts and whether a
+	// failed one ejects its instance at once (see Call.Report): 0 means
+	// DefaultResponseHeaderTimeout, a negative value none. The sender
+	// enforces it on its wire.
+	ResponseHeaderTimeout time.Duration
+	// Tracer, when set, writes the client span of each call (see Run).
+	Tracer trace.Tracer
+	// Metrics, when set, counts the routing decision of each call.
+	Metrics *lanesmetrics.Requests
+}
+
+// retries is the retry budget of the setting Retries.
+func (cfg *Config) retries() int {
+	switch {
+	case cfg.Retries == 0:
+		return DefaultRetries
+	case cfg.Retries < 0:
+		return 0
+	}
+	return cfg.Retries
+}
+
+// Spec is what one call is.
+type Spec struct {
+	// Service is the service called.
+	Service *routing.Service
+	// Request is what the engine routes by: the request's lane, key, and
+	// the caller's zone and host.
+	Request routing.Request
+	// Method is the request's method: the name of the client span.
+	Method string
+	// Idempotent reports whether the request may be sent twice: whether a
+	// failed attempt may be retried.
+	Idempotent bool
+}
+
+// A Sender makes the attempts of one routed call on one wire.
+type Sender interface {
+	// Send makes an attempt on pick, with ctx (the call's context, with
+	// its client span when it is traced: write its trace context on the
+	// request), and describes how it ended.
+	Send(ctx context.Context, pick routing.Result) Attempt
+	// Replayable reports whether the request can be sent again after an
+	// attempt that ended o. Run asks it only when the rules let the call
+	// go on, before the next pick, so that it may make the next attempt's
+	// copy of the body (and say false when it cannot); a copy that no
+	// attempt sends (no instance was left) is the sender's to close.
+	Replayable(o Outcome) bool
+	// Drop discards the answer of an attempt that another attempt follows.
+	Drop()
+}
+
+// Run makes the routed call sp with s, as the package documentation says:
+// it picks an instance (Start), has s send each attempt, classifies it
+// (Classify, unless the attempt is Classified or Final), reports it to
+// outlier detection, and goes on to another instance while the rules let it
+// (retries after failures within cfg's budget for an idempotent request,
+// moves past unreachable instances for any request whose body can be sent
+// again). The last attempt's answer, or error, is the sender's; Run returns
+// only the routing error of a call that no instance may serve (nothing was
+// sent).
+//
+// With cfg.Tracer, Run writes the call's HTTP client span, a child of ctx's
+// span, named sp.Method, and gives the attempts its context (a span that is
+// not sampled is dropped at once, and the attempts get ctx): it carries the routing decision (the lanestrace
+// attributes: the lane requested and served, the reason, the instance, the
+// retries) and the last attempt's status or error. With cfg.Metrics, it
+// counts the decision. Untraced and uncounted, Run allocates nothing.
+//
+// The Call holds the call's state after Run returns (Pick, Retries, and
+// Report for a Final answer); do not Run it again until that is done with.
+func (c *Call) Run(ctx context.Context, cfg *Config, sp Spec, s Sender) error {
+	var span trace.Span // nil when not traced
+	if cfg.Tracer != nil {
+		sctx, s := cfg.Tracer.Start(ctx, sp.Method, trace.WithSpanKind(trace.SpanKindClient),
+			trace.WithAttributes(semconv.HTTPRequestMethodKey.String(sp.Method), semconv.ServerAddress(sp.Service.Name())))
+		if s.IsRecording() {
+			ctx, span = sctx, s
+		} else {
+			s.End() // the attempts go with the caller's context
+		}
+	}
+	pick, err := c.Start(ctx, sp.Service, sp.Request, cfg.retries(), HeaderTimeout(cfg.ResponseHeaderTimeout))
+	var last Attempt
+	if err == nil {
+		last = c.attempts(ctx, pick, sp.Idempotent, s)
+	}
+	if span != nil || cfg.Metrics != nil {
+		d := lanestrace.DecisionOf(cfg.Engine, sp.Service.Name(), sp.Request.Lane, c.pick, err, c.Retries())
+		cfg.Metrics.Observe(d.Service, d.Requested, d.Served, d.Reason)
+		if span != nil {
+			end := err
+			if end == nil {
+				end = last.Err
+			}
+			lanestrace.EndStatus(span, d, last.Status, end)
+		}
+	}
+	return err
+}
+
+// attempts makes the attempts of a started call, and returns the last.
+func (c *Call) attempts(ctx context.Context, pick routing.Result, idempotent bool, s Sender) Attempt {
+	for {
+		a := s.Send(ctx, pick)
+		if a.Final {
+			return a
+		}
+		o := a.Outcome
+		if !a.Classified {
+			o = Classify(a)
+		}
+		c.Report(o)
+		if !c.may(o, Retryable(a, idempotent)) || !s.Replayable(o) {
+			return a
+		}
+		next, ok := c.Next()
+		if !ok {
+			return a
+		}
+		c.spend(o)
+		s.Drop()
+		pick = next
+	}
 }
