@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/lanesdev/lanes/internal/lib/addrpolicy"
+	"github.com/lanesdev/lanes/internal/lib/hopspan"
 	"github.com/lanesdev/lanes/internal/lib/netbound"
 	"github.com/lanesdev/lanes/internal/lib/routedcall"
 	"github.com/lanesdev/lanes/lane"
@@ -342,10 +343,10 @@ func (t *Transport) RoundTrip(req *http.Request) (res *http.Response, rerr error
 // record counts the call's routing decision in Metrics, and ends its client span (span, when not
 // nil) with the decision and the outcome: one description of the decision for both.
 func (t *Transport) record(span trace.Span, c *routedcall.Call, service, requested string, res *http.Response, err error) {
-	d := lanestrace.DecisionOf(t.Engine, service, requested, c.Pick(), c.PickErr(err), c.Retries())
+	d := hopspan.DecisionOf(t.Engine, service, requested, c.Pick(), c.PickErr(err), c.Retries())
 	t.Metrics.Observe(d.Service, d.Requested, d.Served, d.Reason)
 	if span != nil {
-		lanestrace.EndHTTP(span, d, res, err)
+		hopspan.EndHTTP(span, d, res, err)
 	}
 }
 
