@@ -86,7 +86,7 @@ type lanesBalancer struct {
 }
 
 func (b *lanesBalancer) UpdateClientConnState(s balancer.ClientConnState) error {
-	svc := ServiceFromState(s.ResolverState)
+	svc := serviceFromState(s.ResolverState)
 	if svc == nil {
 		b.cc.UpdateState(balancer.State{ConnectivityState: connectivity.TransientFailure, Picker: base.NewErrPicker(errNoService)})
 		return balancer.ErrBadResolverState
@@ -99,7 +99,7 @@ func (b *lanesBalancer) UpdateClientConnState(s balancer.ClientConnState) error 
 	b.mu.Lock()
 	dones := make(map[string]func(balancer.DoneInfo), len(s.ResolverState.Endpoints))
 	for _, ep := range s.ResolverState.Endpoints {
-		in, ok := InstanceFromEndpoint(ep)
+		in, ok := instanceFromEndpoint(ep)
 		if !ok {
 			continue
 		}
@@ -109,8 +109,8 @@ func (b *lanesBalancer) UpdateClientConnState(s balancer.ClientConnState) error 
 			dones[in.ID] = reportFunc(svc, in.ID)
 		}
 	}
-	b.eng, b.svc, b.place, b.dones = EngineFromState(s.ResolverState), svc, place, dones
-	b.metrics = MetricsFromState(s.ResolverState)
+	b.eng, b.svc, b.place, b.dones = engineFromState(s.ResolverState), svc, place, dones
+	b.metrics = metricsFromState(s.ResolverState)
 	b.mu.Unlock()
 	b.resolving.Store(false)
 
