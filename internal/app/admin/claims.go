@@ -17,6 +17,7 @@ import (
 
 	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/etcdstore"
+	"github.com/lanesdev/lanes/internal/lib/regid"
 	"github.com/lanesdev/lanes/lane"
 )
 
@@ -66,7 +67,7 @@ func (s *Server) listClaims(w http.ResponseWriter, r *http.Request, p *principal
 			return etcdError("list registrations", err)
 		}
 		for i := range out {
-			if id, ok := etcdstore.ParseLease(out[i].Registration); !ok || !owned[id] {
+			if id, ok := regid.Parse[clientv3.LeaseID](out[i].Registration); !ok || !owned[id] {
 				out[i].Registration = ""
 			}
 		}
