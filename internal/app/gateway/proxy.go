@@ -783,7 +783,7 @@ func (s *stdSend) send(pick routing.Result) (routedcall.Attempt, bool) {
 		if responseHeadTooLarge(s.err) {
 			s.err = errResponseHeadTooLarge // in the fast path's words
 		}
-		return attempt(s.st, 0, "", s.err, laneshttp.Unsent(s.err)), false
+		return attempt(s.st, 0, "", s.err, routedcall.Unsent(s.err)), false
 	}
 	return attempt(s.st, s.res.StatusCode, s.res.Header.Get(hError), nil, false), false
 }
