@@ -308,7 +308,7 @@ func (f *fetcher) onError(err error) {
 	c := f.c
 	if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) {
 		c.log.Error("lanes: the durable consumer of a lane is gone; creating it again (its messages still in the stream are delivered again)",
-			"token", f.tok, "consumer", ConsumerName(c.group, f.tok))
+			"token", f.tok, "consumer", consumerName(c.group, f.tok))
 		c.forget(f.tok)
 		if cons, err := c.durable(f.tok); err == nil {
 			f.cons = cons
