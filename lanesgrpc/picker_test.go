@@ -121,7 +121,7 @@ func TestPickAllocations(t *testing.T) {
 		name string
 		ctx  context.Context
 	}{
-		{"baseline_and_canary", routing.WithKey(base, "user-1")},
+		{"baseline_and_canary", lane.WithKey(base, "user-1")},
 		{"random_canary", base},
 		{"lane", lane.WithLane(base, "alice")},
 		{"unknown_lane", lane.WithLane(base, "zed")},
