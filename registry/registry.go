@@ -16,7 +16,8 @@
 //     again, put an update, release it); NewKeptLease wraps it in a
 //     KeptLease, the one lease state machine that every backend's leases
 //     are, so that they all behave alike (ErrGone, ErrTakenOver, and
-//     ReleaseTimeout are its terms).
+//     ReleaseTimeout are its terms). CheckUpdate is the rule of every
+//     Lease.Update.
 //   - Pusher is a Watcher that hands its batches to a function in its own
 //     goroutine, for a backend whose watcher has one.
 //   - Outages is implemented by a backend that can tell when it last could
