@@ -27,6 +27,14 @@ const Module = "github.com/lanesdev/lanes"
 // commands, the benchmark tools and the examples.
 var notPublic = map[string]bool{"internal": true, "cmd": true, "bench": true, "examples": true, "docs": true}
 
+// platform is the build context the API is listed for, whatever machine runs the test: the files
+// a package has only on another system would otherwise change the listing with the machine.
+var platform = func() build.Context {
+	c := build.Default
+	c.GOOS, c.GOARCH, c.CgoEnabled = "linux", "amd64", false
+	return c
+}()
+
 // Packages returns the folders, relative to root and slash-separated, of the module's public
 // packages: every folder with a non-test Go file outside internal/, cmd/, bench/, examples/,
 // testdata and hidden folders.
@@ -52,7 +60,7 @@ func Packages(root string) ([]string, error) {
 		if notPublic[top] || name == "testdata" || strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_") {
 			return filepath.SkipDir
 		}
-		pkg, err := build.ImportDir(path, 0)
+		pkg, err := platform.ImportDir(path, 0)
 		if err != nil {
 			if _, ok := err.(*build.NoGoError); ok {
 				return nil
@@ -78,17 +86,19 @@ type Count struct {
 // Total is the sum of the three kinds.
 func (c Count) Total() int { return c.TopLevel + c.Methods + c.Fields }
 
-// List returns the exported API of the package in dir (relative to root, slash-separated), one
-// identifier a line, sorted, and its count. A line names the kind and the identifier, then its
-// type or signature without parameter names, as Go's own api files do:
+// List returns the exported API of the package in dir (relative to root, slash-separated), as it
+// builds on linux/amd64: one identifier a line, sorted, and their count. A line names the kind
+// and the identifier, then its type or signature without parameter names, as Go's own api files
+// do:
 //
 //	const MaxLen = 63
-//	func Parse(string) (Name, error)
-//	method (*Engine) Close() error
-//	type Instance struct
 //	field Instance.Addr string
+//	func Parse(string) (string, error)
+//	method (*Engine) Close() error
+//	method Registry.Close() error
+//	type Instance struct
 func List(root, dir string) ([]string, Count, error) {
-	bp, err := build.ImportDir(filepath.Join(root, filepath.FromSlash(dir)), 0)
+	bp, err := platform.ImportDir(filepath.Join(root, filepath.FromSlash(dir)), 0)
 	if err != nil {
 		return nil, Count{}, err
 	}
