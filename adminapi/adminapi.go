@@ -477,15 +477,3 @@ type PolicyRevision struct {
 type PolicyHistory struct {
 	Revisions []PolicyRevision `json:"revisions"`
 }
-
-// Bearer returns the token of an Authorization header value that uses the Bearer scheme, whose
-// name is case-insensitive (RFC 9110, 11.1). The admin API and the trace collector's receivers
-// read credentials with it.
-func Bearer(h string) (string, bool) {
-	scheme, tok, ok := strings.Cut(strings.TrimSpace(h), " ")
-	if !ok || !strings.EqualFold(scheme, "Bearer") {
-		return "", false
-	}
-	tok = strings.TrimSpace(tok)
-	return tok, tok != ""
-}

@@ -134,9 +134,9 @@ type keeper struct {
 	reg string
 }
 
-// registration returns the registration id (the etcd lease, in hex) that
-// currently holds the instance.
-func (k *keeper) registration() string {
+// Registration returns the registration id (the etcd lease, in hex) that
+// currently holds the instance: the keeper is a regid.Holder.
+func (k *keeper) Registration() string {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return k.reg
@@ -157,7 +157,7 @@ func (k *keeper) Keep(ctx context.Context) error {
 		inst := k.lease.Instance()
 		sent := time.Now()
 		hctx, cancel := context.WithTimeout(ctx, min(timeout, k.ttl))
-		_, err := k.r.c.Heartbeat(hctx, inst.Service, inst.ID, k.registration())
+		_, err := k.r.c.Heartbeat(hctx, inst.Service, inst.ID, k.Registration())
 		cancel()
 		switch {
 		case ctx.Err() != nil:
@@ -213,7 +213,7 @@ func (k *keeper) Restore(ctx context.Context, inst registry.Instance) error {
 // Put implements registry.Keeper: the instance is put under the same
 // registration, only if that registration still holds it.
 func (k *keeper) Put(ctx context.Context, inst registry.Instance) error {
-	_, err := k.r.c.Register(ctx, adminapi.RegisterRequest{Instance: inst, TTL: adminapi.Duration(k.ttl), Registration: k.registration()})
+	_, err := k.r.c.Register(ctx, adminapi.RegisterRequest{Instance: inst, TTL: adminapi.Duration(k.ttl), Registration: k.Registration()})
 	return err
 }
 
@@ -221,7 +221,7 @@ func (k *keeper) Put(ctx context.Context, inst registry.Instance) error {
 // instance (if this registration still holds it) and any claim attached to
 // it.
 func (k *keeper) Release(ctx context.Context) error {
-	err := k.r.c.Deregister(ctx, k.lease.Instance().Service, k.lease.Instance().ID, k.registration())
+	err := k.r.c.Deregister(ctx, k.lease.Instance().Service, k.lease.Instance().ID, k.Registration())
 	if adminapi.IsCode(err, adminapi.CodeNotFound) {
 		err = nil
 	}
@@ -373,17 +373,4 @@ func (w *watcher) Close() error {
 		<-w.done
 	})
 	return nil
-}
-
-// RegistrationOf returns the registration id (the etcd lease, in hex) that
-// holds the instance of a lease returned by Registry.Register, or "" for
-// another lease. It changes when the instance had to be registered again;
-// claims (Client.Claim) are attached to it.
-func RegistrationOf(l registry.Lease) string {
-	if kl, ok := l.(*registry.KeptLease); ok {
-		if k, ok := kl.Keeper().(*keeper); ok {
-			return k.registration()
-		}
-	}
-	return ""
 }

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/lanesdev/lanes/internal/lib/backoff"
+	"github.com/lanesdev/lanes/internal/lib/regid"
 	"github.com/lanesdev/lanes/registry"
 )
 
@@ -123,7 +124,7 @@ func (k *keeper) Keep(ctx context.Context) error {
 		}
 		if err != nil {
 			if errors.Is(err, context.DeadlineExceeded) {
-				return fmt.Errorf("lease %s not renewed within its TTL of %s: %w", FormatLease(lease), ttl, err)
+				return fmt.Errorf("lease %s not renewed within its TTL of %s: %w", regid.Format(lease), ttl, err)
 			}
 			if errors.Is(err, ErrNoRegistration) {
 				return fmt.Errorf("%w (%w)", err, registry.ErrGone) // made again at once
@@ -160,13 +161,13 @@ func (r *Registrations) renew(ctx context.Context, lease clientv3.LeaseID, attem
 		case err == nil && secs > 0:
 			return time.Duration(secs) * time.Second, sent, nil
 		case err == nil || errors.Is(err, rpctypes.ErrLeaseNotFound):
-			return 0, sent, fmt.Errorf("registration %s: %w", FormatLease(lease), ErrNoRegistration)
+			return 0, sent, fmt.Errorf("registration %s: %w", regid.Format(lease), ErrNoRegistration)
 		case ctx.Err() != nil:
-			return 0, sent, fmt.Errorf("etcdstore: renew registration %s: %w (last attempt: %v)", FormatLease(lease), ctx.Err(), err)
+			return 0, sent, fmt.Errorf("etcdstore: renew registration %s: %w (last attempt: %v)", regid.Format(lease), ctx.Err(), err)
 		case s.client.Ctx().Err() != nil:
-			return 0, sent, fmt.Errorf("etcdstore: renew registration %s: %w", FormatLease(lease), s.client.Ctx().Err())
+			return 0, sent, fmt.Errorf("etcdstore: renew registration %s: %w", regid.Format(lease), s.client.Ctx().Err())
 		case !timedOut && !retryable(err):
-			return 0, sent, fmt.Errorf("etcdstore: renew registration %s: %w", FormatLease(lease), err)
+			return 0, sent, fmt.Errorf("etcdstore: renew registration %s: %w", regid.Format(lease), err)
 		}
 		// etcd could not be reached: it may expire the leases it could
 		// not renew (see registry.Outages).
@@ -174,7 +175,7 @@ func (r *Registrations) renew(ctx context.Context, lease clientv3.LeaseID, attem
 		// An attempt that failed at once (no leader, no connection) is
 		// tried again after a pause; one that ran out of time, at once.
 		if !timedOut && !bo.Wait(ctx) {
-			return 0, sent, fmt.Errorf("etcdstore: renew registration %s: %w (last attempt: %v)", FormatLease(lease), ctx.Err(), err)
+			return 0, sent, fmt.Errorf("etcdstore: renew registration %s: %w (last attempt: %v)", regid.Format(lease), ctx.Err(), err)
 		}
 	}
 }
@@ -298,7 +299,7 @@ func (rs *renewStream) exchange(lease clientv3.LeaseID) (int64, error) {
 		return 0, rpctypes.Error(err)
 	}
 	if resp.ID != int64(lease) {
-		return 0, fmt.Errorf("etcdstore: renewal of lease %s answered for lease %s", FormatLease(lease), FormatLease(clientv3.LeaseID(resp.ID)))
+		return 0, fmt.Errorf("etcdstore: renewal of lease %s answered for lease %s", regid.Format(lease), regid.Format(clientv3.LeaseID(resp.ID)))
 	}
 	return resp.TTL, nil
 }
@@ -432,7 +433,7 @@ func (k *keeper) Restore(ctx context.Context, inst registry.Instance) error {
 	}
 	k.set(reg.Lease, reg.TTL, granted)
 	k.r.s.outages.Mark(time.Now()) // etcd expired the lease: others too, perhaps
-	k.r.s.log.Info("lease was lost; registered under a new lease", "key", key, "old_lease", FormatLease(old), "lease", FormatLease(reg.Lease))
+	k.r.s.log.Info("lease was lost; registered under a new lease", "key", key, "old_lease", regid.Format(old), "lease", regid.Format(reg.Lease))
 	return nil
 }
 

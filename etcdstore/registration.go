@@ -12,6 +12,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/lanesdev/lanes/internal/lib/regid"
 	"github.com/lanesdev/lanes/registry"
 )
 
@@ -32,19 +33,7 @@ func (s *Store) InstanceKey(service, id string) string {
 func (s *Store) ownerPrefix(owner string) string { return s.prefix + "registrations/" + owner + "/" }
 
 func (s *Store) ownerKey(owner string, id clientv3.LeaseID) string {
-	return s.ownerPrefix(owner) + FormatLease(id)
-}
-
-// FormatLease writes a lease id as registrations show it: in hex.
-func FormatLease(id clientv3.LeaseID) string { return strconv.FormatInt(int64(id), 16) }
-
-// ParseLease reads a lease id written by FormatLease.
-func ParseLease(v string) (clientv3.LeaseID, bool) {
-	n, err := strconv.ParseInt(v, 16, 64)
-	if err != nil || n <= 0 {
-		return 0, false
-	}
-	return clientv3.LeaseID(n), true
+	return s.ownerPrefix(owner) + regid.Format(id)
 }
 
 // Refusals of Registrations.Create. Each is wrapped in an error that says
@@ -265,7 +254,7 @@ func (r *Registrations) Renew(ctx context.Context, lease clientv3.LeaseID) (time
 func (r *Registrations) End(ctx context.Context, lease clientv3.LeaseID) error {
 	_, err := r.s.client.Revoke(ctx, lease)
 	if err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
-		return fmt.Errorf("etcdstore: end registration %s: %w", FormatLease(lease), err)
+		return fmt.Errorf("etcdstore: end registration %s: %w", regid.Format(lease), err)
 	}
 	return nil
 }
@@ -277,7 +266,7 @@ func (r *Registrations) Alive(ctx context.Context, lease clientv3.LeaseID) (bool
 		return false, nil
 	}
 	if err != nil {
-		return false, fmt.Errorf("etcdstore: read registration %s: %w", FormatLease(lease), err)
+		return false, fmt.Errorf("etcdstore: read registration %s: %w", regid.Format(lease), err)
 	}
 	return ttl.TTL > 0, nil
 }
@@ -325,10 +314,10 @@ func (r *Registrations) List(ctx context.Context, service string) ([]Registratio
 func (r *Registrations) Holds(ctx context.Context, lease clientv3.LeaseID) ([]registry.Instance, error) {
 	ttl, err := r.s.client.TimeToLive(ctx, lease, clientv3.WithAttachedKeys())
 	if errors.Is(err, rpctypes.ErrLeaseNotFound) || err == nil && ttl.TTL <= 0 {
-		return nil, fmt.Errorf("registration %s: %w", FormatLease(lease), ErrNoRegistration)
+		return nil, fmt.Errorf("registration %s: %w", regid.Format(lease), ErrNoRegistration)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("etcdstore: read registration %s: %w", FormatLease(lease), err)
+		return nil, fmt.Errorf("etcdstore: read registration %s: %w", regid.Format(lease), err)
 	}
 	var out []registry.Instance
 	for _, k := range ttl.Keys {
@@ -349,7 +338,7 @@ func (r *Registrations) Holds(ctx context.Context, lease clientv3.LeaseID) ([]re
 func (r *Registrations) Owns(ctx context.Context, owner string, lease clientv3.LeaseID) (bool, error) {
 	resp, err := r.s.client.Get(ctx, r.s.ownerKey(owner, lease), clientv3.WithCountOnly())
 	if err != nil {
-		return false, fmt.Errorf("etcdstore: read registration %s: %w", FormatLease(lease), err)
+		return false, fmt.Errorf("etcdstore: read registration %s: %w", regid.Format(lease), err)
 	}
 	return resp.Count > 0, nil
 }
@@ -364,7 +353,7 @@ func (r *Registrations) Owned(ctx context.Context, owner string) (map[clientv3.L
 	}
 	out := make(map[clientv3.LeaseID]bool, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
-		if id, ok := ParseLease(strings.TrimPrefix(string(kv.Key), pfx)); ok {
+		if id, ok := regid.Parse[clientv3.LeaseID](strings.TrimPrefix(string(kv.Key), pfx)); ok {
 			out[id] = true
 		}
 	}

@@ -59,14 +59,24 @@ func (e *NameError) Error() string {
 //
 // Parse does not allocate when raw is already normalised.
 func Parse(raw string) (string, error) {
+	s, r := parse(raw)
+	if r != "" {
+		return "", &NameError{Value: raw, Rule: r}
+	}
+	return s, nil
+}
+
+// parse is Parse that returns the rule raw breaks ("" for none) instead of
+// an error, for callers that build the error themselves.
+func parse(raw string) (string, Rule) {
 	s := trimOWS(raw)
 	if r := check(s); r != "" {
-		return "", &NameError{Value: raw, Rule: r}
+		return "", r
 	}
 	if hasUpper(s) {
 		s = strings.ToLower(s)
 	}
-	return s, nil
+	return s, ""
 }
 
 // Valid reports whether name is a normalised lane name, that is, whether

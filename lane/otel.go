@@ -3,10 +3,10 @@ package lane
 import (
 	"context"
 	"net/http"
-	"sync"
-	"sync/atomic"
 
 	"go.opentelemetry.io/otel/baggage"
+
+	"github.com/lanesdev/lanes/internal/lib/cowmap"
 )
 
 // OpenTelemetry's baggage propagators write the baggage of the context whole,
@@ -119,20 +119,15 @@ func encode(name string) *Encoded {
 
 // cached returns the cached encoding of name, or nil.
 func cached(name string) *Encoded {
-	if m := encoded.Load(); m != nil {
-		return (*m)[name]
-	}
-	return nil
+	e, _ := encoded.Load(name)
+	return e
 }
 
 // maxEncoded bounds the cache of Encode: lanes are few, but the names read
 // from requests are not.
 const maxEncoded = 256
 
-var (
-	encoded   atomic.Pointer[map[string]*Encoded]
-	encodedMu sync.Mutex
-)
+var encoded cowmap.Map[string, *Encoded]
 
 func encodeSlow(name string) *Encoded {
 	mem, err := baggage.NewMemberRaw(BaggageKey, name)
@@ -152,23 +147,7 @@ func encodeSlow(name string) *Encoded {
 	}
 	e.HTTP = http.Header{"X-Lane": e.Header, "Baggage": e.Baggage}
 	e.Metadata = map[string][]string{Header: e.Header, BaggageHeader: e.Baggage}
-	encodedMu.Lock()
-	defer encodedMu.Unlock()
-	var old map[string]*Encoded
-	if m := encoded.Load(); m != nil {
-		old = *m
-	}
-	if prev, ok := old[name]; ok {
-		return prev
-	}
-	if len(old) >= maxEncoded {
-		return e
-	}
-	next := make(map[string]*Encoded, len(old)+1)
-	for k, v := range old {
-		next[k] = v
-	}
-	next[name] = e
-	encoded.Store(&next)
-	return e
+	// Another goroutine may have stored name meanwhile: its encoding wins.
+	v, _ := encoded.LoadOrStore(name, func() *Encoded { return e }, maxEncoded)
+	return v
 }

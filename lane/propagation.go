@@ -175,11 +175,9 @@ func (p Propagator) inject(name, km string, c Carrier) {
 
 // parseFrom parses the value v of header h.
 func parseFrom(v, h string) (name, source string, err error) {
-	name, err = Parse(v)
-	if err != nil {
-		ne := err.(*NameError)
-		ne.Header = h
-		return "", h, ne
+	name, r := parse(v)
+	if r != "" {
+		return "", h, &NameError{Value: v, Rule: r, Header: h}
 	}
 	return name, h, nil
 }

@@ -26,26 +26,26 @@ func (a instanceAttr) Equal(o any) bool {
 	return ok && a.inst.Equal(b.inst)
 }
 
-// SetInstance returns a copy of ep that carries inst, the registration the
+// setInstance returns a copy of ep that carries inst, the registration the
 // endpoint was resolved from. The lanes resolver sets it on every endpoint it
 // produces; inst must not be modified afterwards.
-func SetInstance(ep resolver.Endpoint, inst registry.Instance) resolver.Endpoint {
+func setInstance(ep resolver.Endpoint, inst registry.Instance) resolver.Endpoint {
 	ep.Attributes = ep.Attributes.WithValue(instanceKey{}, instanceAttr{inst})
 	return ep
 }
 
-// InstanceFromEndpoint returns the registration stored in ep by SetInstance,
+// instanceFromEndpoint returns the registration stored in ep by setInstance,
 // and false if there is none. The returned Instance shares its Labels with
 // the attribute: treat it as read-only.
-func InstanceFromEndpoint(ep resolver.Endpoint) (registry.Instance, bool) {
+func instanceFromEndpoint(ep resolver.Endpoint) (registry.Instance, bool) {
 	a, ok := ep.Attributes.Value(instanceKey{}).(instanceAttr)
 	return a.inst, ok
 }
 
-// SetService returns a copy of s that carries the routing handle of the
+// setService returns a copy of s that carries the routing handle of the
 // service it lists. The lanes balancer picks through this handle; the lanes
 // resolver sets it on every state it produces.
-func SetService(s resolver.State, svc *routing.Service) resolver.State {
+func setService(s resolver.State, svc *routing.Service) resolver.State {
 	s.Attributes = s.Attributes.WithValue(serviceKey{}, svc)
 	return s
 }
@@ -54,24 +54,24 @@ func SetService(s resolver.State, svc *routing.Service) resolver.State {
 // state.
 type engineKey struct{}
 
-// SetEngine returns a copy of s that carries the engine of its service. The
+// setEngine returns a copy of s that carries the engine of its service. The
 // lanes balancer reads the engine's outlier policy to eject at once an
 // instance whose connection fails (see routedcall.MarkFailing); the lanes
 // resolver sets it on every state it produces.
-func SetEngine(s resolver.State, e *routing.Engine) resolver.State {
+func setEngine(s resolver.State, e *routing.Engine) resolver.State {
 	s.Attributes = s.Attributes.WithValue(engineKey{}, e)
 	return s
 }
 
-// EngineFromState returns the engine stored in s by SetEngine, or nil.
-func EngineFromState(s resolver.State) *routing.Engine {
+// engineFromState returns the engine stored in s by setEngine, or nil.
+func engineFromState(s resolver.State) *routing.Engine {
 	e, _ := s.Attributes.Value(engineKey{}).(*routing.Engine)
 	return e
 }
 
-// ServiceFromState returns the routing handle stored in s by SetService, or
+// serviceFromState returns the routing handle stored in s by setService, or
 // nil.
-func ServiceFromState(s resolver.State) *routing.Service {
+func serviceFromState(s resolver.State) *routing.Service {
 	svc, _ := s.Attributes.Value(serviceKey{}).(*routing.Service)
 	return svc
 }
@@ -79,9 +79,9 @@ func ServiceFromState(s resolver.State) *routing.Service {
 // metricsKey is the key of the *lanesmetrics.Requests attribute of a resolver state.
 type metricsKey struct{}
 
-// SetMetrics returns a copy of s that carries the request counter of its calls (WithMetrics); the
+// setMetrics returns a copy of s that carries the request counter of its calls (WithMetrics); the
 // lanes picker counts every pick in it.
-func SetMetrics(s resolver.State, m *lanesmetrics.Requests) resolver.State {
+func setMetrics(s resolver.State, m *lanesmetrics.Requests) resolver.State {
 	if m == nil {
 		return s
 	}
@@ -89,8 +89,8 @@ func SetMetrics(s resolver.State, m *lanesmetrics.Requests) resolver.State {
 	return s
 }
 
-// MetricsFromState returns the counter stored in s by SetMetrics, or nil.
-func MetricsFromState(s resolver.State) *lanesmetrics.Requests {
+// metricsFromState returns the counter stored in s by setMetrics, or nil.
+func metricsFromState(s resolver.State) *lanesmetrics.Requests {
 	m, _ := s.Attributes.Value(metricsKey{}).(*lanesmetrics.Requests)
 	return m
 }

@@ -16,6 +16,7 @@ import (
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/serviceconfig"
 
+	"github.com/lanesdev/lanes/internal/lib/cowmap"
 	"github.com/lanesdev/lanes/lane"
 	"github.com/lanesdev/lanes/lanesmetrics"
 	"github.com/lanesdev/lanes/routing"
@@ -86,7 +87,7 @@ type lanesBalancer struct {
 }
 
 func (b *lanesBalancer) UpdateClientConnState(s balancer.ClientConnState) error {
-	svc := ServiceFromState(s.ResolverState)
+	svc := serviceFromState(s.ResolverState)
 	if svc == nil {
 		b.cc.UpdateState(balancer.State{ConnectivityState: connectivity.TransientFailure, Picker: base.NewErrPicker(errNoService)})
 		return balancer.ErrBadResolverState
@@ -99,7 +100,7 @@ func (b *lanesBalancer) UpdateClientConnState(s balancer.ClientConnState) error 
 	b.mu.Lock()
 	dones := make(map[string]func(balancer.DoneInfo), len(s.ResolverState.Endpoints))
 	for _, ep := range s.ResolverState.Endpoints {
-		in, ok := InstanceFromEndpoint(ep)
+		in, ok := instanceFromEndpoint(ep)
 		if !ok {
 			continue
 		}
@@ -109,8 +110,8 @@ func (b *lanesBalancer) UpdateClientConnState(s balancer.ClientConnState) error 
 			dones[in.ID] = reportFunc(svc, in.ID)
 		}
 	}
-	b.eng, b.svc, b.place, b.dones = EngineFromState(s.ResolverState), svc, place, dones
-	b.metrics = MetricsFromState(s.ResolverState)
+	b.eng, b.svc, b.place, b.dones = engineFromState(s.ResolverState), svc, place, dones
+	b.metrics = metricsFromState(s.ResolverState)
 	b.mu.Unlock()
 	b.resolving.Store(false)
 
@@ -185,8 +186,7 @@ func (c childCC) UpdateState(s balancer.State) {
 // laneMDCache holds the metadata a picker adds to carry a canary lane: one
 // immutable metadata.MD per lane, built once.
 type laneMDCache struct {
-	mu sync.Mutex
-	m  atomic.Pointer[map[string]metadata.MD]
+	m cowmap.Map[string, metadata.MD]
 }
 
 // maxCachedLanes bounds the cache; canary lanes are few.
@@ -196,27 +196,13 @@ const maxCachedLanes = 64
 // member). The caller must not modify it. It does not allocate once l is
 // cached.
 func (c *laneMDCache) get(l string) metadata.MD {
-	if m := c.m.Load(); m != nil {
-		if md, ok := (*m)[l]; ok {
-			return md
-		}
-	}
-	md := metadata.MD{}
-	lane.Propagator{}.InjectLane(l, lane.Metadata(md))
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var old map[string]metadata.MD
-	if m := c.m.Load(); m != nil {
-		old = *m
-	}
-	if len(old) >= maxCachedLanes {
+	if md, ok := c.m.Load(l); ok {
 		return md
 	}
-	next := make(map[string]metadata.MD, len(old)+1)
-	for k, v := range old {
-		next[k] = v
-	}
-	next[l] = md
-	c.m.Store(&next)
+	md, _ := c.m.LoadOrStore(l, func() metadata.MD {
+		md := metadata.MD{}
+		lane.Propagator{}.InjectLane(l, lane.Metadata(md))
+		return md
+	}, maxCachedLanes)
 	return md
 }

@@ -31,8 +31,8 @@
 //
 // The resolver (scheme "lanes", see NewBuilder) lists the instances of the
 // service as the routing engine sees them: one endpoint per instance,
-// carrying its registry.Instance (InstanceFromEndpoint), and the engine's
-// handle of the service in the state (ServiceFromState). The balancer
+// carrying its registry.Instance as an attribute, and the engine's handle
+// of the service in the state's attributes. The balancer
 // ("lanes", registered by this package) keeps one pick_first connection per
 // endpoint, as grpc-go's round_robin does, and its picker asks the engine
 // for every call (routing.Service.Pick, with the lane and the request key of

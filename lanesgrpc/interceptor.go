@@ -18,9 +18,9 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/lanesdev/lanes/internal/lib/hopspan"
 	"github.com/lanesdev/lanes/internal/lib/routedcall"
 	"github.com/lanesdev/lanes/lane"
-	"github.com/lanesdev/lanes/lanestrace"
 	"github.com/lanesdev/lanes/registry"
 )
 
@@ -436,7 +436,7 @@ func (si *serverInterceptor) incoming(ctx context.Context, method string) (conte
 		serving, inst, admitted = si.check(ctx, method)
 	}
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
-		lanestrace.RecordServer(span, name, serving, admitted)
+		hopspan.RecordServer(span, name, serving, admitted)
 	}
 	if !admitted {
 		return nil, refusal(ctx, serving, inst)

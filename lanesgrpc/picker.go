@@ -11,9 +11,9 @@ import (
 	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/status"
 
+	"github.com/lanesdev/lanes/internal/lib/hopspan"
 	"github.com/lanesdev/lanes/internal/lib/routedcall"
 	"github.com/lanesdev/lanes/lanesmetrics"
-	"github.com/lanesdev/lanes/lanestrace"
 	"github.com/lanesdev/lanes/routing"
 )
 
@@ -168,7 +168,7 @@ func (p *picker) record(ctx context.Context, req routing.Request, res routing.Re
 	if traced && cs != nil {
 		retries = int(cs.attempts.Add(1)) - 1
 	}
-	d := lanestrace.DecisionOf(p.eng, p.svc.Name(), req.Lane, res, err, retries)
+	d := hopspan.DecisionOf(p.eng, p.svc.Name(), req.Lane, res, err, retries)
 	p.metrics.Observe(d.Service, d.Requested, d.Served, d.Reason)
 	if traced {
 		d.Record(span)

@@ -121,7 +121,7 @@ func TestPickAllocations(t *testing.T) {
 		name string
 		ctx  context.Context
 	}{
-		{"baseline_and_canary", routing.WithKey(base, "user-1")},
+		{"baseline_and_canary", lane.WithKey(base, "user-1")},
 		{"random_canary", base},
 		{"lane", lane.WithLane(base, "alice")},
 		{"unknown_lane", lane.WithLane(base, "zed")},
@@ -317,7 +317,7 @@ func (f *fakeResolverCC) UpdateState(s resolver.State) error {
 func ids(s resolver.State) string {
 	var out []string
 	for _, ep := range s.Endpoints {
-		in, _ := InstanceFromEndpoint(ep)
+		in, _ := instanceFromEndpoint(ep)
 		out = append(out, in.ID+"@"+ep.Addresses[0].Addr)
 	}
 	return strings.Join(out, ",")
@@ -344,7 +344,7 @@ func TestResolverFollowsNotifications(t *testing.T) {
 	}
 	src.set(inst("b", "10.0.0.2:1", ""))
 	close(src.ready)
-	if s := next(); ids(s) != "b@10.0.0.2:1" || ServiceFromState(s) != svc {
+	if s := next(); ids(s) != "b@10.0.0.2:1" || serviceFromState(s) != svc {
 		t.Fatalf("first state %s", ids(s))
 	}
 	src.set(inst("b", "10.0.0.2:1", ""), inst("a", "10.0.0.1:1", "alice"))
@@ -352,7 +352,7 @@ func TestResolverFollowsNotifications(t *testing.T) {
 	if ids(s) != "a@10.0.0.1:1,b@10.0.0.2:1" {
 		t.Fatalf("second state %s", ids(s))
 	}
-	if in, ok := InstanceFromEndpoint(s.Endpoints[0]); !ok || in.Lane != "alice" {
+	if in, ok := instanceFromEndpoint(s.Endpoints[0]); !ok || in.Lane != "alice" {
 		t.Fatalf("instance attribute %+v", in)
 	}
 	r.ResolveNow(resolver.ResolveNowOptions{}) // pushes even when nothing changed

@@ -31,8 +31,8 @@ const Scheme = "lanes"
 // or make e the engine of the globally registered lanes scheme with Register.
 //
 // Each endpoint has one address, the instance's Addr, and carries the
-// registry.Instance (see InstanceFromEndpoint). The state carries the
-// engine's handle of the service (see ServiceFromState) and a service config
+// registry.Instance as an attribute. The state carries the engine's handle
+// of the service in its attributes, and a service config
 // that selects the lanes balancer, with the caller's zone (WithZone, else
 // LANES_ZONE read through WithEnv), and the retry policy of the methods of
 // WithIdempotent. A service config from the resolver takes precedence over
@@ -252,12 +252,12 @@ func (r *lanesResolver) push(insts []registry.Instance) {
 	eps := make([]resolver.Endpoint, 0, len(insts))
 	for _, in := range insts {
 		ep := resolver.Endpoint{Addresses: []resolver.Address{{Addr: in.Addr}}}
-		eps = append(eps, SetInstance(ep, in))
+		eps = append(eps, setInstance(ep, in))
 	}
 	// The error is the balancer's verdict on the state (for example
 	// ErrBadResolverState); there is nothing better to send, and gRPC
 	// itself asks again with backoff.
-	_ = r.cc.UpdateState(SetMetrics(SetEngine(SetService(resolver.State{Endpoints: eps, ServiceConfig: r.sc}, r.svc), r.eng), r.metrics))
+	_ = r.cc.UpdateState(setMetrics(setEngine(setService(resolver.State{Endpoints: eps, ServiceConfig: r.sc}, r.svc), r.eng), r.metrics))
 }
 
 // Retry policy of idempotent methods: one retry, after about 10ms.

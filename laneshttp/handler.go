@@ -12,8 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/lanesdev/lanes/internal/lib/hopspan"
 	"github.com/lanesdev/lanes/lane"
-	"github.com/lanesdev/lanes/lanestrace"
 	"github.com/lanesdev/lanes/registry"
 )
 
@@ -105,7 +105,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request) {
 	if m.guard != nil {
 		serving, inst, ok := m.guard.Admit(name, func() bool { return m.isExempt(r.URL.Path) })
 		if m.traced != nil {
-			lanestrace.RecordServer(trace.SpanFromContext(r.Context()), name, serving, ok)
+			hopspan.RecordServer(trace.SpanFromContext(r.Context()), name, serving, ok)
 		}
 		if !ok {
 			m.refused.Add(1)
@@ -113,7 +113,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	} else if m.traced != nil {
-		lanestrace.RecordServer(trace.SpanFromContext(r.Context()), name, "", true)
+		hopspan.RecordServer(trace.SpanFromContext(r.Context()), name, "", true)
 	}
 	ctx := lane.WithLane(r.Context(), name)
 	if name == "" {

@@ -182,7 +182,7 @@ func DefaultClassify(req *http.Request, res *http.Response, err error) Outcome {
 // attempt describes one attempt for the routed-call rules.
 func attempt(req *http.Request, res *http.Response, err error) routedcall.Attempt {
 	if err != nil {
-		return routedcall.Attempt{Err: err, Unsent: Unsent(err), CallerGone: req.Context().Err() != nil}
+		return routedcall.Attempt{Err: err, Unsent: routedcall.Unsent(err), CallerGone: req.Context().Err() != nil}
 	}
 	var code string
 	if v := res.Header[ErrorHeader]; len(v) > 0 { // ErrorHeader is canonical: Get without canonicalising it again
@@ -193,14 +193,6 @@ func attempt(req *http.Request, res *http.Response, err error) routedcall.Attemp
 		Downstream:  code != "",
 		Misdirected: res.StatusCode == http.StatusMisdirectedRequest && code == CodeMisdirected,
 	}
-}
-
-// Unsent reports whether err, returned by an [http.RoundTripper], came
-// before any byte of the request was sent: the dial failed (the connection
-// was refused, or timed out).
-func Unsent(err error) bool {
-	var oe *net.OpError
-	return errors.As(err, &oe) && oe.Op == "dial"
 }
 
 // RoundTrip implements [http.RoundTripper]. It does not modify req: it sends

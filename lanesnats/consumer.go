@@ -38,8 +38,8 @@ type ConsumerConfig struct {
 	Group string
 	// Topic is the topic consumed. Required; its stream must exist.
 	Topic string
-	// Registry is where the consumer registers (under
-	// RegistryService(Service, Group)), with a lease that keeps it alive.
+	// Registry is where the consumer registers (under the service
+	// "mq.<Service>.<Group>"), with a lease that keeps it alive.
 	// Required.
 	Registry registry.Registry
 	// Engine decides which consumers handle which lane. It must follow
@@ -149,7 +149,7 @@ func NewConsumer(ctx context.Context, js jetstream.JetStream, cfg ConsumerConfig
 	if o.deadLetter == "" {
 		o.deadLetter = DeadLetterTopic(cfg.Topic)
 	}
-	regName := RegistryService(cfg.Service, cfg.Group)
+	regName := registryService(cfg.Service, cfg.Group)
 	if s := cfg.Instance.Service; s != "" && s != regName {
 		return nil, fmt.Errorf("%w: ConsumerConfig.Instance.Service %q: leave it empty (the consumer registers as %q)", ErrInvalidOption, s, regName)
 	}
@@ -441,7 +441,7 @@ func (c *Consumer) reconcile() bool {
 		f := c.newFetcher(tok, cons, c.fetchers[tok])
 		c.fetchers[tok] = f
 		c.mu.Unlock()
-		c.log.Info("lanes: lane owned", "token", tok, "consumer", ConsumerName(c.group, tok))
+		c.log.Info("lanes: lane owned", "token", tok, "consumer", consumerName(c.group, tok))
 	}
 	return ok
 }
@@ -468,8 +468,8 @@ func (c *Consumer) candidates() map[string]bool {
 		out[tok] = true
 	}
 	for _, in := range c.svc.Instances() {
-		out[Token(in.Lane)] = true
-		out[Token(c.engine.LaneOf(in))] = true
+		out[laneToken(in.Lane)] = true
+		out[laneToken(c.engine.LaneOf(in))] = true
 	}
 	return out
 }
@@ -522,7 +522,7 @@ func (c *Consumer) durable(tok string) (jetstream.Consumer, error) {
 	}
 	ctx, cancel := context.WithTimeout(c.ctx, apiTimeout)
 	defer cancel()
-	name := ConsumerName(c.group, tok)
+	name := consumerName(c.group, tok)
 	d, err := c.stream.Consumer(ctx, name)
 	if errors.Is(err, jetstream.ErrConsumerNotFound) {
 		d, err = c.stream.CreateConsumer(ctx, c.consumerConfig(tok))
@@ -558,7 +558,7 @@ func (c *Consumer) consumerConfig(tok string) jetstream.ConsumerConfig {
 		what = "the baseline"
 	}
 	cfg := jetstream.ConsumerConfig{
-		Durable:       ConsumerName(c.group, tok),
+		Durable:       consumerName(c.group, tok),
 		Description:   fmt.Sprintf("lanes: group %s of service %s, %s", c.group, c.service, what),
 		FilterSubject: laneFilter(c.topic, tok),
 		AckPolicy:     jetstream.AckExplicitPolicy,

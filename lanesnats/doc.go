@@ -21,7 +21,7 @@
 // # Consuming
 //
 // A [Consumer] is one instance of a consumer group of a service. It
-// registers in the registry, under [RegistryService](service, group), in
+// registers in the registry, under the service "mq.<service>.<group>", in
 // its lane (LANES_LANE or the configuration), and asks the routing engine,
 // as a caller asks for a call, which lanes it serves:
 //
@@ -36,7 +36,7 @@
 //	defer c.Close()
 //
 // Each lane of a topic has one durable JetStream consumer per group
-// ([ConsumerName]); the consumers that own a lane pull from it, and
+// ("<group>_<lane>", "<group>__" for the baseline); the consumers that own a lane pull from it, and
 // ownership moves with the registry and the policy while the durable's
 // cursor stays put, which is why a hand-off neither loses nor repeats
 // messages. A handler error delivers the message again after a delay; the

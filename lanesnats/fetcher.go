@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/lanesdev/lanes/internal/lib/hopspan"
 	"github.com/lanesdev/lanes/lanestrace"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
@@ -307,7 +308,7 @@ func (f *fetcher) onError(err error) {
 	c := f.c
 	if errors.Is(err, jetstream.ErrConsumerDeleted) || errors.Is(err, jetstream.ErrConsumerNotFound) {
 		c.log.Error("lanes: the durable consumer of a lane is gone; creating it again (its messages still in the stream are delivered again)",
-			"token", f.tok, "consumer", ConsumerName(c.group, f.tok))
+			"token", f.tok, "consumer", consumerName(c.group, f.tok))
 		c.forget(f.tok)
 		if cons, err := c.durable(f.tok); err == nil {
 			f.cons = cons
@@ -386,9 +387,9 @@ func (f *fetcher) startSpan(tr trace.Tracer, d *Delivery) (context.Context, trac
 	own := c.engine.LaneOf(c.inst)
 	ctx, span := tr.Start(ctx, "process "+c.topic, trace.WithSpanKind(trace.SpanKindConsumer))
 	if span.IsRecording() {
-		lanestrace.RecordServer(span, d.Lane, own, true)
+		hopspan.RecordServer(span, d.Lane, own, true)
 		span.SetAttributes(lanestrace.ConsumerLane.String(own), lanestrace.Served.String(own),
-			lanestrace.FallbackReason.String(lanestrace.ReasonFor(c.engine, c.inst.Service, d.Lane, own)),
+			lanestrace.FallbackReason.String(hopspan.ReasonFor(c.engine, c.inst.Service, d.Lane, own)),
 			lanestrace.DeliveryCount.Int64(int64(d.NumDelivered)), lanestrace.InstanceID.String(c.inst.ID),
 			semconv.MessagingSystemKey.String("nats"), semconv.MessagingDestinationName(d.Subject))
 	}

@@ -88,10 +88,10 @@ func checkSubject(s string) error {
 	return nil
 }
 
-// Token returns the subject token of a lane: the lane itself, or
+// laneToken returns the subject token of a lane: the lane itself, or
 // BaselineToken for the baseline. A name that is not a normalised lane is
 // normalised with lane.Parse; an invalid one is the baseline, as on the wire.
-func Token(laneName string) string {
+func laneToken(laneName string) string {
 	if l := normLane(laneName); l != "" {
 		return l
 	}
@@ -115,7 +115,7 @@ func normLane(l string) string {
 // topic: "<topic>.<lane or _>.<subject>". Producers in other languages
 // publish to it, with the lane in the x-lane and baggage headers too.
 func Subject(topic, laneName, subject string) string {
-	return topic + "." + Token(laneName) + "." + subject
+	return topic + "." + laneToken(laneName) + "." + subject
 }
 
 // StreamSubjects returns the subjects of the stream of a topic: every lane
@@ -154,12 +154,12 @@ func tokenLane(tok string) (string, bool) {
 	return "", false
 }
 
-// ConsumerName returns the name of the durable JetStream consumer of group
+// consumerName returns the name of the durable JetStream consumer of group
 // for the messages of one lane token: "<group>_<lane>", "<group>__" for the
 // baseline, and "<group>__x<hash>" for a token that is not a lane name
 // (published by a foreign producer; the baseline handles it). Lane names
 // have no '_' and groups none either, so names never collide.
-func ConsumerName(group, tok string) string {
+func consumerName(group, tok string) string {
 	if _, ok := tokenLane(tok); ok {
 		return group + "_" + tok
 	}
@@ -168,11 +168,11 @@ func ConsumerName(group, tok string) string {
 	return group + "__x" + strconv.FormatUint(h.Sum64(), 16)
 }
 
-// RegistryService returns the service name under which the consumers of
+// registryService returns the service name under which the consumers of
 // group register in the registry, and which the routing engine resolves to
 // decide ownership: "mq.<service>.<group>". Policy rules (tags, lane
 // settings) that should apply to the consumers name this service.
-func RegistryService(service, group string) string { return "mq." + service + "." + group }
+func registryService(service, group string) string { return "mq." + service + "." + group }
 
 // DeadLetterTopic is the default dead-letter topic of a topic:
 // "<topic>-dlq". It is a topic like any other, so dead letters can be

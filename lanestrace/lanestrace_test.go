@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 
+	"github.com/lanesdev/lanes/internal/lib/traceexport"
 	"github.com/lanesdev/lanes/lane"
 	"github.com/lanesdev/lanes/lanestrace"
 )
@@ -152,7 +153,8 @@ func TestFromEnv(t *testing.T) {
 }
 
 // TestFromEnvToken: FromEnv sends LANES_TRACES_TOKEN, else the service's LANES_TOKEN, to the
-// collector of LANES_TRACES as "Authorization: Bearer <token>", and NewProvider sends WithToken's.
+// collector of LANES_TRACES as "Authorization: Bearer <token>", and traceexport.NewProvider sends
+// the token it is given.
 func TestFromEnvToken(t *testing.T) {
 	rec, lis := startReceiver(t)
 	defer lanestrace.SetTracerProvider(nil)
@@ -178,7 +180,7 @@ func TestFromEnvToken(t *testing.T) {
 		}
 		send(tr.Provider, tr.Shutdown)
 	}
-	tp, err := lanestrace.NewProvider(ctx, "gateway", lis.Addr().String(), 1, lanestrace.WithToken("lanes_telemetry_3"))
+	tp, err := traceexport.NewProvider(ctx, "gateway", lis.Addr().String(), lanestrace.Sampler(1), "lanes_telemetry_3", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +207,7 @@ func TestFromEnvOffAndBad(t *testing.T) {
 	for env, want := range map[[2]string]string{
 		{lanestrace.EnvSample, "2"}:         `LANES_TRACE_SAMPLE="2": want a number from 0 to 1`,
 		{lanestrace.EnvSample, "most"}:      `LANES_TRACE_SAMPLE="most"`,
-		{lanestrace.EnvTraces, "nohost"}:    `LANES_TRACES="nohost": want host:port, an http(s):// URL, or off`,
+		{lanestrace.EnvTraces, "nohost"}:    `LANES_TRACES="nohost": want host:port or an http(s):// URL`,
 		{lanestrace.EnvTraces, "10.0.0.1:"}: `LANES_TRACES="10.0.0.1:"`,
 	} {
 		_, err := lanestrace.FromEnv(ctx, "x", func(k string) string {

@@ -3,25 +3,20 @@ package lanestrace
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
-	"net"
 	"os"
 	"strconv"
 	"strings"
-	"time"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
 	"go.opentelemetry.io/otel/propagation"
-	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
-	"google.golang.org/grpc/credentials"
 
 	"github.com/lanesdev/lanes/internal/lib/tlsfiles"
+	"github.com/lanesdev/lanes/internal/lib/traceexport"
 )
 
 // Environment variables read by FromEnv.
@@ -105,11 +100,11 @@ func FromEnv(ctx context.Context, service string, getenv func(string) string) (*
 			}
 			tc = c
 		}
-		exp, err := lanesExporter(ctx, lanes, token, tc)
+		exp, err := traceexport.Exporter(ctx, lanes, token, tc)
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("lanestrace: %s=%q: %w", EnvTraces, lanes, err)
 		}
-		opts = append(opts, sdktrace.WithBatcher(exp, sdktrace.WithBatchTimeout(batchTimeout)))
+		opts = append(opts, sdktrace.WithBatcher(exp, sdktrace.WithBatchTimeout(traceexport.BatchTimeout)))
 	}
 	if external {
 		// The exporter reads the OTEL_EXPORTER_OTLP_* variables itself.
@@ -119,9 +114,9 @@ func FromEnv(ctx context.Context, service string, getenv func(string) string) (*
 		}
 		opts = append(opts, sdktrace.WithBatcher(exp))
 	}
-	res, err := serviceResource(service)
+	res, err := traceexport.Resource(service)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("lanestrace: %w", err)
 	}
 	opts = append(opts, sdktrace.WithResource(res), sdktrace.WithSampler(Sampler(ratio)))
 	tp := sdktrace.NewTracerProvider(opts...)
@@ -129,85 +124,4 @@ func FromEnv(ctx context.Context, service string, getenv func(string) string) (*
 	otel.SetTextMapPropagator(propagation.TraceContext{})
 	SetTracerProvider(tp)
 	return &Tracing{Provider: tp, sdk: tp}, nil
-}
-
-// batchTimeout is how long spans for lanes' collector wait to be sent in a batch: short, so that
-// `lanes trace` shows a request soon after it ended.
-const batchTimeout = 500 * time.Millisecond
-
-// ProviderOption configures NewProvider.
-type ProviderOption func(*providerOptions)
-
-type providerOptions struct {
-	token string
-	tls   *tls.Config
-}
-
-// WithToken sends token with the spans, as "Authorization: Bearer <token>" ("" sends none).
-func WithToken(token string) ProviderOption {
-	return func(o *providerOptions) { o.token = token }
-}
-
-// WithTLS verifies an https:// collector with tc (nil: the system's roots).
-func WithTLS(tc *tls.Config) ProviderOption {
-	return func(o *providerOptions) { o.tls = tc }
-}
-
-// NewProvider returns a tracer provider of service that exports, in batches, to the trace
-// collector of lanes up at addr (in LANES_TRACES's form: host:port or an http(s):// URL), sampled
-// with Sampler(baselineRatio). It sets no global: the control plane and lanes demo, which run
-// several such services in one process, give each its own. Shut it down to flush its spans.
-func NewProvider(ctx context.Context, service, addr string, baselineRatio float64, opts ...ProviderOption) (*sdktrace.TracerProvider, error) {
-	var o providerOptions
-	for _, opt := range opts {
-		opt(&o)
-	}
-	exp, err := lanesExporter(ctx, addr, o.token, o.tls)
-	if err != nil {
-		return nil, err
-	}
-	res, err := serviceResource(service)
-	if err != nil {
-		return nil, err
-	}
-	return sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp, sdktrace.WithBatchTimeout(batchTimeout)),
-		sdktrace.WithResource(res), sdktrace.WithSampler(Sampler(baselineRatio))), nil
-}
-
-// serviceResource is the resource of service's spans.
-func serviceResource(service string) (*resource.Resource, error) {
-	res, err := resource.Merge(resource.Default(), resource.NewSchemaless(semconv.ServiceName(service)))
-	if err != nil && !errors.Is(err, resource.ErrPartialResource) && !errors.Is(err, resource.ErrSchemaURLConflict) {
-		return nil, fmt.Errorf("lanestrace: resource: %w", err)
-	}
-	return res, nil
-}
-
-// lanesExporter exports to lanes' collector at addr (host:port, plain; or a URL), with token as
-// its credential ("" for none); an https:// addr is verified with tc, or the system's roots when
-// tc is nil.
-func lanesExporter(ctx context.Context, addr, token string, tc *tls.Config) (sdktrace.SpanExporter, error) {
-	opts := []otlptracegrpc.Option{otlptracegrpc.WithTimeout(5 * time.Second)}
-	if token != "" {
-		opts = append(opts, otlptracegrpc.WithHeaders(map[string]string{"authorization": "Bearer " + token}))
-	}
-	switch {
-	case strings.HasPrefix(addr, "https://"):
-		opts = append(opts, otlptracegrpc.WithEndpointURL(addr))
-		if tc != nil {
-			opts = append(opts, otlptracegrpc.WithTLSCredentials(credentials.NewTLS(tc)))
-		}
-	case strings.HasPrefix(addr, "http://"):
-		opts = append(opts, otlptracegrpc.WithEndpointURL(addr), otlptracegrpc.WithInsecure())
-	default:
-		if _, port, err := net.SplitHostPort(addr); err != nil || port == "" {
-			return nil, fmt.Errorf("lanestrace: %s=%q: want host:port, an http(s):// URL, or off", EnvTraces, addr)
-		}
-		opts = append(opts, otlptracegrpc.WithEndpoint(addr), otlptracegrpc.WithInsecure())
-	}
-	exp, err := otlptracegrpc.New(ctx, opts...)
-	if err != nil {
-		return nil, fmt.Errorf("lanestrace: %s=%q: %w", EnvTraces, addr, err)
-	}
-	return exp, nil
 }

@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"net"
@@ -110,7 +111,12 @@ func Normalize(in Instance) (Instance, error) {
 	if in.Lane != "" {
 		l, err := lane.Parse(in.Lane)
 		if err != nil {
-			return in, &FieldError{Field: "lane", Value: in.Lane, Msg: "breaks the lane-name rule " + string(err.(*lane.NameError).Rule)}
+			msg := err.Error()
+			var ne *lane.NameError
+			if errors.As(err, &ne) {
+				msg = "breaks the lane-name rule " + string(ne.Rule)
+			}
+			return in, &FieldError{Field: "lane", Value: in.Lane, Msg: msg}
 		}
 		in.Lane = l
 	}

@@ -31,3 +31,17 @@ func TestScope(t *testing.T) {
 		}
 	}
 }
+
+// TestLaneRefused: a lane that breaks the grammar is refused naming the field, the value as
+// written and the rule it breaks.
+func TestLaneRefused(t *testing.T) {
+	in := Instance{ID: "a1", Service: "orders", Addr: "10.0.0.1:8080"}
+	for bad, rule := range map[string]string{"a_b": "characters", "-x": "starts-or-ends", " \t ": "empty"} {
+		in.Lane = bad
+		var fe *FieldError
+		_, err := Normalize(in)
+		if !errors.As(err, &fe) || fe.Field != "lane" || fe.Value != bad || fe.Msg != "breaks the lane-name rule "+rule {
+			t.Errorf("lane %q: %v, want a FieldError naming lane and the rule %s", bad, err, rule)
+		}
+	}
+}

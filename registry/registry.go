@@ -4,6 +4,28 @@
 //
 // Two backends ship with lanes: an in-memory one (NewMemory), for unit tests
 // and single-process use, and an etcd one in package etcdstore, for fleets.
+// A service uses them through Registry, Lease and Watcher alone, usually by
+// way of a routing.Engine and a transport's Serve.
+//
+// # Writing a backend
+//
+// A backend implements Registry. What it is made of is in one file,
+// backend.go, and a user of a registry needs none of it:
+//
+//   - Keeper is the backend side of one registration (renew it, make it
+//     again, put an update, release it); NewKeptLease wraps it in a
+//     KeptLease, the one lease state machine that every backend's leases
+//     are, so that they all behave alike (ErrGone, ErrTakenOver, and
+//     ReleaseTimeout are its terms). CheckUpdate is the rule of every
+//     Lease.Update.
+//   - Pusher is a Watcher that hands its batches to a function in its own
+//     goroutine, for a backend whose watcher has one.
+//   - Outages is implemented by a backend that can tell when it last could
+//     not reach its store; OutageClock records it.
+//
+// lanes' own backends (NewMemory, etcdstore, adminclient) pass one
+// conformance suite; a backend elsewhere should hold to the contract of
+// Registry, Lease and Watcher that the suite checks.
 package registry
 
 import (
@@ -106,23 +128,6 @@ type Watcher interface {
 	Next(ctx context.Context) (Batch, error)
 	// Close stops the watch and waits for its goroutines to exit.
 	Close() error
-}
-
-// Pusher is a Watcher that can hand its batches to a function instead,
-// called in the watcher's own goroutine. A consumer that only takes each
-// batch and acts on it saves the hand-off between goroutines that Next
-// costs: one wake-up and two channel operations per batch, which a process
-// of a thousand watchers pays a thousand times at every change. A backend
-// implements it when its watcher has a goroutine of its own.
-type Pusher interface {
-	Watcher
-	// Push has fn called with every batch that Next would return from
-	// now on, in order and one at a time, in the watcher's goroutine,
-	// until the watcher is closed or its backend is; it returns a channel
-	// that is closed then, after the last call. fn must not block for
-	// long, nor call the watcher (Close waits for the call in progress).
-	// Call Push once, before any Next, and Next no more after it.
-	Push(fn func(Batch)) (done <-chan struct{})
 }
 
 // ErrClosed is returned by calls on a closed lease, watcher or registry.

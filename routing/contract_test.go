@@ -514,7 +514,7 @@ func TestAdmits(t *testing.T) {
 }
 
 func TestRequestFromContext(t *testing.T) {
-	ctx := WithKey(lane.WithLane(context.Background(), "alice"), "user-7")
+	ctx := lane.WithKey(lane.WithLane(context.Background(), "alice"), "user-7")
 	if r := RequestFromContext(ctx, "az1", "h1"); r != (Request{Lane: "alice", Zone: "az1", Host: "h1", Key: "user-7"}) {
 		t.Fatalf("got %+v", r)
 	}

@@ -26,6 +26,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/lanesdev/lanes/internal/lib/cowmap"
 	"github.com/lanesdev/lanes/internal/lib/gogroup"
 	"github.com/lanesdev/lanes/policy"
 	"github.com/lanesdev/lanes/registry"
@@ -116,7 +117,7 @@ type Engine struct {
 	store policy.Store
 
 	policy   atomic.Pointer[compiled]
-	services atomic.Pointer[map[string]*Service] // copy on write, under mu
+	services cowmap.Map[string, *Service] // written under mu too, so that SetPolicy rebuilds every service
 
 	mu sync.Mutex
 
@@ -140,8 +141,6 @@ func New(opts ...Option) *Engine {
 	e.g = gogroup.New()
 	_, e.timed = e.clock.(systemClock)
 	e.policy.Store(compile(nil))
-	m := map[string]*Service{}
-	e.services.Store(&m)
 	if e.store != nil {
 		f := followPolicy(e.store, e.log, e)
 		e.g.Go(func() { f.run(e.g.Context()) })
@@ -155,7 +154,7 @@ func New(opts ...Option) *Engine {
 // any rebuild in progress, to end.
 func (e *Engine) Close() error {
 	e.g.Close()
-	for _, s := range *e.services.Load() {
+	for _, s := range e.services.All() {
 		s.stopDue()
 	}
 	return nil
@@ -167,7 +166,7 @@ func (e *Engine) SetPolicy(p *policy.Policy) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.policy.Store(compile(p))
-	for _, s := range *e.services.Load() {
+	for _, s := range e.services.All() {
 		s.mu.Lock()
 		s.rebuild()
 		s.mu.Unlock()
@@ -209,31 +208,23 @@ func (e *Engine) Service(name string) *Service { return e.service(name, true) }
 
 // Services returns the names of the services the engine knows.
 func (e *Engine) Services() []string {
-	m := *e.services.Load()
-	out := make([]string, 0, len(m))
-	for n := range m {
+	out := make([]string, 0, e.services.Len())
+	for n := range e.services.All() {
 		out = append(out, n)
 	}
 	return out
 }
 
 func (e *Engine) service(name string, watch bool) *Service {
-	if s, ok := (*e.services.Load())[name]; ok {
+	if s, ok := e.services.Load(name); ok {
 		return s
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	old := *e.services.Load()
-	if s, ok := old[name]; ok {
+	s, created := e.services.LoadOrStore(name, func() *Service { return newService(e, name) }, 0)
+	if !created {
 		return s
 	}
-	s := newService(e, name)
-	m := make(map[string]*Service, len(old)+1)
-	for k, v := range old {
-		m[k] = v
-	}
-	m[name] = s
-	e.services.Store(&m)
 	if watch && e.reg != nil {
 		f := watchInstances(e.reg, e.log, s)
 		e.g.Go(func() { f.run(e.g.Context()) })

@@ -39,6 +39,7 @@ import (
 	"github.com/lanesdev/lanes/etcdstore"
 	"github.com/lanesdev/lanes/internal/app/collector"
 	"github.com/lanesdev/lanes/internal/lib/addrpolicy"
+	"github.com/lanesdev/lanes/internal/lib/bearer"
 	"github.com/lanesdev/lanes/registry"
 	"github.com/lanesdev/lanes/routing"
 )
@@ -305,7 +306,7 @@ func (p *principal) String() string {
 
 // authenticate reads the bearer token of r.
 func (s *Server) authenticate(r *http.Request) (*principal, error) {
-	tok, ok := adminapi.Bearer(r.Header.Get("Authorization"))
+	tok, ok := bearer.Token(r.Header.Get("Authorization"))
 	if !ok {
 		return nil, unauthorized("this endpoint needs a token: send \"Authorization: Bearer <token>\"")
 	}

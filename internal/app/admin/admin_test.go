@@ -23,6 +23,7 @@ import (
 	"github.com/lanesdev/lanes/etcdstore"
 	"github.com/lanesdev/lanes/internal/app/admin"
 	"github.com/lanesdev/lanes/internal/lib/addrpolicy"
+	"github.com/lanesdev/lanes/internal/lib/regid"
 	"github.com/lanesdev/lanes/internal/testkit/etcdtest"
 	"github.com/lanesdev/lanes/internal/testkit/leaktest"
 	"github.com/lanesdev/lanes/internal/testkit/registrytest"
@@ -219,7 +220,7 @@ func testClaimNets(t *testing.T, e *env) {
 	adm := e.client(t, adminToken)
 	c, l := aliceRegistration(t, e)
 	defer l.Close()
-	rid := adminclient.RegistrationOf(l)
+	rid := regid.Of(l)
 	_, err := c.Claim(ctx(t), adminapi.ClaimRequest{Lane: "alice", Registration: rid})
 	if !adminapi.IsCode(err, adminapi.CodeForbidden) || !strings.Contains(err.Error(), "10.0.0.0/8") {
 		t.Errorf("lane token's claim of 127.0.0.1 outside 10.0.0.0/8: %v", err)
@@ -335,7 +336,7 @@ func aliceRegistration(t *testing.T, e *env) (*adminclient.Client, registry.Leas
 
 func testClaims(t *testing.T, e *env) {
 	c, l := aliceRegistration(t, e)
-	rid := adminclient.RegistrationOf(l)
+	rid := regid.Of(l)
 	// A lane token claims only the address it comes from.
 	if _, err := c.Claim(ctx(t), adminapi.ClaimRequest{Lane: "alice", IP: "10.1.2.3", Registration: rid}); !adminapi.IsCode(err, adminapi.CodeForbidden) {
 		t.Errorf("claim of another address: %v", err)
@@ -412,14 +413,14 @@ func testReregister(t *testing.T, e *env) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	first := adminclient.RegistrationOf(l)
+	first := regid.Of(l)
 	id, _ := strconv.ParseInt(first, 16, 64)
 	if _, err := e.store.Client().Revoke(ctx(t), clientv3.LeaseID(id)); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "registered again", func() bool {
 		insts, err := e.client(t, adminToken).Instances(ctx(t), "web")
-		return err == nil && len(insts) == 1 && adminclient.RegistrationOf(l) != first && insts[0].Registration == adminclient.RegistrationOf(l)
+		return err == nil && len(insts) == 1 && regid.Of(l) != first && insts[0].Registration == regid.Of(l)
 	})
 	select {
 	case <-l.Done():

@@ -10,13 +10,14 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"sync/atomic"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/etcdstore"
+	"github.com/lanesdev/lanes/internal/lib/cowmap"
+	"github.com/lanesdev/lanes/internal/lib/regid"
 	"github.com/lanesdev/lanes/lane"
 )
 
@@ -66,7 +67,7 @@ func (s *Server) listClaims(w http.ResponseWriter, r *http.Request, p *principal
 			return etcdError("list registrations", err)
 		}
 		for i := range out {
-			if id, ok := etcdstore.ParseLease(out[i].Registration); !ok || !owned[id] {
+			if id, ok := regid.Parse[clientv3.LeaseID](out[i].Registration); !ok || !owned[id] {
 				out[i].Registration = ""
 			}
 		}
@@ -205,7 +206,7 @@ type ClaimTable struct {
 	prefix string
 	log    *slog.Logger
 
-	m      atomic.Pointer[map[netip.Addr]string]
+	m      cowmap.Map[netip.Addr, string]
 	ready  chan struct{}
 	once   sync.Once
 	cancel context.CancelFunc
@@ -218,8 +219,6 @@ func WatchClaims(store *etcdstore.Store, log *slog.Logger) *ClaimTable {
 		log = slog.Default()
 	}
 	t := &ClaimTable{store: store, prefix: store.Prefix() + "claims/", log: log.With("component", "claims"), ready: make(chan struct{}), done: make(chan struct{})}
-	empty := map[netip.Addr]string{}
-	t.m.Store(&empty)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.cancel = cancel
 	go t.run(ctx)
@@ -228,12 +227,11 @@ func WatchClaims(store *etcdstore.Store, log *slog.Logger) *ClaimTable {
 
 // Lookup returns the lane that claims addr.
 func (t *ClaimTable) Lookup(addr netip.Addr) (string, bool) {
-	l, ok := (*t.m.Load())[addr.Unmap()]
-	return l, ok
+	return t.m.Load(addr.Unmap())
 }
 
 // Len returns the number of claims.
-func (t *ClaimTable) Len() int { return len(*t.m.Load()) }
+func (t *ClaimTable) Len() int { return t.m.Len() }
 
 // Ready is closed once the claims have been listed.
 func (t *ClaimTable) Ready() <-chan struct{} { return t.ready }
@@ -261,34 +259,31 @@ func (t *ClaimTable) list(kvs []*mvccpb.KeyValue, _ int64) {
 			m[netip.MustParseAddr(c.IP).Unmap()] = c.Lane
 		}
 	}
-	t.m.Store(&m)
+	t.m.Replace(m)
 	t.once.Do(func() { close(t.ready) })
 }
 
 // apply folds changes into a copy of the table and publishes it.
 func (t *ClaimTable) apply(evs []*clientv3.Event) {
-	next := make(map[netip.Addr]string, len(*t.m.Load())+1)
-	for k, v := range *t.m.Load() {
-		next[k] = v
-	}
-	for _, ev := range evs {
-		a, err := netip.ParseAddr(strings.TrimPrefix(string(ev.Kv.Key), t.prefix))
-		if err != nil {
-			continue
-		}
-		a = a.Unmap()
-		switch ev.Type {
-		case clientv3.EventTypeDelete:
-			delete(next, a)
-		case clientv3.EventTypePut:
-			if c, ok := parseClaim(ev.Kv); ok {
-				next[a] = c.Lane
-			} else {
+	t.m.Update(func(next map[netip.Addr]string) {
+		for _, ev := range evs {
+			a, err := netip.ParseAddr(strings.TrimPrefix(string(ev.Kv.Key), t.prefix))
+			if err != nil {
+				continue
+			}
+			a = a.Unmap()
+			switch ev.Type {
+			case clientv3.EventTypeDelete:
 				delete(next, a)
+			case clientv3.EventTypePut:
+				if c, ok := parseClaim(ev.Kv); ok {
+					next[a] = c.Lane
+				} else {
+					delete(next, a)
+				}
 			}
 		}
-	}
-	t.m.Store(&next)
+	})
 }
 
 // claimable reports whether ip is in one of nets.

@@ -16,6 +16,7 @@ import (
 	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/etcdstore"
 	"github.com/lanesdev/lanes/internal/lib/addrpolicy"
+	"github.com/lanesdev/lanes/internal/lib/regid"
 	"github.com/lanesdev/lanes/policy"
 	"github.com/lanesdev/lanes/registry"
 )
@@ -31,7 +32,7 @@ const MaxTTL = time.Hour
 // revokes it, which deletes the instance and any claim attached to it.
 
 func parseLease(v string) (clientv3.LeaseID, error) {
-	id, ok := etcdstore.ParseLease(v)
+	id, ok := regid.Parse[clientv3.LeaseID](v)
 	if !ok {
 		return 0, badRequest("registration", v, "not a registration id (a lease id in hex)")
 	}
@@ -188,7 +189,7 @@ func (s *Server) register(w http.ResponseWriter, r *http.Request, p *principal) 
 		}
 		return etcdError("register instance", err)
 	}
-	rid := etcdstore.FormatLease(reg.Lease)
+	rid := regid.Format(reg.Lease)
 	s.metrics.registrations.WithLabelValues("created").Inc()
 	s.log.Info("instance registered", "service", inst.Service, "id", inst.ID, "lane", inst.Lane, "addr", inst.Addr, "registration", rid, "by", p.String())
 	writeJSON(w, http.StatusCreated, adminapi.Registration{Instance: reg.Instance, Registration: rid, TTL: adminapi.Duration(reg.TTL), Held: true})
@@ -330,7 +331,7 @@ func (s *Server) endRegistration(id clientv3.LeaseID) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := s.regs.End(ctx, id); err != nil {
-		s.log.Warn("could not end a registration; it expires with its TTL", "registration", etcdstore.FormatLease(id), "err", err)
+		s.log.Warn("could not end a registration; it expires with its TTL", "registration", regid.Format(id), "err", err)
 	}
 }
 
@@ -412,7 +413,7 @@ func (s *Server) views(ctx context.Context, p *principal, service string) ([]adm
 			v.State = "drained"
 		}
 		if reg.Lease != 0 && p != nil && (p.admin || owned[reg.Lease]) {
-			v.Registration = etcdstore.FormatLease(reg.Lease)
+			v.Registration = regid.Format(reg.Lease)
 		}
 		out = append(out, v)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/adminclient"
 	"github.com/lanesdev/lanes/internal/lib/logs"
+	"github.com/lanesdev/lanes/internal/lib/regid"
 	"github.com/lanesdev/lanes/lane"
 	"github.com/lanesdev/lanes/registry"
 )
@@ -105,14 +106,14 @@ token of a local 'lanes up'.`,
 			if err != nil {
 				return apiFailure(c, err)
 			}
-			regID := adminclient.RegistrationOf(lease)
+			regID := regid.Of(lease)
 			fmt.Fprintf(out, "lanes dev: %s/%s registered in lane %s at %s (registration %s)\n", service, id, l, addr, regID)
 
 			claimed := ""
 			claim := func() {
 				cctx, cancel := context.WithTimeout(ctx, callTimeout)
 				defer cancel()
-				rid := adminclient.RegistrationOf(lease)
+				rid := regid.Of(lease)
 				cl, err := c.Claim(cctx, adminapi.ClaimRequest{Lane: l, Registration: rid})
 				if err != nil {
 					fmt.Fprintf(errw, "lanes dev: could not claim this client for lane %s: %v\n", l, err)
@@ -145,7 +146,7 @@ token of a local 'lanes up'.`,
 				case <-tick.C:
 					// A registration made again (after a long pause) has a new
 					// lease: claim again on it.
-					if claimIP && adminclient.RegistrationOf(lease) != claimed {
+					if claimIP && regid.Of(lease) != claimed {
 						claim()
 					}
 				}

@@ -7,7 +7,7 @@ import (
 	"net"
 	"net/netip"
 
-	"github.com/lanesdev/lanes/adminapi"
+	"github.com/lanesdev/lanes/internal/lib/bearer"
 )
 
 // Who may send spans to the receivers (Config.Auth).
@@ -72,7 +72,7 @@ func (c *Collector) authenticate(ctx context.Context, peer, header string) (Send
 		}
 		return Sender{Trusted: true}, nil
 	}
-	tok, ok := adminapi.Bearer(header)
+	tok, ok := bearer.Token(header)
 	if !ok {
 		return Sender{}, fmt.Errorf("%w: send spans with the header \"Authorization: Bearer <token>\": the service's registration token (LANES_TOKEN) or the telemetry token that lanes up prints", ErrUnauthenticated)
 	}

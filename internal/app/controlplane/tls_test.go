@@ -18,6 +18,7 @@ import (
 	"github.com/lanesdev/lanes/adminclient"
 	"github.com/lanesdev/lanes/internal/app/dashboard"
 	"github.com/lanesdev/lanes/internal/lib/tlsfiles"
+	"github.com/lanesdev/lanes/internal/lib/traceexport"
 	"github.com/lanesdev/lanes/internal/testkit/tlstest"
 	"github.com/lanesdev/lanes/lanesenv"
 	"github.com/lanesdev/lanes/lanestrace"
@@ -155,7 +156,7 @@ func TestTLSListeners(t *testing.T) {
 	})
 
 	t.Run("collector", func(t *testing.T) {
-		tp, err := lanestrace.NewProvider(ctx, "orders", tr.GRPCAddr, 1, lanestrace.WithTLS(pool), lanestrace.WithToken(tr.Token))
+		tp, err := traceexport.NewProvider(ctx, "orders", tr.GRPCAddr, lanestrace.Sampler(1), tr.Token, pool)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -198,7 +199,7 @@ func TestTLSListeners(t *testing.T) {
 			t.Errorf("OTLP/HTTP over TLS: status %d (TLS %v)", resp.StatusCode, resp.TLS != nil)
 		}
 		// Plain gRPC to the TLS receiver does not get in.
-		plain, err := lanestrace.NewProvider(ctx, "orders", strings.Replace(tr.GRPCAddr, "https://", "http://", 1), 1, lanestrace.WithToken(tr.Token))
+		plain, err := traceexport.NewProvider(ctx, "orders", strings.Replace(tr.GRPCAddr, "https://", "http://", 1), lanestrace.Sampler(1), tr.Token, nil)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -19,6 +19,7 @@ import (
 	"github.com/lanesdev/lanes/internal/app/admin"
 	"github.com/lanesdev/lanes/internal/app/collector"
 	"github.com/lanesdev/lanes/internal/lib/tlsfiles"
+	"github.com/lanesdev/lanes/internal/lib/traceexport"
 	"github.com/lanesdev/lanes/lanestrace"
 )
 
@@ -221,7 +222,7 @@ func (c *collectorComponent) Provision(ctx context.Context, rt *Runtime) error {
 			note += "; open to anyone, no token"
 		}
 		rt.Announce(Address{Name: "traces", URL: out.GRPCAddr, Note: note})
-		sdk, err := lanestrace.NewProvider(ctx, GatewayService, out.GRPCAddr, t.Sample, lanestrace.WithToken(out.Token), lanestrace.WithTLS(out.ClientTLS))
+		sdk, err := traceexport.NewProvider(ctx, GatewayService, out.GRPCAddr, lanestrace.Sampler(t.Sample), out.Token, out.ClientTLS)
 		if err != nil {
 			return fmt.Errorf("traces: the control plane's exporter: %w", err)
 		}

@@ -30,6 +30,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/lanesdev/lanes/internal/lib/traceexport"
 	"github.com/lanesdev/lanes/laneshttp"
 	"github.com/lanesdev/lanes/lanestrace"
 	"github.com/lanesdev/lanes/registry"
@@ -118,7 +119,7 @@ func Start(ctx context.Context, cfg Config) (*Topology, error) {
 		}
 		var tp trace.TracerProvider
 		if cfg.Traces != "" {
-			sdk, err := lanestrace.NewProvider(ctx, in.Service, cfg.Traces, 1, lanestrace.WithToken(cfg.TracesToken), lanestrace.WithTLS(cfg.TracesTLS))
+			sdk, err := traceexport.NewProvider(ctx, in.Service, cfg.Traces, lanestrace.Sampler(1), cfg.TracesToken, cfg.TracesTLS)
 			if err != nil {
 				t.Close()
 				return nil, fmt.Errorf("demo: the trace exporter of %s: %w", in.Service, err)

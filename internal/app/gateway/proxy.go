@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/net/http/httpguts"
 
+	"github.com/lanesdev/lanes/internal/lib/hopspan"
 	"github.com/lanesdev/lanes/internal/lib/routedcall"
 	"github.com/lanesdev/lanes/lane"
 	"github.com/lanesdev/lanes/laneshttp"
@@ -782,7 +783,7 @@ func (s *stdSend) send(pick routing.Result) (routedcall.Attempt, bool) {
 		if responseHeadTooLarge(s.err) {
 			s.err = errResponseHeadTooLarge // in the fast path's words
 		}
-		return attempt(s.st, 0, "", s.err, laneshttp.Unsent(s.err)), false
+		return attempt(s.st, 0, "", s.err, routedcall.Unsent(s.err)), false
 	}
 	return attempt(s.st, s.res.StatusCode, s.res.Header.Get(hError), nil, false), false
 }
@@ -833,7 +834,7 @@ var traceContext propagation.TraceContext
 // endSpan records an upstream call's routing decision and outcome (the
 // answer's status, or err) on its client span, and ends it.
 func (g *Gateway) endSpan(span trace.Span, st *reqState, status int, err error) {
-	lanestrace.EndStatus(span, lanestrace.DecisionOf(g.engine, st.route.Service, st.req.Lane, st.call.Pick(), st.call.PickErr(err), st.call.Retries()), status, err)
+	hopspan.EndStatus(span, hopspan.DecisionOf(g.engine, st.route.Service, st.req.Lane, st.call.Pick(), st.call.PickErr(err), st.call.Retries()), status, err)
 }
 
 // attempt describes an attempt for the routed-call rules: its answer's

@@ -30,6 +30,7 @@ import (
 	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/adminclient"
 	"github.com/lanesdev/lanes/etcdstore"
+	"github.com/lanesdev/lanes/internal/lib/regid"
 	"github.com/lanesdev/lanes/internal/testkit/etcdtest"
 	"github.com/lanesdev/lanes/internal/testkit/leaktest"
 	"github.com/lanesdev/lanes/registry"
@@ -625,7 +626,7 @@ func TestUpExternalEtcdAuth(t *testing.T) {
 	base := newBackend(t, "web-base")
 	l := u.register(t, tok, registry.Instance{Service: "web", ID: "web-alice", Addr: b.addr, Lane: "alice"})
 	u.register(t, u.token, registry.Instance{Service: "web", ID: "web-base", Addr: base.addr})
-	if _, err := u.client(t, tok).Claim(ctx, adminapi.ClaimRequest{Lane: "alice", Registration: adminclient.RegistrationOf(l)}); err != nil {
+	if _, err := u.client(t, tok).Claim(ctx, adminapi.ClaimRequest{Lane: "alice", Registration: regid.Of(l)}); err != nil {
 		t.Errorf("claim: %v", err)
 	}
 	gc := clientFrom(t, "127.0.0.2")

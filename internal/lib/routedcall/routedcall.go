@@ -64,8 +64,8 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/lanesdev/lanes/internal/lib/hopspan"
 	"github.com/lanesdev/lanes/lanesmetrics"
-	"github.com/lanesdev/lanes/lanestrace"
 	"github.com/lanesdev/lanes/routing"
 )
 
@@ -525,14 +525,14 @@ func (c *Call) Run(ctx context.Context, cfg *Config, sp Spec, s Sender) error {
 		last = c.attempts(ctx, pick, sp.Idempotent, s)
 	}
 	if span != nil || cfg.Metrics != nil {
-		d := lanestrace.DecisionOf(cfg.Engine, sp.Service.Name(), sp.Request.Lane, c.pick, err, c.Retries())
+		d := hopspan.DecisionOf(cfg.Engine, sp.Service.Name(), sp.Request.Lane, c.pick, err, c.Retries())
 		cfg.Metrics.Observe(d.Service, d.Requested, d.Served, d.Reason)
 		if span != nil {
 			end := err
 			if end == nil {
 				end = last.Err
 			}
-			lanestrace.EndStatus(span, d, last.Status, end)
+			hopspan.EndStatus(span, d, last.Status, end)
 		}
 	}
 	return err

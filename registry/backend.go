@@ -1,5 +1,10 @@
 package registry
 
+// This file holds what a registry backend is made of, and nothing that a user of a registry
+// needs: a backend's leases are KeptLease, driven by the backend's Keeper; its watchers may be
+// Pushers; a backend that can tell when it last could not reach its store implements Outages
+// with an OutageClock. See "Writing a backend" in the package documentation.
+
 import (
 	"context"
 	"errors"
@@ -11,6 +16,59 @@ import (
 
 	"github.com/lanesdev/lanes/internal/lib/backoff"
 )
+
+// Pusher is a Watcher that can hand its batches to a function instead,
+// called in the watcher's own goroutine. A consumer that only takes each
+// batch and acts on it saves the hand-off between goroutines that Next
+// costs: one wake-up and two channel operations per batch, which a process
+// of a thousand watchers pays a thousand times at every change. A backend
+// implements it when its watcher has a goroutine of its own.
+type Pusher interface {
+	Watcher
+	// Push has fn called with every batch that Next would return from
+	// now on, in order and one at a time, in the watcher's goroutine,
+	// until the watcher is closed or its backend is; it returns a channel
+	// that is closed then, after the last call. fn must not block for
+	// long, nor call the watcher (Close waits for the call in progress).
+	// Call Push once, before any Next, and Next no more after it.
+	Push(fn func(Batch)) (done <-chan struct{})
+}
+
+// Outages is implemented by a Registry that can tell when it last could not
+// reach its store (or was just back from not reaching it). A routing engine
+// watching such a registry holds the instances deleted shortly after an
+// outage, which are the leases the store expired because it could not be
+// reached, not deregistrations (see routing.WithExpiryGrace).
+type Outages interface {
+	// LastOutage returns when the backend last found its store
+	// unreachable, or found it back; zero if never.
+	LastOutage() time.Time
+}
+
+// OutageClock records the last outage of a backend, for Outages. The zero
+// value is ready to use; it is safe for concurrent use.
+type OutageClock struct{ last atomic.Int64 }
+
+// Mark records an outage (or the end of one) at t, unless a later one is
+// recorded.
+func (c *OutageClock) Mark(t time.Time) {
+	n := t.UnixNano()
+	for {
+		old := c.last.Load()
+		if old >= n || c.last.CompareAndSwap(old, n) {
+			return
+		}
+	}
+}
+
+// Last returns the time of the last outage recorded; zero if none.
+func (c *OutageClock) Last() time.Time {
+	n := c.last.Load()
+	if n == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, n)
+}
 
 // ErrTakenOver is returned by Keeper.Restore when another registration holds
 // the instance by now: a lease does not overwrite a newer registration of

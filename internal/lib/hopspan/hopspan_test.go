@@ -1,14 +1,19 @@
-package lanestrace_test
+package hopspan_test
 
 import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
+	"github.com/lanesdev/lanes/internal/lib/hopspan"
 	"github.com/lanesdev/lanes/lanestrace"
 	"github.com/lanesdev/lanes/policy"
 	"github.com/lanesdev/lanes/registry"
 	"github.com/lanesdev/lanes/routing"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestDecisionOf(t *testing.T) {
 	past := time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)
@@ -40,7 +45,7 @@ outlier: {errors: 1}
 	})
 	decide := func(service, lane string) lanestrace.Decision {
 		res, err := e.Pick(service, routing.Request{Lane: lane, Key: "k"})
-		return lanestrace.DecisionOf(e, service, lane, res, err, 0)
+		return hopspan.DecisionOf(e, service, lane, res, err, 0)
 	}
 	for _, tc := range []struct {
 		service, lane, reason, served string
@@ -65,7 +70,7 @@ outlier: {errors: 1}
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := lanestrace.DecisionOf(e, "orders", "alice", retry, nil, 1); d.Reason != lanestrace.ReasonFailover || d.Served != "" || d.Retries != 1 {
+	if d := hopspan.DecisionOf(e, "orders", "alice", retry, nil, 1); d.Reason != lanestrace.ReasonFailover || d.Served != "" || d.Retries != 1 {
 		t.Errorf("alice's retry after o-alice failed: %+v, want a failover to the baseline", d)
 	}
 	// alice's only instance fails once: ejected, so alice falls back although it is registered.

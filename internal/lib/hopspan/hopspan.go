@@ -1,0 +1,107 @@
+// Package hopspan writes a hop's routing into its spans, once for every transport of lanes: the
+// client span's lanestrace.Decision from the pick (DecisionOf, ReasonFor), its end with the
+// outcome of the call (EndHTTP, EndStatus), and the server side of a hop (RecordServer).
+package hopspan
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"go.opentelemetry.io/otel/codes"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/lanesdev/lanes/lanestrace"
+	"github.com/lanesdev/lanes/routing"
+)
+
+// DecisionOf describes the pick res of a call to service for a request in lane requested,
+// after retries moves, and err, the pick's error when no instance was chosen. It reads the
+// engine's snapshot of the service (routing.Service.LaneSize) to tell an ejected lane from an
+// empty one.
+func DecisionOf(e *routing.Engine, service, requested string, res routing.Result, err error, retries int) lanestrace.Decision {
+	d := lanestrace.Decision{Service: service, Requested: requested, Served: res.Lane, Retries: retries, Reason: lanestrace.ReasonNone}
+	if res.Instance != nil {
+		d.Instance, d.Addr = res.Instance.ID, res.Instance.Addr
+	}
+	if err != nil {
+		var re *routing.Error
+		if errors.As(err, &re) && re.Code == routing.CodeLaneUnavailable {
+			d.Reason = lanestrace.ReasonStrict
+		} else {
+			d.Reason = lanestrace.ReasonNoInstanceInLane
+		}
+		return d
+	}
+	if e != nil {
+		d.Eligible, _ = e.Service(service).LaneSize(res.Lane)
+	}
+	switch res.Reason {
+	case routing.ReasonCanary:
+		d.Reason = lanestrace.ReasonCanary
+	case routing.ReasonInvalidLane:
+		d.Reason = lanestrace.ReasonInvalidLane
+	case routing.ReasonFallback, routing.ReasonLaneEmpty:
+		d.Reason = ReasonFor(e, service, requested, res.Lane)
+	case routing.ReasonFailover:
+		if res.Lane != requested {
+			d.Reason = lanestrace.ReasonFailover
+		}
+	}
+	return d
+}
+
+// ReasonFor says why a request of service in lane requested was served by lane served instead
+// (a lanestrace.Reason* value): ReasonNone when it was not; ReasonExpired when the requested
+// lane's lifetime has ended; ReasonEjected when the lane has instances of the service, but none
+// was ready (outlier detection ejected them); ReasonNoInstanceInLane otherwise. It reads the
+// engine's snapshot (routing.Service.LaneSize) and allocates nothing.
+func ReasonFor(e *routing.Engine, service, requested, served string) string {
+	switch {
+	case served == requested:
+		return lanestrace.ReasonNone
+	case e == nil:
+		return lanestrace.ReasonNoInstanceInLane
+	case e.Policy().Expired(requested, time.Now()):
+		return lanestrace.ReasonExpired
+	}
+	if _, members := e.Service(service).LaneSize(requested); members > 0 {
+		return lanestrace.ReasonEjected
+	}
+	return lanestrace.ReasonNoInstanceInLane
+}
+
+// RecordServer sets the server side of a hop on span: the lane the request carried, the lane of
+// the instance serving it, and whether the lane guard admitted it.
+func RecordServer(span trace.Span, requested, instanceLane string, admitted bool) {
+	span.SetAttributes(lanestrace.Requested.String(requested), lanestrace.InstanceLane.String(instanceLane), lanestrace.GuardAdmitted.Bool(admitted))
+}
+
+// EndHTTP records on the client span of an HTTP call its routing decision d and its outcome (err,
+// or the status of res), and ends the span. The gateway and laneshttp.Transport end their spans
+// with it.
+func EndHTTP(span trace.Span, d lanestrace.Decision, res *http.Response, err error) {
+	status := 0
+	if res != nil {
+		status = res.StatusCode
+	}
+	EndStatus(span, d, status, err)
+}
+
+// EndStatus is EndHTTP for an answer known by its status code alone (0: no
+// answer), as a client other than net/http's gives it.
+func EndStatus(span trace.Span, d lanestrace.Decision, status int, err error) {
+	d.Record(span)
+	switch {
+	case err != nil:
+		span.SetStatus(codes.Error, err.Error())
+	case status != 0:
+		span.SetAttributes(semconv.HTTPResponseStatusCode(status))
+		if status >= 500 {
+			span.SetStatus(codes.Error, strconv.Itoa(status)+" "+http.StatusText(status))
+		}
+	}
+	span.End()
+}
