@@ -114,3 +114,23 @@ func TestResourcesValid(t *testing.T) {
 		t.Errorf("%d listeners and %d route configurations for 2 services", len(r.Listeners), len(r.Routes))
 	}
 }
+
+// TestLaneCaseSpelledOut: a lane is matched in either ASCII case, and by no
+// other character that Unicode folds to one of its letters.
+func TestLaneCaseSpelledOut(t *testing.T) {
+	f := fleet(t, "", registry.Instance{ID: "k1", Service: "orders", Addr: "127.0.0.1:1", Lane: "kilo"},
+		registry.Instance{ID: "b1", Service: "orders", Addr: "127.0.0.1:2"})
+	e, err := newEvaluator(xdsroute.Translate(f, xdsroute.Caller{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for v, want := range map[string]string{"kilo": "kilo", " KiLo\t": "kilo", "\u212Ailo": "", "ki\u017Fo": ""} {
+		a, err := e.eval("orders", headers{"x-lane": {v}}, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.Lane != want {
+			t.Errorf("x-lane %q served by %s, want lane %q", v, a, want)
+		}
+	}
+}
