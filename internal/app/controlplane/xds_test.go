@@ -1,0 +1,65 @@
+package controlplane
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/lanesdev/lanes/registry"
+)
+
+// TestXDS: lanes up with xds.addr serves the routes of the registry's
+// services; with xds.auth token, a stream needs a token.
+func TestXDS(t *testing.T) {
+	cfg := Defaults()
+	cfg.DataDir = t.TempDir()
+	cfg.AdminAddr, cfg.GatewayAddr, cfg.Etcd.ClientAddr, cfg.Etcd.PeerAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Nats.Addr = NatsOff
+	cfg.Traces.GRPCAddr, cfg.Traces.HTTPAddr = TracesOff, TracesOff
+	cfg.XDS = XDSConfig{Addr: "127.0.0.1:0", Auth: "token"}
+	s := startQuiet(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	st, _ := Value(s, StoreKey)
+	lease, err := st.Register(ctx, registry.Instance{ID: "b1", Service: "orders", Addr: "127.0.0.1:1001"}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.Close()
+	x, _ := Value(s, XDSKey)
+	adm, _ := Value(s, AdminKey)
+	cc, err := grpc.NewClient(x.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	lds := func(md ...string) (*discoverygrpc.DiscoveryResponse, error) {
+		sctx, scancel := context.WithCancel(metadata.AppendToOutgoingContext(ctx, md...))
+		defer scancel()
+		ads, err := discoverygrpc.NewAggregatedDiscoveryServiceClient(cc).StreamAggregatedResources(sctx)
+		if err != nil {
+			return nil, err
+		}
+		ads.Send(&discoverygrpc.DiscoveryRequest{Node: &corev3.Node{Id: "t"}, TypeUrl: resource.ListenerType, ResourceNames: []string{"orders"}})
+		return ads.Recv()
+	}
+	if _, err := lds(); status.Code(err) != codes.Unauthenticated {
+		t.Fatalf("without a token: %v, want Unauthenticated", err)
+	}
+	resp, err := lds("authorization", "Bearer "+adm.Token)
+	if err != nil {
+		t.Fatalf("with the admin token: %v", err)
+	}
+	if len(resp.Resources) != 1 {
+		t.Fatalf("%d listeners, want orders", len(resp.Resources))
+	}
+}

@@ -1,0 +1,244 @@
+package xds_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	grpcstatus "google.golang.org/grpc/status"
+
+	"github.com/lanesdev/lanes/adminapi"
+	"github.com/lanesdev/lanes/internal/app/xds"
+	"github.com/lanesdev/lanes/policy"
+	"github.com/lanesdev/lanes/registry"
+	"github.com/lanesdev/lanes/routing"
+)
+
+// fixture is an xDS server on loopback, fed by an in-memory registry and a
+// policy source, with its own metrics.
+type fixture struct {
+	reg     *registry.Memory
+	eng     *routing.Engine
+	srv     *xds.Server
+	addr    string
+	metrics *prometheus.Registry
+}
+
+func start(t *testing.T, cfg xds.Config) *fixture {
+	t.Helper()
+	f := &fixture{reg: registry.NewMemory(), eng: routing.New(), metrics: prometheus.NewRegistry()}
+	t.Cleanup(func() { f.eng.Close(); f.reg.Close() })
+	cfg.Registry, cfg.Policy, cfg.Metrics = f.reg, f.eng, f.metrics
+	if cfg.Auth == "" {
+		cfg.Auth = xds.AuthLoopback
+	}
+	srv, err := xds.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	t.Cleanup(func() {
+		srv.Close()
+		if err := <-done; err != nil {
+			t.Errorf("Serve: %v", err)
+		}
+	})
+	f.srv, f.addr = srv, ln.Addr().String()
+	return f
+}
+
+func (f *fixture) register(t *testing.T, in registry.Instance) registry.Lease {
+	t.Helper()
+	l, err := f.reg.Register(context.Background(), in, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func (f *fixture) setPolicy(t *testing.T, doc string) {
+	t.Helper()
+	p, err := policy.Parse("policy.yaml", []byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.eng.SetPolicy(p)
+}
+
+// ads opens an ADS stream with md in its metadata.
+func (f *fixture) ads(t *testing.T, ctx context.Context, md ...string) discoverygrpc.AggregatedDiscoveryService_StreamAggregatedResourcesClient {
+	t.Helper()
+	cc, err := grpc.NewClient(f.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cc.Close() })
+	if len(md) > 0 {
+		ctx = metadata.AppendToOutgoingContext(ctx, md...)
+	}
+	st, err := discoverygrpc.NewAggregatedDiscoveryServiceClient(cc).StreamAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+var node = &corev3.Node{Id: "test-client", Locality: &corev3.Locality{Zone: "az1"}}
+
+func recv(t *testing.T, st discoverygrpc.AggregatedDiscoveryService_StreamAggregatedResourcesClient) *discoverygrpc.DiscoveryResponse {
+	t.Helper()
+	resp, err := st.Recv()
+	if err != nil {
+		t.Fatalf("Recv: %v", err)
+	}
+	return resp
+}
+
+// TestNackIsNotAnsweredWithTheSameResources: a client that refuses a
+// response and asks again at once (as grpc-go does) is answered at the
+// next change, not again with what it refused; the NACK is counted.
+func TestNackIsNotAnsweredWithTheSameResources(t *testing.T) {
+	f := start(t, xds.Config{})
+	f.register(t, registry.Instance{ID: "b1", Service: "orders", Addr: "127.0.0.1:1001"})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st := f.ads(t, ctx)
+	eds := func(version, nonce string, nack bool) {
+		req := &discoverygrpc.DiscoveryRequest{Node: node, TypeUrl: resource.EndpointType,
+			ResourceNames: []string{"orders/baseline"}, VersionInfo: version, ResponseNonce: nonce}
+		if nack {
+			req.ErrorDetail = &status.Status{Code: int32(codes.InvalidArgument), Message: "refused by the test"}
+		}
+		if err := st.Send(req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eds("", "", false)
+	first := recv(t, st)
+	if len(first.Resources) != 1 {
+		t.Fatalf("%d resources, want orders/baseline", len(first.Resources))
+	}
+	// Refuse it three times over, asking again each time with no version.
+	nacks := func() float64 { return sum(f.metrics, "lanes_xds_nacks_total") }
+	for i := range 3 {
+		eds("", first.Nonce, true)
+		// The server answers nothing now; wait for it to have counted
+		// the NACK, then make a change, whose push must be the next
+		// thing on the stream.
+		for nacks() < float64(i+1) {
+			if ctx.Err() != nil {
+				t.Fatalf("the NACK was not counted: %v", ctx.Err())
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	f.register(t, registry.Instance{ID: "b2", Service: "orders", Addr: "127.0.0.1:1002"})
+	next := recv(t, st)
+	if next.VersionInfo == first.VersionInfo {
+		t.Fatalf("the refused version %s was sent again", first.VersionInfo)
+	}
+	if got := nacks(); got != 3 {
+		t.Errorf("%v NACKs counted, want 3", got)
+	}
+}
+
+// sum is the sum of the series of a metric family (0 for none yet).
+func sum(g prometheus.Gatherer, name string) float64 {
+	mfs, _ := g.Gather()
+	var n float64
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			for _, m := range mf.GetMetric() {
+				n += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return n
+}
+
+type tokens map[string]bool
+
+func (ts tokens) Check(_ context.Context, tok string) (bool, adminapi.Token, error) {
+	if ts[tok] {
+		return false, adminapi.Token{ID: "t1", Lane: "alice"}, nil
+	}
+	return false, adminapi.Token{}, errors.New("unknown token")
+}
+
+// TestTokenAuth: with xds.auth token, a stream needs a token the token
+// store accepts; a lane token reads the routes like any client.
+func TestTokenAuth(t *testing.T) {
+	f := start(t, xds.Config{Auth: xds.AuthToken, Tokens: tokens{"lanes_good": true}})
+	f.register(t, registry.Instance{ID: "b1", Service: "orders", Addr: "127.0.0.1:1001"})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	lds := &discoverygrpc.DiscoveryRequest{Node: node, TypeUrl: resource.ListenerType, ResourceNames: []string{"orders"}}
+	for _, c := range []struct {
+		name string
+		md   []string
+		code codes.Code
+	}{
+		{"no token", nil, codes.Unauthenticated},
+		{"not a bearer token", []string{"authorization", "Basic eDp5"}, codes.Unauthenticated},
+		{"unknown token", []string{"authorization", "Bearer lanes_bad"}, codes.Unauthenticated},
+		{"good token", []string{"authorization", "Bearer lanes_good"}, codes.OK},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			st := f.ads(t, ctx, c.md...)
+			if err := st.Send(lds); err != nil && !errors.Is(err, context.Canceled) {
+				// The server may end the stream before the send.
+				t.Log(err)
+			}
+			resp, err := st.Recv()
+			if got := grpcstatus.Code(err); got != c.code {
+				t.Fatalf("got %v (%v), want %v", got, err, c.code)
+			}
+			if c.code == codes.OK && len(resp.Resources) != 1 {
+				t.Fatalf("%d listeners, want orders", len(resp.Resources))
+			}
+		})
+	}
+	if got := sum(f.metrics, "lanes_xds_refused_total"); got != 3 {
+		t.Errorf("%v refusals counted, want 3", got)
+	}
+}
+
+// TestHostileRequests: a node id, or resource names, beyond the bounds end
+// the stream with InvalidArgument.
+func TestHostileRequests(t *testing.T) {
+	f := start(t, xds.Config{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for name, req := range map[string]*discoverygrpc.DiscoveryRequest{
+		"long node id":       {Node: &corev3.Node{Id: strings.Repeat("n", xds.MaxNodeIDBytes+1)}, TypeUrl: resource.ListenerType},
+		"long resource name": {Node: node, TypeUrl: resource.ClusterType, ResourceNames: []string{strings.Repeat("c", xds.MaxResourceNameBytes+1)}},
+		"many names":         {Node: node, TypeUrl: resource.ClusterType, ResourceNames: make([]string, xds.MaxResourceNames+1)},
+	} {
+		t.Run(name, func(t *testing.T) {
+			st := f.ads(t, ctx)
+			if err := st.Send(req); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := st.Recv(); grpcstatus.Code(err) != codes.InvalidArgument {
+				t.Fatalf("got %v, want InvalidArgument", err)
+			}
+		})
+	}
+}
