@@ -20,11 +20,7 @@ import (
 // TestXDS: lanes up with xds.addr serves the routes of the registry's
 // services; with xds.auth token, a stream needs a token.
 func TestXDS(t *testing.T) {
-	cfg := Defaults()
-	cfg.DataDir = t.TempDir()
-	cfg.AdminAddr, cfg.GatewayAddr, cfg.Etcd.ClientAddr, cfg.Etcd.PeerAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
-	cfg.Nats.Addr = NatsOff
-	cfg.Traces.GRPCAddr, cfg.Traces.HTTPAddr = TracesOff, TracesOff
+	cfg := minimalConfig(t)
 	cfg.XDS = XDSConfig{Addr: "127.0.0.1:0", Auth: "token"}
 	s := startQuiet(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -49,8 +45,17 @@ func TestXDS(t *testing.T) {
 		if err != nil {
 			return nil, err
 		}
-		ads.Send(&discoverygrpc.DiscoveryRequest{Node: &corev3.Node{Id: "t"}, TypeUrl: resource.ListenerType, ResourceNames: []string{"orders"}})
-		return ads.Recv()
+		req := &discoverygrpc.DiscoveryRequest{Node: &corev3.Node{Id: "t"}, TypeUrl: resource.ListenerType, ResourceNames: []string{"orders"}}
+		for {
+			ads.Send(req)
+			resp, err := ads.Recv()
+			if err != nil || len(resp.Resources) > 0 {
+				return resp, err
+			}
+			// Asked before the registration reached the server: wait
+			// for the next version.
+			req.VersionInfo, req.ResponseNonce = resp.VersionInfo, resp.Nonce
+		}
 	}
 	if _, err := lds(); status.Code(err) != codes.Unauthenticated {
 		t.Fatalf("without a token: %v, want Unauthenticated", err)
@@ -62,4 +67,14 @@ func TestXDS(t *testing.T) {
 	if len(resp.Resources) != 1 {
 		t.Fatalf("%d listeners, want orders", len(resp.Resources))
 	}
+}
+
+// minimalConfig is a control plane on free loopback ports, with its data in
+// a temporary directory, without NATS and the trace collector.
+func minimalConfig(t *testing.T) Config {
+	cfg := Defaults()
+	cfg.DataDir = t.TempDir()
+	cfg.AdminAddr, cfg.GatewayAddr, cfg.Etcd.ClientAddr, cfg.Etcd.PeerAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Nats.Addr, cfg.Traces.GRPCAddr, cfg.Traces.HTTPAddr = NatsOff, TracesOff, TracesOff
+	return cfg
 }

@@ -131,6 +131,9 @@ func TestGRPCClient(t *testing.T) {
 		return got
 	}
 
+	// The client has the resources once a1 serves its lane.
+	await("a1", "x-lane", "alice")
+
 	// Lanes by x-lane and by baggage; the baseline never on a1.
 	if got := count(40); got["a1"] > 0 || got["b1"]+got["b2"] != 40 {
 		t.Fatalf("baseline calls served by %v, want b1 and b2 only", got)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,6 +19,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	grpcstatus "google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/internal/app/xds"
@@ -132,8 +134,24 @@ func TestNackIsNotAnsweredWithTheSameResources(t *testing.T) {
 	}
 	eds("", "", false)
 	first := recv(t, st)
-	if len(first.Resources) != 1 {
-		t.Fatalf("%d resources, want orders/baseline", len(first.Resources))
+	endpoints := func(r *discoverygrpc.DiscoveryResponse) int {
+		if len(r.Resources) != 1 {
+			return 0
+		}
+		cla := &endpointv3.ClusterLoadAssignment{}
+		if err := r.Resources[0].UnmarshalTo(cla); err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, l := range cla.Endpoints {
+			n += len(l.LbEndpoints)
+		}
+		return n
+	}
+	for endpoints(first) == 0 {
+		// Asked before the registration reached the server.
+		eds(first.VersionInfo, first.Nonce, false)
+		first = recv(t, st)
 	}
 	// Refuse it three times over, asking again each time with no version.
 	nacks := func() float64 { return sum(f.metrics, "lanes_xds_nacks_total") }
@@ -207,6 +225,13 @@ func TestTokenAuth(t *testing.T) {
 				t.Log(err)
 			}
 			resp, err := st.Recv()
+			for err == nil && len(resp.Resources) == 0 {
+				// Asked before the registration reached the server.
+				next := proto.Clone(lds).(*discoverygrpc.DiscoveryRequest)
+				next.VersionInfo, next.ResponseNonce = resp.VersionInfo, resp.Nonce
+				st.Send(next)
+				resp, err = st.Recv()
+			}
 			if got := grpcstatus.Code(err); got != c.code {
 				t.Fatalf("got %v (%v), want %v", got, err, c.code)
 			}

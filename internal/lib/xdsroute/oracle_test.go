@@ -4,7 +4,6 @@ import (
 	"flag"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -138,20 +137,13 @@ func laneHeaders(v string, turn int) headers {
 // can keep: expect, expect_lane, expect_error, and expect_share by weights.
 // A scenario with outcome reports is outside what xDS expresses.
 func TestExamples(t *testing.T) {
-	files, err := filepath.Glob("../../../examples/scenarios/*.yaml")
-	if err != nil || len(files) < 12 {
-		t.Fatalf("found %d example scenarios (%v)", len(files), err)
+	examples, err := oracle.Examples("../../../examples/scenarios/*.yaml", 12)
+	if err != nil {
+		t.Fatal(err)
 	}
 	var replayed, skipped []string
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		s, err := scenario.Parse(f, data)
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, s := range examples {
+		f := s.File
 		if slices.ContainsFunc(s.Steps, func(st scenario.Step) bool { return st.Report != nil }) {
 			skipped = append(skipped, filepath.Base(f))
 			continue
