@@ -23,10 +23,14 @@ import (
 // with its instance id in the response header.
 type backend struct {
 	healthpb.UnimplementedHealthServer
-	id string
+	id   string
+	fail bool // every call fails
 }
 
 func (b *backend) Check(ctx context.Context, _ *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+	if b.fail {
+		return nil, grpcstatus.Errorf(codes.Internal, "instance %s fails", b.id)
+	}
 	grpc.SetHeader(ctx, metadata.Pairs("instance", b.id))
 	return &healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_SERVING}, nil
 }
@@ -35,27 +39,27 @@ func (b *backend) Check(ctx context.Context, _ *healthpb.HealthCheckRequest) (*h
 // at its address. The lease is returned, to deregister it.
 func serveBackend(t *testing.T, f *fixture, in registry.Instance) registry.Lease {
 	t.Helper()
+	return serve(t, f, &backend{id: in.ID}, in)
+}
+
+func serve(t *testing.T, f *fixture, b *backend, in registry.Instance) registry.Lease {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	s := grpc.NewServer()
-	healthpb.RegisterHealthServer(s, &backend{id: in.ID})
+	healthpb.RegisterHealthServer(s, b)
 	go s.Serve(ln)
 	t.Cleanup(s.Stop)
 	in.Addr = ln.Addr().String()
 	return f.register(t, in)
 }
 
-// TestGRPCClient: grpc-go's own xDS client (xds:///orders), with no lanes
-// code, against the server on loopback and real gRPC backends registered
-// in the registry. A call's lane rides in its x-lane or baggage metadata.
-func TestGRPCClient(t *testing.T) {
-	f := start(t, xds.Config{Debounce: 10 * time.Millisecond})
-	serveBackend(t, f, registry.Instance{ID: "b1", Service: "orders"})
-	serveBackend(t, f, registry.Instance{ID: "b2", Service: "orders"})
-	alice := serveBackend(t, f, registry.Instance{ID: "a1", Service: "orders", Lane: "alice"})
-
+// xdsClient is grpc-go's xDS client of xds:///orders, bootstrapped to f's
+// server, as a client in zone az1.
+func xdsClient(t *testing.T, f *fixture) healthpb.HealthClient {
+	t.Helper()
 	bootstrap := fmt.Sprintf(`{
 		"xds_servers": [{"server_uri": %q, "channel_creds": [{"type": "insecure"}], "server_features": ["xds_v3"]}],
 		"node": {"id": "grpc-go-test", "locality": {"zone": "az1"}}
@@ -68,8 +72,20 @@ func TestGRPCClient(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cc.Close()
-	health := healthpb.NewHealthClient(cc)
+	t.Cleanup(func() { cc.Close() })
+	return healthpb.NewHealthClient(cc)
+}
+
+// TestGRPCClient: grpc-go's own xDS client (xds:///orders), with no lanes
+// code, against the server on loopback and real gRPC backends registered
+// in the registry. A call's lane rides in its x-lane or baggage metadata.
+func TestGRPCClient(t *testing.T) {
+	f := start(t, xds.Config{Debounce: 10 * time.Millisecond})
+	serveBackend(t, f, registry.Instance{ID: "b1", Service: "orders"})
+	serveBackend(t, f, registry.Instance{ID: "b2", Service: "orders"})
+	alice := serveBackend(t, f, registry.Instance{ID: "a1", Service: "orders", Lane: "alice"})
+
+	health := xdsClient(t, f)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
@@ -174,5 +190,40 @@ func TestGRPCClient(t *testing.T) {
 	t.Logf("%d calls failed while a change reached the client", transient)
 	if baselineOnLane != 0 {
 		t.Errorf("%d baseline calls reached lane instance a1", baselineOnLane)
+	}
+}
+
+// TestGRPCClientEjection: a lane instance that fails every call is ejected
+// by the client's outlier detection, set from the policy, and the lane's
+// calls follow its chain to the baseline.
+func TestGRPCClientEjection(t *testing.T) {
+	f := start(t, xds.Config{Debounce: 10 * time.Millisecond})
+	f.setPolicy(t, "outlier: {errors: 2, window: 1s, ejection: 1m}\n")
+	serveBackend(t, f, registry.Instance{ID: "b1", Service: "orders"})
+	serve(t, f, &backend{id: "a1", fail: true}, registry.Instance{ID: "a1", Service: "orders", Lane: "alice"})
+	health := xdsClient(t, f)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	failed, start := 0, time.Time{}
+	for {
+		cctx, ccancel := context.WithTimeout(metadata.AppendToOutgoingContext(ctx, "x-lane", "alice"), 10*time.Second)
+		var h metadata.MD
+		_, err := health.Check(cctx, &healthpb.HealthCheckRequest{}, grpc.Header(&h), grpc.WaitForReady(true))
+		ccancel()
+		switch {
+		case grpcstatus.Code(err) == codes.Internal: // a1 answered, failing
+			if failed == 0 {
+				start = time.Now()
+			}
+			failed++
+		case err != nil:
+			t.Fatalf("call: %v", err)
+		case failed > 0 && h.Get("instance")[0] == "b1": // (before a1 fails, its registration is on its way)
+			t.Logf("a1 failed %d calls, then its lane's calls went to the baseline %v after the first failure", failed, time.Since(start).Round(time.Millisecond))
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("a1 failed %d calls and was never ejected", failed)
+		}
 	}
 }
