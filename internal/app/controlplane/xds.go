@@ -72,7 +72,7 @@ func (c *xdsComponent) Provision(ctx context.Context, rt *Runtime) error {
 		return nil
 	}
 	st := Need(rt, StoreKey)
-	cfg := xds.Config{Registry: st, Policy: Need(rt, EngineKey), Auth: x.Auth, Logger: rt.Log, Metrics: rt.Metrics}
+	cfg := xds.Config{Registry: st, Engine: Need(rt, EngineKey), Auth: x.Auth, Logger: rt.Log, Metrics: rt.Metrics}
 	if x.Auth == xds.AuthToken {
 		// The admin API's tokens: the admin token, and the registration
 		// tokens of any scope.

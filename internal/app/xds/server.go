@@ -41,7 +41,7 @@ import (
 	"github.com/lanesdev/lanes/internal/lib/backoff"
 	"github.com/lanesdev/lanes/internal/lib/gogroup"
 	"github.com/lanesdev/lanes/internal/lib/xdsroute"
-	"github.com/lanesdev/lanes/policy"
+	"github.com/lanesdev/lanes/routing"
 	"github.com/lanesdev/lanes/registry"
 )
 
@@ -79,17 +79,17 @@ type TokenChecker interface {
 	Check(ctx context.Context, tok string) (admin bool, t adminapi.Token, err error)
 }
 
-// PolicySource is the policy in force and its changes: a routing.Engine
-// that follows the policy store.
-type PolicySource interface {
-	Policy() *policy.Policy
-	PolicyChanged() <-chan struct{}
-}
 
 // Config configures a Server.
 type Config struct {
-	Registry registry.Registry // watched for the instances of every service
-	Policy   PolicySource
+	// Registry is watched for the services and their instances.
+	Registry registry.Registry
+	// Engine is the policy in force, and each service's instances as the
+	// routing engine holds them: through an outage of the registry, the
+	// instances whose leases expired at once are held a while, as the
+	// engine holds them for every other data path (routing.WithRegistry
+	// on the same registry; routing.WithPolicyStore).
+	Engine *routing.Engine
 	Auth     string       // AuthToken (the default) or AuthLoopback
 	Tokens   TokenChecker // for AuthToken
 	// IsUnauthorized tells Tokens' refusal of a token from a failure to
@@ -126,6 +126,7 @@ type Server struct {
 	lastRoutes   []*routev3.RouteConfiguration
 	lastClusters map[string]*clusterv3.Cluster
 	retired      map[string]retiredCluster
+	followed     map[string]bool // services whose engine changes poke
 
 	pushed chan struct{} // closed and replaced after each push; under mu
 }
@@ -149,8 +150,8 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Auth == AuthToken && cfg.Tokens == nil {
 		return nil, errors.New("xds auth token needs a token checker")
 	}
-	if cfg.Registry == nil || cfg.Policy == nil {
-		return nil, errors.New("xds needs a registry and a policy source")
+	if cfg.Registry == nil || cfg.Engine == nil {
+		return nil, errors.New("xds needs a registry and a routing engine")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -162,7 +163,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.MaxConns = 1000
 	}
 	s := &Server{cfg: cfg, log: cfg.Logger.With("component", "xds"), groups: map[string]xdsroute.Caller{},
-		sent: map[streamType]sentResponse{}, retired: map[string]retiredCluster{}, wake: make(chan struct{}, 1), pushed: make(chan struct{})}
+		sent: map[streamType]sentResponse{}, retired: map[string]retiredCluster{}, followed: map[string]bool{}, wake: make(chan struct{}, 1), pushed: make(chan struct{})}
 	s.m = newMetrics(cfg.Metrics)
 	// Not ADS-consistent: gRPC clients subscribe to clusters one by one,
 	// and an ADS-consistent cache would answer none until all are asked.
@@ -263,7 +264,7 @@ func (s *Server) build(ctx context.Context) {
 		}
 	}()
 	for {
-		policyChanged := s.cfg.Policy.PolicyChanged()
+		policyChanged := s.cfg.Engine.PolicyChanged()
 		select {
 		case <-ctx.Done():
 			return
@@ -321,23 +322,42 @@ func (s *Server) push(ctx context.Context) time.Time {
 		s.mu.Unlock()
 		return time.Time{}
 	}
-	var insts []registry.Instance
-	for _, svc := range s.state.Services {
-		for _, in := range svc {
-			insts = append(insts, in)
-		}
+	names := map[string]bool{}
+	for name := range s.state.Services {
+		names[name] = true
 	}
 	groups := make(map[string]xdsroute.Caller, len(s.groups))
 	for k, c := range s.groups {
 		groups[k] = c
 	}
 	s.mu.Unlock()
+	for _, name := range s.cfg.Engine.Services() {
+		names[name] = true
+	}
+	var insts []registry.Instance
+	for name := range names {
+		svc := s.cfg.Engine.Service(name)
+		if !s.followed[name] {
+			s.followed[name] = true
+			s.g.Go(func() { s.follow(ctx, svc) })
+		}
+		select {
+		case <-svc.Ready():
+			insts = append(insts, svc.Instances()...)
+		default: // the engine's first list is on its way: the registry's
+			s.mu.Lock()
+			for _, in := range s.state.Services[name] {
+				insts = append(insts, in)
+			}
+			s.mu.Unlock()
+		}
+	}
 
 	slices.SortFunc(insts, func(a, b registry.Instance) int {
 		return strings.Compare(a.Service+"/"+a.ID, b.Service+"/"+b.ID)
 	})
 	now := time.Now()
-	f := xdsroute.Fleet{Policy: s.cfg.Policy.Policy(), Instances: insts, Now: now}
+	f := xdsroute.Fleet{Policy: s.cfg.Engine.Policy(), Instances: insts, Now: now}
 	byGroup := make(map[string]*xdsroute.Resources, len(groups))
 	for key, caller := range groups {
 		byGroup[key] = xdsroute.Translate(f, caller)
@@ -381,6 +401,26 @@ func (s *Server) push(ctx context.Context) time.Time {
 	s.pushed = make(chan struct{})
 	s.mu.Unlock()
 	return xdsroute.NextChange(f)
+}
+
+// follow has the resources made again when the engine's instances of svc
+// change (the held ones among them).
+func (s *Server) follow(ctx context.Context, svc *routing.Service) {
+	select {
+	case <-ctx.Done():
+		return
+	case <-svc.Ready():
+		s.poke()
+	}
+	for {
+		changed := svc.Changed()
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+			s.poke()
+		}
+	}
 }
 
 // retire keeps the clusters that left the resources (and drops those

@@ -40,9 +40,10 @@ type fixture struct {
 
 func start(t *testing.T, cfg xds.Config) *fixture {
 	t.Helper()
-	f := &fixture{reg: registry.NewMemory(), eng: routing.New(), metrics: prometheus.NewRegistry()}
+	reg := registry.NewMemory()
+	f := &fixture{reg: reg, eng: routing.New(routing.WithRegistry(reg)), metrics: prometheus.NewRegistry()}
 	t.Cleanup(func() { f.eng.Close(); f.reg.Close() })
-	cfg.Registry, cfg.Policy, cfg.Metrics = f.reg, f.eng, f.metrics
+	cfg.Registry, cfg.Engine, cfg.Metrics = f.reg, f.eng, f.metrics
 	if cfg.Auth == "" {
 		cfg.Auth = xds.AuthLoopback
 	}
