@@ -41,8 +41,8 @@ import (
 	"github.com/lanesdev/lanes/internal/lib/backoff"
 	"github.com/lanesdev/lanes/internal/lib/gogroup"
 	"github.com/lanesdev/lanes/internal/lib/xdsroute"
-	"github.com/lanesdev/lanes/routing"
 	"github.com/lanesdev/lanes/registry"
+	"github.com/lanesdev/lanes/routing"
 )
 
 // Who may open a discovery stream.
@@ -79,7 +79,6 @@ type TokenChecker interface {
 	Check(ctx context.Context, tok string) (admin bool, t adminapi.Token, err error)
 }
 
-
 // Config configures a Server.
 type Config struct {
 	// Registry is watched for the services and their instances.
@@ -90,8 +89,8 @@ type Config struct {
 	// engine holds them for every other data path (routing.WithRegistry
 	// on the same registry; routing.WithPolicyStore).
 	Engine *routing.Engine
-	Auth     string       // AuthToken (the default) or AuthLoopback
-	Tokens   TokenChecker // for AuthToken
+	Auth   string       // AuthToken (the default) or AuthLoopback
+	Tokens TokenChecker // for AuthToken
 	// IsUnauthorized tells Tokens' refusal of a token from a failure to
 	// check it (admin.IsUnauthorized); nil takes every error as a refusal.
 	IsUnauthorized func(error) bool

@@ -10,6 +10,7 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	clusterservice "github.com/envoyproxy/go-control-plane/envoy/service/cluster/v3"
 	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/prometheus/client_golang/prometheus"
@@ -266,5 +267,68 @@ func TestHostileRequests(t *testing.T) {
 				t.Fatalf("got %v, want InvalidArgument", err)
 			}
 		})
+	}
+}
+
+// TestSeparateAndDeltaStreams: the clusters on their own stream (CDS, as
+// a client without ADS asks), and the endpoints over incremental ADS.
+func TestSeparateAndDeltaStreams(t *testing.T) {
+	f := start(t, xds.Config{})
+	f.register(t, registry.Instance{ID: "b1", Service: "orders", Addr: "127.0.0.1:1001"})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cc, err := grpc.NewClient(f.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+
+	cds, err := clusterservice.NewClusterDiscoveryServiceClient(cc).StreamClusters(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := &discoverygrpc.DiscoveryRequest{Node: node, ResourceNames: []string{"orders/baseline"}}
+	for {
+		if err := cds.Send(req); err != nil {
+			t.Fatal(err)
+		}
+		resp, err := cds.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.TypeUrl != resource.ClusterType {
+			t.Fatalf("type %s on the cluster stream", resp.TypeUrl)
+		}
+		if len(resp.Resources) == 1 {
+			break
+		}
+		req.VersionInfo, req.ResponseNonce = resp.VersionInfo, resp.Nonce
+	}
+
+	delta, err := discoverygrpc.NewAggregatedDiscoveryServiceClient(cc).DeltaAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := delta.Send(&discoverygrpc.DeltaDiscoveryRequest{Node: node, TypeUrl: resource.EndpointType,
+		ResourceNamesSubscribe: []string{"orders/baseline"}}); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		resp, err := delta.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.Resources) == 1 && resp.Resources[0].Name == "orders/baseline" {
+			cla := &endpointv3.ClusterLoadAssignment{}
+			if err := resp.Resources[0].Resource.UnmarshalTo(cla); err != nil {
+				t.Fatal(err)
+			}
+			if len(cla.Endpoints) == 1 {
+				return
+			}
+		}
+		if err := delta.Send(&discoverygrpc.DeltaDiscoveryRequest{TypeUrl: resource.EndpointType, ResponseNonce: resp.Nonce}); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
