@@ -332,3 +332,43 @@ func TestSeparateAndDeltaStreams(t *testing.T) {
 		}
 	}
 }
+
+// TestLaneExpires: at a lane's expiry, its instances leave the resources,
+// without any other change.
+func TestLaneExpires(t *testing.T) {
+	f := start(t, xds.Config{})
+	at := time.Now().Add(2 * time.Second).UTC()
+	f.setPolicy(t, "lanes: {alice: {expires: "+at.Format(time.RFC3339Nano)+"}}\n")
+	f.register(t, registry.Instance{ID: "a1", Service: "orders", Addr: "127.0.0.1:1001", Lane: "alice"})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st := f.ads(t, ctx)
+	req := &discoverygrpc.DiscoveryRequest{Node: node, TypeUrl: resource.EndpointType, ResourceNames: []string{"orders/lane/alice"}}
+	had := false
+	for {
+		if err := st.Send(req); err != nil {
+			t.Fatal(err)
+		}
+		resp := recv(t, st)
+		n := 0
+		for _, r := range resp.Resources {
+			cla := &endpointv3.ClusterLoadAssignment{}
+			if err := r.UnmarshalTo(cla); err != nil {
+				t.Fatal(err)
+			}
+			for _, l := range cla.Endpoints {
+				n += len(l.LbEndpoints)
+			}
+		}
+		switch {
+		case n > 0:
+			had = true
+		case had:
+			if late := time.Since(at); late < 0 {
+				t.Fatalf("a1 left %v before its lane's expiry", -late)
+			}
+			return
+		}
+		req.VersionInfo, req.ResponseNonce = resp.VersionInfo, resp.Nonce
+	}
+}
