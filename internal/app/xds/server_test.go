@@ -39,7 +39,7 @@ type fixture struct {
 	metrics *prometheus.Registry
 }
 
-func start(t *testing.T, cfg xds.Config) *fixture {
+func start(t testing.TB, cfg xds.Config) *fixture {
 	t.Helper()
 	reg := registry.NewMemory()
 	f := &fixture{reg: reg, eng: routing.New(routing.WithRegistry(reg)), metrics: prometheus.NewRegistry()}
@@ -68,7 +68,7 @@ func start(t *testing.T, cfg xds.Config) *fixture {
 	return f
 }
 
-func (f *fixture) register(t *testing.T, in registry.Instance) registry.Lease {
+func (f *fixture) register(t testing.TB, in registry.Instance) registry.Lease {
 	t.Helper()
 	l, err := f.reg.Register(context.Background(), in, time.Minute)
 	if err != nil {
@@ -371,4 +371,20 @@ func TestLaneExpires(t *testing.T) {
 		}
 		req.VersionInfo, req.ResponseNonce = resp.VersionInfo, resp.Nonce
 	}
+}
+
+// endpointCount is the number of endpoints of the assignments of resp.
+func endpointCount(t testing.TB, resp *discoverygrpc.DiscoveryResponse) int {
+	t.Helper()
+	n := 0
+	for _, r := range resp.Resources {
+		cla := &endpointv3.ClusterLoadAssignment{}
+		if err := r.UnmarshalTo(cla); err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range cla.Endpoints {
+			n += len(l.LbEndpoints)
+		}
+	}
+	return n
 }
