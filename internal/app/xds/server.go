@@ -357,27 +357,33 @@ func (s *Server) push(ctx context.Context) time.Time {
 	})
 	now := time.Now()
 	f := xdsroute.Fleet{Policy: s.cfg.Engine.Policy(), Instances: insts, Now: now}
-	byGroup := make(map[string]*xdsroute.Resources, len(groups))
-	for key, caller := range groups {
-		byGroup[key] = xdsroute.Translate(f, caller)
-	}
-	base := byGroup["|"]
-	if base == nil {
-		base = xdsroute.Translate(f, xdsroute.Caller{})
-	}
+	pr := xdsroute.Prepare(f)
+	base := pr.For(xdsroute.Caller{})
 	s.retire(base.Clusters, now)
+	// The resources every group shares, each type with its version.
+	clusters := slices.Clone(base.Clusters)
+	var emptied []*endpointv3.ClusterLoadAssignment
+	for _, rc := range s.retired {
+		clusters = append(clusters, rc.c)
+		if rc.c.GetEdsClusterConfig() != nil {
+			emptied = append(emptied, &endpointv3.ClusterLoadAssignment{ClusterName: rc.c.Name})
+		}
+	}
+	listenersR, clustersR := typed(base.Listeners), typed(clusters)
+	endpoints := make(map[string]cachev3.Resources, len(groups))
+	for key, caller := range groups {
+		endpoints[key] = typed(append(pr.For(caller).Endpoints, emptied...))
+	}
 	routesChanged := s.lastRoutes != nil && !equalAll(s.lastRoutes, base.Routes)
 	set := func(routes []*routev3.RouteConfiguration) {
-		for key, r := range byGroup {
-			full := *r
-			full.Routes = routes
-			for _, rc := range s.retired {
-				full.Clusters = append(full.Clusters, rc.c)
-				if rc.c.GetEdsClusterConfig() != nil {
-					full.Endpoints = append(full.Endpoints, &endpointv3.ClusterLoadAssignment{ClusterName: rc.c.Name})
-				}
-			}
-			if err := s.cache.SetSnapshot(ctx, key, snapshot(&full)); err != nil {
+		routesR := typed(routes)
+		for key, eps := range endpoints {
+			snap := &cachev3.Snapshot{}
+			snap.Resources[types.Listener] = listenersR
+			snap.Resources[types.Route] = routesR
+			snap.Resources[types.Cluster] = clustersR
+			snap.Resources[types.Endpoint] = eps
+			if err := s.cache.SetSnapshot(ctx, key, snap); err != nil {
 				s.log.Error("setting the xDS snapshot", "group", key, "err", err)
 			}
 		}
@@ -456,26 +462,18 @@ func equalAll[T proto.Message](a, b []T) bool {
 	return slices.EqualFunc(a, b, func(x, y T) bool { return proto.Equal(x, y) })
 }
 
-// snapshot is r in a snapshot whose version of each type is the hash of
-// its resources: a type whose resources did not change keeps its version,
-// and is not sent again.
-func snapshot(r *xdsroute.Resources) *cachev3.Snapshot {
-	snap := &cachev3.Snapshot{}
-	set := func(t types.ResponseType, items []types.Resource) {
-		h := sha256.New()
-		opts := proto.MarshalOptions{Deterministic: true}
-		for _, it := range items {
-			b, _ := opts.Marshal(it)
-			fmt.Fprintf(h, "%d:", len(b))
-			h.Write(b)
-		}
-		snap.Resources[t] = cachev3.NewResources(hex.EncodeToString(h.Sum(nil))[:16], items)
+// typed is items as the cache's resources of one type, whose version is
+// the hash of the items: a type whose resources did not change keeps its
+// version, and is not sent again.
+func typed[T types.Resource](items []T) cachev3.Resources {
+	h := sha256.New()
+	opts := proto.MarshalOptions{Deterministic: true}
+	for _, it := range items {
+		b, _ := opts.Marshal(it)
+		fmt.Fprintf(h, "%d:", len(b))
+		h.Write(b)
 	}
-	set(types.Listener, asResources(r.Listeners))
-	set(types.Route, asResources(r.Routes))
-	set(types.Cluster, asResources(r.Clusters))
-	set(types.Endpoint, asResources(r.Endpoints))
-	return snap
+	return cachev3.NewResources(hex.EncodeToString(h.Sum(nil))[:16], asResources(items))
 }
 
 func asResources[T types.Resource](xs []T) []types.Resource {

@@ -146,7 +146,17 @@ func caseless(l string) string {
 // cluster's endpoints are in localities by zone and host (the sub-zone),
 // in priorities: the caller's host first (when the policy turns host
 // locality on), then its zone, then the rest.
-func Translate(f Fleet, caller Caller) *Resources {
+func Translate(f Fleet, caller Caller) *Resources { return Prepare(f).For(caller) }
+
+// Prepared is a fleet's resources made but for the endpoints, which depend
+// on the caller: For makes them, for each caller, sharing the rest.
+type Prepared struct {
+	shared   Resources // without endpoints
+	services []*serviceTranslation
+}
+
+// Prepare makes the resources of f that every caller shares.
+func Prepare(f Fleet) *Prepared {
 	p := f.Policy
 	if p == nil {
 		p = &policy.Policy{}
@@ -170,12 +180,27 @@ func Translate(f Fleet, caller Caller) *Resources {
 	slices.Sort(services)
 
 	od := p.Outlier.WithDefaults()
-	r := &Resources{}
+	pr := &Prepared{}
 	for _, svc := range services {
-		t := &serviceTranslation{svc: svc, pol: p, members: bySvc[svc], caller: caller, od: od}
-		t.build(r)
+		t := &serviceTranslation{svc: svc, pol: p, members: bySvc[svc], od: od}
+		t.build(&pr.shared)
+		pr.services = append(pr.services, t)
 	}
-	return r
+	return pr
+}
+
+// For returns the resources for a client at caller: the shared ones, and
+// the endpoints in priorities for the caller. The shared resources are the
+// same values in every answer: treat them as read-only.
+func (pr *Prepared) For(caller Caller) *Resources {
+	r := pr.shared
+	r.Endpoints = nil
+	for _, t := range pr.services {
+		for _, c := range t.eds {
+			r.Endpoints = append(r.Endpoints, t.assignment(c.name, c.locs, caller))
+		}
+	}
+	return &r
 }
 
 type member struct {
@@ -188,8 +213,13 @@ type serviceTranslation struct {
 	svc     string
 	pol     *policy.Policy
 	members []member
-	caller  Caller
 	od      policy.Outlier
+	eds     []edsOf // the EDS clusters, for the endpoints of each caller
+}
+
+type edsOf struct {
+	name string
+	locs []locality
 }
 
 // lanes are the lanes the service's routes know: those of its instances
@@ -231,10 +261,10 @@ func (t *serviceTranslation) build(r *Resources) {
 
 	// Leaf clusters: the baseline and each lane.
 	r.Clusters = append(r.Clusters, t.edsCluster(baselineCluster(svc), "", t.baselineEjectionPercent()))
-	r.Endpoints = append(r.Endpoints, t.assignment(baselineCluster(svc), ""))
+	t.eds = append(t.eds, edsOf{baselineCluster(svc), t.localities("")})
 	for _, l := range lanes {
 		r.Clusters = append(r.Clusters, t.edsCluster(laneCluster(svc, l), l, 100))
-		r.Endpoints = append(r.Endpoints, t.assignment(laneCluster(svc, l), l))
+		t.eds = append(t.eds, edsOf{laneCluster(svc, l), t.localities(l)})
 	}
 
 	// The chain of each lane, and its routes.
@@ -325,10 +355,17 @@ func (t *serviceTranslation) baselineEjectionPercent() uint32 {
 	return uint32(100 * (n - 1) / n)
 }
 
-// assignment is the ClusterLoadAssignment of cluster name: the live
-// instances of lane l (the baseline for ""), in localities by zone and
-// host, in priorities for the caller.
-func (t *serviceTranslation) assignment(name, l string) *endpointv3.ClusterLoadAssignment {
+// locality is the live instances of one lane in one zone and host, as
+// endpoints, made once for every caller.
+type locality struct {
+	zone, host string
+	endpoints  []*endpointv3.LbEndpoint // in id order
+	weight     uint64                   // their sum, at most 2^32-1
+}
+
+// localities are the live instances of lane l (the baseline for ""), in
+// localities by zone and host, in zone and host order.
+func (t *serviceTranslation) localities(l string) []locality {
 	type loc struct{ zone, host string }
 	groups := map[loc][]registry.Instance{}
 	for _, m := range t.members {
@@ -337,26 +374,42 @@ func (t *serviceTranslation) assignment(name, l string) *endpointv3.ClusterLoadA
 			groups[k] = append(groups[k], m.in)
 		}
 	}
-	level := func(k loc) int {
+	out := make([]locality, 0, len(groups))
+	for k, insts := range groups {
+		slices.SortFunc(insts, func(a, b registry.Instance) int { return strings.Compare(a.ID, b.ID) })
+		weights := make([]uint64, len(insts))
+		for i, in := range insts {
+			weights[i] = uint64(in.EffectiveWeight())
+		}
+		lc := locality{zone: k.zone, host: k.host}
+		for i, w := range fitWeights(weights) {
+			lc.weight += w
+			lc.endpoints = append(lc.endpoints, lbEndpoint(insts[i], uint32(w)))
+		}
+		out = append(out, lc)
+	}
+	slices.SortFunc(out, func(a, b locality) int { return cmp.Or(cmp.Compare(a.zone, b.zone), cmp.Compare(a.host, b.host)) })
+	return out
+}
+
+// assignment is the ClusterLoadAssignment of cluster name, of the
+// localities locs, in priorities for the caller.
+func (t *serviceTranslation) assignment(name string, locs []locality, caller Caller) *endpointv3.ClusterLoadAssignment {
+	level := func(lc *locality) int {
 		switch {
-		case t.pol.Locality.Host && t.caller.Host != "" && k.host == t.caller.Host:
+		case t.pol.Locality.Host && caller.Host != "" && lc.host == caller.Host:
 			return 0
-		case t.caller.Zone != "" && k.zone == t.caller.Zone:
+		case caller.Zone != "" && lc.zone == caller.Zone:
 			return 1
 		default:
 			return 2
 		}
 	}
-	keys := make([]loc, 0, len(groups))
-	used := [3]bool{}
-	for k := range groups {
-		keys = append(keys, k)
-		used[level(k)] = true
-	}
-	slices.SortFunc(keys, func(a, b loc) int {
-		return cmp.Or(cmp.Compare(level(a), level(b)), cmp.Compare(a.zone, b.zone), cmp.Compare(a.host, b.host))
-	})
 	// Priorities are numbered densely from 0, as clients require.
+	var used [3]bool
+	for i := range locs {
+		used[level(&locs[i])] = true
+	}
 	var prio [3]uint32
 	n := uint32(0)
 	for i, u := range used {
@@ -366,38 +419,24 @@ func (t *serviceTranslation) assignment(name, l string) *endpointv3.ClusterLoadA
 		}
 	}
 	cla := &endpointv3.ClusterLoadAssignment{ClusterName: name}
-	for _, k := range keys {
-		insts := groups[k]
-		slices.SortFunc(insts, func(a, b registry.Instance) int { return strings.Compare(a.ID, b.ID) })
-		weights := make([]uint64, len(insts))
-		for i, in := range insts {
-			weights[i] = uint64(in.EffectiveWeight())
-		}
-		weights = fitWeights(weights)
-		var sum uint64
-		le := &endpointv3.LocalityLbEndpoints{
-			Locality: &corev3.Locality{Zone: k.zone, SubZone: k.host},
-			Priority: prio[level(k)],
-		}
-		for i, in := range insts {
-			sum += weights[i]
-			le.LbEndpoints = append(le.LbEndpoints, lbEndpoint(in, uint32(weights[i])))
-		}
-		le.LoadBalancingWeight = wrapperspb.UInt32(uint32(min(sum, math.MaxUint32)))
-		cla.Endpoints = append(cla.Endpoints, le)
-	}
-	// The localities' weights of one priority sum to at most 2^32-1.
 	for p := range n {
 		var idx []int
 		var ws []uint64
-		for i, le := range cla.Endpoints {
-			if le.Priority == p {
+		for i := range locs {
+			if prio[level(&locs[i])] == p {
 				idx = append(idx, i)
-				ws = append(ws, uint64(le.LoadBalancingWeight.GetValue()))
+				ws = append(ws, locs[i].weight)
 			}
 		}
+		// The localities' weights of one priority sum to at most 2^32-1.
 		for j, w := range fitWeights(ws) {
-			cla.Endpoints[idx[j]].LoadBalancingWeight = wrapperspb.UInt32(uint32(w))
+			lc := &locs[idx[j]]
+			cla.Endpoints = append(cla.Endpoints, &endpointv3.LocalityLbEndpoints{
+				Locality:            &corev3.Locality{Zone: lc.zone, SubZone: lc.host},
+				Priority:            p,
+				LbEndpoints:         lc.endpoints,
+				LoadBalancingWeight: wrapperspb.UInt32(uint32(w)),
+			})
 		}
 	}
 	return cla
