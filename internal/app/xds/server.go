@@ -135,7 +135,10 @@ type streamType struct {
 	typeURL string
 }
 
-type sentResponse struct{ nonce, version string }
+type sentResponse struct {
+	nonce, version string
+	nacked         bool // the client refused it
+}
 
 // New validates cfg and starts following the registry and the policy.
 func New(cfg Config) (*Server, error) {

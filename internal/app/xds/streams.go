@@ -116,11 +116,18 @@ func (s *Server) callbacks() serverv3.Callbacks {
 			k := streamType{id, req.GetTypeUrl()}
 			s.mu.Lock()
 			last, ok := s.sent[k]
+			first := ok && !last.nacked
+			if first {
+				last.nacked = true
+				s.sent[k] = last
+			}
 			s.mu.Unlock()
 			if !ok || last.nonce != req.GetResponseNonce() {
 				return nil // a stale NACK: the server ignores it
 			}
-			s.nack(req, last.version)
+			if first { // logged and counted once per response
+				s.nack(req, last.version)
+			}
 			// A client asks again at once after a NACK, with the version
 			// it had before. Taken as holding the version it refused, it
 			// is answered at the next change, not now with the same
