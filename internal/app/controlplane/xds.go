@@ -71,8 +71,12 @@ func (c *xdsComponent) Provision(ctx context.Context, rt *Runtime) error {
 		Provide(rt, XDSKey, XDSInfo{})
 		return nil
 	}
+	tc, err := rt.Config.ServerTLS(tlsXDS)
+	if err != nil {
+		return err
+	}
 	st := Need(rt, StoreKey)
-	cfg := xds.Config{Registry: st, Engine: Need(rt, EngineKey), Auth: x.Auth, Logger: rt.Log, Metrics: rt.Metrics}
+	cfg := xds.Config{TLS: tc, Registry: st, Engine: Need(rt, EngineKey), Auth: x.Auth, Logger: rt.Log, Metrics: rt.Metrics}
 	if x.Auth == xds.AuthToken {
 		// The admin API's tokens: the admin token, and the registration
 		// tokens of any scope.
@@ -95,6 +99,11 @@ func (c *xdsComponent) Provision(ctx context.Context, rt *Runtime) error {
 	note := "gRPC clients dial xds:///<service>; from loopback only, no token"
 	if x.Auth == xds.AuthToken {
 		note = "gRPC clients dial xds:///<service> with a token"
+	}
+	if tc != nil {
+		note += "; TLS"
+	} else if x.Auth == xds.AuthToken {
+		note += "; plain gRPC: the tokens cross in clear (set tls.cert)"
 	}
 	rt.Announce(Address{Name: "xds", URL: "grpc://" + addr, Note: note})
 	return nil

@@ -10,6 +10,7 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -38,25 +39,7 @@ func TestXDS(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cc.Close()
-	lds := func(md ...string) (*discoverygrpc.DiscoveryResponse, error) {
-		sctx, scancel := context.WithCancel(metadata.AppendToOutgoingContext(ctx, md...))
-		defer scancel()
-		ads, err := discoverygrpc.NewAggregatedDiscoveryServiceClient(cc).StreamAggregatedResources(sctx)
-		if err != nil {
-			return nil, err
-		}
-		req := &discoverygrpc.DiscoveryRequest{Node: &corev3.Node{Id: "t"}, TypeUrl: resource.ListenerType, ResourceNames: []string{"orders"}}
-		for {
-			ads.Send(req)
-			resp, err := ads.Recv()
-			if err != nil || len(resp.Resources) > 0 {
-				return resp, err
-			}
-			// Asked before the registration reached the server: wait
-			// for the next version.
-			req.VersionInfo, req.ResponseNonce = resp.VersionInfo, resp.Nonce
-		}
-	}
+	lds := func(md ...string) (*discoverygrpc.DiscoveryResponse, error) { return listeners(ctx, cc, md...) }
 	if _, err := lds(); status.Code(err) != codes.Unauthenticated {
 		t.Fatalf("without a token: %v, want Unauthenticated", err)
 	}
@@ -77,4 +60,67 @@ func minimalConfig(t *testing.T) Config {
 	cfg.AdminAddr, cfg.GatewayAddr, cfg.Etcd.ClientAddr, cfg.Etcd.PeerAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
 	cfg.Nats.Addr, cfg.Traces.GRPCAddr, cfg.Traces.HTTPAddr = NatsOff, TracesOff, TracesOff
 	return cfg
+}
+
+// listeners asks for the listener of orders on an ADS stream of cc with md,
+// until it has it.
+func listeners(ctx context.Context, cc *grpc.ClientConn, md ...string) (*discoverygrpc.DiscoveryResponse, error) {
+	sctx, scancel := context.WithCancel(metadata.AppendToOutgoingContext(ctx, md...))
+	defer scancel()
+	ads, err := discoverygrpc.NewAggregatedDiscoveryServiceClient(cc).StreamAggregatedResources(sctx)
+	if err != nil {
+		return nil, err
+	}
+	req := &discoverygrpc.DiscoveryRequest{Node: &corev3.Node{Id: "t"}, TypeUrl: resource.ListenerType, ResourceNames: []string{"orders"}}
+	for {
+		ads.Send(req)
+		resp, err := ads.Recv()
+		if err != nil || len(resp.Resources) > 0 {
+			return resp, err
+		}
+		// Asked before the registration reached the server: wait for
+		// the next version.
+		req.VersionInfo, req.ResponseNonce = resp.VersionInfo, resp.Nonce
+	}
+}
+
+// TestXDSTLS: with tls.cert, the xDS server serves TLS, so that the
+// tokens of its clients do not cross in clear.
+func TestXDSTLS(t *testing.T) {
+	cfg, files := tlsConfig(t)
+	cfg.XDS = XDSConfig{Addr: "127.0.0.1:0", Auth: "token"}
+	s := startQuiet(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	st, _ := Value(s, StoreKey)
+	lease, err := st.Register(ctx, registry.Instance{ID: "b1", Service: "orders", Addr: "127.0.0.1:1001"}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lease.Close()
+	x, _ := Value(s, XDSKey)
+	adm, _ := Value(s, AdminKey)
+	creds, err := credentials.NewClientTLSFromFile(files.CA, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, c := range map[string]struct {
+		creds credentials.TransportCredentials
+		ok    bool
+	}{"TLS": {creds, true}, "plain": {insecure.NewCredentials(), false}} {
+		cc, err := grpc.NewClient(x.Addr, grpc.WithTransportCredentials(c.creds))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cctx, ccancel := context.WithTimeout(ctx, 10*time.Second)
+		resp, err := listeners(cctx, cc, "authorization", "Bearer "+adm.Token)
+		ccancel()
+		cc.Close()
+		if c.ok && (err != nil || len(resp.Resources) != 1) {
+			t.Errorf("%s: %v, want the listener of orders", name, err)
+		}
+		if !c.ok && err == nil {
+			t.Errorf("%s: answered, want a failure", name)
+		}
+	}
 }

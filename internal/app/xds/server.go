@@ -8,6 +8,7 @@ package xds
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -32,6 +33,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
@@ -101,6 +103,8 @@ type Config struct {
 	Debounce time.Duration
 	// MaxConns caps the connections open at once (default 1,000).
 	MaxConns int
+	// TLS, when set, is what the server serves TLS with; nil: plain gRPC.
+	TLS *tls.Config
 }
 
 // Server serves xDS. New starts following the registry and the policy;
@@ -172,7 +176,7 @@ func New(cfg Config) (*Server, error) {
 	s.cache = cachev3.NewSnapshotCache(false, nodeHash{s}, cacheLogger{s.log})
 	s.g = gogroup.New()
 	xs := serverv3.NewServer(s.g.Context(), s.cache, s.callbacks())
-	s.grpc = grpc.NewServer(
+	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(MaxRecvBytes),
 		grpc.MaxConcurrentStreams(MaxStreamsPerConn),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
@@ -180,7 +184,11 @@ func New(cfg Config) (*Server, error) {
 		grpc.ChainUnaryInterceptor(func(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 			return nil, status.Error(codes.Unimplemented, "lanes serves xDS over streams only")
 		}),
-	)
+	}
+	if cfg.TLS != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(cfg.TLS)))
+	}
+	s.grpc = grpc.NewServer(opts...)
 	discoverygrpc.RegisterAggregatedDiscoveryServiceServer(s.grpc, xs)
 	listenerservice.RegisterListenerDiscoveryServiceServer(s.grpc, xs)
 	routeservice.RegisterRouteDiscoveryServiceServer(s.grpc, xs)
