@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -151,7 +152,7 @@ func (s *Server) callbacks() serverv3.Callbacks {
 		},
 		DeltaStreamOpenFunc: func(context.Context, int64, string) error { return nil },
 		StreamDeltaRequestFunc: func(_ int64, req *discoverygrpc.DeltaDiscoveryRequest) error {
-			names := append(req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe()...)
+			names := slices.Concat(req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe())
 			if err := checkRequest(req.GetNode(), names); err != nil {
 				s.m.refused.WithLabelValues("bad_request").Inc()
 				return err
