@@ -69,20 +69,25 @@ type Resources struct {
 const MetadataKey = "lanes"
 
 // Cluster names. A service's names are its own: nothing else starts with
-// "<service>/".
+// "<service>/". The listener and the route configuration of a service, and
+// its one virtual host, are named after it: a client asks for
+// xds:///<service>.
 func laneCluster(svc, l string) string   { return svc + "/lane/" + l }
 func baselineCluster(svc string) string  { return svc + "/baseline" }
 func chainCluster(svc, l string) string  { return svc + "/chain/" + l }
 func canaryCluster(svc, l string) string { return svc + "/canary/" + l }
 
-// The listener, the route configuration and its virtual host of a service
-// are named after it: a client asks for xds:///<service>.
+// The names of the filter and the cluster type, as clients know them.
 const (
 	routerFilter         = "envoy.filters.http.router"
 	aggregateClusterType = "envoy.clusters.aggregate"
 )
 
+// regexOfLaneValue matches an x-lane value naming lane l.
 func regexOfLaneValue(l string) string { return ows + caseless(l) + ows }
+
+// regexOfBaggageLane matches a baggage list whose last lane member's value
+// matches value.
 func regexOfBaggageLane(value string) string {
 	return `(?:.*,)?` + ows + lane.BaggageKey + ows + `=` + ows + value + ows + `(?:;[^,]*)?` + notLaneMembers
 }
