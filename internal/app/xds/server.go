@@ -273,8 +273,9 @@ func (s *Server) build(ctx context.Context) {
 			expiry.Stop()
 		}
 	}()
+	// Read before the policy is (in push), so that no change is missed.
+	policyChanged := s.cfg.Engine.PolicyChanged()
 	for {
-		policyChanged := s.cfg.Engine.PolicyChanged()
 		select {
 		case <-ctx.Done():
 			return
@@ -294,6 +295,7 @@ func (s *Server) build(ctx context.Context) {
 		case <-s.wake:
 		default:
 		}
+		policyChanged = s.cfg.Engine.PolicyChanged()
 		next := s.push(ctx)
 		if expiry != nil {
 			expiry.Stop()
