@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -32,7 +33,7 @@ import (
 // fixture is an xDS server on loopback, fed by an in-memory registry and a
 // policy source, with its own metrics.
 type fixture struct {
-	reg     *registry.Memory
+	reg     registry.Registry
 	eng     *routing.Engine
 	srv     *xds.Server
 	addr    string
@@ -41,7 +42,12 @@ type fixture struct {
 
 func start(t testing.TB, cfg xds.Config) *fixture {
 	t.Helper()
-	reg := registry.NewMemory()
+	return startOn(t, registry.NewMemory(), cfg)
+}
+
+// startOn is start on reg, a registry.Memory or one that wraps it.
+func startOn(t testing.TB, reg registry.Registry, cfg xds.Config) *fixture {
+	t.Helper()
 	f := &fixture{reg: reg, eng: routing.New(routing.WithRegistry(reg)), metrics: prometheus.NewRegistry()}
 	t.Cleanup(func() { f.eng.Close(); f.reg.Close() })
 	cfg.Registry, cfg.Engine, cfg.Metrics = f.reg, f.eng, f.metrics
@@ -387,4 +393,62 @@ func endpointCount(t testing.TB, resp *discoverygrpc.DiscoveryResponse) int {
 		}
 	}
 	return n
+}
+
+// outageRegistry is a registry that reports the outages the test marks.
+type outageRegistry struct {
+	registry.Registry
+	clock registry.OutageClock
+}
+
+func (r *outageRegistry) LastOutage() time.Time { return r.clock.Last() }
+
+// TestHeldThroughOutage: instances whose leases all end just after an
+// outage of the registry are held by the engine, and so stay endpoints of
+// the proxyless clients, until they register again or the grace ends.
+func TestHeldThroughOutage(t *testing.T) {
+	reg := &outageRegistry{Registry: registry.NewMemory()}
+	f := startOn(t, reg, xds.Config{})
+	b1 := f.register(t, registry.Instance{ID: "b1", Service: "orders", Addr: "127.0.0.1:1001"})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	st := f.ads(t, ctx)
+	req := &discoverygrpc.DiscoveryRequest{Node: node, TypeUrl: resource.EndpointType, ResourceNames: []string{"orders/baseline"}}
+	ids := func() []string {
+		if err := st.Send(req); err != nil {
+			t.Fatal(err)
+		}
+		resp := recv(t, st)
+		req.VersionInfo, req.ResponseNonce = resp.VersionInfo, resp.Nonce
+		var out []string
+		for _, r := range resp.Resources {
+			cla := &endpointv3.ClusterLoadAssignment{}
+			if err := r.UnmarshalTo(cla); err != nil {
+				t.Fatal(err)
+			}
+			for _, l := range cla.Endpoints {
+				for _, e := range l.LbEndpoints {
+					out = append(out, e.GetMetadata().GetFilterMetadata()["lanes"].GetFields()["id"].GetStringValue())
+				}
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	for !slices.Equal(ids(), []string{"b1"}) { // until the registration is in
+	}
+	// The registry was out; b1's lease ends just after (as every lease
+	// does when a stalled store serves again).
+	reg.clock.Mark(time.Now())
+	b1.Close()
+	f.register(t, registry.Instance{ID: "b2", Service: "orders", Addr: "127.0.0.1:1002"})
+	for {
+		got := ids()
+		if !slices.Contains(got, "b1") {
+			t.Fatalf("endpoints %v: b1 was dropped, not held", got)
+		}
+		if slices.Contains(got, "b2") {
+			return
+		}
+	}
 }
