@@ -21,19 +21,9 @@ import (
 // TestXDS: lanes up with xds.addr serves the routes of the registry's
 // services; with xds.auth token, a stream needs a token.
 func TestXDS(t *testing.T) {
-	cfg := minimalConfig(t)
-	cfg.XDS = XDSConfig{Addr: "127.0.0.1:0", Auth: "token"}
-	s := startQuiet(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	st, _ := Value(s, StoreKey)
-	lease, err := st.Register(ctx, registry.Instance{ID: "b1", Service: "orders", Addr: "127.0.0.1:1001"}, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lease.Close()
-	x, _ := Value(s, XDSKey)
-	adm, _ := Value(s, AdminKey)
+	x, adm := startXDS(ctx, t, minimalConfig(t))
 	cc, err := grpc.NewClient(x.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -88,18 +78,9 @@ func listeners(ctx context.Context, cc *grpc.ClientConn, md ...string) (*discove
 // tokens of its clients do not cross in clear.
 func TestXDSTLS(t *testing.T) {
 	cfg, files := tlsConfig(t)
-	cfg.XDS = XDSConfig{Addr: "127.0.0.1:0", Auth: "token"}
-	s := startQuiet(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	st, _ := Value(s, StoreKey)
-	lease, err := st.Register(ctx, registry.Instance{ID: "b1", Service: "orders", Addr: "127.0.0.1:1001"}, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lease.Close()
-	x, _ := Value(s, XDSKey)
-	adm, _ := Value(s, AdminKey)
+	x, adm := startXDS(ctx, t, cfg)
 	creds, err := credentials.NewClientTLSFromFile(files.CA, "")
 	if err != nil {
 		t.Fatal(err)
@@ -123,4 +104,21 @@ func TestXDSTLS(t *testing.T) {
 			t.Errorf("%s: answered, want a failure", name)
 		}
 	}
+}
+
+// startXDS starts cfg with the xDS server on a free port and xds.auth
+// token, and registers the instance b1 of orders.
+func startXDS(ctx context.Context, t *testing.T, cfg Config) (XDSInfo, AdminInfo) {
+	t.Helper()
+	cfg.XDS = XDSConfig{Addr: "127.0.0.1:0", Auth: "token"}
+	s := startQuiet(t, cfg)
+	st, _ := Value(s, StoreKey)
+	lease, err := st.Register(ctx, registry.Instance{ID: "b1", Service: "orders", Addr: "127.0.0.1:1001"}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lease.Close() })
+	x, _ := Value(s, XDSKey)
+	adm, _ := Value(s, AdminKey)
+	return x, adm
 }

@@ -143,21 +143,7 @@ func TestNackIsNotAnsweredWithTheSameResources(t *testing.T) {
 	}
 	eds("", "", false)
 	first := recv(t, st)
-	endpoints := func(r *discoverygrpc.DiscoveryResponse) int {
-		if len(r.Resources) != 1 {
-			return 0
-		}
-		cla := &endpointv3.ClusterLoadAssignment{}
-		if err := r.Resources[0].UnmarshalTo(cla); err != nil {
-			t.Fatal(err)
-		}
-		n := 0
-		for _, l := range cla.Endpoints {
-			n += len(l.LbEndpoints)
-		}
-		return n
-	}
-	for endpoints(first) == 0 {
+	for endpointCount(t, first) == 0 {
 		// Asked before the registration reached the server.
 		eds(first.VersionInfo, first.Nonce, false)
 		first = recv(t, st)
@@ -356,18 +342,8 @@ func TestLaneExpires(t *testing.T) {
 			t.Fatal(err)
 		}
 		resp := recv(t, st)
-		n := 0
-		for _, r := range resp.Resources {
-			cla := &endpointv3.ClusterLoadAssignment{}
-			if err := r.UnmarshalTo(cla); err != nil {
-				t.Fatal(err)
-			}
-			for _, l := range cla.Endpoints {
-				n += len(l.LbEndpoints)
-			}
-		}
 		switch {
-		case n > 0:
+		case endpointCount(t, resp) > 0:
 			had = true
 		case had:
 			if late := time.Since(at); late < 0 {
