@@ -39,11 +39,13 @@ func TestDifferential(t *testing.T) {
 		n /= 5
 	}
 	var total oracle.Counts
+	compared := 0
 	for seed := range uint64(n) {
 		c := expressible(oracle.Generate(oracle.Seeded(seed), fmt.Sprintf("xds seed %d", seed), 2+int(seed%7)))
 		if c == nil {
-			continue
+			continue // only outcome reports
 		}
+		compared++
 		d, counts, err := oracle.Check(xdsPath(t), keeps, c)
 		if err != nil {
 			t.Fatalf("seed %d: the generated case is not a valid scenario: %v\n%s", seed, err, c.YAML())
@@ -56,7 +58,7 @@ func TestDifferential(t *testing.T) {
 			t.Fatalf("seed %d: %v\nshrunk: %v\n%s", seed, d, sd, out)
 		}
 	}
-	t.Logf("%d scenarios, %d requests compared, 0 disagreements; answers: %v", n, total.Requests, total.Answers)
+	t.Logf("%d seeds, %d scenarios with requests, %d requests compared, 0 disagreements; answers: %v", n, compared, total.Requests, total.Answers)
 	for _, k := range []string{"lane", "fallback", "lane-empty", "baseline", "invalid-lane", "canary", "no_instance", "lane_unavailable"} {
 		if total.Answers[k] == 0 {
 			t.Errorf("no answer of the model had reason or error %q: the cases miss a rule", k)
