@@ -413,6 +413,20 @@ func TestHeldThroughOutage(t *testing.T) {
 	}
 	for !slices.Equal(ids(), []string{"b1"}) { // until the registration is in
 	}
+	// The engine holds what it has seen: wait for it to have b1 (the
+	// resources may have come from the registry's watch before it listed).
+	orders := f.eng.Service("orders")
+	for {
+		changed := orders.Changed()
+		if len(orders.Instances()) == 1 {
+			break
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			t.Fatal("the engine never had b1")
+		}
+	}
 	// The registry was out; b1's lease ends just after (as every lease
 	// does when a stalled store serves again).
 	reg.clock.Mark(time.Now())
