@@ -64,6 +64,8 @@ type Config struct {
 	AllowLinkLocal bool `yaml:"allow_link_local"`
 	// TLS holds the certificates the listeners serve TLS with.
 	TLS TLSSettings `yaml:"tls"`
+	// XDS configures the xDS server for gRPC's proxyless clients.
+	XDS XDSConfig `yaml:"xds"`
 
 	// sources records where each setting came from, for error messages.
 	sources map[string]string
@@ -196,6 +198,7 @@ func Defaults() Config {
 			DialTimeout: 5 * time.Second,
 		},
 		Nats: NatsConfig{Addr: "127.0.0.1:4222"},
+		XDS:  XDSConfig{Addr: XDSOff, Auth: "loopback"},
 		Traces: TracesConfig{
 			GRPCAddr: collector.DefaultGRPCAddr,
 			HTTPAddr: collector.DefaultHTTPAddr,
@@ -375,6 +378,8 @@ var Settings = []Setting{
 		c.Traces.Sample = r
 		return nil
 	})},
+	{Flag: "xds-addr", Env: "LANES_XDS_ADDR", Key: "xds.addr", Usage: "address of the xDS server for gRPC's proxyless clients (xds:///<service>); port 0 picks one; off (the default) runs none", set: str(func(c *Config) *string { return &c.XDS.Addr })},
+	{Flag: "xds-auth", Env: "LANES_XDS_AUTH", Key: "xds.auth", Usage: "who may read the xDS routes: loopback (the default: processes on this machine, no token; xds-addr must be a loopback address) or token (a token of the admin API's token store in the stream's authorization metadata)", set: str(func(c *Config) *string { return &c.XDS.Auth })},
 	{Flag: "nats-url", Env: "LANES_NATS_URL", Key: "nats.url", Usage: "URL of an external NATS server with JetStream, such as nats://nats-1:4222 (comma-separated for several); none runs the embedded one", set: str(func(c *Config) *string { return &c.Nats.URL })},
 }
 

@@ -10,9 +10,10 @@
 // Validate runs before any component is provisioned, so a bad setting is
 // refused before anything starts. The built-in components, in their order:
 //
-//	datadir → etcd → nats → engine → traces → claims → gateway → admin
+//	datadir → etcd → nats → engine → traces → claims → gateway → xds → admin
 //
-// traces is the trace collector (internal/app/collector).
+// traces is the trace collector (internal/app/collector); xds is the xDS
+// server for gRPC's proxyless clients (internal/app/xds), off by default.
 //
 // datadir locks the data directory (<data-dir>/lanes.lock, with the pid of
 // the holder), so that a second `lanes up` on it fails at once naming the
@@ -137,6 +138,7 @@ func builtins() []Component {
 		&collectorComponent{},
 		&claimsComponent{},
 		&gatewayComponent{},
+		&xdsComponent{},
 		&adminComponent{},
 	}
 }

@@ -85,6 +85,9 @@ func TestConfigErrors(t *testing.T) {
 		{"traces:\n  token: short\n", "traces.token: \"(hidden)\": the telemetry token must be at least 16 characters"},
 		{"traces:\n  max_value_bytes: 8\n", `traces.max_value_bytes: "8": want a whole number of bytes, 64 or more`},
 		{"traces:\n  max_check_mib: 0\n", `traces.max_check_mib: "0": want a whole number of MiB, 1 or more`},
+		{"xds:\n  addr: 0.0.0.0:0\n", `xds.addr: "0.0.0.0:0": with xds.auth loopback the xDS server listens on a loopback address only`},
+		{"xds:\n  addr: 127.0.0.1:0\n  auth: nobody\n", `xds.auth: "nobody": want loopback or token`},
+		{"xds:\n  addr: nope\n", `xds.addr: "nope": want host:port (or off)`},
 	} {
 		os.WriteFile(file, []byte(tc.doc), 0o644)
 		c := Defaults()
@@ -413,7 +416,7 @@ func TestDependencies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := strings.Join(names(ordered), " "), "datadir etcd nats engine traces claims gateway admin"; got != want {
+	if got, want := strings.Join(names(ordered), " "), "datadir etcd nats engine traces claims gateway xds admin"; got != want {
 		t.Errorf("built-in order %s, want %s", got, want)
 	}
 }

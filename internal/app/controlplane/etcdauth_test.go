@@ -18,10 +18,7 @@ import (
 // environment the control plane prints for services carries the user and
 // the file, with which lanesenv connects. etcd.no_auth turns it off.
 func TestEmbeddedEtcdAuth(t *testing.T) {
-	cfg := Defaults()
-	cfg.DataDir = t.TempDir()
-	cfg.AdminAddr, cfg.GatewayAddr, cfg.Etcd.ClientAddr, cfg.Etcd.PeerAddr = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
-	cfg.Nats.Addr, cfg.Traces.GRPCAddr, cfg.Traces.HTTPAddr = NatsOff, TracesOff, TracesOff
+	cfg := minimalConfig(t)
 	for _, noAuth := range []bool{false, true} {
 		cfg.Etcd.NoAuth = noAuth
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

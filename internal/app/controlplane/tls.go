@@ -11,6 +11,7 @@ import (
 // TLSSettings are the certificate files that the control plane's listeners
 // serve TLS with. Cert and Key serve every listener that has no pair of its
 // own; a listener's own pair (Admin*, Gateway*, Traces*) serves it alone.
+// The xDS server serves with Cert and Key.
 // A listener with neither serves plain HTTP, as by default.
 type TLSSettings struct {
 	// Cert and Key are PEM files: the certificate (with its chain) and its
@@ -35,7 +36,7 @@ func init() {
 }
 
 var tlsSettings = []Setting{
-	{Flag: "tls-cert", Env: "LANES_TLS_CERT", Key: "tls.cert", Usage: "PEM file of the certificate that the admin API, the gateway and the trace collector serve TLS with, each unless it has its own", set: str(func(c *Config) *string { return &c.TLS.Cert })},
+	{Flag: "tls-cert", Env: "LANES_TLS_CERT", Key: "tls.cert", Usage: "PEM file of the certificate that the admin API, the gateway and the trace collector serve TLS with, each unless it has its own, and the xDS server", set: str(func(c *Config) *string { return &c.TLS.Cert })},
 	{Flag: "tls-key", Env: "LANES_TLS_KEY", Key: "tls.key", Usage: "PEM file of the key of --tls-cert", set: str(func(c *Config) *string { return &c.TLS.Key })},
 	{Flag: "admin-tls-cert", Env: "LANES_ADMIN_TLS_CERT", Key: "tls.admin_cert", Usage: "PEM file of the certificate of the admin API and the dashboard", set: str(func(c *Config) *string { return &c.TLS.AdminCert })},
 	{Flag: "admin-tls-key", Env: "LANES_ADMIN_TLS_KEY", Key: "tls.admin_key", Usage: "PEM file of the key of --admin-tls-cert", set: str(func(c *Config) *string { return &c.TLS.AdminKey })},
@@ -50,6 +51,7 @@ const (
 	tlsAdmin   = "admin"
 	tlsGateway = "gateway"
 	tlsTraces  = "traces"
+	tlsXDS     = "xds" // the shared pair only
 )
 
 // tlsPair returns the keys and values of the pair that serves listener:

@@ -505,3 +505,8 @@ func bucket(key string) uint64 {
 	h = (h ^ h>>27) * 0x94d049bb133111eb
 	return (h ^ h>>31) % 10000
 }
+
+// Bucket is a request key's canary bucket, 0 to 9,999, as the model splits
+// keys: for a data path whose split is a weighted choice, which a test
+// makes by the key so that it answers as the model does.
+func Bucket(key string) uint64 { return bucket(key) }

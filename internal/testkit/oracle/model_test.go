@@ -2,7 +2,6 @@ package oracle
 
 import (
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -16,20 +15,12 @@ import (
 // cases among them) must be the model's answer too. The cases were written
 // from the contract, case by case, apart from the model.
 func TestModelPassesExamples(t *testing.T) {
-	files, err := filepath.Glob("../../../examples/scenarios/*.yaml")
-	if err != nil || len(files) < 12 {
-		t.Fatalf("found %d example scenarios (%v), want at least the 12 conformance cases", len(files), err)
+	examples, err := Examples("../../../examples/scenarios/*.yaml", 12)
+	if err != nil {
+		t.Fatalf("%v (want at least the 12 conformance cases)", err)
 	}
-	for _, f := range files {
-		t.Run(filepath.Base(f), func(t *testing.T) {
-			data, err := os.ReadFile(f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			s, err := scenario.Parse(f, data)
-			if err != nil {
-				t.Fatal(err)
-			}
+	for _, s := range examples {
+		t.Run(filepath.Base(s.File), func(t *testing.T) {
 			m := New(s.Policy, s.Instances, scenario.Epoch)
 			for i, st := range s.Steps {
 				m.At(scenario.Epoch.Add(st.At))

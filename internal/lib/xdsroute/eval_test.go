@@ -1,0 +1,204 @@
+package xdsroute_test
+
+import (
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	aggregatev3 "github.com/envoyproxy/go-control-plane/envoy/extensions/clusters/aggregate/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+
+	"github.com/lanesdev/lanes/internal/lib/xdsroute"
+	"github.com/lanesdev/lanes/internal/testkit/oracle"
+)
+
+// evaluator answers a request as a gRPC proxyless client reads the
+// resources: the listener of the target, its route configuration, the
+// first route whose header matchers all match (RE2, whole value; present),
+// its cluster or one of its weighted clusters, an aggregate cluster's
+// members in order, and of the first leaf cluster that has an endpoint,
+// the endpoints of its first priority. It is written from the xDS
+// semantics, not from the translation.
+//
+// One liberty: a client picks among weighted clusters at random; the
+// evaluator picks by the request key's bucket over the weights in order, as
+// the model splits keys, so that a split with the right weights in the
+// right order answers each key as the model does.
+type evaluator struct {
+	listeners map[string]*hcmv3.HttpConnectionManager
+	routes    map[string]*routev3.RouteConfiguration
+	clusters  map[string]*clusterv3.Cluster
+	endpoints map[string]*endpointv3.ClusterLoadAssignment
+}
+
+func newEvaluator(r *xdsroute.Resources) (*evaluator, error) {
+	e := &evaluator{listeners: map[string]*hcmv3.HttpConnectionManager{}, routes: map[string]*routev3.RouteConfiguration{},
+		clusters: map[string]*clusterv3.Cluster{}, endpoints: map[string]*endpointv3.ClusterLoadAssignment{}}
+	for _, l := range r.Listeners {
+		hcm := &hcmv3.HttpConnectionManager{}
+		if err := l.GetApiListener().GetApiListener().UnmarshalTo(hcm); err != nil {
+			return nil, fmt.Errorf("listener %s: %v", l.Name, err)
+		}
+		e.listeners[l.Name] = hcm
+	}
+	for _, rc := range r.Routes {
+		e.routes[rc.Name] = rc
+	}
+	for _, c := range r.Clusters {
+		e.clusters[c.Name] = c
+	}
+	for _, a := range r.Endpoints {
+		e.endpoints[a.ClusterName] = a
+	}
+	return e, nil
+}
+
+// headers are a request's metadata: a name, its values.
+type headers map[string][]string
+
+func (e *evaluator) eval(target string, h headers, key string) (oracle.Answer, error) {
+	hcm := e.listeners[target]
+	if hcm == nil {
+		return oracle.Answer{}, fmt.Errorf("no listener %q", target)
+	}
+	rc := e.routes[hcm.GetRds().GetRouteConfigName()]
+	if rc == nil || len(rc.VirtualHosts) != 1 {
+		return oracle.Answer{}, fmt.Errorf("no route configuration with one virtual host for %q", target)
+	}
+	for _, rt := range rc.VirtualHosts[0].Routes {
+		ok, err := matches(rt.GetMatch(), h)
+		if err != nil {
+			return oracle.Answer{}, err
+		}
+		if !ok {
+			continue
+		}
+		a := rt.GetRoute()
+		if a == nil {
+			return oracle.Answer{}, fmt.Errorf("route %q has no route action", rt.Name)
+		}
+		name := a.GetCluster()
+		if wc := a.GetWeightedClusters(); wc != nil {
+			var total uint64
+			for _, c := range wc.Clusters {
+				total += uint64(c.GetWeight().GetValue())
+			}
+			if total == 0 {
+				return oracle.Answer{}, fmt.Errorf("route %q: weighted clusters of total weight 0", rt.Name)
+			}
+			b := oracle.Bucket(key) * total / 10000
+			for _, c := range wc.Clusters {
+				if w := uint64(c.GetWeight().GetValue()); b < w {
+					name = c.Name
+					break
+				} else {
+					b -= w
+				}
+			}
+		}
+		return e.serve(name)
+	}
+	return oracle.Answer{}, fmt.Errorf("no route matched %v", h)
+}
+
+func matches(m *routev3.RouteMatch, h headers) (bool, error) {
+	if m.GetPrefix() != "" {
+		return false, fmt.Errorf("route prefix %q: every gRPC method should match", m.GetPrefix())
+	}
+	for _, hm := range m.Headers {
+		vals, present := h[hm.Name]
+		value := strings.Join(vals, ",") // gRPC matches several values joined by commas
+		switch {
+		case hm.GetPresentMatch():
+			if !present {
+				return false, nil
+			}
+		case hm.GetStringMatch().GetSafeRegex() != nil:
+			re, err := regexp.Compile(`^(?:` + hm.GetStringMatch().GetSafeRegex().Regex + `)$`)
+			if err != nil {
+				return false, err
+			}
+			if !present || !re.MatchString(value) {
+				return false, nil
+			}
+		default:
+			return false, fmt.Errorf("header matcher %v not understood", hm)
+		}
+	}
+	return true, nil
+}
+
+// serve follows cluster name to the endpoints that serve.
+func (e *evaluator) serve(name string) (oracle.Answer, error) {
+	leaves, err := e.leaves(name, 0)
+	if err != nil {
+		return oracle.Answer{}, err
+	}
+	baseline := false
+	for _, c := range leaves {
+		md := c.GetMetadata().GetFilterMetadata()[xdsroute.MetadataKey].GetFields()
+		if md["kind"].GetStringValue() == "baseline" {
+			baseline = true
+		}
+		cla := e.endpoints[c.GetEdsClusterConfig().GetServiceName()]
+		if cla == nil {
+			return oracle.Answer{}, fmt.Errorf("no endpoints for cluster %q", c.Name)
+		}
+		// The first priority that has an endpoint.
+		var ids []string
+		for p := uint32(0); len(ids) == 0 && p < uint32(len(cla.Endpoints)); p++ {
+			for _, le := range cla.Endpoints {
+				if le.Priority != p || le.GetLoadBalancingWeight().GetValue() == 0 {
+					continue
+				}
+				for _, ep := range le.LbEndpoints {
+					ids = append(ids, ep.GetMetadata().GetFilterMetadata()[xdsroute.MetadataKey].GetFields()["id"].GetStringValue())
+				}
+			}
+		}
+		if len(ids) > 0 {
+			slices.Sort(ids)
+			return oracle.Answer{Eligible: ids, Lane: md["lane"].GetStringValue()}, nil
+		}
+	}
+	if baseline {
+		return oracle.Answer{Error: "no_instance"}, nil
+	}
+	return oracle.Answer{Error: "lane_unavailable"}, nil
+}
+
+// leaves are the EDS clusters of cluster name in order: itself, or an
+// aggregate's members', depth first.
+func (e *evaluator) leaves(name string, depth int) ([]*clusterv3.Cluster, error) {
+	c := e.clusters[name]
+	if c == nil {
+		return nil, fmt.Errorf("no cluster %q", name)
+	}
+	if depth > 16 {
+		return nil, fmt.Errorf("aggregate clusters nested too deep at %q", name)
+	}
+	ct := c.GetClusterType()
+	if ct == nil {
+		if c.GetType() != clusterv3.Cluster_EDS {
+			return nil, fmt.Errorf("cluster %q is neither EDS nor aggregate", name)
+		}
+		return []*clusterv3.Cluster{c}, nil
+	}
+	agg := &aggregatev3.ClusterConfig{}
+	if err := ct.GetTypedConfig().UnmarshalTo(agg); err != nil {
+		return nil, fmt.Errorf("cluster %q: %v", name, err)
+	}
+	var out []*clusterv3.Cluster
+	for _, m := range agg.Clusters {
+		l, err := e.leaves(m, depth+1)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, l...)
+	}
+	return out, nil
+}
