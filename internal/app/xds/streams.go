@@ -21,7 +21,7 @@ import (
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 
-	"github.com/lanesdev/lanes/adminapi"
+	"github.com/lanesdev/lanes/internal/lib/bearer"
 	"github.com/lanesdev/lanes/internal/lib/xdsroute"
 )
 
@@ -75,7 +75,7 @@ func (s *Server) authenticate(srv any, ss grpc.ServerStream, info *grpc.StreamSe
 		var tok string
 		var ok bool
 		if v := md.Get("authorization"); len(v) == 1 {
-			tok, ok = adminapi.Bearer(v[0])
+			tok, ok = bearer.Token(v[0])
 		}
 		if !ok {
 			s.m.refused.WithLabelValues("no_token").Inc()
