@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"fmt"
-	"net/http"
 	"net/netip"
 	"slices"
 	"strings"
@@ -53,6 +52,7 @@ const (
 )
 
 var srcNames = [nSrc]string{"baseline", string(SourceHeader), string(SourceBaggage), string(SourceAlias),
+
 	string(SourceCookie), string(SourceHost), string(SourcePolicyClients), string(SourceClaims), "canary"}
 
 // A sourceSet is a set of lane sources.
@@ -427,7 +427,8 @@ func (v *headerView) Values(key string) []string {
 }
 
 func (v *headerView) Set(key, value string) {}
-func (v *headerView) Del(key string)        {}
+
+func (v *headerView) Del(key string) {}
 
 // forward sets the forwarding headers of the outbound request out, made
 // from in: the X-Forwarded-For chain of a trusted proxy is kept (any other is
@@ -487,21 +488,6 @@ var (
 	protoHTTP  = []string{"http"}[:1:1]
 	protoHTTPS = []string{"https"}[:1:1]
 )
-
-// stripLaneHeaders removes from the outbound headers what a client sent
-// about lanes and its address: x-lane, the alias headers and X-Real-IP, in
-// any spelling that differs only by case or by '_' for '-' (x_lane), as a
-// proxy or framework upstream may merge such spellings with the real one
-// (CGI's HTTP_X_LANE, nginx with underscores_in_headers on). The gateway
-// never reads those spellings. (The lane member of baggage is rewritten by
-// the propagator, X-Real-IP set by forward.)
-func (g *Gateway) stripLaneHeaders(h http.Header) {
-	for k := range h {
-		if g.strippedName(k) {
-			delete(h, k)
-		}
-	}
-}
 
 // strippedName reports whether the header named k is one that
 // stripLaneHeaders removes.

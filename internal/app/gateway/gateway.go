@@ -3,9 +3,7 @@ package gateway
 import (
 	"cmp"
 	"context"
-	"crypto/tls"
 	"errors"
-	"go.opentelemetry.io/otel/trace"
 	"log/slog"
 	"net"
 	"net/http"
@@ -16,14 +14,13 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/lanesdev/lanes/internal/lib/accept"
 	"github.com/lanesdev/lanes/internal/lib/addrpolicy"
-	"github.com/lanesdev/lanes/internal/lib/netbound"
 	"github.com/lanesdev/lanes/internal/lib/routedcall"
 	"github.com/lanesdev/lanes/lane"
 	"github.com/lanesdev/lanes/routing"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Defaults of Config.
@@ -214,16 +211,6 @@ type Config struct {
 	Tracer trace.Tracer
 }
 
-// The values of Config.HTTP1.
-const (
-	// HTTP1Fast serves HTTP/1.1 on fasthttp, with the gateway's own
-	// upstream keep-alive pools.
-	HTTP1Fast = "fast"
-	// HTTP1Std serves HTTP/1.1 on net/http, with httputil.ReverseProxy
-	// and net/http's transport.
-	HTTP1Std = "std"
-)
-
 // Gateway is the lanes edge proxy. Serve it with Gateway.Serve (HTTP/1.1 on
 // the stack that Config.HTTP1 chooses, and h2c), or, as an http.Handler (the
 // net/http path), with a server of your own that enables unencrypted HTTP/2
@@ -351,57 +338,6 @@ func validHeader(s string) bool {
 	return true
 }
 
-// newTransports returns the net/http path's transports, which keep an idle
-// connection for idleTimeout: h1 bounds the wait
-// for the response headers by headerTimeout and each write of a request by
-// writeTimeout (netbound.Conn); h2c closes a connection that answers no ping
-// within headerTimeout or takes no byte for writeTimeout. Both dial only what
-// rules allow.
-func newTransports(idle int, idleTimeout, headerTimeout, writeTimeout time.Duration, rules *addrpolicy.Rules) (h1, h2c *http.Transport) {
-	dialer := rules.Dialer(&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second})
-	dialBounded := func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := dialer.DialContext(ctx, network, addr)
-		if err != nil || writeTimeout <= 0 {
-			return c, err
-		}
-		return netbound.NewConn(c, writeTimeout, instanceWrites), nil
-	}
-	var p1, p2 http.Protocols
-	p1.SetHTTP1(true)
-	p2.SetUnencryptedHTTP2(true)
-	h1 = &http.Transport{
-		Proxy:                 nil, // never an environment proxy
-		DialContext:           dialBounded,
-		MaxIdleConnsPerHost:   idle,
-		IdleConnTimeout:       idleTimeout,
-		ExpectContinueTimeout: time.Second,
-		DisableCompression:    true, // pass encodings through untouched
-		Protocols:             &p1,
-		ResponseHeaderTimeout: headerTimeout,
-		// As the fast path bounds a head (maxResponseHead).
-		MaxResponseHeaderBytes: maxResponseHead,
-	}
-	h2c = &http.Transport{
-		Proxy:              nil,
-		DialContext:        dialer.DialContext,
-		IdleConnTimeout:    idleTimeout,
-		DisableCompression: true,
-		Protocols:          &p2,
-	}
-	if headerTimeout > 0 || writeTimeout > 0 {
-		// A paused instance answers no ping, and takes no byte: its
-		// connection is closed.
-		h2c.HTTP2 = &http.HTTP2Config{SendPingTimeout: headerTimeout, PingTimeout: headerTimeout, WriteByteTimeout: writeTimeout}
-	}
-	return h1, h2c
-}
-
-// bufferPool lends ReverseProxy its copy buffers.
-type bufferPool struct{}
-
-var buffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
-
-func (bufferPool) Get() []byte  { return *buffers.Get().(*[]byte) }
 func (bufferPool) Put(b []byte) { buffers.Put(&b) }
 
 // Serve accepts connections on ln and serves the gateway on them, with
@@ -422,52 +358,6 @@ func (g *Gateway) Serve(ln net.Listener) error {
 		ln = clientListener{Listener: ln, d: g.clientWrite}
 	}
 	return g.serveStd(ln)
-}
-
-// accepting wraps ln in the accept loop of the gateway's listeners (Serve,
-// ServeTLS): accept errors waited out, connections capped.
-func (g *Gateway) accepting(ln net.Listener) net.Listener {
-	return accept.Wrap(ln, accept.Options{Name: "gateway", MaxConns: g.maxConns, Logger: g.log,
-		Shed: g.shed, OnShed: func() { g.m.errors(codeOverloaded) }})
-}
-
-// serveStd serves ln on net/http.
-func (g *Gateway) serveStd(ln net.Listener) error {
-	var p http.Protocols
-	p.SetHTTP1(true)
-	p.SetUnencryptedHTTP2(true)
-	return g.runStd(ln, &p, nil)
-}
-
-// runStd serves ln on net/http with the protocols p, over TLS with tc when
-// it is not nil.
-func (g *Gateway) runStd(ln net.Listener, p *http.Protocols, tc *tls.Config) error {
-	srv := &http.Server{
-		Handler:           g,
-		Protocols:         p,
-		TLSConfig:         tc,
-		ReadHeaderTimeout: g.clientHeader,
-		IdleTimeout:       g.clientIdle,
-		MaxHeaderBytes:    stdMaxHeaderBytes,
-		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
-		// The client's connection, which resetOnAbort resets.
-		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-			return context.WithValue(ctx, clientConnKey{}, c)
-		},
-	}
-	if !g.register(ln, func() { g.servers[srv] = struct{}{} }) {
-		return http.ErrServerClosed
-	}
-	var err error
-	if tc != nil {
-		err = srv.ServeTLS(ln, "", "")
-	} else {
-		err = srv.Serve(ln)
-	}
-	g.mu.Lock()
-	delete(g.servers, srv)
-	g.mu.Unlock()
-	return err
 }
 
 // register runs add, which records a server of ln, under g.mu, unless the
