@@ -71,8 +71,6 @@ func compile(cfg Config) (*Gateway, error) {
 		keyCookie:  cfg.KeyCookie,
 		preserve:   cfg.PreserveHost,
 		readyWait:  cfg.ReadyTimeout,
-		servers:    map[*http.Server]struct{}{},
-		fastSrv:    map[*fastServer]struct{}{},
 		drained:    make(chan struct{}),
 	}
 	if g.log == nil {

@@ -293,15 +293,21 @@ func (fw *fuzzAnswerWorld) quiesce(t *testing.T) {
 
 func (fw *fuzzAnswerWorld) closeIdle() {
 	g := fw.w.gw
-	g.up.closeIdle(false)
-	if tr, ok := g.h1.(*http.Transport); ok {
+	if f := fastOf(g); f != nil {
+		f.up.closeIdle(false)
+	}
+	if tr, ok := g.std.h1.(*http.Transport); ok {
 		tr.CloseIdleConnections()
 	}
 }
 
 // busy is the number of the fast path's upstream connections in use.
 func (fw *fuzzAnswerWorld) busy() int {
-	p := fw.w.gw.up.pool(fw.inst.addr)
+	f := fastOf(fw.w.gw)
+	if f == nil {
+		return 0
+	}
+	p := f.up.pool(fw.inst.addr)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.out

@@ -229,9 +229,11 @@ func (t *wireTap) add(c net.Conn, err error) (net.Conn, error) {
 // install taps the dialers of both paths of g: the fast path's pools and
 // the net/http transport.
 func (t *wireTap) install(g *Gateway) {
-	dial := g.up.dial
-	g.up.dial = func(network, addr string) (net.Conn, error) { return t.add(dial(network, addr)) }
-	tr := g.h1.(*http.Transport)
+	if f := fastOf(g); f != nil {
+		dial := f.up.dial
+		f.up.dial = func(network, addr string) (net.Conn, error) { return t.add(dial(network, addr)) }
+	}
+	tr := g.std.h1.(*http.Transport)
 	dialCtx := tr.DialContext
 	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		return t.add(dialCtx(ctx, network, addr))

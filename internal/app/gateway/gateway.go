@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httputil"
 	"net/netip"
 	"strings"
 	"sync"
@@ -211,6 +210,16 @@ type Config struct {
 	Tracer trace.Tracer
 }
 
+// The values of Config.HTTP1.
+const (
+	// HTTP1Fast serves HTTP/1.1 on fasthttp, with the gateway's own
+	// upstream keep-alive pools.
+	HTTP1Fast = "fast"
+	// HTTP1Std serves HTTP/1.1 on net/http, with httputil.ReverseProxy
+	// and net/http's transport.
+	HTTP1Std = "std"
+)
+
 // Gateway is the lanes edge proxy. Serve it with Gateway.Serve (HTTP/1.1 on
 // the stack that Config.HTTP1 chooses, and h2c), or, as an http.Handler (the
 // net/http path), with a server of your own that enables unencrypted HTTP/2
@@ -256,18 +265,16 @@ type Gateway struct {
 	view  atomic.Pointer[policyView]
 	lanes laneCache
 	m     *metrics
-	proxy *httputil.ReverseProxy
-	h1    http.RoundTripper // HTTP/1.1 with keep-alive
-	h2c   http.RoundTripper // h2c, for gRPC
-	pool  sync.Pool         // *reqState
-	// fastPath and up are the fasthttp path and its upstream pools.
-	fastPath *fastPath
-	up       *upstreams
+	// std is the net/http stack: HTTP/2 (h2c, gRPC, TLS) on every
+	// gateway, the http.Handler (ServeHTTP), and HTTP/1.1 with
+	// Config.HTTP1 std. http1 is the stack that Serve serves HTTP/1.1 on:
+	// std, or a fastStack over it. stacks are the gateway's stacks, in the
+	// order that Shutdown and Close stop them: http1 first.
+	std    *stdStack
+	http1  stack
+	stacks []stack
 
 	// lifecycle
-	mu       sync.Mutex
-	servers  map[*http.Server]struct{}
-	fastSrv  map[*fastServer]struct{}
 	closing  atomic.Bool
 	inflight atomic.Int64
 	drained  chan struct{}
@@ -304,18 +311,12 @@ func New(cfg Config) (*Gateway, error) {
 	g.maxConns = cmp.Or(cfg.MaxConns, DefaultMaxConns())
 	g.shedAnswer = shedAnswer(g.maxConns)
 	g.tracer = cfg.Tracer
-	g.h1, g.h2c = newTransports(idle, g.upIdle, g.headerTimeout, g.writeTimeout, cfg.Dial)
-	g.proxy = &httputil.ReverseProxy{
-		Rewrite:        g.rewrite,
-		Transport:      &upstream{g: g},
-		ModifyResponse: g.modifyResponse,
-		ErrorHandler:   g.proxyError,
-		ErrorLog:       slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
-		BufferPool:     bufferPool{},
+	g.std = newStdStack(g, idle, cfg.Dial)
+	g.http1, g.stacks = g.std, []stack{g.std}
+	if g.fast {
+		f := newFastStack(g, g.std, idle, cfg.Dial)
+		g.http1, g.stacks = f, []stack{f, g.std}
 	}
-	g.pool.New = func() any { return new(reqState) }
-	g.up = newUpstreams(idle, g.upIdle, g.writeTimeout, g.readTimeout, cfg.Dial)
-	g.fastPath = newFastPath(g)
 	for i := range g.routes {
 		g.routes[i].svc = g.engine.Service(g.routes[i].Service)
 	}
@@ -338,41 +339,23 @@ func validHeader(s string) bool {
 	return true
 }
 
-func (bufferPool) Put(b []byte) { buffers.Put(&b) }
-
 // Serve accepts connections on ln and serves the gateway on them, with
 // HTTP/1.1 and HTTP/2 without TLS (prior knowledge, as gRPC clients speak
 // it). HTTP/1.1 is served on the stack that Config.HTTP1 chooses; a
-// connection that opens with the HTTP/2 preface goes to net/http on both. It
-// returns http.ErrServerClosed after Close or Shutdown.
+// connection that opens with the HTTP/2 preface goes to net/http whichever
+// it is. It returns http.ErrServerClosed after Close or Shutdown.
 //
 // Serve accepts through internal/lib/accept: a temporary accept error (out
 // of file descriptors) is waited out, and the open connections are capped
 // at Config.MaxConns, a connection over it answered with shedAnswer.
 func (g *Gateway) Serve(ln net.Listener) error {
-	ln = g.accepting(ln)
-	if g.fast {
-		return g.serveFast(ln)
-	}
-	if g.clientWrite > 0 {
-		ln = clientListener{Listener: ln, d: g.clientWrite}
-	}
-	return g.serveStd(ln)
+	return g.http1.serve(g.accepting(ln))
 }
 
-// register runs add, which records a server of ln, under g.mu, unless the
-// gateway is closing: then it closes ln and reports false, so that a Serve
-// that comes after Close or Shutdown serves nothing.
-func (g *Gateway) register(ln net.Listener, add func()) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.closing.Load() {
-		ln.Close()
-		return false
-	}
-	add()
-	return true
-}
+// ServeHTTP routes one request on the net/http stack: it finds the route,
+// assigns the lane, picks an instance through the engine and proxies the
+// request to it.
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) { g.std.ServeHTTP(w, r) }
 
 // Shutdown stops the servers that Serve started gracefully, as
 // http.Server.Shutdown does, and waits for every request in flight through
@@ -380,13 +363,9 @@ func (g *Gateway) register(ln net.Listener, add func()) bool {
 // left, as Close does, and returns ctx's error.
 func (g *Gateway) Shutdown(ctx context.Context) error {
 	g.closing.Store(true)
-	fast := g.fastNow()
-	for _, s := range fast {
-		s.ln.Close() // accept no more; the connections finish their requests
-	}
 	var errs []error
-	for _, srv := range g.serversNow() {
-		if err := srv.Shutdown(ctx); err != nil {
+	for _, s := range g.stacks {
+		if err := s.shutdown(ctx); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -401,77 +380,33 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 		g.Close()
 		return ctx.Err()
 	}
-	for _, s := range fast {
-		s.stop()
-		s.wg.Wait()
+	for _, s := range g.stacks {
+		s.release()
 	}
-	g.up.stopSweeper()
-	g.closeIdle()
 	return nil
 }
 
 // Close closes the servers that Serve started and their connections, and
-// the fast path's upstream connections in use, which cancels their
-// requests (an instance that stalls in the middle of an answer holds none
-// of them), waits for every request in flight through the
-// gateway to end, stops the sweeper of the fast path's upstream pools and
-// closes the idle upstream connections. Requests that
-// arrive later get 503. The engine is left open. Close a server of your own
-// that serves the gateway before calling Close.
+// the connections to instances in use, which cancels their requests (an
+// instance that stalls in the middle of an answer holds none of them),
+// waits for every request in flight through the gateway to end, stops
+// what the stacks started and closes the idle connections to instances.
+// Requests that arrive later get 503. The engine is left open. Close a
+// server of your own that serves the gateway before calling Close.
 func (g *Gateway) Close() error {
 	g.closing.Store(true)
-	fast := g.fastNow()
-	for _, s := range fast {
-		s.stop()
-	}
-	// The fast path's attempts end with their upstream connections (a
-	// closed client connection does not end a read from an instance).
-	g.up.closeIdle(true)
 	var errs []error
-	for _, srv := range g.serversNow() {
-		if err := srv.Close(); err != nil {
+	for _, s := range g.stacks {
+		if err := s.close(); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	g.checkDrained()
 	<-g.drained
-	for _, s := range fast {
-		s.closeConns() // any hijacked since
-		s.wg.Wait()
+	for _, s := range g.stacks {
+		s.release()
 	}
-	g.up.stopSweeper()
-	g.closeIdle()
-	g.up.closeIdle(true)
 	return errors.Join(errs...)
-}
-
-func (g *Gateway) closeIdle() {
-	for _, rt := range []http.RoundTripper{g.h1, g.h2c} {
-		if c, ok := rt.(interface{ CloseIdleConnections() }); ok {
-			c.CloseIdleConnections()
-		}
-	}
-	g.up.closeIdle(false)
-}
-
-func (g *Gateway) fastNow() []*fastServer {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	out := make([]*fastServer, 0, len(g.fastSrv))
-	for s := range g.fastSrv {
-		out = append(out, s)
-	}
-	return out
-}
-
-func (g *Gateway) serversNow() []*http.Server {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	out := make([]*http.Server, 0, len(g.servers))
-	for s := range g.servers {
-		out = append(out, s)
-	}
-	return out
 }
 
 // enter counts a request in; it fails once the gateway is closing.

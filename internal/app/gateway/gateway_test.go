@@ -821,7 +821,7 @@ func TestIdleUpstreamConnsClose(t *testing.T) {
 	eventually(t, "the gateway to close its idle connections to the backend", func() bool { return open.Load() == 0 })
 	if testHTTP1 == HTTP1Fast {
 		eventually(t, "the fast path to drop the backend's pool", func() bool {
-			m := w.gw.up.m.Load()
+			m := fastOf(w.gw).up.m.Load()
 			return m != nil && (*m)[b.addr] == nil
 		})
 	}

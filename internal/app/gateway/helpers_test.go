@@ -69,6 +69,12 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// fastOf is the fast stack of g, nil when g serves HTTP/1.1 on net/http.
+func fastOf(g *Gateway) *fastStack {
+	f, _ := g.http1.(*fastStack)
+	return f
+}
+
 // waitFor is how long tests poll for a condition: generous, for a loaded
 // machine under -race.
 const waitFor = 20 * time.Second

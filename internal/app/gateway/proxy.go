@@ -50,11 +50,10 @@ const (
 	codeTimeout      = "request_timeout"
 )
 
-// reqState is what the proxy hooks need to know about one request. It is
-// pooled, and reaches the hooks through the request's context.
+// reqState is the core's state of one request, on either stack: the route,
+// the lane, the client, the routed call and the request's body. Each stack
+// keeps it in its own pooled request state (stdReq, fastReq).
 type reqState struct {
-	g       *Gateway
-	w       http.ResponseWriter
 	route   *route
 	req     routing.Request
 	source  src
@@ -67,22 +66,10 @@ type reqState struct {
 	// picked is set once the call has an instance.
 	picked bool
 	// body lends the request body to the attempts (see keptBody); nil
-	// when none streams. On the net/http path it is the request's own (the
-	// transport may read it after the handler returned, when an instance
-	// answered before it read the body); on the fast path it is fastBody.
-	body     *keptBody
-	fastBody keptBody
+	// when none streams.
+	body *keptBody
 	// buf is scratch space for header values (see forward).
 	buf []byte
-	// bodyBuf holds a small request body on the fast path (see
-	// fastPath.takeBody).
-	bodyBuf []byte
-	// std sends the attempts of a net/http request; fast is the state of a
-	// fasthttp one.
-	std  stdSend
-	fast fastState
-	// out is the proxy's ResponseWriter on the net/http path.
-	out answerWriter
 }
 
 // pick is the instance of the current attempt.

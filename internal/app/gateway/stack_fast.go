@@ -16,6 +16,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/lanesdev/lanes/internal/lib/addrpolicy"
 	"github.com/lanesdev/lanes/internal/lib/netbound"
 	"github.com/lanesdev/lanes/internal/lib/routedcall"
 	"github.com/lanesdev/lanes/lane"
@@ -34,16 +35,31 @@ import (
 // streams request bodies (Server.StreamRequestBody): the handler runs once
 // the head is in, reads a small body of known length whole, and hands a
 // larger or chunked one to the attempt, which copies it upstream as the
-// client sends it (fastPath.takeBody). Requests that the path does not serve
+// client sends it (fastStack.takeBody). Requests that the path does not serve
 // itself go to the net/http handler (ServeHTTP) through fasthttpadaptor:
 // upgrades (WebSocket), requests that ask for trailers (TE: trailers), and
 // request targets other than an origin-form path.
 
-// fastState is the part of a request's state that the fast path uses.
-type fastState struct {
+// fastReq is the state of a request on the fast stack: the core's, the
+// views of the fasthttp request that the rules read and write, the
+// attempts, and the request's body.
+type fastReq struct {
+	reqState
 	in   fastIn
 	out  fastReqFields
 	send fastSend
+	// stream is the request's body while it streams (takeBody): the
+	// core's body then.
+	stream keptBody
+	// bodyBuf holds a small request body (takeBody).
+	bodyBuf []byte
+}
+
+func (f *fastStack) putReq(st *fastReq) {
+	buf, bodyBuf := st.buf[:0], st.bodyBuf[:0]
+	*st = fastReq{}
+	st.buf, st.bodyBuf = buf, bodyBuf
+	f.pool.Put(st)
 }
 
 // b2s views b as a string, without copying: valid as long as b is.
@@ -173,15 +189,23 @@ func (o *fastOut) writeHeader(status int) { o.Response.SetStatusCode(status) }
 
 func (o *fastOut) writeString(s string) { o.Response.AppendBodyString(s) }
 
-// fastPath serves HTTP/1.1 on fasthttp for a gateway.
-type fastPath struct {
-	g   *Gateway
-	std fasthttp.RequestHandler // the net/http handler, through fasthttpadaptor
+// fastStack is the fasthttp stack of a gateway.
+type fastStack struct {
+	g *Gateway
+	// std is the net/http stack: it serves the HTTP/2 connections, and
+	// the requests that this stack hands over (adapt) through adaptor.
+	std     *stdStack
+	adaptor fasthttp.RequestHandler
+	// up are the keep-alive pools to instances.
+	up      *upstreams
+	pool    sync.Pool // *fastReq
+	servers serverSet[*fastServer]
 }
 
-func newFastPath(g *Gateway) *fastPath {
-	f := &fastPath{g: g}
-	f.std = fasthttpadaptor.NewFastHTTPHandler(http.HandlerFunc(f.serveAdapted))
+func newFastStack(g *Gateway, std *stdStack, idle int, dial *addrpolicy.Rules) *fastStack {
+	f := &fastStack{g: g, std: std, up: newUpstreams(idle, g.upIdle, g.writeTimeout, g.readTimeout, dial)}
+	f.adaptor = fasthttpadaptor.NewFastHTTPHandler(http.HandlerFunc(f.serveAdapted))
+	f.pool.New = func() any { return new(fastReq) }
 	return f
 }
 
@@ -347,14 +371,14 @@ func dropHop(h interface {
 // malformed refuses a request that fasthttp's server took but the gateway
 // does not (msg says why): 400 bad_request, counted, and the connection
 // closed, as the server refuses a head it cannot parse (Gateway.refuse).
-func (f *fastPath) malformed(ctx *fasthttp.RequestCtx, msg string) {
+func (f *fastStack) malformed(ctx *fasthttp.RequestCtx, msg string) {
 	ctx.SetConnectionClose()
 	f.g.m.errors(codeBadRequest)
 	f.g.fail((*fastOut)(ctx), false, http.StatusBadRequest, codeBadRequest, msg)
 }
 
-// serve is the fast path's fasthttp handler.
-func (f *fastPath) serve(ctx *fasthttp.RequestCtx) {
+// handle is the fast stack's fasthttp handler.
+func (f *fastStack) handle(ctx *fasthttp.RequestCtx) {
 	path, how := classify(ctx)
 	switch how {
 	case fastStd:
@@ -392,12 +416,10 @@ func (f *fastPath) serve(ctx *fasthttp.RequestCtx) {
 			ctx.SetConnectionClose()
 		}
 	}()
-	st := g.pool.Get().(*reqState)
-	defer g.release(st)
-	st.g = g
-	fs := &st.fast
-	fs.in.ctx = ctx
-	if !g.admit(ctx, st, &fs.in, path, out) {
+	st := f.pool.Get().(*fastReq)
+	defer f.putReq(st)
+	st.in.ctx = ctx
+	if !g.admit(ctx, &st.reqState, &st.in, path, out) {
 		return
 	}
 	bodyless, ok := f.takeBody(ctx, st)
@@ -445,16 +467,16 @@ func (f *fastPath) serve(ctx *fasthttp.RequestCtx) {
 		req.Header.SetProtocol("HTTP/1.1")
 	}
 	delHop(&req.Header, st.body != nil && st.body.size == -1)
-	fs.out.h = &req.Header
-	g.stripFast(&req.Header)
-	g.forward(&fs.out, &fs.in, st, false)
+	st.out.h = &req.Header
+	f.stripLaneHeaders(&req.Header)
+	g.forward(&st.out, &st.in, &st.reqState, false)
 	if st.route.StripPrefix {
-		stripFast(&req.Header, st.route.prefix)
+		stripTarget(&req.Header, st.route.prefix)
 	}
 
 	var cspan trace.Span
-	s := &fs.send
-	*s = fastSend{g: g, st: st, req: req, resp: resp, out: &fs.out, ctx: ctx, interim: interim, bodyless: bodyless, preserve: preserve}
+	s := &st.send
+	*s = fastSend{g: g, up: f.up, st: st, req: req, resp: resp, out: &st.out, ctx: ctx, interim: interim, bodyless: bodyless, preserve: preserve}
 	if span != nil {
 		cctx, cs := g.tracer.Start(callCtx, s.methodString(), trace.WithSpanKind(trace.SpanKindClient),
 			trace.WithAttributes(semconv.HTTPRequestMethodKey.String(string(ctx.Method())), semconv.ServerAddress(st.route.Service)))
@@ -464,7 +486,7 @@ func (f *fastPath) serve(ctx *fasthttp.RequestCtx) {
 			cs.End()
 		}
 	}
-	err := g.routed(ctx, st, idem, s)
+	err := g.routed(ctx, &st.reqState, idem, s)
 	if err == nil {
 		err = s.err
 	}
@@ -473,16 +495,16 @@ func (f *fastPath) serve(ctx *fasthttp.RequestCtx) {
 		if s.err == nil && st.picked {
 			status = resp.StatusCode()
 		}
-		g.endSpan(cspan, st, status, err)
+		g.endSpan(cspan, &st.reqState, status, err)
 	}
 	if err != nil {
 		resp.Reset()
-		g.laneHeaders(st, out.header())
-		g.callFailed(out, st, err, false)
+		g.laneHeaders(&st.reqState, out.header())
+		g.callFailed(out, &st.reqState, err, false)
 		return
 	}
 	delHopAnswer(&resp.Header)
-	g.laneHeaders(st, out.header())
+	g.laneHeaders(&st.reqState, out.header())
 	g.m.served(st.pick().Lane)
 	if unframed(resp, interim == nil) {
 		handedOver = true
@@ -515,7 +537,7 @@ func unframed(resp *fasthttp.Response, http10 bool) bool {
 // An answer that the instance cuts short ends with a reset of the client's
 // connection (reset), as on the std path: ended as a whole answer ends, it
 // would look whole.
-func (f *fastPath) untilClose(ctx *fasthttp.RequestCtx, exit bool) {
+func (f *fastStack) untilClose(ctx *fasthttp.RequestCtx, exit bool) {
 	resp := &ctx.Response
 	resp.Header.Del(fasthttp.HeaderTransferEncoding) // the adaptor's chunked
 	resp.Header.SetContentLength(-2)                 // no length, no coding; Connection: close
@@ -552,9 +574,11 @@ func (f *fastPath) untilClose(ctx *fasthttp.RequestCtx, exit bool) {
 
 func (s *fastSend) methodString() string { return string(s.ctx.Method()) }
 
-// stripFast removes from h what stripLaneHeaders removes from a net/http
-// header: without allocating, unless a look-alike spelling is there.
-func (g *Gateway) stripFast(h *fasthttp.RequestHeader) {
+// stripLaneHeaders removes from h what the net/http stack's
+// stripLaneHeaders removes from a net/http header (Gateway.strippedName):
+// without allocating, unless a look-alike spelling is there.
+func (f *fastStack) stripLaneHeaders(h *fasthttp.RequestHeader) {
+	g := f.g
 	for _, name := range g.stripped {
 		h.Del(name)
 	}
@@ -569,9 +593,9 @@ func (g *Gateway) stripFast(h *fasthttp.RequestHeader) {
 	}
 }
 
-// stripFast removes the route's prefix p from the request target of h, as
-// stripURL does from a net/http request's URL.
-func stripFast(h *fasthttp.RequestHeader, p string) {
+// stripTarget removes the route's prefix p from the request target of h,
+// as stripURL does from a net/http request's URL.
+func stripTarget(h *fasthttp.RequestHeader, p string) {
 	uri := b2s(h.RequestURI())
 	rawPath, query, hasQuery := strings.Cut(uri, "?")
 	u := url.URL{Path: rawPath}
@@ -594,7 +618,8 @@ func stripFast(h *fasthttp.RequestHeader, p string) {
 // fastSend sends the attempts of a fasthttp request.
 type fastSend struct {
 	g        *Gateway
-	st       *reqState
+	up       *upstreams
+	st       *fastReq
 	ctx      *fasthttp.RequestCtx
 	interim  *fasthttp.RequestCtx // ctx, or nil for an HTTP/1.0 client: where 1xx answers go
 	req      *fasthttp.Request
@@ -614,16 +639,16 @@ func (s *fastSend) send(pick routing.Result) (routedcall.Attempt, bool) {
 	if s.trace != nil {
 		traceContext.Inject(s.trace, s.out)
 	}
-	if !s.st.body.rewind(s.req) {
+	if !rewind(s.st.body, s.req) {
 		// Not reached: replayable allows no attempt after one that read
 		// the body.
 		s.err = errBodyGone
-		return attempt(s.st, 0, "", s.err, false), false
+		return attempt(&s.st.reqState, 0, "", s.err, false), false
 	}
 	var unsent bool
-	s.err, unsent = s.g.up.pool(pick.Instance.Addr).do(s.req, s.resp, s.g.headerTimeout, s.interim, s.st.body)
+	s.err, unsent = s.up.pool(pick.Instance.Addr).do(s.req, s.resp, s.g.headerTimeout, s.interim, s.st.body)
 	if s.err != nil {
-		a := attempt(s.st, 0, "", s.err, unsent)
+		a := attempt(&s.st.reqState, 0, "", s.err, unsent)
 		// An attempt that Close cut short says nothing about the instance,
 		// as on net/http, whose Close cancels the request.
 		a.CallerGone = a.CallerGone || s.g.closing.Load()
@@ -633,7 +658,7 @@ func (s *fastSend) send(pick routing.Result) (routedcall.Attempt, bool) {
 		// The body streams after the handler returns, and st with it.
 		b.stall = stallNote{g: s.g, service: s.st.route.Service, pick: pick}
 	}
-	return attempt(s.st, s.resp.StatusCode(), b2s(s.resp.Header.Peek(hError)), nil, false), false
+	return attempt(&s.st.reqState, s.resp.StatusCode(), b2s(s.resp.Header.Peek(hError)), nil, false), false
 }
 
 func (s *fastSend) replayable(o routedcall.Outcome) bool {
@@ -654,12 +679,12 @@ const bufferedRequestBody = 16 << 10
 // reports whether there is none: a body of known length up to
 // bufferedRequestBody is read whole, into st (the server has read its first
 // part with the head); a larger one, or a chunked one, goes on the request
-// as a stream, through st.body (st.fastBody), which the attempt copies
+// as a stream, through st.body (st.stream), which the attempt copies
 // upstream as the client sends it (keeping its framing: Content-Length, or
 // chunks and their trailers). When a small body does not arrive whole, it answers as the
 // server answers a body it cannot read (Gateway.refuse) and returns ok
 // false.
-func (f *fastPath) takeBody(ctx *fasthttp.RequestCtx, st *reqState) (bodyless, ok bool) {
+func (f *fastStack) takeBody(ctx *fasthttp.RequestCtx, st *fastReq) (bodyless, ok bool) {
 	req := &ctx.Request
 	stream := req.BodyStream()
 	if stream == nil {
@@ -678,13 +703,13 @@ func (f *fastPath) takeBody(ctx *fasthttp.RequestCtx, st *reqState) (bodyless, o
 			if err == io.EOF {
 				err = io.ErrUnexpectedEOF
 			}
-			f.g.refuse(ctx, err)
+			f.refuse(ctx, err)
 			return false, false
 		}
 		req.SetBodyRaw(b)
 	default:
-		st.fastBody = keptBody{r: stream, size: n, conn: ctx}
-		st.body = &st.fastBody
+		st.stream = keptBody{r: stream, size: n, conn: ctx}
+		st.body = &st.stream
 		req.SetBodyStream(st.body, n)
 	}
 	return false, true
@@ -693,7 +718,7 @@ func (f *fastPath) takeBody(ctx *fasthttp.RequestCtx, st *reqState) (bodyless, o
 // rewind puts a body that streams back on req for an attempt (writing the
 // request takes it off), unless an attempt read some of it; a body that
 // does not stream (b nil) needs nothing.
-func (b *keptBody) rewind(req *fasthttp.Request) bool {
+func rewind(b *keptBody, req *fasthttp.Request) bool {
 	if b == nil {
 		return true
 	}
@@ -710,7 +735,7 @@ func (b *keptBody) rewind(req *fasthttp.Request) bool {
 // the request, where the adaptor finds none, and lent to the handler as an
 // adaptedBody (serveAdapted). The server still owns the stream: after the
 // answer it drains what the handler left of it, or closes the connection.
-func (f *fastPath) adapt(ctx *fasthttp.RequestCtx) {
+func (f *fastStack) adapt(ctx *fasthttp.RequestCtx) {
 	req := &ctx.Request
 	if stream := req.BodyStream(); stream != nil {
 		b := &adaptedBody{ctx: ctx}
@@ -719,7 +744,7 @@ func (f *fastPath) adapt(ctx *fasthttp.RequestCtx) {
 		ctx.SetUserValue(adaptedKey{}, b)
 	}
 	http10 := !req.Header.IsHTTP11()
-	f.std(ctx)
+	f.adaptor(ctx)
 	if unframed(&ctx.Response, http10) {
 		// The adaptor streams an answer that the handler flushed, chunked.
 		f.untilClose(ctx, false)
@@ -734,13 +759,13 @@ type adaptedKey struct{}
 // with an answer that streams once it is over maxBufferedBody
 // (streamingWriter), where fasthttpadaptor would hold it whole, and with an
 // answer that the instance cut (adaptedServer) cut for the client too.
-func (f *fastPath) serveAdapted(w http.ResponseWriter, r *http.Request) {
+func (f *fastStack) serveAdapted(w http.ResponseWriter, r *http.Request) {
 	if b, ok := r.Context().Value(adaptedKey{}).(*adaptedBody); ok {
 		r.Body, r.ContentLength, b.trailer = b, int64(b.kb.size), r.Trailer
 		defer b.Close()
 	}
 	r = r.WithContext(context.WithValue(r.Context(), http.ServerContextKey, adaptedServer))
-	f.g.ServeHTTP(&streamingWriter{ResponseWriter: w}, r)
+	f.std.ServeHTTP(&streamingWriter{ResponseWriter: w}, r)
 }
 
 // adaptedServer is the server that the context of a request handed to the
@@ -889,10 +914,11 @@ func bodyTimeout(*fasthttp.RequestHeader) fasthttp.RequestConfig {
 // those that open with the HTTP/2 preface to a net/http server (h2c and
 // gRPC, as the net/http path serves them) and serves the others on
 // fasthttp, each on its own goroutine, until Close or Shutdown.
-func (g *Gateway) serveFast(ln net.Listener) error {
+func (f *fastStack) serve(ln net.Listener) error {
+	g := f.g
 	s := &fastServer{headTimeout: g.clientHeader, ln: ln, h2: newChanListener(ln.Addr()), conns: map[net.Conn]struct{}{}, clientWrite: g.clientWrite}
 	s.fs = &fasthttp.Server{
-		Handler:                      g.fastPath.serve,
+		Handler:                      f.handle,
 		Name:                         "",
 		NoDefaultServerHeader:        true,
 		NoDefaultContentType:         true,
@@ -907,24 +933,22 @@ func (g *Gateway) serveFast(ln net.Listener) error {
 		HeaderReceived: bodyTimeout,
 		IdleTimeout:    g.clientIdle,
 		// Request bodies stream: the handler runs once the head is in
-		// (fastPath.takeBody); with streaming, MaxRequestBodySize is no
+		// (fastStack.takeBody); with streaming, MaxRequestBodySize is no
 		// limit, only how much of a body fasthttp may read with the head.
 		StreamRequestBody:  true,
 		MaxRequestBodySize: bufferedRequestBody,
-		ErrorHandler:       g.refuse,
+		ErrorHandler:       f.refuse,
 		Logger:             fastLogger{g.log},
 	}
-	if !g.register(ln, func() {
-		g.fastSrv[s] = struct{}{}
-		g.up.startSweeper() // Close stops it
-	}) {
+	if !f.servers.add(&g.closing, ln, s) {
 		return http.ErrServerClosed
 	}
+	f.up.startSweeper() // release stops it
 
 	h2done := make(chan struct{})
 	go func() {
 		defer close(h2done)
-		g.serveStd(s.h2)
+		f.std.serveH2C(s.h2)
 	}()
 	// ln backs off on temporary errors (Serve wrapped it): any error
 	// ends the loop.
@@ -946,9 +970,7 @@ func (g *Gateway) serveFast(ln net.Listener) error {
 	<-h2done
 	s.closeConns()
 	s.wg.Wait()
-	g.mu.Lock()
-	delete(g.fastSrv, s)
-	g.mu.Unlock()
+	f.servers.remove(s)
 	if g.closing.Load() {
 		return http.ErrServerClosed
 	}
@@ -1186,7 +1208,8 @@ func (l *chanListener) Addr() net.Addr { return l.addr }
 // (Gateway.fail: x-lanes-error and a text body), and the status net/http's
 // server, or the std path's handler, gives the same bytes. fasthttp closes
 // the connection after it.
-func (g *Gateway) refuse(ctx *fasthttp.RequestCtx, err error) {
+func (f *fastStack) refuse(ctx *fasthttp.RequestCtx, err error) {
+	g := f.g
 	status, code, msg := refusal(err)
 	g.m.errors(code)
 	g.fail((*fastOut)(ctx), false, status, code, msg)
@@ -1229,4 +1252,35 @@ func (l fastLogger) Printf(format string, args ...any) {
 	if l.log.Enabled(context.Background(), slog.LevelDebug) {
 		l.log.Debug("lanes gateway: fasthttp", "msg", fmt.Sprintf(format, args...))
 	}
+}
+
+// shutdown closes the listeners: the connections finish their requests.
+func (f *fastStack) shutdown(context.Context) error {
+	for _, s := range f.servers.all() {
+		s.ln.Close()
+	}
+	return nil
+}
+
+// close closes the listeners and the connections, and the connections to
+// instances in use, which ends the attempts on them (a closed client
+// connection does not end a read from an instance).
+func (f *fastStack) close() error {
+	for _, s := range f.servers.all() {
+		s.stop()
+	}
+	f.up.closeIdle(true)
+	return nil
+}
+
+// release closes the connections hijacked since close, waits for the
+// connection goroutines, stops the sweeper of the upstream pools and
+// closes their connections.
+func (f *fastStack) release() {
+	for _, s := range f.servers.all() {
+		s.stop()
+		s.wg.Wait()
+	}
+	f.up.stopSweeper()
+	f.up.closeIdle(true)
 }

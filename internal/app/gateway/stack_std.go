@@ -28,16 +28,68 @@ import (
 	"golang.org/x/net/http/httpguts"
 )
 
+// The net/http stack: net/http's server parses the client's requests,
+// httputil.ReverseProxy copies the answers, and its Transport
+// (stdTransport) routes each request with the routed call and sends the
+// attempts over net/http's transports, HTTP/1.1 with keep-alive or h2c for
+// gRPC. It serves HTTP/2 (h2c, gRPC, and TLS) on every gateway, HTTP/1.1
+// with Config.HTTP1 std, and the requests that the fast stack hands over.
+
+// stdStack is the net/http stack of a gateway.
+type stdStack struct {
+	g     *Gateway
+	proxy *httputil.ReverseProxy
+	h1    http.RoundTripper // HTTP/1.1 with keep-alive
+	h2c   http.RoundTripper // h2c, for gRPC
+	pool  sync.Pool         // *stdReq
+	// servers are the net/http servers that serve, serveTLS and the fast
+	// stack's HTTP/2 connections run.
+	servers serverSet[*http.Server]
+}
+
+func newStdStack(g *Gateway, idle int, dial *addrpolicy.Rules) *stdStack {
+	s := &stdStack{g: g}
+	s.h1, s.h2c = newTransports(idle, g.upIdle, g.headerTimeout, g.writeTimeout, dial)
+	s.proxy = &httputil.ReverseProxy{
+		Rewrite:        s.rewrite,
+		Transport:      &stdTransport{s: s},
+		ModifyResponse: s.modifyResponse,
+		ErrorHandler:   s.proxyError,
+		ErrorLog:       slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
+		BufferPool:     bufferPool{},
+	}
+	s.pool.New = func() any { return new(stdReq) }
+	return s
+}
+
+// stdReq is the state of a request on the net/http stack: the core's, and
+// what the proxy's hooks need. It is pooled, and reaches the hooks through
+// the request's context.
+type stdReq struct {
+	reqState
+	w    http.ResponseWriter
+	send stdSend
+	// out is the proxy's ResponseWriter.
+	out answerWriter
+}
+
 type stateKey struct{}
 
-func stateOf(ctx context.Context) *reqState {
-	st, _ := ctx.Value(stateKey{}).(*reqState)
+func stateOf(ctx context.Context) *stdReq {
+	st, _ := ctx.Value(stateKey{}).(*stdReq)
 	return st
 }
 
-// ServeHTTP routes one request: it finds the route, assigns the lane, picks
-// an instance through the engine and proxies the request to it.
-func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (s *stdStack) putReq(st *stdReq) {
+	buf := st.buf[:0]
+	*st = stdReq{}
+	st.buf = buf
+	s.pool.Put(st)
+}
+
+// ServeHTTP is the net/http stack's handler (Gateway.ServeHTTP).
+func (s *stdStack) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	g := s.g
 	if r.ProtoMajor == 1 && r.ProtoMinor == 0 {
 		defer resetOnAbort(r)
 	}
@@ -47,9 +99,9 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer g.exit()
-	st := g.pool.Get().(*reqState)
-	defer g.release(st)
-	st.g, st.w, st.grpc = g, w, grpc
+	st := s.pool.Get().(*stdReq)
+	defer s.putReq(st)
+	st.w, st.grpc = w, grpc
 	// Every answer goes through st.out. net/http reads a chunked request
 	// that also carries a Content-Length as chunked, without telling the
 	// handler of the Content-Length; RFC 9112 6.1 then requires closing
@@ -59,7 +111,7 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	st.out = answerWriter{ResponseWriter: w,
 		no1xx: r.ProtoMajor == 1 && r.ProtoMinor == 0,
 		close: r.ProtoMajor == 1 && len(r.TransferEncoding) > 0}
-	if !g.admit(r.Context(), st, (*stdIn)(r), r.URL.Path, stdOut{&st.out}) {
+	if !g.admit(r.Context(), &st.reqState, (*stdIn)(r), r.URL.Path, stdOut{&st.out}) {
 		return
 	}
 	ctx := context.WithValue(r.Context(), stateKey{}, st)
@@ -69,8 +121,8 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		traceHeaders(stdFields(w.Header()), span)
 		defer span.End()
 	}
-	// The proxy's Transport (upstream) routes the request.
-	g.proxy.ServeHTTP(&st.out, r.WithContext(ctx))
+	// The proxy's Transport (stdTransport) routes the request.
+	s.proxy.ServeHTTP(&st.out, r.WithContext(ctx))
 }
 
 // answerWriter is the ResponseWriter of the net/http path's answers, the
@@ -126,15 +178,10 @@ func resetOnAbort(r *http.Request) {
 	panic(v)
 }
 
-func (g *Gateway) release(st *reqState) {
-	buf, bodyBuf := st.buf[:0], st.bodyBuf[:0]
-	*st = reqState{buf: buf, bodyBuf: bodyBuf}
-	g.pool.Put(st)
-}
-
 // rewrite builds the outbound request: the instance's URL, the path without
 // a stripped prefix, the forwarding headers and the lane headers.
-func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
+func (s *stdStack) rewrite(pr *httputil.ProxyRequest) {
+	g := s.g
 	st := stateOf(pr.In.Context())
 	out := pr.Out
 	out.URL.Scheme = "http"
@@ -158,19 +205,20 @@ func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
 
 	// Lane headers: nothing the client sent; the transport writes what the
 	// gateway decided, once the pick tells the request lane.
-	g.stripLaneHeaders(out.Header)
-	g.forward(stdFields(out.Header), (*stdIn)(pr.In), st, pr.In.TLS != nil)
+	s.stripLaneHeaders(out.Header)
+	g.forward(stdFields(out.Header), (*stdIn)(pr.In), &st.reqState, pr.In.TLS != nil)
 }
 
 // modifyResponse settles the lane headers of the response; for a gRPC call
 // whose status comes in the trailers, it reports the outcome once they are
 // in.
-func (g *Gateway) modifyResponse(resp *http.Response) error {
+func (s *stdStack) modifyResponse(resp *http.Response) error {
+	g := s.g
 	st := stateOf(resp.Request.Context())
 	h := resp.Header
 	delete(h, hLane) // the gateway's own go on the ResponseWriter
 	delete(h, hLaneServed)
-	g.laneHeaders(st, stdFields(st.w.Header()))
+	g.laneHeaders(&st.reqState, stdFields(st.w.Header()))
 	g.m.served(st.pick().Lane)
 	if st.body != nil && !st.body.eof.Load() && resp.Request.ProtoMajor == 1 {
 		// The instance answered before the transport read the client's
@@ -182,7 +230,7 @@ func (g *Gateway) modifyResponse(resp *http.Response) error {
 		st.w.Header()["Connection"] = connClose
 	}
 	if st.grpc && resp.StatusCode < 500 && len(h["Grpc-Status"]) == 0 {
-		resp.Body = &grpcBody{ReadCloser: resp.Body, resp: resp, st: st}
+		resp.Body = &grpcBody{ReadCloser: resp.Body, resp: resp, st: &st.reqState}
 	}
 	return nil
 }
@@ -230,10 +278,11 @@ func grpcOutcome(h http.Header) routedcall.Outcome {
 
 // proxyError answers a call that got no response from the instance, or
 // that the engine could not route.
-func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) {
+func (s *stdStack) proxyError(w http.ResponseWriter, r *http.Request, err error) {
+	g := s.g
 	st := stateOf(r.Context())
-	g.laneHeaders(st, stdFields(w.Header()))
-	g.callFailed(stdOut{w}, st, err, r.Context().Err() != nil)
+	g.laneHeaders(&st.reqState, stdFields(w.Header()))
+	g.callFailed(stdOut{w}, &st.reqState, err, r.Context().Err() != nil)
 }
 
 // upstream is the proxy's Transport: it routes each request with the
@@ -242,7 +291,7 @@ func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) 
 // body is retried once on another instance after a failure without an
 // answer; any request moves past an instance that refused its connection,
 // since nothing was sent.
-type upstream struct{ g *Gateway }
+type stdTransport struct{ s *stdStack }
 
 // stdSend sends the attempts of a net/http request.
 type stdSend struct {
@@ -257,16 +306,16 @@ type stdSend struct {
 	err      error
 }
 
-func (u *upstream) RoundTrip(req *http.Request) (res *http.Response, rerr error) {
+func (t *stdTransport) RoundTrip(req *http.Request) (res *http.Response, rerr error) {
 	st := stateOf(req.Context())
 	if st == nil {
 		closeBody(req)
 		return nil, errors.New("lanes gateway: a request that did not come through the gateway's handler")
 	}
-	g := u.g
-	rt := g.h1
+	g := t.s.g
+	rt := t.s.h1
 	if st.grpc {
-		rt = g.h2c
+		rt = t.s.h2c
 	}
 	var span trace.Span
 	if g.tracer != nil {
@@ -275,7 +324,7 @@ func (u *upstream) RoundTrip(req *http.Request) (res *http.Response, rerr error)
 			trace.WithAttributes(semconv.HTTPRequestMethodKey.String(req.Method), semconv.ServerAddress(st.route.Service)))
 		if span.IsRecording() {
 			req = req.WithContext(ctx)
-			defer func() { g.endSpan(span, st, statusOf(res), rerr) }()
+			defer func() { g.endSpan(span, &st.reqState, statusOf(res), rerr) }()
 		} else {
 			span.End()
 			span = nil
@@ -287,9 +336,9 @@ func (u *upstream) RoundTrip(req *http.Request) (res *http.Response, rerr error)
 		st.body = &keptBody{r: req.Body}
 		req.Body = st.body
 	}
-	s := &st.std
-	*s = stdSend{g: g, st: st, rt: rt, req: req, traced: span != nil, bodyless: bodyless}
-	if err := g.routed(req.Context(), st, idempotent(req), s); err != nil {
+	s := &st.send
+	*s = stdSend{g: g, st: &st.reqState, rt: rt, req: req, traced: span != nil, bodyless: bodyless}
+	if err := g.routed(req.Context(), &st.reqState, idempotent(req), s); err != nil {
 		closeBody(req)
 		return nil, err
 	}
@@ -538,31 +587,45 @@ type bufferPool struct{}
 
 var buffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
-// The values of Config.HTTP1.
-const (
-	// HTTP1Fast serves HTTP/1.1 on fasthttp, with the gateway's own
-	// upstream keep-alive pools.
-	HTTP1Fast = "fast"
-	// HTTP1Std serves HTTP/1.1 on net/http, with httputil.ReverseProxy
-	// and net/http's transport.
-	HTTP1Std = "std"
-)
+func (bufferPool) Get() []byte  { return *buffers.Get().(*[]byte) }
+func (bufferPool) Put(b []byte) { buffers.Put(&b) }
 
-func (bufferPool) Get() []byte { return *buffers.Get().(*[]byte) }
+// serve serves ln on net/http, HTTP/1.1 and h2c, each write to a client
+// bounded by the client write timeout (Gateway.Serve).
+func (s *stdStack) serve(ln net.Listener) error {
+	if d := s.g.clientWrite; d > 0 {
+		ln = clientListener{Listener: ln, d: d}
+	}
+	return s.serveH2C(ln)
+}
 
-// serveStd serves ln on net/http.
-func (g *Gateway) serveStd(ln net.Listener) error {
+// serveH2C serves ln on net/http, HTTP/1.1 and h2c (the fast stack hands
+// its HTTP/2 connections, already bounded, to it).
+func (s *stdStack) serveH2C(ln net.Listener) error {
 	var p http.Protocols
 	p.SetHTTP1(true)
 	p.SetUnencryptedHTTP2(true)
-	return g.runStd(ln, &p, nil)
+	return s.run(ln, &p, nil)
 }
 
-// runStd serves ln on net/http with the protocols p, over TLS with tc when
+// serveTLS serves ln over TLS with the certificates of tc, HTTP/2 and
+// HTTP/1.1 by ALPN (Gateway.ServeTLS).
+func (s *stdStack) serveTLS(ln net.Listener, tc *tls.Config) error {
+	if d := s.g.clientWrite; d > 0 {
+		ln = clientListener{Listener: ln, d: d}
+	}
+	var p http.Protocols
+	p.SetHTTP1(true)
+	p.SetHTTP2(true)
+	return s.run(ln, &p, tc)
+}
+
+// run serves ln on net/http with the protocols p, over TLS with tc when
 // it is not nil.
-func (g *Gateway) runStd(ln net.Listener, p *http.Protocols, tc *tls.Config) error {
+func (s *stdStack) run(ln net.Listener, p *http.Protocols, tc *tls.Config) error {
+	g := s.g
 	srv := &http.Server{
-		Handler:           g,
+		Handler:           s,
 		Protocols:         p,
 		TLSConfig:         tc,
 		ReadHeaderTimeout: g.clientHeader,
@@ -574,19 +637,46 @@ func (g *Gateway) runStd(ln net.Listener, p *http.Protocols, tc *tls.Config) err
 			return context.WithValue(ctx, clientConnKey{}, c)
 		},
 	}
-	if !g.register(ln, func() { g.servers[srv] = struct{}{} }) {
+	if !s.servers.add(&g.closing, ln, srv) {
 		return http.ErrServerClosed
 	}
-	var err error
+	defer s.servers.remove(srv)
 	if tc != nil {
-		err = srv.ServeTLS(ln, "", "")
-	} else {
-		err = srv.Serve(ln)
+		return srv.ServeTLS(ln, "", "")
 	}
-	g.mu.Lock()
-	delete(g.servers, srv)
-	g.mu.Unlock()
-	return err
+	return srv.Serve(ln)
+}
+
+// shutdown shuts the servers down gracefully (http.Server.Shutdown).
+func (s *stdStack) shutdown(ctx context.Context) error {
+	var errs []error
+	for _, srv := range s.servers.all() {
+		if err := srv.Shutdown(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// close closes the servers and their connections, which cancels the
+// requests in flight and their attempts.
+func (s *stdStack) close() error {
+	var errs []error
+	for _, srv := range s.servers.all() {
+		if err := srv.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// release closes the transports' idle connections.
+func (s *stdStack) release() {
+	for _, rt := range []http.RoundTripper{s.h1, s.h2c} {
+		if c, ok := rt.(interface{ CloseIdleConnections() }); ok {
+			c.CloseIdleConnections()
+		}
+	}
 }
 
 // stdHeaderSlack is what net/http's server adds to MaxHeaderBytes.
@@ -665,9 +755,9 @@ func (o stdOut) writeString(s string) { o.w.Write([]byte(s)) }
 // (CGI's HTTP_X_LANE, nginx with underscores_in_headers on). The gateway
 // never reads those spellings. (The lane member of baggage is rewritten by
 // the propagator, X-Real-IP set by forward.)
-func (g *Gateway) stripLaneHeaders(h http.Header) {
+func (s *stdStack) stripLaneHeaders(h http.Header) {
 	for k := range h {
-		if g.strippedName(k) {
+		if s.g.strippedName(k) {
 			delete(h, k)
 		}
 	}

@@ -373,7 +373,7 @@ func FuzzFastTarget(f *testing.F) {
 		if !matchPath(u.Path, prefix) {
 			return
 		}
-		stripFast(&h, prefix)
+		stripTarget(&h, prefix)
 		got, err := url.ParseRequestURI(string(h.RequestURI()))
 		if err != nil {
 			t.Fatalf("%q: stripped to %q, which does not parse: %v", target, h.RequestURI(), err)

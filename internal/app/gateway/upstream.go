@@ -510,7 +510,7 @@ func (p *upPool) do(req *fasthttp.Request, resp *fasthttp.Response, headerTimeou
 			return nil, false
 		}
 		p.discard(c)
-		if retry && reused && try == 0 && body.rewind(req) {
+		if retry && reused && try == 0 && rewind(body, req) {
 			resp.Reset()
 			continue
 		}
@@ -674,7 +674,7 @@ func (p *upPool) readAnswer(c *upConn, req *fasthttp.Request, resp *fasthttp.Res
 // (300 and over) is in before the end of the body, the write stops
 // (uploadCut), the rest of the body is not sent, and the answer goes to
 // the client; the connection is not used again, and the client's closes
-// after the answer, the rest of its body unread (fastPath.serve). An
+// after the answer, the rest of its body unread (fastStack.handle). An
 // early 2xx does not stop the write: a full-duplex handler answers first
 // and reads on, and gets the whole body, as from net/http's transport; the
 // answer's body is read once the request is written. 1xx answers go on to the client as they come, during
