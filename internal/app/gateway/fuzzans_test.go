@@ -61,7 +61,10 @@ func FuzzAnswer(f *testing.F) {
 	for _, s := range fuzzAnswerSeeds() {
 		f.Add(s.head, s.close, []byte(s.answer))
 	}
-	fw := newFuzzAnswerWorld(f)
+	var worlds [len(stacks)]*fuzzAnswerWorld
+	for i, s := range stacks {
+		worlds[i] = newFuzzAnswerWorld(f, s)
+	}
 	f.Fuzz(func(t *testing.T, head, closeAfter bool, answer []byte) {
 		if len(answer) > 64<<10 {
 			t.Skip("longer than the bound of the fuzzed answers")
@@ -70,7 +73,9 @@ func FuzzAnswer(f *testing.F) {
 			// Would let a leaked answer pass for the gateway's error.
 			t.Skip("the answer names the gateway's error header")
 		}
-		fw.exec(t, head, closeAfter, answer)
+		for i, s := range stacks {
+			t.Run("http1="+s, func(t *testing.T) { worlds[i].exec(t, head, closeAfter, answer) })
+		}
 	})
 }
 
@@ -159,11 +164,11 @@ type fuzzAnswerWorld struct {
 	n      atomic.Int64
 }
 
-func newFuzzAnswerWorld(tb testing.TB) *fuzzAnswerWorld {
+func newFuzzAnswerWorld(tb testing.TB, stack string) *fuzzAnswerWorld {
 	// No instance is ejected for its errors: the fuzzed answers fail often.
 	w := newWorld(tb, "outlier: {errors: 1000, window: 1ms, ejection: 1ms}\n", Config{
 		ResponseHeaderTimeout: fuzzAnswerTimeout, UpstreamReadTimeout: fuzzAnswerTimeout,
-		Logger: slog.New(slog.DiscardHandler)})
+		Logger: slog.New(slog.DiscardHandler), HTTP1: stack})
 	inst := newAnswerInstance(tb)
 	w.register(tb, "orders", "fuzzed", inst.addr, "")
 	var b [6]byte
@@ -192,7 +197,7 @@ func (fw *fuzzAnswerWorld) exec(t *testing.T, head, closeAfter bool, answer []by
 				res.StatusCode, len(body), res.ContentLength, res.TransferEncoding, why)
 		}
 	}
-	if testHTTP1 == HTTP1Std {
+	if stackOf(t) == HTTP1Std {
 		// net/http's transport can hand the next request an idle
 		// connection before its read loop has seen the bytes the instance
 		// sent past the answer, and the request reads them as its answer
@@ -228,7 +233,7 @@ func (fw *fuzzAnswerWorld) exec(t *testing.T, head, closeAfter bool, answer []by
 		}
 	}
 	a10.close()
-	if testHTTP1 == HTTP1Std {
+	if stackOf(t) == HTTP1Std {
 		fw.quiesce(t) // net/http's race, as after 1
 	}
 
@@ -532,7 +537,9 @@ func (a *answerInstance) serve(c net.Conn) {
 // gateway cannot close (a request sent before its read loop has seen the
 // bytes would read them), so on the net/http path the next request waits
 // until the connection is closed.
-func TestUnsolicitedAnswer(t *testing.T) {
+func TestUnsolicitedAnswer(t *testing.T) { onStacks(t, testUnsolicitedAnswer) }
+
+func testUnsolicitedAnswer(t *testing.T) {
 	late, wrote := make(chan struct{}), make(chan struct{})
 	var closed atomic.Bool
 	shut := make(chan struct{})
@@ -567,7 +574,7 @@ func TestUnsolicitedAnswer(t *testing.T) {
 	}
 	close(late)
 	<-wrote
-	if testHTTP1 == HTTP1Std {
+	if stackOf(t) == HTTP1Std {
 		select {
 		case <-shut:
 		case <-time.After(waitFor):

@@ -64,8 +64,31 @@ func FuzzSmuggling(f *testing.F) {
 	for _, s := range framingSeeds {
 		f.Add([]byte(s))
 	}
-	var tap wireTap
-	w := newWorldWith(f, "", Config{}, tap.install)
+	var worlds [len(stacks)]*smugglingWorld
+	for i, s := range stacks {
+		worlds[i] = newSmugglingWorld(f, s)
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		if len(raw) > maxFuzzInput {
+			t.Skip("over maxFuzzInput")
+		}
+		for i, s := range stacks {
+			t.Run("http1="+s, func(t *testing.T) { worlds[i].exec(t, raw) })
+		}
+	})
+}
+
+// smugglingWorld is FuzzSmuggling's gateway on one stack, its recording
+// instance and the tap of its upstream connections.
+type smugglingWorld struct {
+	w   *world
+	rec *smuggletest.Recorder
+	tap wireTap
+}
+
+func newSmugglingWorld(f *testing.F, stack string) *smugglingWorld {
+	sw := new(smugglingWorld)
+	sw.w = newWorldWith(f, "", Config{HTTP1: stack}, sw.tap.install)
 	// The instance reads each request whole before it answers: the
 	// gateway has written all of it by then.
 	rec, err := smuggletest.NewRecorder()
@@ -73,32 +96,34 @@ func FuzzSmuggling(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Cleanup(func() { rec.Close() })
-	w.register(f, "orders", "rec", rec.Addr, "")
-	f.Fuzz(func(t *testing.T, raw []byte) {
-		if len(raw) > maxFuzzInput {
-			t.Skip("over maxFuzzInput")
-		}
-		rec.Reset()
-		tap.reset()
-		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
-		defer cancel()
-		if err := sendRaw(ctx, w.addr, raw); err != nil {
-			t.Fatalf("sending %q: %v", trim(raw), err)
-		}
-		// The gateway closed the connection; its handlers may still be
-		// returning (HTTP/2).
-		if w.gw.inflight.Load() != 0 {
-			eventually(t, "the gateway's handlers to return", func() bool { return w.gw.inflight.Load() == 0 })
-		}
-		sent, upRaw, err := readSent(tap.snapshot())
-		if err != nil {
-			t.Fatalf("client bytes %q: upstream: %v", trim(raw), err)
-		}
-		if err := checkForwarded(raw, sent); err != nil {
-			t.Fatalf("client bytes %q: %v\nupstream bytes: %q", trim(raw), err, upRaw)
-		}
-		probe(ctx, t, w.addr)
-	})
+	sw.w.register(f, "orders", "rec", rec.Addr, "")
+	sw.rec = rec
+	return sw
+}
+
+// exec sends raw to the gateway and checks what went upstream.
+func (sw *smugglingWorld) exec(t *testing.T, raw []byte) {
+	w, rec, tap := sw.w, sw.rec, &sw.tap
+	rec.Reset()
+	tap.reset()
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	if err := sendRaw(ctx, w.addr, raw); err != nil {
+		t.Fatalf("sending %q: %v", trim(raw), err)
+	}
+	// The gateway closed the connection; its handlers may still be
+	// returning (HTTP/2).
+	if w.gw.inflight.Load() != 0 {
+		eventually(t, "the gateway's handlers to return", func() bool { return w.gw.inflight.Load() == 0 })
+	}
+	sent, upRaw, err := readSent(tap.snapshot())
+	if err != nil {
+		t.Fatalf("client bytes %q: upstream: %v", trim(raw), err)
+	}
+	if err := checkForwarded(raw, sent); err != nil {
+		t.Fatalf("client bytes %q: %v\nupstream bytes: %q", trim(raw), err, upRaw)
+	}
+	probe(ctx, t, w.addr)
 }
 
 // maxFuzzInput bounds the inputs: a head over maxHeaderBytes, and a body

@@ -17,7 +17,9 @@ import (
 // with the connection instead, on both paths, however short (a chunked
 // answer is not read whole first: it may be an event stream); an answer
 // the gateway knows the length of keeps its Content-Length.
-func TestHTTP10ClientGetsNoChunks(t *testing.T) {
+func TestHTTP10ClientGetsNoChunks(t *testing.T) { onStacks(t, testHTTP10ClientGetsNoChunks) }
+
+func testHTTP10ClientGetsNoChunks(t *testing.T) {
 	w := newWorld(t, "", Config{})
 	release := make(chan struct{})
 	events := eventStream(release)
@@ -98,7 +100,9 @@ func TestHTTP10ClientGetsNoChunks(t *testing.T) {
 
 // TestHTTP10StreamEndsAtClose: Close waits for an answer that streams to an
 // HTTP/1.0 client until the end of its connection, and ends it.
-func TestHTTP10StreamEndsAtClose(t *testing.T) {
+func TestHTTP10StreamEndsAtClose(t *testing.T) { onStacks(t, testHTTP10StreamEndsAtClose) }
+
+func testHTTP10StreamEndsAtClose(t *testing.T) {
 	w := newWorld(t, "", Config{})
 	addr := serveBackend(t, eventStream(make(chan struct{}))) // the second event never comes
 	w.register(t, "orders", "old", addr, "")
@@ -124,7 +128,9 @@ func TestHTTP10StreamEndsAtClose(t *testing.T) {
 // TestHTTP10CutAnswerIsCut: an answer that the instance cuts short, sent to
 // an HTTP/1.0 client without a length, does not end as a whole one does:
 // the client's connection is reset, on both paths.
-func TestHTTP10CutAnswerIsCut(t *testing.T) {
+func TestHTTP10CutAnswerIsCut(t *testing.T) { onStacks(t, testHTTP10CutAnswerIsCut) }
+
+func testHTTP10CutAnswerIsCut(t *testing.T) {
 	w := newWorld(t, "", Config{})
 	addr := rawBackend(t, func() string {
 		return "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n10\r\nnot all of"

@@ -26,7 +26,9 @@ import (
 // the fast path reads whole before the head goes to the client, fails there
 // with 502 upstream naming the timeout. The response-header timeout is far
 // off: the read bound alone ends the answer.
-func TestStalledAnswer(t *testing.T) {
+func TestStalledAnswer(t *testing.T) { onStacks(t, testStalledAnswer) }
+
+func testStalledAnswer(t *testing.T) {
 	const timeout = 200 * time.Millisecond
 	for _, c := range []struct{ name, head string }{
 		{"large", "HTTP/1.1 200 OK\r\nContent-Length: 4194304\r\n\r\npart"},
@@ -44,7 +46,7 @@ func TestStalledAnswer(t *testing.T) {
 			case err != nil:
 				// Cut before the head reached the client (the server held
 				// it in its buffer).
-			case c.name == "small" && testHTTP1 == HTTP1Fast:
+			case c.name == "small" && stackOf(t) == HTTP1Fast:
 				body, _ := io.ReadAll(res.Body)
 				res.Body.Close()
 				if res.StatusCode != http.StatusBadGateway || res.Header.Get(hError) != codeUpstream ||
@@ -73,7 +75,9 @@ func TestStalledAnswer(t *testing.T) {
 // answer has its connection closed once it has taken none of a write for the
 // client write timeout, on both paths, which ends the call: the instance,
 // which streams without end, finds its connection closed.
-func TestSlowClient(t *testing.T) {
+func TestSlowClient(t *testing.T) { onStacks(t, testSlowClient) }
+
+func testSlowClient(t *testing.T) {
 	w := newWorld(t, "", Config{ClientWriteTimeout: 200 * time.Millisecond})
 	cut := make(chan error, 1)
 	w.register(t, "orders", "endless", serveBackend(t, http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
@@ -116,7 +120,9 @@ func TestSlowClient(t *testing.T) {
 // head goes out), or the instance's head with a body cut short of its
 // Content-Length or without its last chunk: never a complete answer, short
 // or not.
-func TestCutAnswer(t *testing.T) {
+func TestCutAnswer(t *testing.T) { onStacks(t, testCutAnswer) }
+
+func testCutAnswer(t *testing.T) {
 	const timeout = 200 * time.Millisecond
 	requests := []struct{ name, raw string }{
 		{"origin", "GET / HTTP/1.1\r\nHost: x\r\n\r\n"},

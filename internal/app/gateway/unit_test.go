@@ -22,7 +22,9 @@ import (
 	"github.com/lanesdev/lanes/routing"
 )
 
-func TestNewValidation(t *testing.T) {
+func TestNewValidation(t *testing.T) { onStacks(t, testNewValidation) }
+
+func testNewValidation(t *testing.T) {
 	e := routing.New()
 	defer e.Close()
 	ok := []Route{{Prefix: "/", Service: "orders"}}
@@ -115,7 +117,9 @@ func TestHostOnly(t *testing.T) {
 	}
 }
 
-func TestMetrics(t *testing.T) {
+func TestMetrics(t *testing.T) { onStacks(t, testMetrics) }
+
+func testMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	w := newWorld(t, "canary:\n  - {service: orders, lane: canary, percent: 100}\n", Config{Registerer: reg})
 	twoLanes(t, w)
@@ -171,7 +175,9 @@ func TestMetrics(t *testing.T) {
 // whose instance has not answered, and one whose instance stalls in the
 // middle of a small answer (which the fast path reads whole, from a
 // connection that Close must close itself).
-func TestCloseWaitsForRequests(t *testing.T) {
+func TestCloseWaitsForRequests(t *testing.T) { onStacks(t, testCloseWaitsForRequests) }
+
+func testCloseWaitsForRequests(t *testing.T) {
 	for _, midAnswer := range []bool{false, true} {
 		t.Run(fmt.Sprintf("mid-answer=%v", midAnswer), func(t *testing.T) { closeWaits(t, midAnswer) })
 	}
@@ -197,7 +203,7 @@ func closeWaits(t *testing.T, midAnswer bool) {
 	defer close(release)
 	registerAddr(t, reg, e, "orders", "slow", strings.TrimPrefix(slow.URL, "http://"))
 
-	g, err := New(Config{Engine: e, Routes: []Route{{Prefix: "/", Service: "orders"}}, HTTP1: testHTTP1})
+	g, err := New(Config{Engine: e, Routes: []Route{{Prefix: "/", Service: "orders"}}, HTTP1: stackOf(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,7 +249,9 @@ func closeWaits(t *testing.T, midAnswer bool) {
 	}
 }
 
-func TestShutdown(t *testing.T) {
+func TestShutdown(t *testing.T) { onStacks(t, testShutdown) }
+
+func testShutdown(t *testing.T) {
 	reg, e := routingWorld(t)
 	b := newBackend(t, "base", "")
 	registerAddr(t, reg, e, "orders", b.id, b.addr)
@@ -274,7 +282,9 @@ func TestShutdown(t *testing.T) {
 	}
 }
 
-func TestNotReady(t *testing.T) {
+func TestNotReady(t *testing.T) { onStacks(t, testNotReady) }
+
+func testNotReady(t *testing.T) {
 	// A store whose watch never delivers: the engine never has a policy.
 	e := routing.New(routing.WithPolicyStore(stuckStore{}))
 	defer e.Close()
@@ -322,7 +332,9 @@ func TestValidate(t *testing.T) {
 // request, upstream exchange, lane headers), allocates nothing of its own:
 // a lane request nothing at all, a baseline request only the baggage member
 // of its request key.
-func TestFastPathAllocs(t *testing.T) {
+func TestFastPathAllocs(t *testing.T) { onStacks(t, testFastPathAllocs) }
+
+func testFastPathAllocs(t *testing.T) {
 	if testing.CoverMode() != "" || raceEnabled {
 		t.Skip("allocations are not measured under -cover or -race")
 	}
@@ -388,7 +400,9 @@ func FuzzFastTarget(f *testing.F) {
 
 // TestRefusal: the fast path's server refusals get the statuses net/http
 // gives the same bytes, and the gateway's error codes.
-func TestRefusal(t *testing.T) {
+func TestRefusal(t *testing.T) { onStacks(t, testRefusal) }
+
+func testRefusal(t *testing.T) {
 	for _, tc := range []struct {
 		err    error
 		status int
