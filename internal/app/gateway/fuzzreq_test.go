@@ -411,12 +411,12 @@ func probe(ctx context.Context, t *testing.T, addr string) {
 
 // The strict reading of a request (readStrict).
 
-// framing is how a strict reading of a request ended.
-type framing int
+// strictEnd is how a strict reading of a request ended.
+type strictEnd int
 
 const (
 	// fWhole: a whole request, framed as RFC 9112 defines.
-	fWhole framing = iota
+	fWhole strictEnd = iota
 	// fIncomplete: the bytes end before the request does.
 	fIncomplete
 	// fLoose: the bytes are something the RFC lets a server read more
@@ -432,7 +432,7 @@ const (
 	fLast
 )
 
-func (f framing) String() string {
+func (f strictEnd) String() string {
 	return [...]string{"whole", "incomplete", "read no further", "faulty framing", "must be refused", "the end"}[f]
 }
 
@@ -447,7 +447,7 @@ type strictReq struct {
 // readResult is the strict reading of the request at the start of some
 // bytes.
 type readResult struct {
-	f   framing
+	f   strictEnd
 	why string    // when not fWhole
 	req strictReq // when fWhole
 	n   int       // the bytes the request takes, when fWhole
@@ -472,7 +472,7 @@ func readStrict(b []byte, up bool) readResult {
 		}
 		return l, false, true
 	}
-	fail := func(f framing, why string) readResult {
+	fail := func(f strictEnd, why string) readResult {
 		if up {
 			f = fReject
 		}

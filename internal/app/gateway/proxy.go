@@ -215,13 +215,6 @@ func (g *Gateway) writeLane(h fields, l, key string) {
 	g.prop.InjectLaneKey(l, key, h)
 }
 
-// interim reports whether an answer of status code is one that goes on to
-// the client before the final one (103 Early Hints, say): a 1xx, but 101,
-// which is final.
-func interim(code int) bool {
-	return code >= 100 && code < 200 && code != http.StatusSwitchingProtocols
-}
-
 // interimHeaders removes the instance's lane headers from the fields h of
 // an interim answer, on both paths: the gateway's own go on the final
 // answer (laneHeaders).
@@ -397,9 +390,6 @@ func attempt(st *reqState, status int, code string, err error, unsent bool) rout
 	}
 }
 
-// idempotent reports whether req may be sent twice.
-func idempotent(req *http.Request) bool { return laneshttp.IsIdempotent(req) }
-
 // keptBody lends the client's request body, as it streams, to the
 // attempts: it does not close it (the server does, when the handler
 // returns), and tells whether any of it was read, so that a request whose
@@ -409,25 +399,24 @@ func idempotent(req *http.Request) bool { return laneshttp.IsIdempotent(req) }
 type keptBody struct {
 	r    io.Reader
 	read bool
-	// eof is set once r was read to its end; atomic, as the net/http
-	// path's transport reads the body on a goroutine of its own while
-	// modifyResponse asks.
+	// eof is set once r was read to its end; atomic, as a transport may
+	// read the body on a goroutine of its own while the stack asks.
 	eof atomic.Bool
 	err error // the first error reading r, other than io.EOF
-	// size is, on the fast path, the body's Content-Length, or -1 for a
-	// chunked body; got counts what was read of it. (net/http's body
-	// tells a body shorter than its Content-Length itself.)
+	// size is the body's length as the client framed it, when r does not
+	// check it itself, or -1; got counts what was read of it.
 	size int
 	got  int
-	// conn, on the fast path, sets the read deadline of the client's
-	// connection before each read (see readTimeout).
+	// conn, when set, is the client's connection: each read is bounded
+	// by the client read timeout (clientReadTimeout), and the deadline
+	// lifted at the end of the body.
 	conn interface{ SetReadDeadline(time.Time) error }
 }
 
 func (b *keptBody) Read(p []byte) (int, error) {
 	b.read = true
 	if b.conn != nil {
-		b.conn.SetReadDeadline(time.Now().Add(readTimeout))
+		b.conn.SetReadDeadline(time.Now().Add(clientReadTimeout))
 	}
 	n, err := b.r.Read(p)
 	b.got += n
@@ -436,6 +425,11 @@ func (b *keptBody) Read(p []byte) (int, error) {
 	}
 	switch {
 	case err == io.EOF:
+		if b.conn != nil {
+			// The wait for the answer is not the body's: net/http's
+			// server reads the connection in the background meanwhile.
+			b.conn.SetReadDeadline(time.Time{})
+		}
 		b.eof.Store(true)
 	case err != nil && b.err == nil:
 		b.err = err

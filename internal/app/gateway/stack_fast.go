@@ -62,6 +62,14 @@ func (f *fastStack) putReq(st *fastReq) {
 	f.pool.Put(st)
 }
 
+// btoi is 1 for true, 0 for false.
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
 // b2s views b as a string, without copying: valid as long as b is.
 func b2s(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 
@@ -396,8 +404,7 @@ func (f *fastStack) handle(ctx *fasthttp.RequestCtx) {
 	g := f.g
 	out := (*fastOut)(ctx)
 	if !g.enter() {
-		ctx.SetConnectionClose()
-		g.fail(out, false, http.StatusServiceUnavailable, codeClosed, "lanes: the gateway is closing")
+		g.closingAnswer(out, false)
 		return
 	}
 	handedOver := false // to untilClose, which exits in its turn
@@ -406,13 +413,13 @@ func (f *fastStack) handle(ctx *fasthttp.RequestCtx) {
 			g.exit()
 		}
 	}()
-	// The client's Connection: close, and every chunked request (as on the
-	// net/http path; see Request smuggling in the package documentation),
-	// close the connection after the answer; so does a closing gateway.
-	// The answer is read into ctx.Response, which resets it: this is set last.
-	closeAfter := ctx.Request.Header.ConnectionClose() || ctx.Request.Header.ContentLength() == -1
+	// The client's Connection: close, and the framing rules
+	// (Gateway.closeAfter), close the connection after the answer. The
+	// answer is read into ctx.Response, which resets it: this is set last.
+	frame := framingOf(1, btoi(ctx.Request.Header.IsHTTP11()), ctx.Request.Header.ContentLength() == -1)
+	closeAfter := ctx.Request.Header.ConnectionClose()
 	defer func() {
-		if closeAfter || g.closing.Load() {
+		if closeAfter || g.closeAfter(frame) {
 			ctx.SetConnectionClose()
 		}
 	}()
@@ -453,17 +460,18 @@ func (f *fastStack) handle(ctx *fasthttp.RequestCtx) {
 	// the forwarding headers, in HTTP/1.1. Nothing reads the client's
 	// request after this but the attempts.
 	preserve := g.preserve && len(ctx.Request.Header.Host()) > 0
-	idem := routedcall.Idempotent(b2s(ctx.Method()), len(ctx.Request.Header.Peek("Idempotency-Key")) > 0 || len(ctx.Request.Header.Peek("X-Idempotency-Key")) > 0)
+	idem := idempotent(b2s(ctx.Method()), &st.in)
 	req := &ctx.Request
 	// The target and Host go as the header holds them, not as the server's
 	// parsed URI would write them again.
 	req.SetRequestURIBytes(req.Header.RequestURI())
 	req.UseHostHeader = true
 	req.Header.SetNoDefaultContentType(true)
-	interim := ctx // the client that 1xx answers go on to
+	to1xx := ctx // the client that 1xx answers go on to
+	if !frame.passInterim() {
+		to1xx = nil
+	}
 	if !req.Header.IsHTTP11() {
-		// No 1xx answer to an HTTP/1.0 client (RFC 9110, 15.2).
-		interim = nil
 		req.Header.SetProtocol("HTTP/1.1")
 	}
 	delHop(&req.Header, st.body != nil && st.body.size == -1)
@@ -476,7 +484,7 @@ func (f *fastStack) handle(ctx *fasthttp.RequestCtx) {
 
 	var cspan trace.Span
 	s := &st.send
-	*s = fastSend{g: g, up: f.up, st: st, req: req, resp: resp, out: &st.out, ctx: ctx, interim: interim, bodyless: bodyless, preserve: preserve}
+	*s = fastSend{g: g, up: f.up, st: st, req: req, resp: resp, out: &st.out, ctx: ctx, to1xx: to1xx, bodyless: bodyless, preserve: preserve}
 	if span != nil {
 		cctx, cs := g.tracer.Start(callCtx, s.methodString(), trace.WithSpanKind(trace.SpanKindClient),
 			trace.WithAttributes(semconv.HTTPRequestMethodKey.String(string(ctx.Method())), semconv.ServerAddress(st.route.Service)))
@@ -506,7 +514,7 @@ func (f *fastStack) handle(ctx *fasthttp.RequestCtx) {
 	delHopAnswer(&resp.Header)
 	g.laneHeaders(&st.reqState, out.header())
 	g.m.served(st.pick().Lane)
-	if unframed(resp, interim == nil) {
+	if unframed(resp, frame.http10) {
 		handedOver = true
 		f.untilClose(ctx, true)
 	}
@@ -621,7 +629,7 @@ type fastSend struct {
 	up       *upstreams
 	st       *fastReq
 	ctx      *fasthttp.RequestCtx
-	interim  *fasthttp.RequestCtx // ctx, or nil for an HTTP/1.0 client: where 1xx answers go
+	to1xx    *fasthttp.RequestCtx // ctx, or nil when 1xx answers do not go on (framing.passInterim)
 	req      *fasthttp.Request
 	resp     *fasthttp.Response
 	out      *fastReqFields
@@ -646,7 +654,7 @@ func (s *fastSend) send(pick routing.Result) (routedcall.Attempt, bool) {
 		return attempt(&s.st.reqState, 0, "", s.err, false), false
 	}
 	var unsent bool
-	s.err, unsent = s.up.pool(pick.Instance.Addr).do(s.req, s.resp, s.g.headerTimeout, s.interim, s.st.body)
+	s.err, unsent = s.up.pool(pick.Instance.Addr).do(s.req, s.resp, s.g.headerTimeout, s.to1xx, s.st.body)
 	if s.err != nil {
 		a := attempt(&s.st.reqState, 0, "", s.err, unsent)
 		// An attempt that Close cut short says nothing about the instance,
@@ -785,7 +793,7 @@ var adaptedServer = new(http.Server)
 
 // adaptedBody is the body of a request that the fast path hands to the
 // net/http handler, read as it streams from the client (keptBody: each read
-// within readTimeout; a body shorter than its Content-Length fails). Like
+// within clientReadTimeout; a body shorter than its Content-Length fails). Like
 // net/http's server, it is closed when the handler returns (Close): the
 // transport may still be reading it then (an instance answered before it
 // took the whole body), and that read is cut short, and waited for, since
@@ -905,9 +913,9 @@ type fastServer struct {
 }
 
 // bodyTimeout is fasthttp's HeaderReceived: once a head is in, its body
-// may take readTimeout (the head took at most the client header timeout).
+// may take clientReadTimeout (the head took at most the client header timeout).
 func bodyTimeout(*fasthttp.RequestHeader) fasthttp.RequestConfig {
-	return fasthttp.RequestConfig{ReadTimeout: readTimeout}
+	return fasthttp.RequestConfig{ReadTimeout: clientReadTimeout}
 }
 
 // serveFast is Serve on the fast path: it accepts connections on ln, hands
@@ -928,7 +936,7 @@ func (f *fastStack) serve(ln net.Listener) error {
 		WriteBufferSize:              16 << 10,
 		// ReadTimeout bounds the read of a head (the first request's
 		// from where sniff started, see prefixConn.headBy); once it is
-		// in, HeaderReceived gives the body readTimeout.
+		// in, HeaderReceived gives the body clientReadTimeout.
 		ReadTimeout:    g.clientHeader,
 		HeaderReceived: bodyTimeout,
 		IdleTimeout:    g.clientIdle,
@@ -1136,12 +1144,6 @@ func (c *prefixConn) Close() error {
 	}
 	return c.Conn.Close()
 }
-
-// readTimeout bounds the read of a request on the fast path: its head and
-// a small body; a body that streams gets as long again for each of its
-// reads (keptBody.conn), so that an upload lasts as long as it keeps
-// coming.
-const readTimeout = 2 * time.Minute
 
 // lingerTimeout bounds how long a connection closed with its request body
 // unread waits for the client to stop sending (as net/http's server waits

@@ -67,7 +67,10 @@ func newStdStack(g *Gateway, idle int, dial *addrpolicy.Rules) *stdStack {
 // the request's context.
 type stdReq struct {
 	reqState
-	w    http.ResponseWriter
+	w http.ResponseWriter
+	// conn is the client's connection, on an HTTP/1.x request to a server
+	// that Serve started; else nil.
+	conn net.Conn
 	send stdSend
 	// out is the proxy's ResponseWriter.
 	out answerWriter
@@ -95,22 +98,20 @@ func (s *stdStack) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	grpc := isGRPC(r)
 	if !g.enter() {
-		g.fail(stdOut{w}, grpc, http.StatusServiceUnavailable, codeClosed, "lanes: the gateway is closing")
+		g.closingAnswer(stdOut{w}, grpc)
 		return
 	}
 	defer g.exit()
 	st := s.pool.Get().(*stdReq)
 	defer s.putReq(st)
 	st.w, st.grpc = w, grpc
-	// Every answer goes through st.out. net/http reads a chunked request
-	// that also carries a Content-Length as chunked, without telling the
-	// handler of the Content-Length; RFC 9112 6.1 then requires closing
-	// the connection after the answer, so that a peer that framed it by
-	// the Content-Length cannot smuggle a request in after it. Every
-	// chunked request closes its connection.
-	st.out = answerWriter{ResponseWriter: w,
-		no1xx: r.ProtoMajor == 1 && r.ProtoMinor == 0,
-		close: r.ProtoMajor == 1 && len(r.TransferEncoding) > 0}
+	// Every answer goes through st.out, which applies the framing rules.
+	st.out = answerWriter{ResponseWriter: w, g: g, f: framingOf(r.ProtoMajor, r.ProtoMinor, len(r.TransferEncoding) > 0)}
+	if r.ProtoMajor == 1 {
+		// The client's connection, whose reads of the body the client
+		// read timeout bounds (keptBody); none on a server of your own.
+		st.conn, _ = r.Context().Value(clientConnKey{}).(net.Conn)
+	}
 	if !g.admit(r.Context(), &st.reqState, (*stdIn)(r), r.URL.Path, stdOut{&st.out}) {
 		return
 	}
@@ -125,27 +126,24 @@ func (s *stdStack) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.proxy.ServeHTTP(&st.out, r.WithContext(ctx))
 }
 
-// answerWriter is the ResponseWriter of the net/http path's answers, the
-// gateway's own and the proxy's. It keeps the rules of an answer's head
-// through the 1xx answers that the proxy passes on (after each of which
-// the proxy clears the header map): a 1xx answer carries no
-// lane header of the instance's (the gateway's own go on the final
-// answer); an HTTP/1.0 client gets no 1xx answer (RFC 9110, 15.2; 101 is
-// not one of them); the final answer to a chunked request says
-// Connection: close (see ServeHTTP). It unwraps (http.ResponseController).
+// answerWriter is the ResponseWriter of the net/http stack's answers, the
+// gateway's own and the proxy's. It applies the framing rules (framing.go)
+// to an answer's head, through the 1xx answers that the proxy passes on
+// (after each of which the proxy clears the header map). It unwraps
+// (http.ResponseController).
 type answerWriter struct {
 	http.ResponseWriter
-	no1xx bool
-	close bool
+	g *Gateway
+	f framing
 }
 
 func (w *answerWriter) WriteHeader(code int) {
-	if interim(code) {
-		if w.no1xx {
+	if interimStatus(code) {
+		if !w.f.passInterim() {
 			return // the proxy clears the 1xx answer's fields after it
 		}
 		interimHeaders(stdFields(w.Header()))
-	} else if w.close {
+	} else if w.g.closeAfter(w.f) {
 		w.Header()["Connection"] = connClose
 	}
 	w.ResponseWriter.WriteHeader(code)
@@ -333,12 +331,15 @@ func (t *stdTransport) RoundTrip(req *http.Request) (res *http.Response, rerr er
 	// The first attempt sends req itself, which the proxy made for it.
 	bodyless := req.Body == nil || req.Body == http.NoBody
 	if !bodyless {
-		st.body = &keptBody{r: req.Body}
+		st.body = &keptBody{r: req.Body, size: -1}
+		if st.conn != nil {
+			st.body.conn = st.conn
+		}
 		req.Body = st.body
 	}
 	s := &st.send
 	*s = stdSend{g: g, st: &st.reqState, rt: rt, req: req, traced: span != nil, bodyless: bodyless}
-	if err := g.routed(req.Context(), &st.reqState, idempotent(req), s); err != nil {
+	if err := g.routed(req.Context(), &st.reqState, idempotent(req.Method, req.Header), s); err != nil {
 		closeBody(req)
 		return nil, err
 	}

@@ -255,7 +255,7 @@ func testShutdown(t *testing.T) {
 	reg, e := routingWorld(t)
 	b := newBackend(t, "base", "")
 	registerAddr(t, reg, e, "orders", b.id, b.addr)
-	g, err := New(Config{Engine: e, Routes: []Route{{Prefix: "/", Service: "orders"}}})
+	g, err := New(Config{Engine: e, Routes: []Route{{Prefix: "/", Service: "orders"}}, HTTP1: stackOf(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,7 +288,7 @@ func testNotReady(t *testing.T) {
 	// A store whose watch never delivers: the engine never has a policy.
 	e := routing.New(routing.WithPolicyStore(stuckStore{}))
 	defer e.Close()
-	g, err := New(Config{Engine: e, Routes: []Route{{Prefix: "/", Service: "orders"}}, ReadyTimeout: 50 * time.Millisecond})
+	g, err := New(Config{Engine: e, Routes: []Route{{Prefix: "/", Service: "orders"}}, ReadyTimeout: 50 * time.Millisecond, HTTP1: stackOf(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

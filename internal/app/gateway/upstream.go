@@ -608,7 +608,7 @@ func readHead(c *upConn, resp *fasthttp.Response, ctx *fasthttp.RequestCtx) (ret
 		// which the gateway keeps open, and take the next answer on it as
 		// more of this one.
 		resp.Header.SetProtocol(nil)
-		if !interim(resp.StatusCode()) {
+		if !interimStatus(resp.StatusCode()) {
 			return false, nil
 		}
 		if ctx != nil {
@@ -680,7 +680,7 @@ func (p *upPool) readAnswer(c *upConn, req *fasthttp.Request, resp *fasthttp.Res
 // answer's body is read once the request is written. 1xx answers go on to the client as they come, during
 // the upload too. The head is awaited without a deadline while the body
 // streams (each write is bounded by the upstream write timeout, each read
-// of the client's body by readTimeout); the response-header timeout
+// of the client's body by clientReadTimeout); the response-header timeout
 // counts from the end of the write.
 func (p *upPool) roundTripStream(c *upConn, req *fasthttp.Request, resp *fasthttp.Response, headerTimeout time.Duration, ctx *fasthttp.RequestCtx, body *keptBody) (retry bool, err error) {
 	c.noDeadline()
