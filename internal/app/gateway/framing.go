@@ -2,7 +2,6 @@ package gateway
 
 import (
 	"net/http"
-	"time"
 
 	"github.com/lanesdev/lanes/internal/lib/routedcall"
 )
@@ -11,6 +10,9 @@ import (
 // written once, here: each stack reads a request's head into a framing and
 // applies the rules to the answers its server writes (stdStack through
 // answerWriter, fastStack in handle), and both call the same functions.
+// The client read timeout (Config.ClientReadTimeout), which bounds each read
+// of a request's body, is applied by keptBody.Read, which both stacks lend
+// the body through.
 
 // framing is what the framing rules read of a request's head.
 type framing struct {
@@ -55,14 +57,6 @@ func (g *Gateway) closingAnswer(out responder, grpc bool) {
 	out.header().setVals("Connection", connClose)
 	g.fail(out, grpc, http.StatusServiceUnavailable, codeClosed, "lanes: the gateway is closing")
 }
-
-// clientReadTimeout is the client read timeout: it bounds each read of a
-// request's body from an HTTP/1.x client (keptBody.Read), the time between
-// two reads and not the whole upload, which lasts as long as it keeps
-// coming, as nginx's client_body_timeout; on the fast stack it bounds the
-// read of a small body, which is read whole with the head, too. The head
-// itself is bounded by Config.ClientHeaderTimeout.
-const clientReadTimeout = 2 * time.Minute
 
 // idempotent reports whether a request of method, whose header fields h
 // holds, may be sent twice (routedcall.IdempotentRequest).

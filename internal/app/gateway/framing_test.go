@@ -1,10 +1,13 @@
 package gateway
 
 import (
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
+	"time"
 )
 
 // The framing rules (framing.go), each on both stacks: no 1xx answer to an
@@ -62,5 +65,28 @@ func testIdempotencyKeyRetried(t *testing.T) {
 				t.Fatalf("POST with %q: %d; want 200, retried on the good instance", h, res.StatusCode)
 			}
 		}
+	}
+}
+
+// TestClientReadTimeout: a client that stops sending its request's body
+// for the client read timeout gets 400 bad_request_body, and its connection
+// is closed; the instance is not blamed.
+func TestClientReadTimeout(t *testing.T) { onStacks(t, testClientReadTimeout) }
+
+func testClientReadTimeout(t *testing.T) {
+	w := newWorld(t, "", Config{ClientReadTimeout: 200 * time.Millisecond})
+	b := newBackend(t, "one", "")
+	w.register(t, "orders", b.id, b.addr, "")
+	// A body that streams on both stacks (over bufferedRequestBody), of
+	// which the client sends a part, then nothing.
+	size := 4 * bufferedRequestBody
+	br := w.send(t, fmt.Sprintf("POST / HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n%s", size, strings.Repeat("a", size/2)))
+	res, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, res.Body)
+	if res.StatusCode != http.StatusBadRequest || res.Header.Get(hError) != codeBadBody || !res.Close {
+		t.Errorf("%d, %s %q, Connection %q; want 400 %s and close", res.StatusCode, hError, res.Header.Get(hError), res.Header.Values("Connection"), codeBadBody)
 	}
 }

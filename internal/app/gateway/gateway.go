@@ -1,7 +1,6 @@
 package gateway
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -15,7 +14,6 @@ import (
 
 	"github.com/lanesdev/lanes/internal/lib/accept"
 	"github.com/lanesdev/lanes/internal/lib/addrpolicy"
-	"github.com/lanesdev/lanes/internal/lib/routedcall"
 	"github.com/lanesdev/lanes/lane"
 	"github.com/lanesdev/lanes/routing"
 	"github.com/prometheus/client_golang/prometheus"
@@ -50,6 +48,12 @@ const (
 	// DefaultClientHeaderTimeout is how long a client may take to send a
 	// request's head (Config.ClientHeaderTimeout).
 	DefaultClientHeaderTimeout = 10 * time.Second
+	// DefaultClientReadTimeout is how long a client may send nothing of a
+	// request's body (Config.ClientReadTimeout).
+	DefaultClientReadTimeout = 2 * time.Minute
+	// DefaultRetries is how many times a routed call is tried again on
+	// another instance (Config.Retries).
+	DefaultRetries = 1
 	// MaxConnsCeiling is the most that DefaultMaxConns gives.
 	MaxConnsCeiling = 10000
 )
@@ -113,10 +117,18 @@ type Config struct {
 	// instance's address.
 	PreserveHost bool
 	// MaxIdleConnsPerHost bounds the idle keep-alive connections kept to
-	// each instance; default 512.
+	// each instance; 0 means DefaultMaxIdleConnsPerHost (512); negative is
+	// refused.
 	MaxIdleConnsPerHost int
+	// Retries is how many times a routed call that failed after it was
+	// sent is tried again on another instance (see the package
+	// documentation: an idempotent request without a body). 0 means
+	// DefaultRetries (1); negative: none.
+	Retries int
 	// ReadyTimeout bounds how long the first requests wait for the engine
-	// to have read the policy and a service's instances; default 5s.
+	// to have read the policy and a service's instances. 0 means
+	// DefaultReadyTimeout (5s); negative: no bound (a request waits as long
+	// as its client does).
 	ReadyTimeout time.Duration
 	// ResponseHeaderTimeout bounds how long an instance may take to send
 	// the response headers of an HTTP/1.1 request, from the end of the
@@ -174,14 +186,15 @@ type Config struct {
 	// to h2c instances, as nginx's keepalive_timeout in an upstream block:
 	// set it below the instances' own idle timeout, so that the gateway,
 	// not the instance, closes an idle connection and no request is sent
-	// on one the instance is closing. The fast path also forgets an
+	// on one the instance is closing. The fast stack also forgets an
 	// instance it has not sent a request to for that long. 0 means
-	// DefaultUpstreamIdleTimeout (90s); negative is refused.
+	// DefaultUpstreamIdleTimeout (90s); negative: none (an idle connection
+	// is kept until the instance closes it).
 	UpstreamIdleTimeout time.Duration
 	// ClientIdleTimeout is how long a client's keep-alive connection
 	// (HTTP/1.1 on both paths, and h2c) may wait for its next request
 	// before the gateway closes it, as nginx's keepalive_timeout. 0 means
-	// DefaultClientIdleTimeout (2m); negative is refused.
+	// DefaultClientIdleTimeout (2m); negative: none.
 	ClientIdleTimeout time.Duration
 	// ClientHeaderTimeout bounds how long a client may take to send a
 	// request's head (the request line and the header fields), on both
@@ -189,9 +202,19 @@ type Config struct {
 	// and from the first byte of each next one (the client idle timeout
 	// bounds the wait for it), as nginx's client_header_timeout: a client
 	// that sends a partial head and stops has its connection closed, with
-	// 408 on the fast path. 0 means DefaultClientHeaderTimeout (10s);
-	// negative is refused.
+	// 408 on the fast stack. 0 means DefaultClientHeaderTimeout (10s);
+	// negative: none.
 	ClientHeaderTimeout time.Duration
+	// ClientReadTimeout bounds each read of a request's body from an
+	// HTTP/1.x client, on both stacks, as nginx's client_body_timeout: a
+	// client that sends nothing of its body for that long gets 400
+	// bad_request_body and its connection is closed (the instance is not
+	// blamed). It bounds the time between two reads, not the whole upload,
+	// which lasts as long as the client keeps sending. On the fast stack a
+	// small body (up to 16 KiB, with a length) is read whole with the head,
+	// within it too. HTTP/2 request bodies (gRPC streams) are not bounded
+	// by it. 0 means DefaultClientReadTimeout (2m); negative: none.
+	ClientReadTimeout time.Duration
 	// MaxConns caps the client connections open at once on a listener
 	// that Serve serves (HTTP/1.1 on both paths, and h2c): a connection
 	// over it is answered 503 with x-lanes-error: overloaded and
@@ -225,42 +248,21 @@ const (
 // net/http path), with a server of your own that enables unencrypted HTTP/2
 // for gRPC. Close it when done.
 type Gateway struct {
-	engine     *routing.Engine
-	routes     []route
-	domain     string
-	trusted    []netip.Prefix
-	claims     func(netip.Addr) (string, bool)
-	zone       string
-	host       string
-	log        *slog.Logger
-	prop       lane.Propagator
-	aliases    []string // canonical header keys
-	stripped   []string // header names never sent upstream as the client spelled them
-	laneCookie string
-	keyHeader  string // canonical
-	keyCookie  string
-	preserve   bool
-	readyWait  time.Duration
-	on         sourceSet // the sources that Config.Disable leaves on
-	// headerTimeout is the response-header timeout, 0 for none.
-	headerTimeout time.Duration
-	// writeTimeout bounds each write to an instance, 0 for none.
-	writeTimeout time.Duration
-	// readTimeout bounds each read of an answer's body, 0 for none.
-	readTimeout time.Duration
-	// clientWrite bounds each write to a client, 0 for none.
-	clientWrite time.Duration
-	// upIdle is the upstream idle timeout, clientIdle the client's.
-	upIdle, clientIdle time.Duration
-	// clientHeader bounds the read of a request head.
-	clientHeader time.Duration
-	// maxConns caps the open client connections of each Serve;
-	// shedAnswer is what a connection over it is answered.
-	maxConns   int
+	settings
+	engine   *routing.Engine
+	routes   []route
+	domain   string
+	trusted  []netip.Prefix
+	claims   func(netip.Addr) (string, bool)
+	zone     string
+	prop     lane.Propagator
+	aliases  []string // canonical header keys
+	stripped []string // header names never sent upstream as the client spelled them
+	preserve bool
+	on       sourceSet // the sources that Config.Disable leaves on
+	// shedAnswer is what a connection over maxConns is answered.
 	shedAnswer []byte
 	tracer     trace.Tracer
-	// fast is set when HTTP/1.1 is served on fasthttp (Config.HTTP1).
-	fast bool
 
 	view  atomic.Pointer[policyView]
 	lanes laneCache
@@ -297,24 +299,12 @@ func New(cfg Config) (*Gateway, error) {
 	if err != nil {
 		return nil, err
 	}
-	idle := cfg.MaxIdleConnsPerHost
-	if idle == 0 {
-		idle = DefaultMaxIdleConnsPerHost
-	}
-	g.headerTimeout = routedcall.HeaderTimeout(cfg.ResponseHeaderTimeout)
-	g.writeTimeout = routedcall.Timeout(cfg.UpstreamWriteTimeout, DefaultUpstreamWriteTimeout)
-	g.readTimeout = routedcall.Timeout(cfg.UpstreamReadTimeout, DefaultUpstreamReadTimeout)
-	g.clientWrite = routedcall.Timeout(cfg.ClientWriteTimeout, DefaultClientWriteTimeout)
-	g.upIdle = cmp.Or(cfg.UpstreamIdleTimeout, DefaultUpstreamIdleTimeout)
-	g.clientIdle = cmp.Or(cfg.ClientIdleTimeout, DefaultClientIdleTimeout)
-	g.clientHeader = cmp.Or(cfg.ClientHeaderTimeout, DefaultClientHeaderTimeout)
-	g.maxConns = cmp.Or(cfg.MaxConns, DefaultMaxConns())
 	g.shedAnswer = shedAnswer(g.maxConns)
 	g.tracer = cfg.Tracer
-	g.std = newStdStack(g, idle, cfg.Dial)
+	g.std = newStdStack(g, cfg.Dial)
 	g.http1, g.stacks = g.std, []stack{g.std}
 	if g.fast {
-		f := newFastStack(g, g.std, idle, cfg.Dial)
+		f := newFastStack(g, g.std, cfg.Dial)
 		g.http1, g.stacks = f, []stack{f, g.std}
 	}
 	for i := range g.routes {

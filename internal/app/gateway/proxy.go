@@ -169,12 +169,16 @@ func (g *Gateway) ready(ctx context.Context, svc *routing.Service) bool {
 		}
 	default:
 	}
-	t := time.NewTimer(g.readyWait)
-	defer t.Stop()
+	var expired <-chan time.Time // none without a ready timeout
+	if g.readyWait > 0 {
+		t := time.NewTimer(g.readyWait)
+		defer t.Stop()
+		expired = t.C
+	}
 	for _, ch := range []<-chan struct{}{pr, sr} {
 		select {
 		case <-ch:
-		case <-t.C:
+		case <-expired:
 			return false
 		case <-ctx.Done():
 			return false
@@ -305,7 +309,7 @@ type sender interface {
 // that the engine could not route; the last attempt's answer or error is the
 // sender's.
 func (g *Gateway) routed(ctx context.Context, st *reqState, idem bool, s sender) error {
-	pick, err := st.call.Start(ctx, st.route.svc, st.req, 1, g.headerTimeout)
+	pick, err := st.call.Start(ctx, st.route.svc, st.req, g.retries, g.headerTimeout)
 	if err != nil {
 		return err
 	}
@@ -408,15 +412,16 @@ type keptBody struct {
 	size int
 	got  int
 	// conn, when set, is the client's connection: each read is bounded
-	// by the client read timeout (clientReadTimeout), and the deadline
-	// lifted at the end of the body.
+	// by d, the client read timeout (Config.ClientReadTimeout), and the
+	// deadline lifted at the end of the body.
 	conn interface{ SetReadDeadline(time.Time) error }
+	d    time.Duration
 }
 
 func (b *keptBody) Read(p []byte) (int, error) {
 	b.read = true
-	if b.conn != nil {
-		b.conn.SetReadDeadline(time.Now().Add(clientReadTimeout))
+	if b.conn != nil && b.d > 0 {
+		b.conn.SetReadDeadline(time.Now().Add(b.d))
 	}
 	n, err := b.r.Read(p)
 	b.got += n
@@ -425,7 +430,7 @@ func (b *keptBody) Read(p []byte) (int, error) {
 	}
 	switch {
 	case err == io.EOF:
-		if b.conn != nil {
+		if b.conn != nil && b.d > 0 {
 			// The wait for the answer is not the body's: net/http's
 			// server reads the connection in the background meanwhile.
 			b.conn.SetReadDeadline(time.Time{})

@@ -210,8 +210,8 @@ type fastStack struct {
 	servers serverSet[*fastServer]
 }
 
-func newFastStack(g *Gateway, std *stdStack, idle int, dial *addrpolicy.Rules) *fastStack {
-	f := &fastStack{g: g, std: std, up: newUpstreams(idle, g.upIdle, g.writeTimeout, g.readTimeout, dial)}
+func newFastStack(g *Gateway, std *stdStack, dial *addrpolicy.Rules) *fastStack {
+	f := &fastStack{g: g, std: std, up: newUpstreams(g.idle, g.upIdle, g.writeTimeout, g.readTimeout, dial)}
 	f.adaptor = fasthttpadaptor.NewFastHTTPHandler(http.HandlerFunc(f.serveAdapted))
 	f.pool.New = func() any { return new(fastReq) }
 	return f
@@ -716,7 +716,7 @@ func (f *fastStack) takeBody(ctx *fasthttp.RequestCtx, st *fastReq) (bodyless, o
 		}
 		req.SetBodyRaw(b)
 	default:
-		st.stream = keptBody{r: stream, size: n, conn: ctx}
+		st.stream = keptBody{r: stream, size: n, conn: ctx, d: f.g.clientRead}
 		st.body = &st.stream
 		req.SetBodyStream(st.body, n)
 	}
@@ -747,7 +747,7 @@ func (f *fastStack) adapt(ctx *fasthttp.RequestCtx) {
 	req := &ctx.Request
 	if stream := req.BodyStream(); stream != nil {
 		b := &adaptedBody{ctx: ctx}
-		b.kb = keptBody{r: stream, size: req.Header.ContentLength(), conn: b}
+		b.kb = keptBody{r: stream, size: req.Header.ContentLength(), conn: b, d: f.g.clientRead}
 		req.ResetBody()
 		ctx.SetUserValue(adaptedKey{}, b)
 	}
@@ -793,7 +793,7 @@ var adaptedServer = new(http.Server)
 
 // adaptedBody is the body of a request that the fast path hands to the
 // net/http handler, read as it streams from the client (keptBody: each read
-// within clientReadTimeout; a body shorter than its Content-Length fails). Like
+// within the client read timeout; a body shorter than its Content-Length fails). Like
 // net/http's server, it is closed when the handler returns (Close): the
 // transport may still be reading it then (an instance answered before it
 // took the whole body), and that read is cut short, and waited for, since
@@ -912,10 +912,12 @@ type fastServer struct {
 	headTimeout time.Duration
 }
 
-// bodyTimeout is fasthttp's HeaderReceived: once a head is in, its body
-// may take clientReadTimeout (the head took at most the client header timeout).
-func bodyTimeout(*fasthttp.RequestHeader) fasthttp.RequestConfig {
-	return fasthttp.RequestConfig{ReadTimeout: clientReadTimeout}
+// bodyTimeout is fasthttp's HeaderReceived: once a head is in, the read of
+// a small body with it may take the client read timeout (the head took at
+// most the client header timeout); a body that streams has each read
+// bounded by it (keptBody).
+func (f *fastStack) bodyTimeout(*fasthttp.RequestHeader) fasthttp.RequestConfig {
+	return fasthttp.RequestConfig{ReadTimeout: orForever(f.g.clientRead)}
 }
 
 // serveFast is Serve on the fast path: it accepts connections on ln, hands
@@ -936,10 +938,10 @@ func (f *fastStack) serve(ln net.Listener) error {
 		WriteBufferSize:              16 << 10,
 		// ReadTimeout bounds the read of a head (the first request's
 		// from where sniff started, see prefixConn.headBy); once it is
-		// in, HeaderReceived gives the body clientReadTimeout.
+		// in, HeaderReceived gives the body the client read timeout.
 		ReadTimeout:    g.clientHeader,
-		HeaderReceived: bodyTimeout,
-		IdleTimeout:    g.clientIdle,
+		HeaderReceived: f.bodyTimeout,
+		IdleTimeout:    orForever(g.clientIdle), // fasthttp's 0 is ReadTimeout
 		// Request bodies stream: the handler runs once the head is in
 		// (fastStack.takeBody); with streaming, MaxRequestBodySize is no
 		// limit, only how much of a body fasthttp may read with the head.
@@ -1046,7 +1048,10 @@ func (s *fastServer) serveConn(c net.Conn) {
 // again. An HTTP/1.1 connection keeps the deadline for the rest of its
 // first head (prefixConn.headBy).
 func sniff(c net.Conn, d time.Duration) (*prefixConn, bool, error) {
-	headBy := time.Now().Add(d)
+	var headBy time.Time // none without a client header timeout
+	if d > 0 {
+		headBy = time.Now().Add(d)
+	}
 	c.SetReadDeadline(headBy)
 	var buf [len(h2Preface)]byte
 	n := 0

@@ -47,9 +47,9 @@ type stdStack struct {
 	servers serverSet[*http.Server]
 }
 
-func newStdStack(g *Gateway, idle int, dial *addrpolicy.Rules) *stdStack {
+func newStdStack(g *Gateway, dial *addrpolicy.Rules) *stdStack {
 	s := &stdStack{g: g}
-	s.h1, s.h2c = newTransports(idle, g.upIdle, g.headerTimeout, g.writeTimeout, dial)
+	s.h1, s.h2c = newTransports(g.idle, g.upIdle, g.headerTimeout, g.writeTimeout, dial)
 	s.proxy = &httputil.ReverseProxy{
 		Rewrite:        s.rewrite,
 		Transport:      &stdTransport{s: s},
@@ -332,8 +332,8 @@ func (t *stdTransport) RoundTrip(req *http.Request) (res *http.Response, rerr er
 	bodyless := req.Body == nil || req.Body == http.NoBody
 	if !bodyless {
 		st.body = &keptBody{r: req.Body, size: -1}
-		if st.conn != nil {
-			st.body.conn = st.conn
+		if st.conn != nil && g.clientRead > 0 {
+			st.body.conn, st.body.d = st.conn, g.clientRead
 		}
 		req.Body = st.body
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 
+	"github.com/lanesdev/lanes/internal/lib/routedcall"
 	"github.com/lanesdev/lanes/routing"
 )
 
@@ -315,15 +316,67 @@ func TestValidate(t *testing.T) {
 		{Config{Routes: []Route{{Prefix: "/a", Service: "web"}, {Prefix: "/b", Service: "web"}, {Prefix: "/a/", Service: "web"}}}, "routes", "", 2, 0},
 		{Config{Routes: []Route{{Prefix: "/%zz", Service: "web"}}}, "routes", "prefix", 0, -1},
 		{Config{Disable: []Source{SourceCookie, "headers"}}, "disable", "", 1, -1},
-		{Config{ReadyTimeout: -time.Second}, "ready_timeout", "", -1, -1},
-		{Config{UpstreamIdleTimeout: -time.Second}, "upstream_idle_timeout", "", -1, -1},
-		{Config{ClientIdleTimeout: -time.Second}, "client_idle_timeout", "", -1, -1},
+		{Config{MaxConns: -1}, "max_conns", "", -1, -1},
+		{Config{MaxIdleConnsPerHost: -1}, "max_idle_conns_per_host", "", -1, -1},
+		{Config{HTTP1: "loop"}, "http1", "", -1, -1},
 	} {
 		err := c.cfg.Validate()
 		var ce *ConfigError
 		if !errors.As(err, &ce) || ce.Field != c.field || ce.Part != c.part || ce.Index != c.index || ce.Shadowed != c.other {
 			t.Errorf("%+v: %#v, want field %s[%d].%s shadowed by %d", c.cfg, err, c.field, c.index, c.part, c.other)
 		}
+	}
+}
+
+// TestProvision: every timeout of a Config, and Retries, reads its field
+// one way: 0 is the default, a negative value none (0), any other as set.
+func TestProvision(t *testing.T) {
+	timeouts := []struct {
+		name string
+		set  func(*Config, time.Duration)
+		get  func(settings) time.Duration
+		def  time.Duration
+	}{
+		{"ready", func(c *Config, d time.Duration) { c.ReadyTimeout = d }, func(s settings) time.Duration { return s.readyWait }, DefaultReadyTimeout},
+		{"response header", func(c *Config, d time.Duration) { c.ResponseHeaderTimeout = d }, func(s settings) time.Duration { return s.headerTimeout }, routedcall.DefaultResponseHeaderTimeout},
+		{"upstream write", func(c *Config, d time.Duration) { c.UpstreamWriteTimeout = d }, func(s settings) time.Duration { return s.writeTimeout }, DefaultUpstreamWriteTimeout},
+		{"upstream read", func(c *Config, d time.Duration) { c.UpstreamReadTimeout = d }, func(s settings) time.Duration { return s.readTimeout }, DefaultUpstreamReadTimeout},
+		{"client write", func(c *Config, d time.Duration) { c.ClientWriteTimeout = d }, func(s settings) time.Duration { return s.clientWrite }, DefaultClientWriteTimeout},
+		{"client read", func(c *Config, d time.Duration) { c.ClientReadTimeout = d }, func(s settings) time.Duration { return s.clientRead }, DefaultClientReadTimeout},
+		{"upstream idle", func(c *Config, d time.Duration) { c.UpstreamIdleTimeout = d }, func(s settings) time.Duration { return s.upIdle }, DefaultUpstreamIdleTimeout},
+		{"client idle", func(c *Config, d time.Duration) { c.ClientIdleTimeout = d }, func(s settings) time.Duration { return s.clientIdle }, DefaultClientIdleTimeout},
+		{"client header", func(c *Config, d time.Duration) { c.ClientHeaderTimeout = d }, func(s settings) time.Duration { return s.clientHeader }, DefaultClientHeaderTimeout},
+		{"retries", func(c *Config, d time.Duration) { c.Retries = int(d) }, func(s settings) time.Duration { return time.Duration(s.retries) }, DefaultRetries},
+	}
+	for _, to := range timeouts {
+		for _, c := range []struct{ set, want time.Duration }{{0, to.def}, {-1, 0}, {-time.Hour, 0}, {3, 3}} {
+			var cfg Config
+			to.set(&cfg, c.set)
+			if err := cfg.Validate(); err != nil {
+				t.Errorf("%s %d: %v", to.name, c.set, err)
+			}
+			if got := to.get(provision(cfg)); got != c.want {
+				t.Errorf("%s %d: %d, want %d", to.name, c.set, got, c.want)
+			}
+		}
+	}
+}
+
+// TestNoTimeouts: a gateway whose every timeout is off (negative) serves,
+// on both stacks.
+func TestNoTimeouts(t *testing.T) { onStacks(t, testNoTimeouts) }
+
+func testNoTimeouts(t *testing.T) {
+	w := newWorld(t, "", Config{ReadyTimeout: -1, ResponseHeaderTimeout: -1, UpstreamWriteTimeout: -1, UpstreamReadTimeout: -1,
+		ClientWriteTimeout: -1, ClientReadTimeout: -1, UpstreamIdleTimeout: -1, ClientIdleTimeout: -1, ClientHeaderTimeout: -1, Retries: -1})
+	b := newBackend(t, "one", "")
+	w.register(t, "orders", b.id, b.addr, "")
+	for range 3 {
+		expectServed(t, w.get(t, "/", nil), b.id, "")
+	}
+	r := do(t, w.client, http.MethodPost, w.url+"/", nil)
+	if r.status != http.StatusOK {
+		t.Errorf("POST: %d", r.status)
 	}
 }
 

@@ -81,7 +81,7 @@ type upstreams struct {
 	m           atomic.Pointer[map[string]*upPool]
 	mu          sync.Mutex
 	idle        int           // idle connections kept per pool
-	idleTimeout time.Duration // Config.UpstreamIdleTimeout: an idle connection, and a pool without requests, last that long
+	idleTimeout time.Duration // Config.UpstreamIdleTimeout: an idle connection, and a pool without requests, last that long; 0: forever
 	write       time.Duration // the upstream write timeout, 0 for none
 	read        time.Duration // the upstream read timeout, 0 for none
 	// dial is a net.Dialer's Dial, with the gateway's address rules (tests
@@ -105,8 +105,8 @@ func newUpstreams(idle int, idleTimeout, writeTimeout, readTimeout time.Duration
 func (u *upstreams) startSweeper() {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	if u.stop != nil || u.closed {
-		return
+	if u.stop != nil || u.closed || u.idleTimeout == 0 {
+		return // without an idle timeout, nothing expires
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	u.stop, u.done = stop, make(chan struct{})
@@ -345,7 +345,7 @@ func (p *upPool) get(now time.Time) (c *upConn, reused bool, err error) {
 		c = p.idle[len(p.idle)-1]
 		p.idle[len(p.idle)-1] = nil
 		p.idle = p.idle[:len(p.idle)-1]
-		if now.Sub(c.used) >= p.u.idleTimeout {
+		if p.u.idleTimeout > 0 && now.Sub(c.used) >= p.u.idleTimeout {
 			c.close()
 			continue
 		}
@@ -680,7 +680,7 @@ func (p *upPool) readAnswer(c *upConn, req *fasthttp.Request, resp *fasthttp.Res
 // answer's body is read once the request is written. 1xx answers go on to the client as they come, during
 // the upload too. The head is awaited without a deadline while the body
 // streams (each write is bounded by the upstream write timeout, each read
-// of the client's body by clientReadTimeout); the response-header timeout
+// of the client's body by the client read timeout); the response-header timeout
 // counts from the end of the write.
 func (p *upPool) roundTripStream(c *upConn, req *fasthttp.Request, resp *fasthttp.Response, headerTimeout time.Duration, ctx *fasthttp.RequestCtx, body *keptBody) (retry bool, err error) {
 	c.noDeadline()
