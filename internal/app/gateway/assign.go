@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -327,7 +328,7 @@ func (g *Gateway) assign(in inbound, st *reqState, label string, laneHost bool) 
 	if on&(1<<srcHeader|1<<srcBaggage|1<<srcAlias) != 0 {
 		name, from, err := g.extract(in, on, st)
 		if err != nil {
-			ne := err.(*lane.NameError)
+			ne := nameError(err)
 			what := fmt.Sprintf("header %q", from)
 			if from == lane.BaggageHeader {
 				what = fmt.Sprintf("the %q member of header %q", lane.BaggageKey, lane.BaggageHeader)
@@ -350,7 +351,7 @@ func (g *Gateway) assign(in inbound, st *reqState, label string, laneHost bool) 
 		if raw, ok := cookie(in.Values("Cookie"), g.laneCookie); ok && strings.TrimSpace(raw) != "" {
 			name, err := lane.Parse(raw)
 			if err != nil {
-				return "", 0, &badLane{source: fmt.Sprintf("cookie %q", g.laneCookie), value: raw, rule: err.(*lane.NameError).Rule}
+				return "", 0, &badLane{source: fmt.Sprintf("cookie %q", g.laneCookie), value: raw, rule: nameError(err).Rule}
 			}
 			return name, srcCookie, nil
 		}
@@ -359,7 +360,7 @@ func (g *Gateway) assign(in inbound, st *reqState, label string, laneHost bool) 
 	if laneHost && on.has(srcHost) {
 		name, err := lane.Parse(label)
 		if err != nil {
-			return "", 0, &badLane{source: fmt.Sprintf("host %q", hostOnly(in.hostHeader())), value: label, rule: err.(*lane.NameError).Rule}
+			return "", 0, &badLane{source: fmt.Sprintf("host %q", hostOnly(in.hostHeader())), value: label, rule: nameError(err).Rule}
 		}
 		return name, srcHost, nil
 	}
@@ -375,7 +376,7 @@ func (g *Gateway) assign(in inbound, st *reqState, label string, laneHost bool) 
 				name, err := lane.Parse(raw)
 				if err != nil {
 					g.log.Warn("lanes gateway: a dynamic claim holds an invalid lane", "client", client, "lane", raw, "err", err)
-					return "", 0, &badLane{source: fmt.Sprintf("the claim of client %s", client), value: raw, rule: err.(*lane.NameError).Rule}
+					return "", 0, &badLane{source: fmt.Sprintf("the claim of client %s", client), value: raw, rule: nameError(err).Rule}
 				}
 				return name, srcClaims, nil
 			}
@@ -525,6 +526,16 @@ func foldHeaderByte(c byte) byte {
 	return c
 }
 
+// nameError is the *lane.NameError of err, an error of lane.Parse or of
+// the lane propagator; an error of another kind, which they do not return,
+// is read as one of the rule "characters" with no value.
+func nameError(err error) *lane.NameError {
+	if ne, ok := errors.AsType[*lane.NameError](err); ok {
+		return ne
+	}
+	return &lane.NameError{Rule: lane.RuleChars}
+}
+
 // badLane is an invalid lane read from a source, for the 400 answer.
 type badLane struct {
 	source string // for example `header "x-lane"`, `cookie "lane"`
@@ -538,7 +549,7 @@ func ruleText(r lane.Rule) string {
 	case lane.RuleEmpty:
 		return "a lane name must not be empty"
 	case lane.RuleTooLong:
-		return "a lane name has at most 63 characters"
+		return fmt.Sprintf("a lane name has at most %d characters", lane.MaxLen)
 	case lane.RuleChars:
 		return "a lane name has only a-z, 0-9 and '-'"
 	default:

@@ -1,12 +1,10 @@
 package gateway
 
 import (
-	"crypto/tls"
 	"fmt"
 	"net"
 
 	"github.com/lanesdev/lanes/internal/lib/accept"
-	"github.com/lanesdev/lanes/internal/lib/netbound"
 )
 
 // shedAnswer is the answer to a connection over the cap of max: written at
@@ -49,23 +47,18 @@ func reset(c net.Conn) {
 }
 
 // tcpConn is the TCP connection under the client's connection c, nil when
-// it is not TCP underneath.
+// it is not TCP underneath: every wrapper of a connection that the gateway
+// serves unwraps with a NetConn method, as tls.Conn does.
 func tcpConn(c net.Conn) *net.TCPConn {
 	for {
-		switch x := c.(type) {
-		case *prefixConn:
-			c = x.Conn
-		case *netbound.Conn:
-			c = x.Conn
-		case *accept.Conn:
-			c = x.Conn
-		case *tls.Conn:
-			c = x.NetConn()
-		case *net.TCPConn:
-			return x
-		default:
+		if tc, ok := c.(*net.TCPConn); ok {
+			return tc
+		}
+		w, ok := c.(interface{ NetConn() net.Conn })
+		if !ok {
 			return nil
 		}
+		c = w.NetConn()
 	}
 }
 

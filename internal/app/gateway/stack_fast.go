@@ -654,7 +654,7 @@ func (s *fastSend) send(pick routing.Result) (routedcall.Attempt, bool) {
 		return attempt(&s.st.reqState, 0, "", s.err, false), false
 	}
 	var unsent bool
-	s.err, unsent = s.up.pool(pick.Instance.Addr).do(s.req, s.resp, s.g.headerTimeout, s.to1xx, s.st.body)
+	unsent, s.err = s.up.pool(pick.Instance.Addr).do(s.req, s.resp, s.g.headerTimeout, s.to1xx, s.st.body)
 	if s.err != nil {
 		a := attempt(&s.st.reqState, 0, "", s.err, unsent)
 		// An attempt that Close cut short says nothing about the instance,
@@ -1101,6 +1101,9 @@ type prefixConn struct {
 
 // Write writes to the client, each write within the client write timeout.
 func (c *prefixConn) Write(p []byte) (int, error) { return c.w.Write(p) }
+
+// NetConn returns the connection that c wraps, as tls.Conn.NetConn does.
+func (c *prefixConn) NetConn() net.Conn { return c.Conn }
 
 // SetReadDeadline sets the read deadline, but on fasthttp's connections keeps
 // one already set that falls at most a second before t: fasthttp sets two

@@ -498,16 +498,16 @@ var errHeaderTimeout = errors.New("timeout awaiting response headers")
 // answer, is sent once more on a new connection, as net/http's transport
 // does, unless its body streams from the client (body) and some of it was
 // read: that is not sent twice.
-func (p *upPool) do(req *fasthttp.Request, resp *fasthttp.Response, headerTimeout time.Duration, ctx *fasthttp.RequestCtx, body *keptBody) (err error, unsent bool) {
+func (p *upPool) do(req *fasthttp.Request, resp *fasthttp.Response, headerTimeout time.Duration, ctx *fasthttp.RequestCtx, body *keptBody) (unsent bool, err error) {
 	for try := 0; ; try++ {
 		now := time.Now()
 		c, reused, err := p.get(now)
 		if err != nil {
-			return err, true
+			return true, err
 		}
 		retry, err := p.roundTrip(c, req, resp, now, headerTimeout, ctx, body)
 		if err == nil {
-			return nil, false
+			return false, nil
 		}
 		p.discard(c)
 		if retry && reused && try == 0 && rewind(body, req) {
@@ -517,7 +517,7 @@ func (p *upPool) do(req *fasthttp.Request, resp *fasthttp.Response, headerTimeou
 		if errors.Is(err, io.EOF) {
 			err = io.ErrUnexpectedEOF
 		}
-		return err, false
+		return false, err
 	}
 }
 
