@@ -96,7 +96,7 @@ func testMaxConnsSheds(t *testing.T) {
 
 // TestClientHeaderTimeout: a client that sends part of a head and stops,
 // or drips it a byte at a time, has its connection closed after the client
-// header timeout, counted from the connection's open, on both paths (the
+// header timeout, counted from the connection's open (the
 // fast path answers 408 first).
 func TestClientHeaderTimeout(t *testing.T) { onStacks(t, testClientHeaderTimeout) }
 

@@ -350,7 +350,7 @@ func fastGateway(tb testing.TB, cfg Config) *Gateway {
 
 // fastCases are the requests of the fast path's benchmark and allocation
 // test: a lane request, and a baseline request with its request key, whose
-// baggage member lane.Propagator builds (one allocation, on both paths; a
+// baggage member lane.Propagator builds (one allocation, on either stack; a
 // request without a key gets a new one, which allocates too).
 var fastCases = []struct {
 	name   string

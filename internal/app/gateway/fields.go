@@ -7,9 +7,10 @@ import (
 )
 
 // The gateway's rules (lane assignment, trust, forwarding headers, lane
-// headers, error answers) are written once, over the small interfaces of this
-// file, and both HTTP/1.1 paths call them: the net/http path (ServeHTTP) with
-// the std* adapters, the fasthttp path (fast.go) with the fast* adapters.
+// headers, error answers) are written once, in the core, over the small
+// interfaces of this file; each stack adapts its server's requests and
+// answers to them: the net/http stack (stack_std.go) with the std*
+// adapters, the fasthttp stack (stack_fast.go) with the fast* adapters.
 
 // inbound is what the lane and trust rules read of a client's request,
 // whichever server parsed it. Its header reads follow lane.Carrier

@@ -531,7 +531,7 @@ func (a *answerInstance) serve(c net.Conn) {
 // that answer has reached the client, sends a second answer on the idle
 // connection (an instance that answers twice, or late), has that second
 // answer read as no request's: the next request gets its own answer, on
-// both paths. The fast path looks at an idle connection before it sends a
+// either stack. The fast stack looks at an idle connection before it sends a
 // request on it (idleCheck); net/http's transport reads its idle
 // connections and closes one on which bytes come, with a race that the
 // gateway cannot close (a request sent before its read loop has seen the

@@ -251,7 +251,7 @@ func (t *wireTap) add(c net.Conn, err error) (net.Conn, error) {
 	return tc, nil
 }
 
-// install taps the dialers of both paths of g: the fast path's pools and
+// install taps the dialers of both stacks of g: the fast stack's pools and
 // the net/http transport.
 func (t *wireTap) install(g *Gateway) {
 	if f := fastOf(g); f != nil {

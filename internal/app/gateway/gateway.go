@@ -94,7 +94,7 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// Dial are the rules of the addresses that the gateway connects to
 	// (internal/lib/addrpolicy), checked on the IP and port of every
-	// connection to an instance, after resolution, on both HTTP/1.1 paths
+	// connection to an instance, after resolution, on either HTTP/1.1 stack
 	// and h2c: the control plane's own listeners (Dial.Reserved) and, unless
 	// Dial.LinkLocal, link-local and cloud metadata addresses are refused
 	// before any byte is sent, whatever the registry holds. A refused dial
@@ -170,7 +170,7 @@ type Config struct {
 	// it. 0 means DefaultUpstreamReadTimeout (60s); negative: none.
 	UpstreamReadTimeout time.Duration
 	// ClientWriteTimeout bounds each write of an answer to a client, on
-	// the connections that Serve accepts (HTTP/1.1 on both paths, and
+	// the connections that Serve accepts (HTTP/1.1 on either stack, and
 	// h2c), as nginx's send_timeout: a client that takes none of a write
 	// for that long (it stopped reading, or is gone without a word) has its
 	// connection closed, which ends the call and frees the instance's
@@ -182,7 +182,7 @@ type Config struct {
 	// means DefaultClientWriteTimeout (60s); negative: none.
 	ClientWriteTimeout time.Duration
 	// UpstreamIdleTimeout is how long a keep-alive connection to an
-	// instance is kept while no request uses it, on both HTTP/1.1 paths and
+	// instance is kept while no request uses it, on either HTTP/1.1 stack and
 	// to h2c instances, as nginx's keepalive_timeout in an upstream block:
 	// set it below the instances' own idle timeout, so that the gateway,
 	// not the instance, closes an idle connection and no request is sent
@@ -192,7 +192,7 @@ type Config struct {
 	// is kept until the instance closes it).
 	UpstreamIdleTimeout time.Duration
 	// ClientIdleTimeout is how long a client's keep-alive connection
-	// (HTTP/1.1 on both paths, and h2c) may wait for its next request
+	// (HTTP/1.1 on either stack, and h2c) may wait for its next request
 	// before the gateway closes it, as nginx's keepalive_timeout. 0 means
 	// DefaultClientIdleTimeout (2m); negative: none.
 	ClientIdleTimeout time.Duration
@@ -216,7 +216,7 @@ type Config struct {
 	// by it. 0 means DefaultClientReadTimeout (2m); negative: none.
 	ClientReadTimeout time.Duration
 	// MaxConns caps the client connections open at once on a listener
-	// that Serve serves (HTTP/1.1 on both paths, and h2c): a connection
+	// that Serve serves (HTTP/1.1 on either stack, and h2c): a connection
 	// over it is answered 503 with x-lanes-error: overloaded and
 	// Connection: close, at once, and closed; it is counted in
 	// lanes_gateway_errors_total{code="overloaded"} and logged (at most

@@ -416,7 +416,7 @@ func testEarlyHints(t *testing.T) {
 // instance's lane headers; an HTTP/1.0 client gets no 1xx answer (RFC
 // 9110, 15.2), only the final one; a chunked request still closes its
 // connection after the answer when a 1xx came before it (the proxy clears
-// the response's header map after a 1xx). On both paths.
+// the response's header map after a 1xx).
 func TestEarlyHintsRules(t *testing.T) { onStacks(t, testEarlyHintsRules) }
 
 func testEarlyHintsRules(t *testing.T) {
@@ -896,7 +896,7 @@ func testIdleUpstreamConnsClose(t *testing.T) {
 }
 
 // TestIdleClientConnClosed: a client's keep-alive connection that sends no
-// next request is closed after the client idle timeout, on both paths.
+// next request is closed after the client idle timeout.
 func TestIdleClientConnClosed(t *testing.T) { onStacks(t, testIdleClientConnClosed) }
 
 func testIdleClientConnClosed(t *testing.T) {

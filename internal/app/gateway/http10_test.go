@@ -14,7 +14,7 @@ import (
 // TestHTTP10ClientGetsNoChunks: an HTTP/1.0 client cannot read the chunked
 // coding (RFC 9112 6.1: a server sends no Transfer-Encoding to a request
 // of HTTP/1.0), so an answer whose length the gateway does not know ends
-// with the connection instead, on both paths, however short (a chunked
+// with the connection instead, however short (a chunked
 // answer is not read whole first: it may be an event stream); an answer
 // the gateway knows the length of keeps its Content-Length.
 func TestHTTP10ClientGetsNoChunks(t *testing.T) { onStacks(t, testHTTP10ClientGetsNoChunks) }
@@ -127,7 +127,7 @@ func testHTTP10StreamEndsAtClose(t *testing.T) {
 
 // TestHTTP10CutAnswerIsCut: an answer that the instance cuts short, sent to
 // an HTTP/1.0 client without a length, does not end as a whole one does:
-// the client's connection is reset, on both paths.
+// the client's connection is reset.
 func TestHTTP10CutAnswerIsCut(t *testing.T) { onStacks(t, testHTTP10CutAnswerIsCut) }
 
 func testHTTP10CutAnswerIsCut(t *testing.T) {

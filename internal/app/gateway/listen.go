@@ -18,7 +18,7 @@ func shedAnswer(max int) []byte {
 func (g *Gateway) shed(c net.Conn) { c.Write(g.shedAnswer) }
 
 // maxHeaderBytes bounds a request head (the request line and the header
-// fields, with their line ends) on both HTTP/1.1 paths. fasthttp's server
+// fields, with their line ends) on either HTTP/1.1 stack. fasthttp's server
 // bounds a head by its read buffer, which is this size, and answers 431 to
 // a longer one. net/http's server counts a head from where its 4 KiB read
 // buffer stands and lets it run MaxHeaderBytes and 4 KiB more (its "bufio
@@ -32,7 +32,7 @@ const maxHeaderBytes = 16 << 10
 // (SO_LINGER 0) rather than with the orderly end that follows a whole
 // answer: the end of an answer that was cut short (the instance failed
 // mid-answer), which a client that reads the answer to the end of the
-// connection (an HTTP/1.0 answer without a length, on both paths) would
+// connection (an HTTP/1.0 answer without a length) would
 // otherwise take for the whole of it. Bytes not yet sent are dropped, which
 // a cut answer may lose. A connection that is not TCP underneath ends as
 // it would have.

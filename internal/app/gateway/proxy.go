@@ -75,7 +75,7 @@ type reqState struct {
 // pick is the instance of the current attempt.
 func (st *reqState) pick() routing.Result { return st.call.Pick() }
 
-// admit is the front of both paths: it finds the route of the request in
+// admit is the front of every request, on either stack: it finds the route of the request in
 // (its path is path), waits for the engine to be ready for its service, and
 // assigns the lane, into st. When the request goes no further it writes the
 // answer to out and returns false.
@@ -220,7 +220,7 @@ func (g *Gateway) writeLane(h fields, l, key string) {
 }
 
 // interimHeaders removes the instance's lane headers from the fields h of
-// an interim answer, on both paths: the gateway's own go on the final
+// an interim answer: the gateway's own go on the final
 // answer (laneHeaders).
 func interimHeaders(h fields) {
 	h.Del(hLane)
@@ -303,7 +303,7 @@ type sender interface {
 	drop()
 }
 
-// routed is the routed call of a request, on both paths: the pick, the
+// routed is the routed call of a request: the pick, the
 // outcome of each attempt, reported, and the decision to try another
 // instance (routedcall.Call holds the rules). It returns the error of a call
 // that the engine could not route; the last attempt's answer or error is the
@@ -341,7 +341,7 @@ func (g *Gateway) routed(ctx context.Context, st *reqState, idem bool, s sender)
 
 // stallNote is what the gateway tells of an answer whose body the instance
 // stopped sending for the upstream read timeout, after its head went to the
-// client, on both HTTP/1.1 paths: a log line that names the timeout, and
+// client: a log line that names the timeout, and
 // the instance's failure (routedcall.BodyStalled). The client's connection
 // is cut by the path's server (the body's read fails).
 type stallNote struct {
@@ -357,7 +357,7 @@ func (n *stallNote) report(err error) {
 	routedcall.BodyStalled(n.pick)
 }
 
-// replayable is the rule, on both paths, for sending a request again after
+// replayable is the rule for sending a request again after
 // an attempt that ended o: one without a body can always be sent again (the
 // retry rules decide whether it is); one with a body only after Unreachable
 // (nothing was sent), and only while no attempt has read any of its body

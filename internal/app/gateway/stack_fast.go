@@ -27,16 +27,16 @@ import (
 	"go.opentelemetry.io/otel/trace"
 )
 
-// The fast HTTP/1.1 path: fasthttp's server parses the client's request, the
-// gateway's rules run over it as they do for net/http (admit, assign,
-// forward, writeLane, routed, callFailed, fail), and the attempts go to the
+// The fast stack: fasthttp's server parses the client's request, the
+// core's rules run over it (admit, assign, forward, writeLane, routed,
+// callFailed, fail, and the framing rules), and the attempts go to the
 // instance over the gateway's own keep-alive pools (upstream.go), which read
 // the answer straight into the response that fasthttp writes. The server
 // streams request bodies (Server.StreamRequestBody): the handler runs once
 // the head is in, reads a small body of known length whole, and hands a
 // larger or chunked one to the attempt, which copies it upstream as the
-// client sends it (fastStack.takeBody). Requests that the path does not serve
-// itself go to the net/http handler (ServeHTTP) through fasthttpadaptor:
+// client sends it (fastStack.takeBody). Requests that the stack does not
+// serve itself go to the net/http stack's handler through fasthttpadaptor:
 // upgrades (WebSocket), requests that ask for trailers (TE: trailers), and
 // request targets other than an origin-form path.
 
@@ -543,7 +543,7 @@ func unframed(resp *fasthttp.Response, http10 bool) bool {
 // timeout (prefixConn), each read by the upstream read timeout (upConn).
 //
 // An answer that the instance cuts short ends with a reset of the client's
-// connection (reset), as on the std path: ended as a whole answer ends, it
+// connection (reset), as the net/http stack's (resetOnAbort): ended as a whole answer ends, it
 // would look whole.
 func (f *fastStack) untilClose(ctx *fasthttp.RequestCtx, exit bool) {
 	resp := &ctx.Response
@@ -658,7 +658,7 @@ func (s *fastSend) send(pick routing.Result) (routedcall.Attempt, bool) {
 	if s.err != nil {
 		a := attempt(&s.st.reqState, 0, "", s.err, unsent)
 		// An attempt that Close cut short says nothing about the instance,
-		// as on net/http, whose Close cancels the request.
+		// as net/http's Close, which cancels the request, says nothing.
 		a.CallerGone = a.CallerGone || s.g.closing.Load()
 		return a, false
 	}

@@ -193,7 +193,7 @@ func (s *stdStack) rewrite(pr *httputil.ProxyRequest) {
 		out.Host = ""
 	}
 	// Expect: 100-continue is the gateway's server's to answer (it does,
-	// on the handler's first read of the body), as on the fast path: sent
+	// on the handler's first read of the body), as fasthttp's does: sent
 	// on, the instance's 100 would reach the client as a second one.
 	delete(out.Header, "Expect")
 	// The trailers of a chunked body: the server fills the client's map in
@@ -221,7 +221,7 @@ func (s *stdStack) modifyResponse(resp *http.Response) error {
 	if st.body != nil && !st.body.eof.Load() && resp.Request.ProtoMajor == 1 {
 		// The instance answered before the transport read the client's
 		// body through (a 401 or 413 to an upload): the connection closes
-		// after the answer, as on the fast path, and net/http's server
+		// after the answer (as the fast stack's handle does), and net/http's server
 		// then sends the answer at once, where it would first take the
 		// body's lock to drain the rest, which the transport, blocked
 		// reading it from a client that waits for the answer, holds.

@@ -20,7 +20,7 @@ import (
 // TestStalledAnswer: an instance that sends the head of an answer and a part
 // of its body, and then nothing more without closing (hung, or paused in the
 // middle of it), has the answer cut once it has sent nothing for the upstream
-// read timeout, on both paths: the client never gets a whole answer (its
+// read timeout: the client never gets a whole answer (its
 // connection closes before the end of the body), the gateway logs the
 // timeout, and the instance is ejected. A small body of known length, which
 // the fast path reads whole before the head goes to the client, fails there
@@ -73,7 +73,7 @@ func testStalledAnswer(t *testing.T) {
 
 // TestSlowClient: a client that sends a request and then reads none of its
 // answer has its connection closed once it has taken none of a write for the
-// client write timeout, on both paths, which ends the call: the instance,
+// client write timeout, which ends the call: the instance,
 // which streams without end, finds its connection closed.
 func TestSlowClient(t *testing.T) { onStacks(t, testSlowClient) }
 
@@ -111,7 +111,7 @@ func testSlowClient(t *testing.T) {
 
 // TestCutAnswer: an answer that the instance cuts in the middle of its body,
 // by stalling past the upstream read timeout, or by resetting or closing the
-// connection, never reaches the client as a whole answer, on both paths,
+// connection, never reaches the client as a whole answer,
 // and on each route of the fast path: its own, and the net/http handler's,
 // to which it hands a request with a TE header or with an absolute-form
 // target (adapt).

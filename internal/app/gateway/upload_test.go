@@ -352,7 +352,7 @@ func testUploadToDeafInstance(t *testing.T) {
 }
 
 // TestLongUploadThenAnswer: the wait for the answer's headers starts once the
-// request is written, on both paths: an upload that takes longer than the
+// request is written: an upload that takes longer than the
 // response-header timeout is answered. The client sends the rest of the
 // body once a request to a silent instance, sent after the upload started,
 // has timed out.
@@ -398,7 +398,7 @@ func testLongUploadThenAnswer(t *testing.T) {
 
 // TestUploadThenSilence: an instance that reads a whole upload and then
 // never answers fails the attempt once the response-header timeout has
-// passed since the end of the write, on both paths: the fast path, which
+// passed since the end of the write: the fast stack, which
 // awaits the answer's head while the body streams, bounds that wait once
 // the write is done. The client gets 502 upstream naming the timeout.
 func TestUploadThenSilence(t *testing.T) { onStacks(t, testUploadThenSilence) }
@@ -420,7 +420,7 @@ func testUploadThenSilence(t *testing.T) {
 
 // TestEarlyAnswerFromDeafInstance: an instance that answers an upload (413)
 // after its head and then reads no more of it, without closing the
-// connection, has its answer reach the client on both paths, with a body of
+// connection, has its answer reach the client, with a body of
 // known length or chunked, although the upstream write timeout is far off:
 // the answer is read while the body is written (net/http's transport does
 // so), not found once the write has timed out.
@@ -454,7 +454,7 @@ const smuggled = "GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n"
 // TestEarlyAnswerMidUpload: an instance that answers an upload (413, 401)
 // as soon as it has the head, without reading the body, has its answer
 // reach the client while the client still holds most of the body back, on
-// both paths (net/http's transport reads the answer while it writes the
+// either stack (net/http's transport reads the answer while it writes the
 // body): the instance is a net/http server, which answers and closes the
 // connection, or a raw one, which answers and then reads no more, without
 // closing. The client gets the instance's status and body; the call is no
@@ -552,7 +552,7 @@ func uploadHeldBack(t *testing.T, addr string, chunked bool) (reply, string) {
 
 // TestInterimAnswerMidUpload: a 1xx answer that an instance sends while an
 // upload streams (103 Early Hints, after some of the body) reaches the
-// client as it comes, before the end of the body, on both paths, and the
+// client as it comes, before the end of the body, and the
 // final answer after it.
 func TestInterimAnswerMidUpload(t *testing.T) { onStacks(t, testInterimAnswerMidUpload) }
 
@@ -660,7 +660,7 @@ func sendHeldBack(pw *io.PipeWriter, seen <-chan struct{}, between func() error)
 // TestEarlySuccessKeepsUpload: an instance that answers an upload with a
 // 2xx head before it has read the body, and then reads the body to its end
 // (a full-duplex handler, net/http's EnableFullDuplex), gets the whole
-// body on both paths, of known length or chunked, and the client the whole
+// body, of known length or chunked, and the client the whole
 // answer: only an answer that refuses the upload (300 and over) stops it.
 func TestEarlySuccessKeepsUpload(t *testing.T) { onStacks(t, testEarlySuccessKeepsUpload) }
 

@@ -53,7 +53,7 @@ const (
 	upBufSize = maxResponseHead
 	// maxResponseHead bounds the head of an instance's answer (its status
 	// line and header fields, with their line ends; each 1xx head on its
-	// own) on both HTTP/1.1 paths, as maxHeaderBytes bounds a request's:
+	// own) on either HTTP/1.1 stack, as maxHeaderBytes bounds a request's:
 	// the fast path parses a head in its upstream read buffer, and the
 	// net/http path's transport is given the same bound
 	// (MaxResponseHeaderBytes). A longer head fails the attempt with
@@ -258,7 +258,7 @@ var (
 )
 
 // readTimeoutError is a read of an answer's body from an instance that sent
-// nothing of it within the upstream read timeout, on both HTTP/1.1 paths.
+// nothing of it within the upstream read timeout, on either HTTP/1.1 stack.
 type readTimeoutError struct {
 	d   time.Duration
 	err error
@@ -707,7 +707,7 @@ func (p *upPool) roundTripStream(c *upConn, req *fasthttp.Request, resp *fasthtt
 		werr = c.bw.Flush()
 	}
 	cut := u.finish()
-	now := time.Now() // the wait for the answer counts from the end of the write, as on net/http
+	now := time.Now() // the wait for the answer counts from the end of the write, as net/http's transport counts it
 	look, again := false, true
 	switch {
 	case cut:
@@ -852,7 +852,7 @@ func (p *upPool) done(c *upConn, req *fasthttp.Request, resp *fasthttp.Response,
 
 // switchError is a 101 Switching Protocols answer to a request that did
 // not ask to switch to that protocol (asked is its Upgrade, "" for none),
-// on both HTTP/1.1 paths: the attempt fails (502 upstream) and the
+// on either HTTP/1.1 stack: the attempt fails (502 upstream) and the
 // connection, on which the instance speaks another protocol, is closed.
 // (httputil.ReverseProxy refuses it too, but leaves the connection open.)
 type switchError struct{ asked, got string }
