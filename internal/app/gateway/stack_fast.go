@@ -87,10 +87,8 @@ func (f *fastIn) Values(key string) []string {
 }
 
 func (f *fastIn) Set(key, value string) {}
-
-func (f *fastIn) Del(key string) {}
-
-func (f *fastIn) hostHeader() string { return b2s(f.ctx.Request.Header.Host()) }
+func (f *fastIn) Del(key string)        {}
+func (f *fastIn) hostHeader() string    { return b2s(f.ctx.Request.Header.Host()) }
 
 func (f *fastIn) peer() netip.Addr {
 	switch a := f.ctx.RemoteAddr().(type) {
@@ -130,12 +128,9 @@ func (f *fastReqFields) Values(key string) []string {
 	return viewAll(f.vals[:0], f.h.PeekAll(key))
 }
 
-func (f *fastReqFields) Set(key, value string) { f.h.Set(key, value) }
-
-func (f *fastReqFields) Del(key string) { f.h.Del(key) }
-
-func (f *fastReqFields) setBytes(key string, v []byte) { f.h.SetBytesV(key, v) }
-
+func (f *fastReqFields) Set(key, value string)             { f.h.Set(key, value) }
+func (f *fastReqFields) Del(key string)                    { f.h.Del(key) }
+func (f *fastReqFields) setBytes(key string, v []byte)     { f.h.SetBytesV(key, v) }
 func (f *fastReqFields) setVals(key string, vals []string) { setAll(f.h, key, vals) }
 
 func (f *fastReqFields) Keys() []string {
@@ -174,28 +169,20 @@ func setAll(h interface {
 // fastRespFields is a fasthttp response header as fields.
 type fastRespFields fasthttp.ResponseHeader
 
-func (f *fastRespFields) h() *fasthttp.ResponseHeader { return (*fasthttp.ResponseHeader)(f) }
-
-func (f *fastRespFields) Get(key string) string { return b2s(f.h().Peek(key)) }
-
-func (f *fastRespFields) Values(key string) []string { return viewAll(nil, f.h().PeekAll(key)) }
-
-func (f *fastRespFields) Set(key, value string) { f.h().Set(key, value) }
-
-func (f *fastRespFields) Del(key string) { f.h().Del(key) }
-
-func (f *fastRespFields) setBytes(key string, v []byte) { f.h().SetBytesV(key, v) }
-
+func (f *fastRespFields) h() *fasthttp.ResponseHeader    { return (*fasthttp.ResponseHeader)(f) }
+func (f *fastRespFields) Get(key string) string          { return b2s(f.h().Peek(key)) }
+func (f *fastRespFields) Values(key string) []string     { return viewAll(nil, f.h().PeekAll(key)) }
+func (f *fastRespFields) Set(key, value string)          { f.h().Set(key, value) }
+func (f *fastRespFields) Del(key string)                 { f.h().Del(key) }
+func (f *fastRespFields) setBytes(key string, v []byte)  { f.h().SetBytesV(key, v) }
 func (f *fastRespFields) setVals(key string, v []string) { setAll(f.h(), key, v) }
 
 // fastOut is a fasthttp response as a responder.
 type fastOut fasthttp.RequestCtx
 
-func (o *fastOut) header() fields { return (*fastRespFields)(&o.Response.Header) }
-
+func (o *fastOut) header() fields         { return (*fastRespFields)(&o.Response.Header) }
 func (o *fastOut) writeHeader(status int) { o.Response.SetStatusCode(status) }
-
-func (o *fastOut) writeString(s string) { o.Response.AppendBodyString(s) }
+func (o *fastOut) writeString(s string)   { o.Response.AppendBodyString(s) }
 
 // fastStack is the fasthttp stack of a gateway.
 type fastStack struct {
@@ -1208,8 +1195,7 @@ func (l *chanListener) Accept() (net.Conn, error) {
 	}
 }
 
-func (l *chanListener) Close() error { l.once.Do(func() { close(l.done) }); return nil }
-
+func (l *chanListener) Close() error   { l.once.Do(func() { close(l.done) }); return nil }
 func (l *chanListener) Addr() net.Addr { return l.addr }
 
 // refuse answers a request that fasthttp's server refused before the

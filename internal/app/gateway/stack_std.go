@@ -705,15 +705,11 @@ func (l clientListener) Accept() (net.Conn, error) {
 // stdIn is a net/http request as an inbound.
 type stdIn http.Request
 
-func (r *stdIn) Get(key string) string { return lane.HTTPHeader(r.Header).Get(key) }
-
+func (r *stdIn) Get(key string) string      { return lane.HTTPHeader(r.Header).Get(key) }
 func (r *stdIn) Values(key string) []string { return lane.HTTPHeader(r.Header).Values(key) }
-
-func (r *stdIn) Set(key, value string) {}
-
-func (r *stdIn) Del(key string) {}
-
-func (r *stdIn) hostHeader() string { return r.Host }
+func (r *stdIn) Set(key, value string)      {}
+func (r *stdIn) Del(key string)             {}
+func (r *stdIn) hostHeader() string         { return r.Host }
 
 func (r *stdIn) peer() netip.Addr {
 	if ap, err := netip.ParseAddrPort(r.RemoteAddr); err == nil {
@@ -728,26 +724,19 @@ func (r *stdIn) peer() netip.Addr {
 // stdFields is a net/http header map as fields.
 type stdFields http.Header
 
-func (h stdFields) Get(key string) string { return lane.HTTPHeader(h).Get(key) }
-
-func (h stdFields) Values(key string) []string { return lane.HTTPHeader(h).Values(key) }
-
-func (h stdFields) Set(key, value string) { lane.HTTPHeader(h).Set(key, value) }
-
-func (h stdFields) Del(key string) { lane.HTTPHeader(h).Del(key) }
-
+func (h stdFields) Get(key string) string          { return lane.HTTPHeader(h).Get(key) }
+func (h stdFields) Values(key string) []string     { return lane.HTTPHeader(h).Values(key) }
+func (h stdFields) Set(key, value string)          { lane.HTTPHeader(h).Set(key, value) }
+func (h stdFields) Del(key string)                 { lane.HTTPHeader(h).Del(key) }
 func (h stdFields) setVals(key string, v []string) { h[key] = v }
-
-func (h stdFields) setBytes(key string, v []byte) { h[key] = []string{string(v)} }
+func (h stdFields) setBytes(key string, v []byte)  { h[key] = []string{string(v)} }
 
 // stdOut is a net/http ResponseWriter as a responder.
 type stdOut struct{ w http.ResponseWriter }
 
-func (o stdOut) header() fields { return stdFields(o.w.Header()) }
-
+func (o stdOut) header() fields         { return stdFields(o.w.Header()) }
 func (o stdOut) writeHeader(status int) { o.w.WriteHeader(status) }
-
-func (o stdOut) writeString(s string) { o.w.Write([]byte(s)) }
+func (o stdOut) writeString(s string)   { o.w.Write([]byte(s)) }
 
 // stripLaneHeaders removes from the outbound headers what a client sent
 // about lanes and its address: x-lane, the alias headers and X-Real-IP, in
