@@ -29,7 +29,7 @@
 //   - "fast" (the default): fasthttp's server parses the request, and the
 //     attempts go to the instance over the gateway's own keep-alive pools
 //     (one per instance address, on fasthttp's request writer and response
-//     parser; upstream.go; one sweeper goroutine, from Serve to Close,
+//     parser; the upstream package; one sweeper goroutine, from Serve to Close,
 //     closes connections idle for Config.UpstreamIdleTimeout, 90 s by
 //     default, and drops the pools of instances unused as long), which
 //     read the answer straight into the response that fasthttp writes. A
@@ -283,7 +283,7 @@
 // connection is closed before the end of the body, the instance is reported
 // failing (routedcall.BodyStalled, through stallNote) and the
 // gateway logs it. The fast stack bounds each read of its upstream
-// connections (upConn.Read); the net/http stack, whose transport reads its
+// connections (the upstream package); the net/http stack, whose transport reads its
 // connections on goroutines of its own, closes the transport's body when a
 // read of it has waited that long (stallBody). A small body of known
 // length, which the fast stack reads whole before the head goes out, fails
@@ -336,7 +336,7 @@
 // An instance's answer is parsed and written anew too, in the gateway's
 // HTTP/1.1: an upstream connection that holds a byte past the answer, or
 // on which the instance sent anything while it was idle (the fast stack
-// looks before it reuses one: idleCheck), is closed, never reused, so that
+// looks before it reuses one, in the upstream package), is closed, never reused, so that
 // no byte of one answer is read as the answer of a later request; and a
 // 101 to a request that asked for no upgrade is 502 upstream, its
 // connection closed. FuzzAnswer holds it under any bytes, on both stacks.

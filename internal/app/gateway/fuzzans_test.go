@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lanesdev/lanes/internal/app/gateway/upstream"
 	"github.com/valyala/fasthttp"
 )
 
@@ -148,7 +149,7 @@ func fuzzAnswerSeeds() []fuzzAnswerSeed {
 		{false, false, "HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\nok" + leak},
 		{false, false, ok + "Connection: close\r\nContent-Length: 2\r\n\r\nok" + leak},
 		// A head over the gateway's bound, and one that never ends.
-		{false, false, ok + "X-Big: " + strings.Repeat("b", maxResponseHead) + "\r\nContent-Length: 2\r\n\r\nok" + leak},
+		{false, false, ok + "X-Big: " + strings.Repeat("b", upstream.MaxResponseHead) + "\r\nContent-Length: 2\r\n\r\nok" + leak},
 		{false, false, ok + "Content-Length: 2\r\n"},
 		{false, true, ok + "Content-Length: 2\r\n"},
 		{false, false, "garbage\r\n\r\n" + leak},
@@ -299,7 +300,7 @@ func (fw *fuzzAnswerWorld) quiesce(t *testing.T) {
 func (fw *fuzzAnswerWorld) closeIdle() {
 	g := fw.w.gw
 	if f := fastOf(g); f != nil {
-		f.up.closeIdle(false)
+		f.up.CloseIdleConnections()
 	}
 	if tr, ok := g.std.h1.(*http.Transport); ok {
 		tr.CloseIdleConnections()
@@ -312,10 +313,7 @@ func (fw *fuzzAnswerWorld) busy() int {
 	if f == nil {
 		return 0
 	}
-	p := f.up.pool(fw.inst.addr)
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.out
+	return f.up.InUse(fw.inst.addr)
 }
 
 // gatewayError reports whether res is the gateway's own error.
@@ -642,60 +640,4 @@ func serveBackendConns(tb testing.TB, handle func(c net.Conn, first bool)) strin
 		wg.Wait()
 	})
 	return l.Addr().String()
-}
-
-// idlePair is an upstream connection's check (idleCheck) on one end of a
-// loopback connection, and the other end.
-func idlePair(tb testing.TB) (*idleCheck, net.Conn) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer l.Close()
-	c, err := net.Dial("tcp", l.Addr().String())
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { c.Close() })
-	peer, err := l.Accept()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { peer.Close() })
-	k := new(idleCheck)
-	k.init(c)
-	return k, peer
-}
-
-// TestIdleCheck: the look at an idle connection finds nothing on a quiet
-// one, without allocating, and finds a byte, or the end, once the peer has
-// sent one, or closed.
-func TestIdleCheck(t *testing.T) {
-	k, peer := idlePair(t)
-	if k.spoiled() {
-		t.Fatal("a quiet connection looks spoiled")
-	}
-	if n := testing.AllocsPerRun(100, func() { k.spoiled() }); n != 0 {
-		t.Errorf("a look allocates %v times", n)
-	}
-	if k.raw == nil {
-		t.Skip("no look at idle connections on this system")
-	}
-	io.WriteString(peer, "x")
-	eventually(t, "the byte to be seen", k.spoiled)
-	k2, peer2 := idlePair(t)
-	peer2.Close()
-	eventually(t, "the end to be seen", k2.spoiled)
-}
-
-// BenchmarkIdleCheck is the cost of the look at an idle connection that
-// the fast path takes before it reuses one: a system call.
-func BenchmarkIdleCheck(b *testing.B) {
-	k, _ := idlePair(b)
-	b.ReportAllocs()
-	for b.Loop() {
-		if k.spoiled() {
-			b.Fatal("spoiled")
-		}
-	}
 }

@@ -255,8 +255,9 @@ func (t *wireTap) add(c net.Conn, err error) (net.Conn, error) {
 // the net/http transport.
 func (t *wireTap) install(g *Gateway) {
 	if f := fastOf(g); f != nil {
-		dial := f.up.dial
-		f.up.dial = func(network, addr string) (net.Conn, error) { return t.add(dial(network, addr)) }
+		f.up.WrapDial(func(dial func(network, addr string) (net.Conn, error)) func(network, addr string) (net.Conn, error) {
+			return func(network, addr string) (net.Conn, error) { return t.add(dial(network, addr)) }
+		})
 	}
 	tr := g.std.h1.(*http.Transport)
 	dialCtx := tr.DialContext

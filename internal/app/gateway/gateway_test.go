@@ -887,8 +887,7 @@ func testIdleUpstreamConnsClose(t *testing.T) {
 	eventually(t, "the gateway to close its idle connections to the backend", func() bool { return open.Load() == 0 })
 	if stackOf(t) == HTTP1Fast {
 		eventually(t, "the fast path to drop the backend's pool", func() bool {
-			m := fastOf(w.gw).up.m.Load()
-			return m != nil && (*m)[b.addr] == nil
+			return !fastOf(w.gw).up.Pooled(b.addr)
 		})
 	}
 	// The instance serves again, on a new connection.

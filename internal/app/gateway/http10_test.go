@@ -9,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/lanesdev/lanes/internal/app/gateway/upstream"
 )
 
 // TestHTTP10ClientGetsNoChunks: an HTTP/1.0 client cannot read the chunked
@@ -31,11 +33,11 @@ func testHTTP10ClientGetsNoChunks(t *testing.T) {
 		case "/stream":
 			events(rw, r)
 		case "/big":
-			rw.Header().Set("Content-Length", fmt.Sprint(maxBufferedBody+10))
-			rw.Write(make([]byte, maxBufferedBody+10))
+			rw.Header().Set("Content-Length", fmt.Sprint(upstream.MaxBufferedBody+10))
+			rw.Write(make([]byte, upstream.MaxBufferedBody+10))
 		default:
 			rw.(http.Flusher).Flush() // chunked
-			rw.Write(make([]byte, maxBufferedBody+10))
+			rw.Write(make([]byte, upstream.MaxBufferedBody+10))
 		}
 	}))
 	w.register(t, "orders", "old", addr, "")
@@ -60,7 +62,7 @@ func testHTTP10ClientGetsNoChunks(t *testing.T) {
 	for _, tc := range []struct {
 		path string
 		want int
-	}{{"/small", len("small answer")}, {"/big", maxBufferedBody + 10}, {"/chunked-big", maxBufferedBody + 10}} {
+	}{{"/small", len("small answer")}, {"/big", upstream.MaxBufferedBody + 10}, {"/chunked-big", upstream.MaxBufferedBody + 10}} {
 		for _, conn := range []string{"", "Connection: keep-alive\r\n"} {
 			t.Run(strings.TrimPrefix(tc.path, "/")+map[bool]string{true: "/keep-alive"}[conn != ""], func(t *testing.T) {
 				res, br := get(t, tc.path, conn)
@@ -82,8 +84,8 @@ func testHTTP10ClientGetsNoChunks(t *testing.T) {
 	for _, raw := range []string{"GET /chunked-big HTTP/1.0\r\nHost: x\r\nTE: trailers\r\n\r\n", "GET http://x/chunked-big HTTP/1.0\r\nHost: x\r\n\r\n"} {
 		t.Run("handed-over/"+strings.Fields(raw)[1], func(t *testing.T) {
 			res, _ := ask(t, raw)
-			if body, err := io.ReadAll(res.Body); err != nil || len(body) != maxBufferedBody+10 {
-				t.Errorf("body: %d bytes, %v; want %d", len(body), err, maxBufferedBody+10)
+			if body, err := io.ReadAll(res.Body); err != nil || len(body) != upstream.MaxBufferedBody+10 {
+				t.Errorf("body: %d bytes, %v; want %d", len(body), err, upstream.MaxBufferedBody+10)
 			}
 		})
 	}

@@ -5,6 +5,7 @@ import (
 	"net"
 
 	"github.com/lanesdev/lanes/internal/lib/accept"
+	"github.com/lanesdev/lanes/internal/lib/netbound"
 )
 
 // shedAnswer is the answer to a connection over the cap of max: written at
@@ -45,6 +46,11 @@ func reset(c net.Conn) {
 		tc.SetLinger(0)
 	}
 }
+
+// clientWrites names the write timeout of a client's connection, on
+// either stack (netbound): each write of an answer is bounded by the
+// client write timeout, as nginx's send_timeout.
+var clientWrites = &netbound.Names{Peer: "client", What: "answer", Setting: "client write timeout"}
 
 // tcpConn is the TCP connection under the client's connection c, nil when
 // it is not TCP underneath: every wrapper of a connection that the gateway

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -267,12 +268,12 @@ func (g *Gateway) callFailed(out responder, st *reqState, err error, clientGone 
 		g.fail(out, st.grpc, http.StatusInternalServerError, "internal", "lanes: "+err.Error())
 		return
 	}
-	if st.body.failed() != nil {
+	if berr := st.body.Failed(); berr != nil {
 		// The client's body broke its framing (a bad chunk, say): the
 		// client's fault, and its connection cannot be read further.
 		g.m.errors(codeBadBody)
 		out.header().setVals("Connection", connClose)
-		g.fail(out, st.grpc, http.StatusBadRequest, codeBadBody, "lanes: reading the request body: "+st.body.err.Error())
+		g.fail(out, st.grpc, http.StatusBadRequest, codeBadBody, "lanes: reading the request body: "+berr.Error())
 		return
 	}
 	if clientGone {
@@ -385,7 +386,7 @@ func attempt(st *reqState, status int, code string, err error, unsent bool) rout
 	if err != nil {
 		// A request body that failed to read is the client's failure, not
 		// the instance's: it counts as the caller gone.
-		return routedcall.Attempt{Err: err, Unsent: unsent, CallerGone: st.call.CallerGone() || st.body.failed() != nil}
+		return routedcall.Attempt{Err: err, Unsent: unsent, CallerGone: st.call.CallerGone() || st.body.Failed() != nil}
 	}
 	return routedcall.Attempt{
 		Status:      status,
@@ -416,12 +417,16 @@ type keptBody struct {
 	// deadline lifted at the end of the body.
 	conn interface{ SetReadDeadline(time.Time) error }
 	d    time.Duration
+	// mu orders the deadlines that Read and Cut set; cut is set once the
+	// body was cut (Cut).
+	mu  sync.Mutex
+	cut bool
 }
 
 func (b *keptBody) Read(p []byte) (int, error) {
 	b.read = true
-	if b.conn != nil && b.d > 0 {
-		b.conn.SetReadDeadline(time.Now().Add(b.d))
+	if b.conn != nil {
+		b.deadline()
 	}
 	n, err := b.r.Read(p)
 	b.got += n
@@ -436,17 +441,59 @@ func (b *keptBody) Read(p []byte) (int, error) {
 			b.conn.SetReadDeadline(time.Time{})
 		}
 		b.eof.Store(true)
-	case err != nil && b.err == nil:
-		b.err = err
+	case err != nil:
+		b.mu.Lock()
+		if b.err == nil {
+			b.err = err
+		}
+		b.mu.Unlock()
 	}
 	return n, err
 }
 
 func (b *keptBody) Close() error { return nil }
 
-// failed is the error reading the body broke on, if any; b may be nil.
-func (b *keptBody) failed() error {
+// deadline sets the read deadline of the client's connection before a
+// read: d from now, or now once the body is cut.
+func (b *keptBody) deadline() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case b.cut:
+		b.conn.SetReadDeadline(time.Now())
+	case b.d > 0:
+		b.conn.SetReadDeadline(time.Now().Add(b.d))
+	}
+}
+
+// Cut ends the body's reads from the client: the one in flight and every
+// later one fail at once. The upstream client cuts the body of an upload
+// that the instance answered before its end; a read that the cut ended is
+// no failure of the client's (Failed).
+func (b *keptBody) Cut() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.cut = true
+	if b.conn != nil {
+		b.conn.SetReadDeadline(time.Now())
+	}
+}
+
+// Size is the body's length as the client framed it, or -1.
+func (b *keptBody) Size() int { return b.size }
+
+// Started reports whether any of the body was read.
+func (b *keptBody) Started() bool { return b.read }
+
+// Failed is the error reading the body broke on, if any (not one that a
+// cut caused); b may be nil.
+func (b *keptBody) Failed() error {
 	if b == nil {
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.cut {
 		return nil
 	}
 	return b.err

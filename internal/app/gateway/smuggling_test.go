@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lanesdev/lanes/internal/app/gateway/upstream"
 	"github.com/lanesdev/lanes/internal/testkit/smuggletest"
 )
 
@@ -146,7 +147,7 @@ func testHeadSizeLimit(t *testing.T) {
 }
 
 // TestResponseHeadSizeLimit: both HTTP/1.1 paths take an instance's answer
-// whose head is maxResponseHead bytes long, and fail one a byte longer with
+// whose head is upstream.MaxResponseHead bytes long, and fail one a byte longer with
 // 502 upstream that names the limit, as they log it.
 func TestResponseHeadSizeLimit(t *testing.T) { onStacks(t, testResponseHeadSizeLimit) }
 
@@ -161,15 +162,15 @@ func testResponseHeadSizeLimit(t *testing.T) {
 		size int
 		want int
 	}{
-		{maxResponseHead - 1, http.StatusOK},
-		{maxResponseHead, http.StatusOK},
-		{maxResponseHead + 1, http.StatusBadGateway},
-		{4 * maxResponseHead, http.StatusBadGateway},
+		{upstream.MaxResponseHead - 1, http.StatusOK},
+		{upstream.MaxResponseHead, http.StatusOK},
+		{upstream.MaxResponseHead + 1, http.StatusBadGateway},
+		{4 * upstream.MaxResponseHead, http.StatusBadGateway},
 	} {
 		size <- tc.size
 		r := w.get(t, "/", nil)
 		if r.status != tc.want {
-			t.Errorf("an answer head of %d bytes (the limit %+d): %d %q, want %d", tc.size, tc.size-maxResponseHead, r.status, r.body, tc.want)
+			t.Errorf("an answer head of %d bytes (the limit %+d): %d %q, want %d", tc.size, tc.size-upstream.MaxResponseHead, r.status, r.body, tc.want)
 			continue
 		}
 		if tc.want == http.StatusOK {
@@ -178,8 +179,8 @@ func testResponseHeadSizeLimit(t *testing.T) {
 			}
 			continue
 		}
-		if r.header.Get(hError) != codeUpstream || !strings.Contains(r.body, errResponseHeadTooLarge.Error()) {
-			t.Errorf("an answer head of %d bytes: %s %q, %q; want %s and %q", tc.size, hError, r.header.Get(hError), r.body, codeUpstream, errResponseHeadTooLarge)
+		if r.header.Get(hError) != codeUpstream || !strings.Contains(r.body, upstream.ErrResponseHeadTooLarge.Error()) {
+			t.Errorf("an answer head of %d bytes: %s %q, %q; want %s and %q", tc.size, hError, r.header.Get(hError), r.body, codeUpstream, upstream.ErrResponseHeadTooLarge)
 		}
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/lanesdev/lanes/internal/app/gateway/upstream"
 	"github.com/lanesdev/lanes/internal/lib/addrpolicy"
 	"github.com/lanesdev/lanes/internal/lib/netbound"
 	"github.com/lanesdev/lanes/internal/lib/routedcall"
@@ -192,13 +193,14 @@ type fastStack struct {
 	std     *stdStack
 	adaptor fasthttp.RequestHandler
 	// up are the keep-alive pools to instances.
-	up      *upstreams
+	up      *upstream.Client
 	pool    sync.Pool // *fastReq
 	servers serverSet[*fastServer]
 }
 
 func newFastStack(g *Gateway, std *stdStack, dial *addrpolicy.Rules) *fastStack {
-	f := &fastStack{g: g, std: std, up: newUpstreams(g.idle, g.upIdle, g.writeTimeout, g.readTimeout, dial)}
+	f := &fastStack{g: g, std: std, up: upstream.New(upstream.Options{MaxIdlePerHost: g.idle, IdleTimeout: g.upIdle,
+		WriteTimeout: g.writeTimeout, ReadTimeout: g.readTimeout, Dial: dial})}
 	f.adaptor = fasthttpadaptor.NewFastHTTPHandler(http.HandlerFunc(f.serveAdapted))
 	f.pool.New = func() any { return new(fastReq) }
 	return f
@@ -613,7 +615,7 @@ func stripTarget(h *fasthttp.RequestHeader, p string) {
 // fastSend sends the attempts of a fasthttp request.
 type fastSend struct {
 	g        *Gateway
-	up       *upstreams
+	up       *upstream.Client
 	st       *fastReq
 	ctx      *fasthttp.RequestCtx
 	to1xx    *fasthttp.RequestCtx // ctx, or nil when 1xx answers do not go on (framing.passInterim)
@@ -634,14 +636,18 @@ func (s *fastSend) send(pick routing.Result) (routedcall.Attempt, bool) {
 	if s.trace != nil {
 		traceContext.Inject(s.trace, s.out)
 	}
-	if !rewind(s.st.body, s.req) {
+	if !upstream.Rewind(bodyOf(s.st.body), s.req) {
 		// Not reached: replayable allows no attempt after one that read
 		// the body.
 		s.err = errBodyGone
 		return attempt(&s.st.reqState, 0, "", s.err, false), false
 	}
 	var unsent bool
-	unsent, s.err = s.up.pool(pick.Instance.Addr).do(s.req, s.resp, s.g.headerTimeout, s.to1xx, s.st.body)
+	call := upstream.Call{HeaderTimeout: s.g.headerTimeout, Body: bodyOf(s.st.body)}
+	if s.to1xx != nil {
+		call.Interim = s
+	}
+	unsent, s.err = s.up.RoundTrip(pick.Instance.Addr, s.req, s.resp, call)
 	if s.err != nil {
 		a := attempt(&s.st.reqState, 0, "", s.err, unsent)
 		// An attempt that Close cut short says nothing about the instance,
@@ -649,9 +655,10 @@ func (s *fastSend) send(pick routing.Result) (routedcall.Attempt, bool) {
 		a.CallerGone = a.CallerGone || s.g.closing.Load()
 		return a, false
 	}
-	if b, ok := s.resp.BodyStream().(*upBody); ok {
+	if s.resp.IsBodyStream() {
 		// The body streams after the handler returns, and st with it.
-		b.stall = stallNote{g: s.g, service: s.st.route.Service, pick: pick}
+		note := stallNote{g: s.g, service: s.st.route.Service, pick: pick}
+		upstream.OnStall(s.resp, func(err *upstream.ReadTimeoutError) { note.report(err) })
 	}
 	return attempt(&s.st.reqState, s.resp.StatusCode(), b2s(s.resp.Header.Peek(hError)), nil, false), false
 }
@@ -710,18 +717,20 @@ func (f *fastStack) takeBody(ctx *fasthttp.RequestCtx, st *fastReq) (bodyless, o
 	return false, true
 }
 
-// rewind puts a body that streams back on req for an attempt (writing the
-// request takes it off), unless an attempt read some of it; a body that
-// does not stream (b nil) needs nothing.
-func rewind(b *keptBody, req *fasthttp.Request) bool {
+// bodyOf is b as the upstream client's Body: nil for none.
+func bodyOf(b *keptBody) upstream.Body {
 	if b == nil {
-		return true
+		return nil
 	}
-	if b.read {
-		return false
-	}
-	req.SetBodyStream(b, b.size)
-	return true
+	return b
+}
+
+// Interim passes a 1xx answer of the instance's, h, on to the client,
+// without the instance's lane headers (upstream.Interim).
+func (s *fastSend) Interim(h *fasthttp.ResponseHeader) error {
+	interimHeaders((*fastRespFields)(h))
+	_, err := s.to1xx.Conn().Write(h.Header())
+	return err
 }
 
 // adapt hands the request of ctx to the net/http handler (ServeHTTP)
@@ -751,7 +760,7 @@ type adaptedKey struct{}
 
 // serveAdapted is the net/http handler of the requests that the fast path
 // hands over (adapt): the gateway's, with the request's body as it streams,
-// with an answer that streams once it is over maxBufferedBody
+// with an answer that streams once it is over upstream.MaxBufferedBody
 // (streamingWriter), where fasthttpadaptor would hold it whole, and with an
 // answer that the instance cut (adaptedServer) cut for the client too.
 func (f *fastStack) serveAdapted(w http.ResponseWriter, r *http.Request) {
@@ -854,7 +863,7 @@ func (b *adaptedBody) Close() error {
 
 // streamingWriter is the net/http handler's ResponseWriter on the fast
 // path: fasthttpadaptor holds an answer whole until the handler flushes or
-// returns, and this flushes once the body written is over maxBufferedBody,
+// returns, and this flushes once the body written is over upstream.MaxBufferedBody,
 // so that a large answer streams, as the fast path's own answers do. It
 // unwraps (http.ResponseController) to the adaptor's writer, which flushes
 // and hijacks.
@@ -865,8 +874,8 @@ type streamingWriter struct {
 
 func (w *streamingWriter) Write(p []byte) (int, error) {
 	n, err := w.ResponseWriter.Write(p)
-	if w.n <= maxBufferedBody {
-		if w.n += n; w.n > maxBufferedBody {
+	if w.n <= upstream.MaxBufferedBody {
+		if w.n += n; w.n > upstream.MaxBufferedBody {
 			http.NewResponseController(w.ResponseWriter).Flush()
 		}
 	}
@@ -940,7 +949,7 @@ func (f *fastStack) serve(ln net.Listener) error {
 	if !f.servers.add(&g.closing, ln, s) {
 		return http.ErrServerClosed
 	}
-	f.up.startSweeper() // release stops it
+	f.up.Start() // release stops it
 
 	h2done := make(chan struct{})
 	go func() {
@@ -1265,7 +1274,7 @@ func (f *fastStack) close() error {
 	for _, s := range f.servers.all() {
 		s.stop()
 	}
-	f.up.closeIdle(true)
+	f.up.Close()
 	return nil
 }
 
@@ -1277,6 +1286,5 @@ func (f *fastStack) release() {
 		s.stop()
 		s.wg.Wait()
 	}
-	f.up.stopSweeper()
-	f.up.closeIdle(true)
+	f.up.Close()
 }

@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/lanesdev/lanes/internal/app/gateway/upstream"
 	"github.com/lanesdev/lanes/internal/lib/addrpolicy"
 	"github.com/lanesdev/lanes/internal/lib/netbound"
 	"github.com/lanesdev/lanes/internal/lib/routedcall"
@@ -357,7 +358,7 @@ func (t *stdTransport) RoundTrip(req *http.Request) (res *http.Response, rerr er
 // most, whether a read has been waiting for d, and then closes the
 // transport's body, which closes the connection (the transport reads it on
 // goroutines of its own, out of the gateway's reach) and fails the read,
-// with a *readTimeoutError. The time the gateway spends writing to the
+// with a *upstream.ReadTimeoutError. The time the gateway spends writing to the
 // client between two reads does not count. stallBodies are pooled with
 // their timers.
 type stallBody struct {
@@ -417,7 +418,7 @@ func (b *stallBody) Read(p []byte) (int, error) {
 	n, err := b.rc.Read(p)
 	b.since.Store(0)
 	if err != nil && err != io.EOF && b.fired.Swap(false) {
-		rt := &readTimeoutError{d: b.d, err: err}
+		rt := &upstream.ReadTimeoutError{D: b.d, Err: err}
 		b.note.report(rt)
 		return n, rt
 	}
@@ -467,7 +468,7 @@ func (s *stdSend) send(pick routing.Result) (routedcall.Attempt, bool) {
 	if s.err == nil && s.res.StatusCode == http.StatusSwitchingProtocols {
 		if asked, got := upgradeOf(out.Header), upgradeOf(s.res.Header); got == "" || !strings.EqualFold(asked, got) {
 			s.res.Body.Close() // the connection, which ReverseProxy would leave open
-			s.res, s.err = nil, &switchError{asked: asked, got: got}
+			s.res, s.err = nil, &upstream.SwitchError{Asked: asked, Got: got}
 		}
 	}
 	if s.err == nil && s.st.grpc && s.res.StatusCode < 500 {
@@ -478,8 +479,11 @@ func (s *stdSend) send(pick routing.Result) (routedcall.Attempt, bool) {
 		return routedcall.Attempt{}, true
 	}
 	if s.err != nil {
-		if responseHeadTooLarge(s.err) {
-			s.err = errResponseHeadTooLarge // in the fast path's words
+		if strings.Contains(s.err.Error(), "server response headers exceeded") {
+			// net/http's transport found the head over
+			// MaxResponseHeaderBytes: an error without a type of its
+			// own, told by its text, said in the fast stack's words.
+			s.err = upstream.ErrResponseHeadTooLarge
 		}
 		return attempt(s.st, 0, "", s.err, laneshttp.Unsent(s.err)), false
 	}
@@ -551,7 +555,7 @@ func newTransports(idle int, idleTimeout, headerTimeout, writeTimeout time.Durat
 		if err != nil || writeTimeout <= 0 {
 			return c, err
 		}
-		return netbound.NewConn(c, writeTimeout, instanceWrites), nil
+		return netbound.NewConn(c, writeTimeout, upstream.InstanceWrites), nil
 	}
 	var p1, p2 http.Protocols
 	p1.SetHTTP1(true)
@@ -565,8 +569,8 @@ func newTransports(idle int, idleTimeout, headerTimeout, writeTimeout time.Durat
 		DisableCompression:    true, // pass encodings through untouched
 		Protocols:             &p1,
 		ResponseHeaderTimeout: headerTimeout,
-		// As the fast path bounds a head (maxResponseHead).
-		MaxResponseHeaderBytes: maxResponseHead,
+		// As the fast stack bounds a head.
+		MaxResponseHeaderBytes: upstream.MaxResponseHead,
 	}
 	h2c = &http.Transport{
 		Proxy:              nil,

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lanesdev/lanes/internal/app/gateway/upstream"
 	"github.com/lanesdev/lanes/internal/testkit/buftest"
 	"github.com/lanesdev/lanes/routing"
 )
@@ -135,7 +136,7 @@ func testCutAnswer(t *testing.T) {
 		{"chunked", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n4\r\npart\r\n"},
 		// More than the fast path holds before it flushes the head
 		// (streamingWriter).
-		{"flushed", "HTTP/1.1 200 OK\r\nContent-Length: 4194304\r\n\r\n" + strings.Repeat("p", maxBufferedBody+64<<10)},
+		{"flushed", "HTTP/1.1 200 OK\r\nContent-Length: 4194304\r\n\r\n" + strings.Repeat("p", upstream.MaxBufferedBody+64<<10)},
 	}
 	for _, how := range []string{"stall", "reset", "close"} {
 		for _, a := range answers {

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lanesdev/lanes/internal/app/gateway/upstream"
 )
 
 // TestStreamingResponse: an answer of unknown length reaches the client as
@@ -33,17 +35,17 @@ func testStreamingResponse(t *testing.T) {
 }
 
 // TestLargeAnswerStreams: an answer of known length larger than
-// maxBufferedBody reaches the client as the instance writes it, on both
+// upstream.MaxBufferedBody reaches the client as the instance writes it, on both
 // paths, for a request with a TE header too, which the fast path hands to
 // the net/http handler (whose adaptor would hold the answer whole).
 func TestLargeAnswerStreams(t *testing.T) { onStacks(t, testLargeAnswerStreams) }
 
 func testLargeAnswerStreams(t *testing.T) {
 	w := newWorld(t, "", Config{})
-	// The client reads the first maxBufferedBody bytes before the instance
+	// The client reads the first upstream.MaxBufferedBody bytes before the instance
 	// writes the rest; the gateway's write buffers may hold the end of the
 	// first part (slack).
-	const first, slack, rest = maxBufferedBody + 256<<10, 256 << 10, 256 << 10
+	const first, slack, rest = upstream.MaxBufferedBody + 256<<10, 256 << 10, 256 << 10
 	release := make(chan struct{}, 1)
 	addr := serveBackend(t, http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		rw.Header().Set("Content-Length", fmt.Sprint(first+rest))
