@@ -164,7 +164,7 @@ type Config struct {
 	// reads, not the whole answer, which streams as long as the instance
 	// keeps sending; but a stream that stays silent longer (a long poll,
 	// server-sent events without heartbeats) needs it raised, or off. On
-	// the fast path a small body of known length is read whole before its
+	// the fast stack a small body of known length is read whole before its
 	// head goes to the client: there the attempt fails with 502 upstream,
 	// as any other attempt without an answer. gRPC calls are not bounded by
 	// it. 0 means DefaultUpstreamReadTimeout (60s); negative: none.
@@ -245,7 +245,7 @@ const (
 
 // Gateway is the lanes edge proxy. Serve it with Gateway.Serve (HTTP/1.1 on
 // the stack that Config.HTTP1 chooses, and h2c), or, as an http.Handler (the
-// net/http path), with a server of your own that enables unencrypted HTTP/2
+// net/http stack), with a server of your own that enables unencrypted HTTP/2
 // for gRPC. Close it when done.
 type Gateway struct {
 	settings

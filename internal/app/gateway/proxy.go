@@ -44,7 +44,7 @@ const (
 	codeBadBody     = "bad_request_body"
 	// codeOverloaded answers a connection over Config.MaxConns (shed).
 	codeOverloaded = "overloaded"
-	// The fast path's answers to requests that its server refuses (see
+	// The fast stack's answers to requests that its server refuses (see
 	// refuse); net/http's server gives its own, without x-lanes-error.
 	codeBadRequest   = "bad_request"
 	codeHeadTooLarge = "header_too_large"
@@ -364,7 +364,7 @@ func (n *stallNote) report(err error) {
 // (nothing was sent), and only while no attempt has read any of its body
 // from the client (b). A body that streams from the client is read once: a
 // request part of whose body went to one instance is never sent to another
-// with the rest. A body held whole in memory (the fast path's small ones)
+// with the rest. A body held whole in memory (the fast stack's small ones)
 // is never read from the client by an attempt, and can be sent again.
 func replayable(o routedcall.Outcome, bodyless bool, b *keptBody) bool {
 	return bodyless || o == routedcall.Unreachable && (b == nil || !b.read)
