@@ -128,10 +128,6 @@ type Options struct {
 	Dial *addrpolicy.Rules
 }
 
-// Client is the keep-alive pools of a gateway to its instances, one per
-// instance address.
-type Client = upstreams
-
 // New returns a client with the settings o. Start starts its sweeper.
 func New(o Options) *Client {
 	return newUpstreams(o.MaxIdlePerHost, o.IdleTimeout, o.WriteTimeout, o.ReadTimeout, o.Dial)
@@ -143,33 +139,33 @@ func New(o Options) *Client {
 // streams (resp.BodyStream; the connection goes back to its pool once the
 // body is read through and closed). unsent reports an error before any
 // byte of req left: the request may go to another instance as it is.
-func (u *upstreams) RoundTrip(addr string, req *fasthttp.Request, resp *fasthttp.Response, call Call) (unsent bool, err error) {
+func (u *Client) RoundTrip(addr string, req *fasthttp.Request, resp *fasthttp.Response, call Call) (unsent bool, err error) {
 	return u.pool(addr).do(req, resp, call.HeaderTimeout, call.Interim, call.Body)
 }
 
 // Start starts the sweeper of idle connections, unless it runs, the
 // client is closed or there is no idle timeout.
-func (u *upstreams) Start() { u.startSweeper() }
+func (u *Client) Start() { u.startSweeper() }
 
 // CloseIdleConnections closes the idle connections.
-func (u *upstreams) CloseIdleConnections() { u.closeIdle(false) }
+func (u *Client) CloseIdleConnections() { u.closeIdle(false) }
 
 // Close closes every connection, idle or in use (which ends the attempts on
 // them), and closes the ones that come back later; it stops the sweeper
 // and waits for it.
-func (u *upstreams) Close() {
+func (u *Client) Close() {
 	u.closeIdle(true)
 	u.stopSweeper()
 }
 
 // WrapDial has the dials of c go through wrap, given the dial it replaces
 // (a test taps the connections). Call it before the first RoundTrip.
-func (u *upstreams) WrapDial(wrap func(dial func(network, addr string) (net.Conn, error)) func(network, addr string) (net.Conn, error)) {
+func (u *Client) WrapDial(wrap func(dial func(network, addr string) (net.Conn, error)) func(network, addr string) (net.Conn, error)) {
 	u.dial = wrap(u.dial)
 }
 
 // InUse is the number of connections to addr in use.
-func (u *upstreams) InUse(addr string) int {
+func (u *Client) InUse(addr string) int {
 	p := u.pool(addr)
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -178,7 +174,7 @@ func (u *upstreams) InUse(addr string) int {
 
 // Pooled reports whether the client keeps a pool for addr (the sweeper drops
 // the pools unused for the idle timeout).
-func (u *upstreams) Pooled(addr string) bool {
+func (u *Client) Pooled(addr string) bool {
 	m := u.m.Load()
 	return m != nil && (*m)[addr] != nil
 }
@@ -213,8 +209,9 @@ func interimStatus(code int) bool {
 	return code >= 100 && code < 200 && code != fasthttp.StatusSwitchingProtocols
 }
 
-// upstreams are the pools of a gateway, by instance address; copy on write.
-type upstreams struct {
+// Client is the keep-alive pools of a gateway to its instances, one per
+// instance address (copy on write).
+type Client struct {
 	m           atomic.Pointer[map[string]*upPool]
 	mu          sync.Mutex
 	idle        int           // idle connections kept per pool
@@ -231,15 +228,15 @@ type upstreams struct {
 	done chan struct{}
 }
 
-func newUpstreams(idle int, idleTimeout, writeTimeout, readTimeout time.Duration, rules *addrpolicy.Rules) *upstreams {
-	return &upstreams{idle: idle, idleTimeout: idleTimeout, write: writeTimeout, read: readTimeout,
+func newUpstreams(idle int, idleTimeout, writeTimeout, readTimeout time.Duration, rules *addrpolicy.Rules) *Client {
+	return &Client{idle: idle, idleTimeout: idleTimeout, write: writeTimeout, read: readTimeout,
 		dial: rules.Dialer(&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).Dial}
 }
 
 // startSweeper starts the sweeper unless it runs or the pools are closed.
 // It sweeps every tenth of the idle timeout, so that an idle connection is
 // closed within a tenth more than the timeout.
-func (u *upstreams) startSweeper() {
+func (u *Client) startSweeper() {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	if u.stop != nil || u.closed || u.idleTimeout == 0 {
@@ -264,7 +261,7 @@ func (u *upstreams) startSweeper() {
 }
 
 // stopSweeper stops the sweeper and waits for it to return.
-func (u *upstreams) stopSweeper() {
+func (u *Client) stopSweeper() {
 	u.mu.Lock()
 	stop, done := u.stop, u.done
 	u.stop, u.done = nil, nil
@@ -278,7 +275,7 @@ func (u *upstreams) stopSweeper() {
 // sweep closes the connections idle since before now less the idle
 // timeout, and drops the pools that have had no request since then and
 // keep no connection.
-func (u *upstreams) sweep(now time.Time) {
+func (u *Client) sweep(now time.Time) {
 	m := u.m.Load()
 	if m == nil {
 		return
@@ -306,7 +303,7 @@ func (u *upstreams) sweep(now time.Time) {
 }
 
 // pool returns the pool of the instance at addr.
-func (u *upstreams) pool(addr string) *upPool {
+func (u *Client) pool(addr string) *upPool {
 	if m := u.m.Load(); m != nil {
 		if p := (*m)[addr]; p != nil {
 			return p
@@ -334,7 +331,7 @@ func (u *upstreams) pool(addr string) *upPool {
 
 // closeIdle closes every idle connection, and with final marks the pools
 // closed: a connection that comes back later is closed.
-func (u *upstreams) closeIdle(final bool) {
+func (u *Client) closeIdle(final bool) {
 	u.mu.Lock()
 	if final {
 		u.closed = true
@@ -354,7 +351,7 @@ func (u *upstreams) closeIdle(final bool) {
 // upPool is the keep-alive pool of one instance address.
 type upPool struct {
 	addr   string
-	u      *upstreams
+	u      *Client
 	mu     sync.Mutex
 	idle   []*upConn // most recently used last
 	out    int       // connections in use
