@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -88,5 +89,50 @@ func testClientReadTimeout(t *testing.T) {
 	io.Copy(io.Discard, res.Body)
 	if res.StatusCode != http.StatusBadRequest || res.Header.Get(hError) != codeBadBody || !res.Close {
 		t.Errorf("%d, %s %q, Connection %q; want 400 %s and close", res.StatusCode, hError, res.Header.Get(hError), res.Header.Values("Connection"), codeBadBody)
+	}
+}
+
+// TestShutdownAnswers: Shutdown lets a request in flight get its answer,
+// which closes its connection, and ends an idle keep-alive connection; on
+// both stacks.
+func TestShutdownAnswers(t *testing.T) { onStacks(t, testShutdownAnswers) }
+
+func testShutdownAnswers(t *testing.T) {
+	w := newWorld(t, "", Config{})
+	entered, release := make(chan struct{}), make(chan struct{})
+	addr := serveBackend(t, http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/held" {
+			close(entered)
+			<-release
+		}
+		io.WriteString(rw, "ok")
+	}))
+	w.register(t, "orders", "held", addr, "")
+	idle := w.send(t, "GET /first HTTP/1.1\r\nHost: x\r\n\r\n")
+	first, err := http.ReadResponse(idle, nil)
+	if err != nil || first.StatusCode != http.StatusOK {
+		t.Fatalf("the idle connection's first answer: %v, %v", first, err)
+	}
+	io.Copy(io.Discard, first.Body)
+	busy := w.send(t, "GET /held HTTP/1.1\r\nHost: x\r\n\r\n")
+	<-entered
+	shut := make(chan error, 1)
+	go func() { shut <- w.gw.Shutdown(context.Background()) }()
+	eventually(t, "the gateway to be closing", w.gw.closing.Load)
+	// The idle connection ends without an answer.
+	if _, err := idle.ReadByte(); err == nil {
+		t.Error("the idle connection got bytes after Shutdown")
+	}
+	close(release)
+	res, err := http.ReadResponse(busy, nil)
+	if err != nil {
+		t.Fatalf("the request in flight: %v", err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	if res.StatusCode != http.StatusOK || string(body) != "ok" || !res.Close {
+		t.Errorf("the request in flight: %d %q, Connection %q; want 200 ok and close", res.StatusCode, body, res.Header.Values("Connection"))
+	}
+	if err := <-shut; err != nil {
+		t.Errorf("Shutdown: %v", err)
 	}
 }

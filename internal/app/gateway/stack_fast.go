@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -901,7 +902,13 @@ type fastServer struct {
 	fs    *fasthttp.Server
 	mu    sync.Mutex
 	conns map[net.Conn]struct{}
-	wg    sync.WaitGroup // the connection goroutines
+	// idle are the HTTP/1.1 connections being served, each true while it
+	// waits for a request (ConnState), under mu; draining is set once
+	// Shutdown began: an idle connection is then ended (prefixConn.expire).
+	idle     map[*prefixConn]bool
+	sniffing map[net.Conn]struct{} // read for the HTTP/2 preface (sniff)
+	draining bool
+	wg       sync.WaitGroup // the connection goroutines
 	// clientWrite is the client write timeout, 0 for none.
 	clientWrite time.Duration
 	// headTimeout is the client header timeout.
@@ -945,6 +952,7 @@ func (f *fastStack) serve(ln net.Listener) error {
 		MaxRequestBodySize: bufferedRequestBody,
 		ErrorHandler:       f.refuse,
 		Logger:             fastLogger{g.log},
+		ConnState:          s.connState,
 	}
 	if !f.servers.add(&g.closing, ln, s) {
 		return http.ErrServerClosed
@@ -974,13 +982,71 @@ func (f *fastStack) serve(ln net.Listener) error {
 	}
 	s.h2.Close()
 	<-h2done
-	s.closeConns()
+	s.mu.Lock()
+	draining := s.draining
+	s.mu.Unlock()
+	if !draining {
+		s.closeConns()
+	}
+	// Draining (Shutdown), the connections end once their requests are
+	// answered (Gateway.closeAfter), the idle ones at once (drain); Close
+	// closes what is left.
 	s.wg.Wait()
 	f.servers.remove(s)
 	if g.closing.Load() {
 		return http.ErrServerClosed
 	}
 	return err
+}
+
+// connState follows the connections that fasthttp serves (its ConnState):
+// an idle one waits for a request, an active one serves one. Draining, a
+// connection that goes idle is ended.
+func (s *fastServer) connState(c net.Conn, state fasthttp.ConnState) {
+	pc, ok := c.(*prefixConn)
+	if !ok {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch state {
+	case fasthttp.StateActive:
+		if s.idle != nil {
+			s.idle[pc] = false
+		}
+	case fasthttp.StateIdle:
+		if s.draining {
+			pc.expire()
+		} else if s.idle != nil {
+			s.idle[pc] = true
+		}
+	case fasthttp.StateClosed, fasthttp.StateHijacked:
+		delete(s.idle, pc)
+	}
+}
+
+// drain ends Serve gracefully: it closes the listener, and ends the
+// connections that wait for a request; those that serve one end after
+// their answer, which says Connection: close while the gateway closes.
+func (s *fastServer) drain() {
+	s.mu.Lock()
+	s.draining = true
+	var idle []*prefixConn
+	for pc, waiting := range s.idle {
+		if waiting {
+			idle = append(idle, pc)
+		}
+	}
+	// A connection still read for the HTTP/2 preface has sent no
+	// request: it is closed, as net/http's Shutdown closes a new one.
+	for c := range s.sniffing {
+		c.Close()
+	}
+	s.mu.Unlock()
+	s.ln.Close()
+	for _, pc := range idle {
+		pc.expire()
+	}
 }
 
 func (s *fastServer) track(c net.Conn) bool {
@@ -1019,7 +1085,22 @@ func (s *fastServer) stop() {
 // serveConn sniffs c's first bytes and serves it.
 func (s *fastServer) serveConn(c net.Conn) {
 	defer s.wg.Done()
+	s.mu.Lock()
+	if s.sniffing == nil {
+		s.sniffing = map[net.Conn]struct{}{}
+	}
+	s.sniffing[c] = struct{}{}
+	draining := s.draining
+	s.mu.Unlock()
+	if draining {
+		s.untrack(c)
+		c.Close()
+		return
+	}
 	pc, h2, err := sniff(c, s.headTimeout)
+	s.mu.Lock()
+	delete(s.sniffing, c)
+	s.mu.Unlock()
 	if err != nil {
 		s.untrack(c)
 		c.Close()
@@ -1036,6 +1117,17 @@ func (s *fastServer) serveConn(c net.Conn) {
 	// ServeConn closes pc, unless a request hijacked it (an upgrade):
 	// then whoever holds it does. Either way pc leaves the set when closed.
 	pc.s = s
+	s.mu.Lock()
+	if s.draining {
+		s.mu.Unlock()
+		pc.Close()
+		return
+	}
+	if s.idle == nil {
+		s.idle = map[*prefixConn]bool{}
+	}
+	s.idle[pc] = true // until its first request
+	s.mu.Unlock()
 	s.fs.ServeConn(pc)
 }
 
@@ -1093,6 +1185,16 @@ type prefixConn struct {
 	// timeout counted from when it starts, keeps it, so that the head
 	// takes the client header timeout in all.
 	headBy time.Time
+	// expired is set once a draining server ended the connection while
+	// it waited for a request: every read deadline is now.
+	expired atomic.Bool
+}
+
+// expire ends a connection that waits for a request (fastServer.drain):
+// its read fails at once, and fasthttp closes it.
+func (c *prefixConn) expire() {
+	c.expired.Store(true)
+	c.Conn.SetReadDeadline(time.Now())
 }
 
 // Write writes to the client, each write within the client write timeout.
@@ -1107,6 +1209,9 @@ func (c *prefixConn) NetConn() net.Conn { return c.Conn }
 // and setting one is a runtime timer update. Its timeouts thus last up to a
 // second less than configured, never more.
 func (c *prefixConn) SetReadDeadline(t time.Time) error {
+	if c.expired.Load() {
+		return c.Conn.SetReadDeadline(time.Now())
+	}
 	if !c.headBy.IsZero() {
 		by := c.headBy
 		c.headBy = time.Time{}
@@ -1259,10 +1364,11 @@ func (l fastLogger) Printf(format string, args ...any) {
 	}
 }
 
-// shutdown closes the listeners: the connections finish their requests.
+// shutdown closes the listeners and ends the idle connections; the others
+// end once their requests are answered (drain).
 func (f *fastStack) shutdown(context.Context) error {
 	for _, s := range f.servers.all() {
-		s.ln.Close()
+		s.drain()
 	}
 	return nil
 }
