@@ -371,9 +371,9 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 		return ctx.Err()
 	}
 	for _, s := range g.stacks {
-		s.release()
+		s.release(ctx)
 	}
-	return nil
+	return ctx.Err()
 }
 
 // Close closes the servers that Serve started and their connections, and
@@ -393,8 +393,10 @@ func (g *Gateway) Close() error {
 	}
 	g.checkDrained()
 	<-g.drained
+	now, cancel := context.WithCancel(context.Background())
+	cancel() // what is left is closed at once
 	for _, s := range g.stacks {
-		s.release()
+		s.release(now)
 	}
 	return errors.Join(errs...)
 }

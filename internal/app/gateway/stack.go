@@ -40,8 +40,10 @@ type stack interface {
 	// attempts in flight (Close).
 	close() error
 	// release, once no request is in flight, waits for the goroutines that
-	// the stack started and closes its idle connections to instances.
-	release()
+	// the stack started (the connections that end once their answers are
+	// written, after shutdown), or for ctx: then it closes what is left
+	// and waits for that; and it closes its connections to instances.
+	release(ctx context.Context)
 }
 
 // serverSet is the servers of a stack that Serve started, for Shutdown and

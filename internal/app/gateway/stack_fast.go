@@ -1384,13 +1384,25 @@ func (f *fastStack) close() error {
 	return nil
 }
 
-// release closes the connections hijacked since close, waits for the
-// connection goroutines, stops the sweeper of the upstream pools and
-// closes their connections.
-func (f *fastStack) release() {
+// release waits for the connection goroutines: after Shutdown, those of
+// the connections that end once their answers are written (the gateway
+// counts a request out when its handler returns, before fasthttp writes
+// the answer), or until ctx ends; then, or after Close, it closes the
+// connections left (hijacked since, say) and waits for them. It stops the
+// sweeper of the upstream pools and closes their connections.
+func (f *fastStack) release(ctx context.Context) {
 	for _, s := range f.servers.all() {
+		done := make(chan struct{})
+		go func() { // ends with the connection goroutines, which stop ends
+			s.wg.Wait()
+			close(done)
+		}()
+		select {
+		case <-done:
+		case <-ctx.Done():
+		}
 		s.stop()
-		s.wg.Wait()
+		<-done
 	}
 	f.up.Close()
 }

@@ -676,7 +676,7 @@ func (s *stdStack) close() error {
 }
 
 // release closes the transports' idle connections.
-func (s *stdStack) release() {
+func (s *stdStack) release(context.Context) {
 	for _, rt := range []http.RoundTripper{s.h1, s.h2c} {
 		if c, ok := rt.(interface{ CloseIdleConnections() }); ok {
 			c.CloseIdleConnections()
