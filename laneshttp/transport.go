@@ -155,11 +155,7 @@ func ServiceNames(names ...string) func(host string) bool {
 // OPTIONS, TRACE, PUT and DELETE, and any request with an Idempotency-Key or
 // X-Idempotency-Key header, as net/http decides.
 func IsIdempotent(req *http.Request) bool {
-	_, key := req.Header["Idempotency-Key"]
-	if !key {
-		_, key = req.Header["X-Idempotency-Key"]
-	}
-	return routedcall.Idempotent(req.Method, key)
+	return routedcall.IdempotentRequest(req.Method, req.Header)
 }
 
 // DefaultClassify is the default of WithClassify:

@@ -122,9 +122,14 @@ type GatewaySettings struct {
 	// MaxIdleConnsPerHost bounds the idle connections kept to each instance
 	// (0: the gateway's default, 512).
 	MaxIdleConnsPerHost int `yaml:"max_idle_conns_per_host"`
+	// Retries is how many times a routed call that failed after it was
+	// sent is tried again on another instance (0: the gateway's default,
+	// 1; negative: none).
+	Retries int `yaml:"retries"`
 	// ReadyTimeout bounds how long the first requests wait for the routing
 	// engine to have read the policy and a service's instances (0: the
-	// gateway's default, 5s).
+	// gateway's default, 5s; negative, or "off" in a flag or variable:
+	// none).
 	ReadyTimeout time.Duration `yaml:"ready_timeout"`
 	// ResponseHeaderTimeout bounds how long an instance may take to answer
 	// with its response headers (0: the gateway's default, 10s; negative,
@@ -150,16 +155,23 @@ type GatewaySettings struct {
 	// UpstreamIdleTimeout is how long the gateway keeps a keep-alive
 	// connection to an instance that no request uses, as nginx's
 	// keepalive_timeout in an upstream block; keep it below the
-	// instances' own idle timeout (0: the gateway's default, 90s).
+	// instances' own idle timeout (0: the gateway's default, 90s;
+	// negative, or "off" in a flag or variable: none).
 	UpstreamIdleTimeout time.Duration `yaml:"upstream_idle_timeout"`
 	// ClientIdleTimeout is how long a client's keep-alive connection may
 	// wait for its next request before the gateway closes it, as nginx's
-	// keepalive_timeout (0: the gateway's default, 2m).
+	// keepalive_timeout (0: the gateway's default, 2m; negative, or "off"
+	// in a flag or variable: none).
 	ClientIdleTimeout time.Duration `yaml:"client_idle_timeout"`
 	// ClientHeaderTimeout bounds how long a client may take to send a
 	// request's head, as nginx's client_header_timeout (0: the gateway's
-	// default, 10s).
+	// default, 10s; negative, or "off" in a flag or variable: none).
 	ClientHeaderTimeout time.Duration `yaml:"client_header_timeout"`
+	// ClientReadTimeout bounds how long a client may send nothing of a
+	// request's body, between two reads, as nginx's client_body_timeout
+	// (0: the gateway's default, 2m; negative, or "off" in a flag or
+	// variable: none).
+	ClientReadTimeout time.Duration `yaml:"client_read_timeout"`
 	// MaxConns caps the client connections open at once; a connection
 	// over it is answered 503 overloaded and closed (0: the gateway's
 	// default, a quarter of the open-file limit, at most 10,000).
@@ -329,14 +341,16 @@ var Settings = []Setting{
 	{Flag: "gateway-strip-prefix", Env: "LANES_GATEWAY_STRIP_PREFIXES", Key: "gateway.strip_prefixes", List: true, Usage: "path prefix of a route that the gateway removes before the request goes upstream, such as /api (repeatable)", set: list(func(c *Config) *[]string { return &c.Gateway.StripPrefixes })},
 	{Flag: "gateway-preserve-host", Env: "LANES_GATEWAY_PRESERVE_HOST", Key: "gateway.preserve_host", Bool: true, Usage: "send the client's Host header upstream instead of the instance's address", set: boolean(func(c *Config) *bool { return &c.Gateway.PreserveHost })},
 	{Flag: "gateway-max-idle-conns-per-host", Env: "LANES_GATEWAY_MAX_IDLE_CONNS_PER_HOST", Key: "gateway.max_idle_conns_per_host", Usage: "idle connections the gateway keeps to each instance (0: 512)", set: integer(func(c *Config) *int { return &c.Gateway.MaxIdleConnsPerHost })},
-	{Flag: "gateway-ready-timeout", Env: "LANES_GATEWAY_READY_TIMEOUT", Key: "gateway.ready_timeout", Usage: "how long the first requests wait for the routing engine to know a service (0: 5s)", set: duration(func(c *Config) *time.Duration { return &c.Gateway.ReadyTimeout })},
+	{Flag: "gateway-ready-timeout", Env: "LANES_GATEWAY_READY_TIMEOUT", Key: "gateway.ready_timeout", Usage: "how long the first requests wait for the routing engine to know a service (0: 5s; off: no limit)", set: durationOrOff(func(c *Config) *time.Duration { return &c.Gateway.ReadyTimeout })},
 	{Flag: "gateway-response-header-timeout", Env: "LANES_GATEWAY_RESPONSE_HEADER_TIMEOUT", Key: "gateway.response_header_timeout", Usage: "how long an instance may take to send its response headers before the attempt fails and counts against it (0: 10s; off: no limit)", set: durationOrOff(func(c *Config) *time.Duration { return &c.Gateway.ResponseHeaderTimeout })},
 	{Flag: "gateway-upstream-write-timeout", Env: "LANES_GATEWAY_UPSTREAM_WRITE_TIMEOUT", Key: "gateway.upstream_write_timeout", Usage: "how long an instance may take to take each write of a request (the head, each part of an upload) before the attempt fails and counts against it (0: 10s; off: no limit)", set: durationOrOff(func(c *Config) *time.Duration { return &c.Gateway.UpstreamWriteTimeout })},
 	{Flag: "gateway-upstream-read-timeout", Env: "LANES_GATEWAY_UPSTREAM_READ_TIMEOUT", Key: "gateway.upstream_read_timeout", Usage: "how long an instance may send nothing of an answer's body, between two reads, before the answer is cut and counts against it; a long poll or an event stream silent for longer needs more (0: 60s; off: no limit)", set: durationOrOff(func(c *Config) *time.Duration { return &c.Gateway.UpstreamReadTimeout })},
 	{Flag: "gateway-client-write-timeout", Env: "LANES_GATEWAY_CLIENT_WRITE_TIMEOUT", Key: "gateway.client_write_timeout", Usage: "how long a client may take none of a write of its answer (it stopped reading) before its connection is closed; each write, not the whole answer (0: 60s; off: no limit)", set: durationOrOff(func(c *Config) *time.Duration { return &c.Gateway.ClientWriteTimeout })},
-	{Flag: "gateway-upstream-idle-timeout", Env: "LANES_GATEWAY_UPSTREAM_IDLE_TIMEOUT", Key: "gateway.upstream_idle_timeout", Usage: "how long the gateway keeps an idle keep-alive connection to an instance; keep it below the instances' own idle timeout (0: 90s)", set: duration(func(c *Config) *time.Duration { return &c.Gateway.UpstreamIdleTimeout })},
-	{Flag: "gateway-client-idle-timeout", Env: "LANES_GATEWAY_CLIENT_IDLE_TIMEOUT", Key: "gateway.client_idle_timeout", Usage: "how long a client's keep-alive connection may wait for its next request before the gateway closes it (0: 2m)", set: duration(func(c *Config) *time.Duration { return &c.Gateway.ClientIdleTimeout })},
-	{Flag: "gateway-client-header-timeout", Env: "LANES_GATEWAY_CLIENT_HEADER_TIMEOUT", Key: "gateway.client_header_timeout", Usage: "how long a client may take to send a request's head before the gateway closes its connection (0: 10s)", set: duration(func(c *Config) *time.Duration { return &c.Gateway.ClientHeaderTimeout })},
+	{Flag: "gateway-upstream-idle-timeout", Env: "LANES_GATEWAY_UPSTREAM_IDLE_TIMEOUT", Key: "gateway.upstream_idle_timeout", Usage: "how long the gateway keeps an idle keep-alive connection to an instance; keep it below the instances' own idle timeout (0: 90s; off: no limit)", set: durationOrOff(func(c *Config) *time.Duration { return &c.Gateway.UpstreamIdleTimeout })},
+	{Flag: "gateway-client-idle-timeout", Env: "LANES_GATEWAY_CLIENT_IDLE_TIMEOUT", Key: "gateway.client_idle_timeout", Usage: "how long a client's keep-alive connection may wait for its next request before the gateway closes it (0: 2m; off: no limit)", set: durationOrOff(func(c *Config) *time.Duration { return &c.Gateway.ClientIdleTimeout })},
+	{Flag: "gateway-client-header-timeout", Env: "LANES_GATEWAY_CLIENT_HEADER_TIMEOUT", Key: "gateway.client_header_timeout", Usage: "how long a client may take to send a request's head before the gateway closes its connection (0: 10s; off: no limit)", set: durationOrOff(func(c *Config) *time.Duration { return &c.Gateway.ClientHeaderTimeout })},
+	{Flag: "gateway-client-read-timeout", Env: "LANES_GATEWAY_CLIENT_READ_TIMEOUT", Key: "gateway.client_read_timeout", Usage: "how long a client may send nothing of a request's body, between two reads, before it gets 400 and its connection is closed (0: 2m; off: no limit)", set: durationOrOff(func(c *Config) *time.Duration { return &c.Gateway.ClientReadTimeout })},
+	{Flag: "gateway-retries", Env: "LANES_GATEWAY_RETRIES", Key: "gateway.retries", Usage: "how many times an idempotent request without a body that an instance failed is tried on another (0: 1; negative: none)", set: integer(func(c *Config) *int { return &c.Gateway.Retries })},
 	{Flag: "gateway-max-conns", Env: "LANES_GATEWAY_MAX_CONNS", Key: "gateway.max_conns", Usage: "client connections the gateway keeps open at once; one over it is answered 503 overloaded and closed (0: a quarter of the open-file limit, at most 10000)", set: integer(func(c *Config) *int { return &c.Gateway.MaxConns })},
 	{Flag: "gateway-http1", Env: "LANES_GATEWAY_HTTP1", Key: "gateway.http1", Usage: "the stack that serves HTTP/1.1 at the gateway: fast (fasthttp) or std (net/http)", set: str(func(c *Config) *string { return &c.Gateway.HTTP1 })},
 	{Flag: "allow-link-local", Env: "LANES_ALLOW_LINK_LOCAL", Key: "allow_link_local", Bool: true, Usage: "let instances have link-local and cloud metadata addresses (169.254.0.0/16, fe80::/10, ...): the gateway dials them, and the admin token and tokens with addresses.link_local may register them", set: boolean(func(c *Config) *bool { return &c.AllowLinkLocal })},

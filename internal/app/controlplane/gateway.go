@@ -39,6 +39,8 @@ func (c *Config) GatewayConfig() (gateway.Config, error) {
 		UpstreamIdleTimeout:   c.Gateway.UpstreamIdleTimeout,
 		ClientIdleTimeout:     c.Gateway.ClientIdleTimeout,
 		ClientHeaderTimeout:   c.Gateway.ClientHeaderTimeout,
+		ClientReadTimeout:     c.Gateway.ClientReadTimeout,
+		Retries:               c.Gateway.Retries,
 		MaxConns:              c.Gateway.MaxConns,
 		HTTP1:                 c.Gateway.HTTP1,
 	}

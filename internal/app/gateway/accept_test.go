@@ -20,7 +20,9 @@ import (
 // of file descriptors) is waited out: the gateway serves the next
 // connection, and Serve goes on (the world's cleanup checks that it returns
 // http.ErrServerClosed only at Close).
-func TestAcceptErrorsWaitedOut(t *testing.T) {
+func TestAcceptErrorsWaitedOut(t *testing.T) { onStacks(t, testAcceptErrorsWaitedOut) }
+
+func testAcceptErrorsWaitedOut(t *testing.T) {
 	var fl *faultln.Listener
 	w := newWorldOn(t, "", Config{}, nil, func(l net.Listener) net.Listener {
 		fl = faultln.New(l, 0, syscall.EMFILE)
@@ -57,7 +59,9 @@ func halfOpen(t *testing.T, w *world) net.Conn {
 // partial head, the third connection is answered 503 overloaded at once and
 // closed, and counted; once one of the two closes, requests are served
 // again.
-func TestMaxConnsSheds(t *testing.T) {
+func TestMaxConnsSheds(t *testing.T) { onStacks(t, testMaxConnsSheds) }
+
+func testMaxConnsSheds(t *testing.T) {
 	w := newWorld(t, "", Config{MaxConns: 2})
 	b := newBackend(t, "one", "")
 	w.register(t, "orders", b.id, b.addr, "")
@@ -92,9 +96,11 @@ func TestMaxConnsSheds(t *testing.T) {
 
 // TestClientHeaderTimeout: a client that sends part of a head and stops,
 // or drips it a byte at a time, has its connection closed after the client
-// header timeout, counted from the connection's open, on both paths (the
+// header timeout, counted from the connection's open (the
 // fast path answers 408 first).
-func TestClientHeaderTimeout(t *testing.T) {
+func TestClientHeaderTimeout(t *testing.T) { onStacks(t, testClientHeaderTimeout) }
+
+func testClientHeaderTimeout(t *testing.T) {
 	const d = 300 * time.Millisecond
 	w := newWorld(t, "", Config{ClientHeaderTimeout: d})
 	b := newBackend(t, "one", "")
@@ -133,7 +139,7 @@ func TestClientHeaderTimeout(t *testing.T) {
 		if el := time.Since(start); el < d/2 {
 			t.Errorf("drip %v: closed after %v, before the timeout (%v)", drip, el, d)
 		}
-		if testHTTP1 == HTTP1Fast && !drip && !strings.HasPrefix(string(got), "HTTP/1.1 408 ") {
+		if stackOf(t) == HTTP1Fast && !drip && !strings.HasPrefix(string(got), "HTTP/1.1 408 ") {
 			t.Errorf("drip %v: got %q, want a 408", drip, got)
 		}
 	}

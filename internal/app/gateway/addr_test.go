@@ -17,7 +17,9 @@ import (
 // falls back to the baseline, a POST with a body too, and with no other
 // instance the call fails with 502 upstream naming the refusal. The
 // listener sees no request.
-func TestDialRefusesReserved(t *testing.T) {
+func TestDialRefusesReserved(t *testing.T) { onStacks(t, testDialRefusesReserved) }
+
+func testDialRefusesReserved(t *testing.T) {
 	for _, path := range []string{HTTP1Fast, HTTP1Std} {
 		t.Run(path, func(t *testing.T) {
 			etcd := newBackend(t, "etcd", "alice")
@@ -61,7 +63,9 @@ func TestDialRefusesReserved(t *testing.T) {
 
 // TestDialRefusesLinkLocal: without Dial rules, the gateway still refuses
 // link-local and cloud metadata addresses.
-func TestDialRefusesLinkLocal(t *testing.T) {
+func TestDialRefusesLinkLocal(t *testing.T) { onStacks(t, testDialRefusesLinkLocal) }
+
+func testDialRefusesLinkLocal(t *testing.T) {
 	w := newWorld(t, "", Config{})
 	w.register(t, "orders", "meta", "169.254.169.254:80", "")
 	r := w.get(t, "/latest/meta-data/", nil)

@@ -1,8 +1,8 @@
 package gateway
 
 import (
+	"errors"
 	"fmt"
-	"net/http"
 	"net/netip"
 	"slices"
 	"strings"
@@ -53,6 +53,7 @@ const (
 )
 
 var srcNames = [nSrc]string{"baseline", string(SourceHeader), string(SourceBaggage), string(SourceAlias),
+
 	string(SourceCookie), string(SourceHost), string(SourcePolicyClients), string(SourceClaims), "canary"}
 
 // A sourceSet is a set of lane sources.
@@ -327,7 +328,7 @@ func (g *Gateway) assign(in inbound, st *reqState, label string, laneHost bool) 
 	if on&(1<<srcHeader|1<<srcBaggage|1<<srcAlias) != 0 {
 		name, from, err := g.extract(in, on, st)
 		if err != nil {
-			ne := err.(*lane.NameError)
+			ne := nameError(err)
 			what := fmt.Sprintf("header %q", from)
 			if from == lane.BaggageHeader {
 				what = fmt.Sprintf("the %q member of header %q", lane.BaggageKey, lane.BaggageHeader)
@@ -350,7 +351,7 @@ func (g *Gateway) assign(in inbound, st *reqState, label string, laneHost bool) 
 		if raw, ok := cookie(in.Values("Cookie"), g.laneCookie); ok && strings.TrimSpace(raw) != "" {
 			name, err := lane.Parse(raw)
 			if err != nil {
-				return "", 0, &badLane{source: fmt.Sprintf("cookie %q", g.laneCookie), value: raw, rule: err.(*lane.NameError).Rule}
+				return "", 0, &badLane{source: fmt.Sprintf("cookie %q", g.laneCookie), value: raw, rule: nameError(err).Rule}
 			}
 			return name, srcCookie, nil
 		}
@@ -359,7 +360,7 @@ func (g *Gateway) assign(in inbound, st *reqState, label string, laneHost bool) 
 	if laneHost && on.has(srcHost) {
 		name, err := lane.Parse(label)
 		if err != nil {
-			return "", 0, &badLane{source: fmt.Sprintf("host %q", hostOnly(in.hostHeader())), value: label, rule: err.(*lane.NameError).Rule}
+			return "", 0, &badLane{source: fmt.Sprintf("host %q", hostOnly(in.hostHeader())), value: label, rule: nameError(err).Rule}
 		}
 		return name, srcHost, nil
 	}
@@ -375,7 +376,7 @@ func (g *Gateway) assign(in inbound, st *reqState, label string, laneHost bool) 
 				name, err := lane.Parse(raw)
 				if err != nil {
 					g.log.Warn("lanes gateway: a dynamic claim holds an invalid lane", "client", client, "lane", raw, "err", err)
-					return "", 0, &badLane{source: fmt.Sprintf("the claim of client %s", client), value: raw, rule: err.(*lane.NameError).Rule}
+					return "", 0, &badLane{source: fmt.Sprintf("the claim of client %s", client), value: raw, rule: nameError(err).Rule}
 				}
 				return name, srcClaims, nil
 			}
@@ -427,7 +428,8 @@ func (v *headerView) Values(key string) []string {
 }
 
 func (v *headerView) Set(key, value string) {}
-func (v *headerView) Del(key string)        {}
+
+func (v *headerView) Del(key string) {}
 
 // forward sets the forwarding headers of the outbound request out, made
 // from in: the X-Forwarded-For chain of a trusted proxy is kept (any other is
@@ -488,21 +490,6 @@ var (
 	protoHTTPS = []string{"https"}[:1:1]
 )
 
-// stripLaneHeaders removes from the outbound headers what a client sent
-// about lanes and its address: x-lane, the alias headers and X-Real-IP, in
-// any spelling that differs only by case or by '_' for '-' (x_lane), as a
-// proxy or framework upstream may merge such spellings with the real one
-// (CGI's HTTP_X_LANE, nginx with underscores_in_headers on). The gateway
-// never reads those spellings. (The lane member of baggage is rewritten by
-// the propagator, X-Real-IP set by forward.)
-func (g *Gateway) stripLaneHeaders(h http.Header) {
-	for k := range h {
-		if g.strippedName(k) {
-			delete(h, k)
-		}
-	}
-}
-
 // strippedName reports whether the header named k is one that
 // stripLaneHeaders removes.
 func (g *Gateway) strippedName(k string) bool {
@@ -539,6 +526,16 @@ func foldHeaderByte(c byte) byte {
 	return c
 }
 
+// nameError is the *lane.NameError of err, an error of lane.Parse or of
+// the lane propagator; an error of another kind, which they do not return,
+// is read as one of the rule "characters" with no value.
+func nameError(err error) *lane.NameError {
+	if ne, ok := errors.AsType[*lane.NameError](err); ok {
+		return ne
+	}
+	return &lane.NameError{Rule: lane.RuleChars}
+}
+
 // badLane is an invalid lane read from a source, for the 400 answer.
 type badLane struct {
 	source string // for example `header "x-lane"`, `cookie "lane"`
@@ -552,7 +549,7 @@ func ruleText(r lane.Rule) string {
 	case lane.RuleEmpty:
 		return "a lane name must not be empty"
 	case lane.RuleTooLong:
-		return "a lane name has at most 63 characters"
+		return fmt.Sprintf("a lane name has at most %d characters", lane.MaxLen)
 	case lane.RuleChars:
 		return "a lane name has only a-z, 0-9 and '-'"
 	default:

@@ -228,7 +228,7 @@ func BenchmarkServeHTTP(b *testing.B) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { g.Close() })
-	g.h1 = cannedTransport{}
+	g.std.h1 = cannedTransport{}
 	plain := plainProxy("127.0.0.1:1", cannedTransport{})
 	ctx, cancel := context.WithCancel(context.Background())
 	b.Cleanup(cancel)
@@ -295,17 +295,17 @@ func cannedBackend(tb testing.TB, ln string) string {
 	})
 }
 
-// fastReq is a request of the fast path's benchmark: a context, and the
+// benchReq is a request of the fast path's benchmark: a context, and the
 // request as the server parsed it, which each run starts from (the fast
 // path rewrites the request in place).
-type fastReq struct {
+type benchReq struct {
 	ctx  *fasthttp.RequestCtx
 	orig *fasthttp.Request
 }
 
 // fastCtx is a fasthttp request for a GET of /orders/1 with header, from
 // 192.0.2.1, as the fast path's server would hand it over.
-func fastCtx(header http.Header) fastReq {
+func fastCtx(header http.Header) benchReq {
 	req := new(fasthttp.Request)
 	req.Header.SetMethod(http.MethodGet)
 	req.Header.SetRequestURI("/orders/1")
@@ -317,7 +317,7 @@ func fastCtx(header http.Header) fastReq {
 	}
 	ctx := new(fasthttp.RequestCtx)
 	ctx.Init(req, &net.TCPAddr{IP: net.IPv4(192, 0, 2, 1), Port: 1234}, nil)
-	return fastReq{ctx: ctx, orig: req}
+	return benchReq{ctx: ctx, orig: req}
 }
 
 // fastGateway is a fast-path gateway routing orders to canned backends,
@@ -350,7 +350,7 @@ func fastGateway(tb testing.TB, cfg Config) *Gateway {
 
 // fastCases are the requests of the fast path's benchmark and allocation
 // test: a lane request, and a baseline request with its request key, whose
-// baggage member lane.Propagator builds (one allocation, on both paths; a
+// baggage member lane.Propagator builds (one allocation, on either stack; a
 // request without a key gets a new one, which allocates too).
 var fastCases = []struct {
 	name   string
@@ -365,11 +365,11 @@ var fastCases = []struct {
 
 // serveFastOnce runs one request through the fast path's handler and
 // checks its answer.
-func serveFastOnce(tb testing.TB, g *Gateway, r fastReq, want string) {
+func serveFastOnce(tb testing.TB, g *Gateway, r benchReq, want string) {
 	ctx := r.ctx
 	r.orig.CopyTo(&ctx.Request)
 	ctx.Response.Reset()
-	g.fastPath.serve(ctx)
+	fastOf(g).handle(ctx)
 	if ctx.Response.StatusCode() != 200 || string(ctx.Response.Header.Peek("X-Backend-Lane")) != want {
 		tb.Fatalf("status %d from lane %q, want 200 from %q: %s", ctx.Response.StatusCode(), ctx.Response.Header.Peek("X-Backend-Lane"), want, ctx.Response.Body())
 	}

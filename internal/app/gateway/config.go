@@ -1,13 +1,16 @@
 package gateway
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"net/netip"
 	"slices"
 	"strings"
+	"time"
 
+	"github.com/lanesdev/lanes/internal/lib/routedcall"
 	"github.com/lanesdev/lanes/lane"
 	"github.com/lanesdev/lanes/registry"
 )
@@ -47,39 +50,94 @@ func fieldError(field string, index int, format string, args ...any) *ConfigErro
 // Validate checks cfg as New does, but without an engine (Engine is not
 // looked at) and without starting or registering anything, so that a
 // program can refuse a bad configuration before it starts any part. Its
-// errors are *ConfigError.
+// errors are *ConfigError. Every check of a Config is made here (through
+// compile); every default is set by provision.
 func (cfg Config) Validate() error {
 	_, err := compile(cfg)
 	return err
 }
 
+// settings are the values that a gateway runs with, from its Config, with
+// every default set (provision).
+type settings struct {
+	host       string
+	log        *slog.Logger
+	laneCookie string
+	keyHeader  string // canonical
+	keyCookie  string
+	fast       bool // HTTP/1.1 on fasthttp (Config.HTTP1)
+	// The timeouts, each 0 for none.
+	readyWait     time.Duration // Config.ReadyTimeout
+	headerTimeout time.Duration // the response-header timeout
+	writeTimeout  time.Duration // each write to an instance
+	readTimeout   time.Duration // each read of an answer's body
+	clientWrite   time.Duration // each write to a client
+	clientRead    time.Duration // each read of a request's body
+	upIdle        time.Duration // an idle connection to an instance
+	clientIdle    time.Duration // a client's idle keep-alive connection
+	clientHeader  time.Duration // the read of a request head
+	// maxConns caps the open client connections of each Serve; idle bounds
+	// the idle connections kept per instance; retries is the most attempts
+	// of a routed call after its first.
+	maxConns, idle, retries int
+}
+
+// provision returns the settings of cfg, which Validate has accepted: the
+// one place where a field left zero gets its default. Every timeout reads
+// its field one way (routedcall.Timeout): 0 means the default, a negative
+// value none; so does Retries.
+func provision(cfg Config) settings {
+	s := settings{
+		host:          cmp.Or(cfg.Host, registry.LocalHost(nil)),
+		log:           cfg.Logger,
+		laneCookie:    cmp.Or(cfg.LaneCookie, DefaultLaneCookie),
+		keyHeader:     http.CanonicalHeaderKey(cmp.Or(cfg.KeyHeader, DefaultKeyHeader)),
+		keyCookie:     cmp.Or(cfg.KeyCookie, DefaultKeyCookie),
+		fast:          cfg.HTTP1 != HTTP1Std,
+		readyWait:     routedcall.Timeout(cfg.ReadyTimeout, DefaultReadyTimeout),
+		headerTimeout: routedcall.HeaderTimeout(cfg.ResponseHeaderTimeout),
+		writeTimeout:  routedcall.Timeout(cfg.UpstreamWriteTimeout, DefaultUpstreamWriteTimeout),
+		readTimeout:   routedcall.Timeout(cfg.UpstreamReadTimeout, DefaultUpstreamReadTimeout),
+		clientWrite:   routedcall.Timeout(cfg.ClientWriteTimeout, DefaultClientWriteTimeout),
+		clientRead:    routedcall.Timeout(cfg.ClientReadTimeout, DefaultClientReadTimeout),
+		upIdle:        routedcall.Timeout(cfg.UpstreamIdleTimeout, DefaultUpstreamIdleTimeout),
+		clientIdle:    routedcall.Timeout(cfg.ClientIdleTimeout, DefaultClientIdleTimeout),
+		clientHeader:  routedcall.Timeout(cfg.ClientHeaderTimeout, DefaultClientHeaderTimeout),
+		maxConns:      cmp.Or(cfg.MaxConns, DefaultMaxConns()),
+		idle:          cmp.Or(cfg.MaxIdleConnsPerHost, DefaultMaxIdleConnsPerHost),
+		retries:       max(0, int(routedcall.Timeout(time.Duration(cfg.Retries), DefaultRetries))),
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	return s
+}
+
+// forever stands for no timeout where a server reads 0 as its default.
+const forever = 1 << 62
+
+// orForever is d, or forever for none (0).
+func orForever(d time.Duration) time.Duration {
+	if d == 0 {
+		return forever
+	}
+	return d
+}
+
 // compile validates every field of cfg but Engine and returns the gateway
-// they describe, not yet wired to an engine.
+// they describe, provisioned (provision) but not yet wired to an engine.
 func compile(cfg Config) (*Gateway, error) {
 	routes, err := validateRoutes(cfg.Routes)
 	if err != nil {
 		return nil, err
 	}
 	g := &Gateway{
-		routes:     routes,
-		claims:     cfg.Claims,
-		zone:       cfg.Zone,
-		host:       cfg.Host,
-		log:        cfg.Logger,
-		laneCookie: cfg.LaneCookie,
-		keyHeader:  cfg.KeyHeader,
-		keyCookie:  cfg.KeyCookie,
-		preserve:   cfg.PreserveHost,
-		readyWait:  cfg.ReadyTimeout,
-		servers:    map[*http.Server]struct{}{},
-		fastSrv:    map[*fastServer]struct{}{},
-		drained:    make(chan struct{}),
-	}
-	if g.log == nil {
-		g.log = slog.Default()
-	}
-	if g.host == "" {
-		g.host = registry.LocalHost(nil)
+		settings: provision(cfg),
+		routes:   routes,
+		claims:   cfg.Claims,
+		zone:     cfg.Zone,
+		preserve: cfg.PreserveHost,
+		drained:  make(chan struct{}),
 	}
 	if cfg.Domain != "" {
 		d := strings.ToLower(strings.TrimSpace(cfg.Domain))
@@ -108,20 +166,13 @@ func compile(cfg Config) (*Gateway, error) {
 	}
 	g.prop = lane.Propagator{Aliases: slices.Clone(cfg.Aliases)}
 	g.stripped = append([]string{lane.Header, hRealIP}, g.aliases...)
-	if g.laneCookie == "" {
-		g.laneCookie = DefaultLaneCookie
-	} else if !validHeader(g.laneCookie) {
+	if cfg.LaneCookie != "" && !validHeader(cfg.LaneCookie) {
 		return nil, fieldError("lane_cookie", -1, "invalid cookie name %q", cfg.LaneCookie)
 	}
-	if g.keyHeader == "" {
-		g.keyHeader = DefaultKeyHeader
-	} else if !validHeader(g.keyHeader) {
+	if cfg.KeyHeader != "" && !validHeader(cfg.KeyHeader) {
 		return nil, fieldError("key_header", -1, "invalid header name %q", cfg.KeyHeader)
 	}
-	g.keyHeader = http.CanonicalHeaderKey(g.keyHeader)
-	if g.keyCookie == "" {
-		g.keyCookie = DefaultKeyCookie
-	} else if !validHeader(g.keyCookie) {
+	if cfg.KeyCookie != "" && !validHeader(cfg.KeyCookie) {
 		return nil, fieldError("key_cookie", -1, "invalid cookie name %q", cfg.KeyCookie)
 	}
 	if g.on, err = parseSources(cfg.Disable); err != nil {
@@ -130,30 +181,13 @@ func compile(cfg Config) (*Gateway, error) {
 	if cfg.MaxIdleConnsPerHost < 0 {
 		return nil, fieldError("max_idle_conns_per_host", -1, "%d is negative", cfg.MaxIdleConnsPerHost)
 	}
-	if cfg.UpstreamIdleTimeout < 0 {
-		return nil, fieldError("upstream_idle_timeout", -1, "%s is negative; 0 means the default, %s", cfg.UpstreamIdleTimeout, DefaultUpstreamIdleTimeout)
-	}
-	if cfg.ClientIdleTimeout < 0 {
-		return nil, fieldError("client_idle_timeout", -1, "%s is negative; 0 means the default, %s", cfg.ClientIdleTimeout, DefaultClientIdleTimeout)
-	}
-	if cfg.ClientHeaderTimeout < 0 {
-		return nil, fieldError("client_header_timeout", -1, "%s is negative; 0 means the default, %s", cfg.ClientHeaderTimeout, DefaultClientHeaderTimeout)
-	}
 	if cfg.MaxConns < 0 {
 		return nil, fieldError("max_conns", -1, "%d is negative; 0 means the default, a quarter of the open-file limit (now %d)", cfg.MaxConns, DefaultMaxConns())
 	}
-	if cfg.ReadyTimeout < 0 {
-		return nil, fieldError("ready_timeout", -1, "%s is negative", cfg.ReadyTimeout)
-	}
 	switch cfg.HTTP1 {
-	case "", HTTP1Fast:
-		g.fast = true
-	case HTTP1Std:
+	case "", HTTP1Fast, HTTP1Std:
 	default:
 		return nil, fieldError("http1", -1, "unknown stack %q: want %q or %q", cfg.HTTP1, HTTP1Fast, HTTP1Std)
-	}
-	if g.readyWait == 0 {
-		g.readyWait = DefaultReadyTimeout
 	}
 	return g, nil
 }

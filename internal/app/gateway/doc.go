@@ -11,31 +11,39 @@
 // content-type application/grpc goes to the upstream over h2c, streams in both
 // directions and brings its trailers back.
 //
-// # Two HTTP/1.1 paths
+// # Two HTTP/1.1 stacks
 //
-// [Config.HTTP1] chooses the stack that serves HTTP/1.1; the rules of this
-// documentation hold on both, written once (fields.go: the lane, trust,
-// forwarding-header, routed-call and error rules read and write headers
-// through small interfaces that each stack adapts):
+// [Config.HTTP1] chooses the stack that serves HTTP/1.1. One seam (the
+// stack interface, stack.go) separates the stacks from the rules of this
+// documentation, which a core that knows neither holds, once: the route
+// and the lane (admit, assign), the trust rules and the forwarding and lane
+// headers (forward), the routed call (routed, which makes its attempts
+// through the stack's sender), the gateway's answers (laneHeaders,
+// callFailed, fail) and the framing rules (framing.go: 503 while closing,
+// Connection: close after a chunked request, no 1xx answer to an HTTP/1.0
+// client, the client read timeout, idempotency). A stack owns its servers,
+// its connections to instances, the state of a request and its body as it
+// streams; it reads and writes a request through the core's small
+// interfaces (fields.go). The gateway's tests run on both stacks.
 //
 //   - "fast" (the default): fasthttp's server parses the request, and the
 //     attempts go to the instance over the gateway's own keep-alive pools
 //     (one per instance address, on fasthttp's request writer and response
-//     parser; upstream.go; one sweeper goroutine, from Serve to Close,
+//     parser; the upstream package; one sweeper goroutine, from Serve to Close,
 //     closes connections idle for Config.UpstreamIdleTimeout, 90 s by
 //     default, and drops the pools of instances unused as long), which
 //     read the answer straight into the response that fasthttp writes. A
 //     lane request allocates nothing. 1xx answers (103 Early Hints) are
 //     passed on as they come, without the
 //     instance's x-lane and x-lane-served, and not to an HTTP/1.0 client
-//     (RFC 9110, 15.2), on both paths; an answer body
+//     (RFC 9110, 15.2); an answer body
 //     of unknown length, or larger than 1 MiB, streams, with its trailers
 //     (chunked to an HTTP/1.1 client; to an HTTP/1.0 client, which has no
 //     chunked coding, as it comes and ended by the end of the connection,
-//     as net/http's server sends it, on both paths; one that the instance
+//     as net/http's server sends it; one that the instance
 //     cuts short ends with a TCP reset instead, so that it does not look
 //     whole). A
-//     request body streams too, as on net/http: one of known length over
+//     request body streams too, as net/http's server lends it: one of known length over
 //     16 KiB, and every chunked one (with its trailers), is copied to the
 //     instance as the client sends it, with its framing (Content-Length
 //     kept; chunks re-framed); a smaller one of known length is read whole
@@ -48,15 +56,15 @@
 //     closes after the answer, the rest of its body never read as a
 //     request. That is for an answer of 300 and over: after an early 2xx
 //     (a full-duplex handler) the body goes on to its end. 1xx answers go
-//     on during the upload too. The net/http path
+//     on during the upload too. The net/http stack
 //     closes the client's connection alike, after such an answer. Neither
 //     path bounds a body's size. 100-continue is answered by the server. Upgrades (WebSocket), requests with a TE
 //     header and request targets that are not an origin-form path are
 //     handed to the net/http handler through fasthttpadaptor, on the same
 //     connection; their bodies stream there too, unbounded (the adaptor
-//     would read them whole: the fast path lends the handler the stream
+//     would read them whole: the fast stack lends the handler the stream
 //     instead), and so does an answer over 1 MiB (the adaptor would hold
-//     it whole: the fast path flushes it). A request that fasthttp's server
+//     it whole: the fast stack flushes it). A request that fasthttp's server
 //     refuses gets the gateway's error (x-lanes-error, below) with the
 //     status net/http gives the same bytes, before any routing (net/http's
 //     server answers a head it refuses with its own text, without
@@ -67,10 +75,10 @@
 //
 // On both, a connection that opens with the HTTP/2 preface is served by
 // net/http (h2c, gRPC), on the same port, and a request head (the request
-// line and the header fields) of up to 16 KiB is taken: the fast path
+// line and the header fields) of up to 16 KiB is taken: the fast stack
 // answers 431 to a longer one, net/http to one longer than 16 KiB by more
 // than the up to 4 KiB it had read ahead. An instance's answer head (each
-// 1xx head on its own) is bounded alike, at 16 KiB exactly on both paths:
+// 1xx head on its own) is bounded alike, at 16 KiB exactly (maxResponseHead):
 // a longer one fails the attempt as the instance's (502 upstream, "the
 // instance's response head is over 16384 bytes", logged, and a failure for
 // outlier detection), as nginx refuses an upstream head over its
@@ -213,9 +221,9 @@
 //	400 bad_request_body  the request body broke its framing (a bad chunk)
 //	                      or ended early; the connection is closed, the
 //	                      instance not blamed
-//	400 bad_request       the fast path refused the request head or target
-//	431 header_too_large  the fast path refused a head over 16 KiB
-//	408 request_timeout   the fast path timed out reading the request
+//	400 bad_request       the fast stack refused the request head or target
+//	431 header_too_large  the fast stack refused a head over 16 KiB
+//	408 request_timeout   the fast stack timed out reading the request
 //	404 no_route          no route matches the host and path
 //	503 no_instance       the routing engine found no instance (routing.Error)
 //	503 lane_unavailable  a strict lane chain has no instance (routing.Error)
@@ -232,9 +240,9 @@
 // # Outlier detection and retries
 //
 // The gateway routes with the same routed-call step as laneshttp.Transport
-// (pick, outcome, report, retry; Gateway.routed drives it on both paths):
+// (pick, outcome, report, retry; Gateway.routed drives it, in the core):
 // its handler decides the route and the lane, and the routed call picks the
-// instance and sends the attempts (on the net/http path, the proxy's
+// instance and sends the attempts (on the net/http stack, the proxy's
 // Rewrite names the service and its Transport makes the call). Every proxied call's outcome is reported
 // to the engine: a connection error, an HTTP 5xx or, for gRPC, status
 // Unavailable counts as a failure; a 5xx that carries x-lanes-error does not
@@ -251,16 +259,19 @@
 // second, sooner: a connection keeps a deadline that close to the one
 // asked) and the request has no body and is idempotent (GET, HEAD,
 // OPTIONS, TRACE, PUT, DELETE, or any method with an Idempotency-Key or
-// X-Idempotency-Key header), the gateway picks another instance for the same
-// request lane and tries once more: another of the lane, or, when every
+// X-Idempotency-Key header, whatever its value: routedcall.IdempotentRequest),
+// the gateway picks another instance for the same request lane and tries
+// again, [Config.Retries] times (once by default): another of the lane, or, when every
 // eligible instance of the lane has failed the request (its only one, say),
 // the next lane of its chain, up to the baseline (never past a strict lane,
 // never from the baseline to a lane); otherwise, or when the retry fails
 // too, the client gets 502. A request body streams from the client (on the fast
-// path, a small one of known length is read whole first): a request with a
+// stack, a small one of known length is read whole first), each read of it
+// within [Config.ClientReadTimeout], 2m by default (a client that sends
+// nothing of its body for that long gets 400 bad_request_body): a request with a
 // body moves on from a refused connection only while no attempt has read
 // any of its body, so that a body part of which went to one instance is
-// never sent, truncated, to another (replayable, one rule for both paths). A request whose client went away is not reported,
+// never sent, truncated, to another (replayable). A request whose client went away is not reported,
 // unless the instance had already taken longer than the response-header
 // timeout: that counts as a failure.
 //
@@ -270,15 +281,15 @@
 // an instance that stalls in the middle of a body has the answer cut. Its
 // head has gone to the client, so it is not retried: the client's
 // connection is closed before the end of the body, the instance is reported
-// failing (routedcall.BodyStalled, through stallNote on both paths) and the
-// gateway logs it. The fast path bounds each read of its upstream
-// connections (upConn.Read); the net/http path, whose transport reads its
+// failing (routedcall.BodyStalled, through stallNote) and the
+// gateway logs it. The fast stack bounds each read of its upstream
+// connections (the upstream package); the net/http stack, whose transport reads its
 // connections on goroutines of its own, closes the transport's body when a
 // read of it has waited that long (stallBody). A small body of known
-// length, which the fast path reads whole before the head goes out, fails
+// length, which the fast stack reads whole before the head goes out, fails
 // the attempt there instead (502, or a retry). An answer that the instance
 // cuts otherwise (it resets or closes the connection in the middle of the
-// body) is cut alike. So is one to a request that the fast path hands to
+// body) is cut alike. So is one to a request that the fast stack hands to
 // the net/http handler, whose ReverseProxy aborts it (http.ErrAbortHandler)
 // as under net/http's server (adaptedServer): fasthttpadaptor then closes
 // the connection without the answer it held (up to 1 MiB), or without the
@@ -289,13 +300,13 @@
 // accepts, is bounded by [Config.ClientWriteTimeout], 60s by default, as
 // nginx's send_timeout: a client that takes none of a write for that long
 // has its connection closed, which ends the call. Like the upstream write
-// timeout it goes through netbound, on the fast path's connections
-// (prefixConn) and the net/http path's (netbound.Conn); neither server's
+// timeout it goes through netbound, on the fast stack's connections
+// (prefixConn) and the net/http stack's (netbound.Conn); neither server's
 // WriteTimeout is set, since both are a deadline for the whole answer.
 //
 // # Connections
 //
-// Serve accepts through internal/lib/accept on both paths: an accept error
+// Serve accepts through internal/lib/accept (Gateway.accepting): an accept error
 // of a process out of file descriptors (EMFILE, ENFILE) or buffers, or a
 // timeout, is waited out (5ms doubling to 1s) and Serve goes on. It holds
 // at most [Config.MaxConns] client connections open (by default a quarter
@@ -303,8 +314,8 @@
 // answered 503 with x-lanes-error: overloaded and Connection: close once
 // its first bytes are in, and closed, and counted in
 // lanes_gateway_errors_total{code="overloaded"}. A request's head must be
-// in within [Config.ClientHeaderTimeout], 10s by default, on both paths
-// (the fast path counts a connection's first head from its open, the time
+// in within [Config.ClientHeaderTimeout], 10s by default
+// (the fast stack counts a connection's first head from its open, the time
 // it takes to tell HTTP/1.1 from the HTTP/2 preface included, and answers
 // 408 request_timeout; net/http's server closes the connection), so that a
 // connection that sends part of a head and stops holds its place no longer.
@@ -315,20 +326,20 @@
 // body breaks its framing gets 400 bad_request_body,
 // and every chunked HTTP/1.1 request closes its connection after the answer
 // (RFC 9112 6.1 asks it of a request that carried Content-Length too, which
-// net/http does not tell the handler); the fast path refuses a header name
+// net/http does not tell the handler; Gateway.closeAfter); the fast stack refuses a header name
 // with a space inside it and Transfer-Encoding: identity, which fasthttp
 // takes and net/http refuses.
 // docs/security.md has the table of cases (internal/testkit/smuggletest),
-// run on both paths, nginx's answers beside the gateway's, and the property
-// that FuzzSmuggling checks of any bytes on both paths.
+// run on both stacks, nginx's answers beside the gateway's, and the property
+// that FuzzSmuggling checks of any bytes on both stacks.
 //
 // An instance's answer is parsed and written anew too, in the gateway's
 // HTTP/1.1: an upstream connection that holds a byte past the answer, or
-// on which the instance sent anything while it was idle (the fast path
-// looks before it reuses one: idleCheck), is closed, never reused, so that
+// on which the instance sent anything while it was idle (the fast stack
+// looks before it reuses one, in the upstream package), is closed, never reused, so that
 // no byte of one answer is read as the answer of a later request; and a
 // 101 to a request that asked for no upgrade is 502 upstream, its
-// connection closed. FuzzAnswer holds it under any bytes, on both paths.
+// connection closed. FuzzAnswer holds it under any bytes, on both stacks.
 //
 // # Metrics
 //

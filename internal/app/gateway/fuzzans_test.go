@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lanesdev/lanes/internal/app/gateway/upstream"
 	"github.com/valyala/fasthttp"
 )
 
@@ -61,7 +62,10 @@ func FuzzAnswer(f *testing.F) {
 	for _, s := range fuzzAnswerSeeds() {
 		f.Add(s.head, s.close, []byte(s.answer))
 	}
-	fw := newFuzzAnswerWorld(f)
+	var worlds [len(stacks)]*fuzzAnswerWorld
+	for i, s := range stacks {
+		worlds[i] = newFuzzAnswerWorld(f, s)
+	}
 	f.Fuzz(func(t *testing.T, head, closeAfter bool, answer []byte) {
 		if len(answer) > 64<<10 {
 			t.Skip("longer than the bound of the fuzzed answers")
@@ -70,7 +74,9 @@ func FuzzAnswer(f *testing.F) {
 			// Would let a leaked answer pass for the gateway's error.
 			t.Skip("the answer names the gateway's error header")
 		}
-		fw.exec(t, head, closeAfter, answer)
+		for i, s := range stacks {
+			t.Run("http1="+s, func(t *testing.T) { worlds[i].exec(t, head, closeAfter, answer) })
+		}
 	})
 }
 
@@ -143,7 +149,7 @@ func fuzzAnswerSeeds() []fuzzAnswerSeed {
 		{false, false, "HTTP/1.0 200 OK\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\nok" + leak},
 		{false, false, ok + "Connection: close\r\nContent-Length: 2\r\n\r\nok" + leak},
 		// A head over the gateway's bound, and one that never ends.
-		{false, false, ok + "X-Big: " + strings.Repeat("b", maxResponseHead) + "\r\nContent-Length: 2\r\n\r\nok" + leak},
+		{false, false, ok + "X-Big: " + strings.Repeat("b", upstream.MaxResponseHead) + "\r\nContent-Length: 2\r\n\r\nok" + leak},
 		{false, false, ok + "Content-Length: 2\r\n"},
 		{false, true, ok + "Content-Length: 2\r\n"},
 		{false, false, "garbage\r\n\r\n" + leak},
@@ -159,11 +165,11 @@ type fuzzAnswerWorld struct {
 	n      atomic.Int64
 }
 
-func newFuzzAnswerWorld(tb testing.TB) *fuzzAnswerWorld {
+func newFuzzAnswerWorld(tb testing.TB, stack string) *fuzzAnswerWorld {
 	// No instance is ejected for its errors: the fuzzed answers fail often.
 	w := newWorld(tb, "outlier: {errors: 1000, window: 1ms, ejection: 1ms}\n", Config{
 		ResponseHeaderTimeout: fuzzAnswerTimeout, UpstreamReadTimeout: fuzzAnswerTimeout,
-		Logger: slog.New(slog.DiscardHandler)})
+		Logger: slog.New(slog.DiscardHandler), HTTP1: stack})
 	inst := newAnswerInstance(tb)
 	w.register(tb, "orders", "fuzzed", inst.addr, "")
 	var b [6]byte
@@ -192,7 +198,7 @@ func (fw *fuzzAnswerWorld) exec(t *testing.T, head, closeAfter bool, answer []by
 				res.StatusCode, len(body), res.ContentLength, res.TransferEncoding, why)
 		}
 	}
-	if testHTTP1 == HTTP1Std {
+	if stackOf(t) == HTTP1Std {
 		// net/http's transport can hand the next request an idle
 		// connection before its read loop has seen the bytes the instance
 		// sent past the answer, and the request reads them as its answer
@@ -228,7 +234,7 @@ func (fw *fuzzAnswerWorld) exec(t *testing.T, head, closeAfter bool, answer []by
 		}
 	}
 	a10.close()
-	if testHTTP1 == HTTP1Std {
+	if stackOf(t) == HTTP1Std {
 		fw.quiesce(t) // net/http's race, as after 1
 	}
 
@@ -293,18 +299,21 @@ func (fw *fuzzAnswerWorld) quiesce(t *testing.T) {
 
 func (fw *fuzzAnswerWorld) closeIdle() {
 	g := fw.w.gw
-	g.up.closeIdle(false)
-	if tr, ok := g.h1.(*http.Transport); ok {
+	if f := fastOf(g); f != nil {
+		f.up.CloseIdleConnections()
+	}
+	if tr, ok := g.std.h1.(*http.Transport); ok {
 		tr.CloseIdleConnections()
 	}
 }
 
 // busy is the number of the fast path's upstream connections in use.
 func (fw *fuzzAnswerWorld) busy() int {
-	p := fw.w.gw.up.pool(fw.inst.addr)
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.out
+	f := fastOf(fw.w.gw)
+	if f == nil {
+		return 0
+	}
+	return f.up.InUse(fw.inst.addr)
 }
 
 // gatewayError reports whether res is the gateway's own error.
@@ -520,13 +529,15 @@ func (a *answerInstance) serve(c net.Conn) {
 // that answer has reached the client, sends a second answer on the idle
 // connection (an instance that answers twice, or late), has that second
 // answer read as no request's: the next request gets its own answer, on
-// both paths. The fast path looks at an idle connection before it sends a
+// either stack. The fast stack looks at an idle connection before it sends a
 // request on it (idleCheck); net/http's transport reads its idle
 // connections and closes one on which bytes come, with a race that the
 // gateway cannot close (a request sent before its read loop has seen the
 // bytes would read them), so on the net/http path the next request waits
 // until the connection is closed.
-func TestUnsolicitedAnswer(t *testing.T) {
+func TestUnsolicitedAnswer(t *testing.T) { onStacks(t, testUnsolicitedAnswer) }
+
+func testUnsolicitedAnswer(t *testing.T) {
 	late, wrote := make(chan struct{}), make(chan struct{})
 	var closed atomic.Bool
 	shut := make(chan struct{})
@@ -561,7 +572,7 @@ func TestUnsolicitedAnswer(t *testing.T) {
 	}
 	close(late)
 	<-wrote
-	if testHTTP1 == HTTP1Std {
+	if stackOf(t) == HTTP1Std {
 		select {
 		case <-shut:
 		case <-time.After(waitFor):
@@ -629,60 +640,4 @@ func serveBackendConns(tb testing.TB, handle func(c net.Conn, first bool)) strin
 		wg.Wait()
 	})
 	return l.Addr().String()
-}
-
-// idlePair is an upstream connection's check (idleCheck) on one end of a
-// loopback connection, and the other end.
-func idlePair(tb testing.TB) (*idleCheck, net.Conn) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer l.Close()
-	c, err := net.Dial("tcp", l.Addr().String())
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { c.Close() })
-	peer, err := l.Accept()
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() { peer.Close() })
-	k := new(idleCheck)
-	k.init(c)
-	return k, peer
-}
-
-// TestIdleCheck: the look at an idle connection finds nothing on a quiet
-// one, without allocating, and finds a byte, or the end, once the peer has
-// sent one, or closed.
-func TestIdleCheck(t *testing.T) {
-	k, peer := idlePair(t)
-	if k.spoiled() {
-		t.Fatal("a quiet connection looks spoiled")
-	}
-	if n := testing.AllocsPerRun(100, func() { k.spoiled() }); n != 0 {
-		t.Errorf("a look allocates %v times", n)
-	}
-	if k.raw == nil {
-		t.Skip("no look at idle connections on this system")
-	}
-	io.WriteString(peer, "x")
-	eventually(t, "the byte to be seen", k.spoiled)
-	k2, peer2 := idlePair(t)
-	peer2.Close()
-	eventually(t, "the end to be seen", k2.spoiled)
-}
-
-// BenchmarkIdleCheck is the cost of the look at an idle connection that
-// the fast path takes before it reuses one: a system call.
-func BenchmarkIdleCheck(b *testing.B) {
-	k, _ := idlePair(b)
-	b.ReportAllocs()
-	for b.Loop() {
-		if k.spoiled() {
-			b.Fatal("spoiled")
-		}
-	}
 }

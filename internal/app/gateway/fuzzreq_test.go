@@ -64,8 +64,31 @@ func FuzzSmuggling(f *testing.F) {
 	for _, s := range framingSeeds {
 		f.Add([]byte(s))
 	}
-	var tap wireTap
-	w := newWorldWith(f, "", Config{}, tap.install)
+	var worlds [len(stacks)]*smugglingWorld
+	for i, s := range stacks {
+		worlds[i] = newSmugglingWorld(f, s)
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		if len(raw) > maxFuzzInput {
+			t.Skip("over maxFuzzInput")
+		}
+		for i, s := range stacks {
+			t.Run("http1="+s, func(t *testing.T) { worlds[i].exec(t, raw) })
+		}
+	})
+}
+
+// smugglingWorld is FuzzSmuggling's gateway on one stack, its recording
+// instance and the tap of its upstream connections.
+type smugglingWorld struct {
+	w   *world
+	rec *smuggletest.Recorder
+	tap wireTap
+}
+
+func newSmugglingWorld(f *testing.F, stack string) *smugglingWorld {
+	sw := new(smugglingWorld)
+	sw.w = newWorldWith(f, "", Config{HTTP1: stack}, sw.tap.install)
 	// The instance reads each request whole before it answers: the
 	// gateway has written all of it by then.
 	rec, err := smuggletest.NewRecorder()
@@ -73,32 +96,34 @@ func FuzzSmuggling(f *testing.F) {
 		f.Fatal(err)
 	}
 	f.Cleanup(func() { rec.Close() })
-	w.register(f, "orders", "rec", rec.Addr, "")
-	f.Fuzz(func(t *testing.T, raw []byte) {
-		if len(raw) > maxFuzzInput {
-			t.Skip("over maxFuzzInput")
-		}
-		rec.Reset()
-		tap.reset()
-		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
-		defer cancel()
-		if err := sendRaw(ctx, w.addr, raw); err != nil {
-			t.Fatalf("sending %q: %v", trim(raw), err)
-		}
-		// The gateway closed the connection; its handlers may still be
-		// returning (HTTP/2).
-		if w.gw.inflight.Load() != 0 {
-			eventually(t, "the gateway's handlers to return", func() bool { return w.gw.inflight.Load() == 0 })
-		}
-		sent, upRaw, err := readSent(tap.snapshot())
-		if err != nil {
-			t.Fatalf("client bytes %q: upstream: %v", trim(raw), err)
-		}
-		if err := checkForwarded(raw, sent); err != nil {
-			t.Fatalf("client bytes %q: %v\nupstream bytes: %q", trim(raw), err, upRaw)
-		}
-		probe(ctx, t, w.addr)
-	})
+	sw.w.register(f, "orders", "rec", rec.Addr, "")
+	sw.rec = rec
+	return sw
+}
+
+// exec sends raw to the gateway and checks what went upstream.
+func (sw *smugglingWorld) exec(t *testing.T, raw []byte) {
+	w, rec, tap := sw.w, sw.rec, &sw.tap
+	rec.Reset()
+	tap.reset()
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	if err := sendRaw(ctx, w.addr, raw); err != nil {
+		t.Fatalf("sending %q: %v", trim(raw), err)
+	}
+	// The gateway closed the connection; its handlers may still be
+	// returning (HTTP/2).
+	if w.gw.inflight.Load() != 0 {
+		eventually(t, "the gateway's handlers to return", func() bool { return w.gw.inflight.Load() == 0 })
+	}
+	sent, upRaw, err := readSent(tap.snapshot())
+	if err != nil {
+		t.Fatalf("client bytes %q: upstream: %v", trim(raw), err)
+	}
+	if err := checkForwarded(raw, sent); err != nil {
+		t.Fatalf("client bytes %q: %v\nupstream bytes: %q", trim(raw), err, upRaw)
+	}
+	probe(ctx, t, w.addr)
 }
 
 // maxFuzzInput bounds the inputs: a head over maxHeaderBytes, and a body
@@ -226,12 +251,15 @@ func (t *wireTap) add(c net.Conn, err error) (net.Conn, error) {
 	return tc, nil
 }
 
-// install taps the dialers of both paths of g: the fast path's pools and
+// install taps the dialers of both stacks of g: the fast stack's pools and
 // the net/http transport.
 func (t *wireTap) install(g *Gateway) {
-	dial := g.up.dial
-	g.up.dial = func(network, addr string) (net.Conn, error) { return t.add(dial(network, addr)) }
-	tr := g.h1.(*http.Transport)
+	if f := fastOf(g); f != nil {
+		f.up.WrapDial(func(dial func(network, addr string) (net.Conn, error)) func(network, addr string) (net.Conn, error) {
+			return func(network, addr string) (net.Conn, error) { return t.add(dial(network, addr)) }
+		})
+	}
+	tr := g.std.h1.(*http.Transport)
 	dialCtx := tr.DialContext
 	tr.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
 		return t.add(dialCtx(ctx, network, addr))
@@ -384,12 +412,12 @@ func probe(ctx context.Context, t *testing.T, addr string) {
 
 // The strict reading of a request (readStrict).
 
-// framing is how a strict reading of a request ended.
-type framing int
+// strictEnd is how a strict reading of a request ended.
+type strictEnd int
 
 const (
 	// fWhole: a whole request, framed as RFC 9112 defines.
-	fWhole framing = iota
+	fWhole strictEnd = iota
 	// fIncomplete: the bytes end before the request does.
 	fIncomplete
 	// fLoose: the bytes are something the RFC lets a server read more
@@ -405,7 +433,7 @@ const (
 	fLast
 )
 
-func (f framing) String() string {
+func (f strictEnd) String() string {
 	return [...]string{"whole", "incomplete", "read no further", "faulty framing", "must be refused", "the end"}[f]
 }
 
@@ -420,7 +448,7 @@ type strictReq struct {
 // readResult is the strict reading of the request at the start of some
 // bytes.
 type readResult struct {
-	f   framing
+	f   strictEnd
 	why string    // when not fWhole
 	req strictReq // when fWhole
 	n   int       // the bytes the request takes, when fWhole
@@ -445,7 +473,7 @@ func readStrict(b []byte, up bool) readResult {
 		}
 		return l, false, true
 	}
-	fail := func(f framing, why string) readResult {
+	fail := func(f strictEnd, why string) readResult {
 		if up {
 			f = fReject
 		}

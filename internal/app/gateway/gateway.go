@@ -1,29 +1,23 @@
 package gateway
 
 import (
-	"cmp"
 	"context"
-	"crypto/tls"
 	"errors"
-	"go.opentelemetry.io/otel/trace"
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httputil"
 	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"github.com/lanesdev/lanes/internal/lib/accept"
 	"github.com/lanesdev/lanes/internal/lib/addrpolicy"
-	"github.com/lanesdev/lanes/internal/lib/netbound"
-	"github.com/lanesdev/lanes/internal/lib/routedcall"
 	"github.com/lanesdev/lanes/lane"
 	"github.com/lanesdev/lanes/routing"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Defaults of Config.
@@ -54,6 +48,12 @@ const (
 	// DefaultClientHeaderTimeout is how long a client may take to send a
 	// request's head (Config.ClientHeaderTimeout).
 	DefaultClientHeaderTimeout = 10 * time.Second
+	// DefaultClientReadTimeout is how long a client may send nothing of a
+	// request's body (Config.ClientReadTimeout).
+	DefaultClientReadTimeout = 2 * time.Minute
+	// DefaultRetries is how many times a routed call is tried again on
+	// another instance (Config.Retries).
+	DefaultRetries = 1
 	// MaxConnsCeiling is the most that DefaultMaxConns gives.
 	MaxConnsCeiling = 10000
 )
@@ -94,7 +94,7 @@ type Config struct {
 	Registerer prometheus.Registerer
 	// Dial are the rules of the addresses that the gateway connects to
 	// (internal/lib/addrpolicy), checked on the IP and port of every
-	// connection to an instance, after resolution, on both HTTP/1.1 paths
+	// connection to an instance, after resolution, on either HTTP/1.1 stack
 	// and h2c: the control plane's own listeners (Dial.Reserved) and, unless
 	// Dial.LinkLocal, link-local and cloud metadata addresses are refused
 	// before any byte is sent, whatever the registry holds. A refused dial
@@ -117,10 +117,18 @@ type Config struct {
 	// instance's address.
 	PreserveHost bool
 	// MaxIdleConnsPerHost bounds the idle keep-alive connections kept to
-	// each instance; default 512.
+	// each instance; 0 means DefaultMaxIdleConnsPerHost (512); negative is
+	// refused.
 	MaxIdleConnsPerHost int
+	// Retries is how many times a routed call that failed after it was
+	// sent is tried again on another instance (see the package
+	// documentation: an idempotent request without a body). 0 means
+	// DefaultRetries (1); negative: none.
+	Retries int
 	// ReadyTimeout bounds how long the first requests wait for the engine
-	// to have read the policy and a service's instances; default 5s.
+	// to have read the policy and a service's instances. 0 means
+	// DefaultReadyTimeout (5s); negative: no bound (a request waits as long
+	// as its client does).
 	ReadyTimeout time.Duration
 	// ResponseHeaderTimeout bounds how long an instance may take to send
 	// the response headers of an HTTP/1.1 request, from the end of the
@@ -156,13 +164,13 @@ type Config struct {
 	// reads, not the whole answer, which streams as long as the instance
 	// keeps sending; but a stream that stays silent longer (a long poll,
 	// server-sent events without heartbeats) needs it raised, or off. On
-	// the fast path a small body of known length is read whole before its
+	// the fast stack a small body of known length is read whole before its
 	// head goes to the client: there the attempt fails with 502 upstream,
 	// as any other attempt without an answer. gRPC calls are not bounded by
 	// it. 0 means DefaultUpstreamReadTimeout (60s); negative: none.
 	UpstreamReadTimeout time.Duration
 	// ClientWriteTimeout bounds each write of an answer to a client, on
-	// the connections that Serve accepts (HTTP/1.1 on both paths, and
+	// the connections that Serve accepts (HTTP/1.1 on either stack, and
 	// h2c), as nginx's send_timeout: a client that takes none of a write
 	// for that long (it stopped reading, or is gone without a word) has its
 	// connection closed, which ends the call and frees the instance's
@@ -174,18 +182,19 @@ type Config struct {
 	// means DefaultClientWriteTimeout (60s); negative: none.
 	ClientWriteTimeout time.Duration
 	// UpstreamIdleTimeout is how long a keep-alive connection to an
-	// instance is kept while no request uses it, on both HTTP/1.1 paths and
+	// instance is kept while no request uses it, on either HTTP/1.1 stack and
 	// to h2c instances, as nginx's keepalive_timeout in an upstream block:
 	// set it below the instances' own idle timeout, so that the gateway,
 	// not the instance, closes an idle connection and no request is sent
-	// on one the instance is closing. The fast path also forgets an
+	// on one the instance is closing. The fast stack also forgets an
 	// instance it has not sent a request to for that long. 0 means
-	// DefaultUpstreamIdleTimeout (90s); negative is refused.
+	// DefaultUpstreamIdleTimeout (90s); negative: none (an idle connection
+	// is kept until the instance closes it).
 	UpstreamIdleTimeout time.Duration
 	// ClientIdleTimeout is how long a client's keep-alive connection
-	// (HTTP/1.1 on both paths, and h2c) may wait for its next request
+	// (HTTP/1.1 on either stack, and h2c) may wait for its next request
 	// before the gateway closes it, as nginx's keepalive_timeout. 0 means
-	// DefaultClientIdleTimeout (2m); negative is refused.
+	// DefaultClientIdleTimeout (2m); negative: none.
 	ClientIdleTimeout time.Duration
 	// ClientHeaderTimeout bounds how long a client may take to send a
 	// request's head (the request line and the header fields), on both
@@ -193,11 +202,21 @@ type Config struct {
 	// and from the first byte of each next one (the client idle timeout
 	// bounds the wait for it), as nginx's client_header_timeout: a client
 	// that sends a partial head and stops has its connection closed, with
-	// 408 on the fast path. 0 means DefaultClientHeaderTimeout (10s);
-	// negative is refused.
+	// 408 on the fast stack. 0 means DefaultClientHeaderTimeout (10s);
+	// negative: none.
 	ClientHeaderTimeout time.Duration
+	// ClientReadTimeout bounds each read of a request's body from an
+	// HTTP/1.x client, on both stacks, as nginx's client_body_timeout: a
+	// client that sends nothing of its body for that long gets 400
+	// bad_request_body and its connection is closed (the instance is not
+	// blamed). It bounds the time between two reads, not the whole upload,
+	// which lasts as long as the client keeps sending. On the fast stack a
+	// small body (up to 16 KiB, with a length) is read whole with the head,
+	// within it too. HTTP/2 request bodies (gRPC streams) are not bounded
+	// by it. 0 means DefaultClientReadTimeout (2m); negative: none.
+	ClientReadTimeout time.Duration
 	// MaxConns caps the client connections open at once on a listener
-	// that Serve serves (HTTP/1.1 on both paths, and h2c): a connection
+	// that Serve serves (HTTP/1.1 on either stack, and h2c): a connection
 	// over it is answered 503 with x-lanes-error: overloaded and
 	// Connection: close, at once, and closed; it is counted in
 	// lanes_gateway_errors_total{code="overloaded"} and logged (at most
@@ -226,61 +245,38 @@ const (
 
 // Gateway is the lanes edge proxy. Serve it with Gateway.Serve (HTTP/1.1 on
 // the stack that Config.HTTP1 chooses, and h2c), or, as an http.Handler (the
-// net/http path), with a server of your own that enables unencrypted HTTP/2
+// net/http stack), with a server of your own that enables unencrypted HTTP/2
 // for gRPC. Close it when done.
 type Gateway struct {
-	engine     *routing.Engine
-	routes     []route
-	domain     string
-	trusted    []netip.Prefix
-	claims     func(netip.Addr) (string, bool)
-	zone       string
-	host       string
-	log        *slog.Logger
-	prop       lane.Propagator
-	aliases    []string // canonical header keys
-	stripped   []string // header names never sent upstream as the client spelled them
-	laneCookie string
-	keyHeader  string // canonical
-	keyCookie  string
-	preserve   bool
-	readyWait  time.Duration
-	on         sourceSet // the sources that Config.Disable leaves on
-	// headerTimeout is the response-header timeout, 0 for none.
-	headerTimeout time.Duration
-	// writeTimeout bounds each write to an instance, 0 for none.
-	writeTimeout time.Duration
-	// readTimeout bounds each read of an answer's body, 0 for none.
-	readTimeout time.Duration
-	// clientWrite bounds each write to a client, 0 for none.
-	clientWrite time.Duration
-	// upIdle is the upstream idle timeout, clientIdle the client's.
-	upIdle, clientIdle time.Duration
-	// clientHeader bounds the read of a request head.
-	clientHeader time.Duration
-	// maxConns caps the open client connections of each Serve;
-	// shedAnswer is what a connection over it is answered.
-	maxConns   int
+	settings
+	engine   *routing.Engine
+	routes   []route
+	domain   string
+	trusted  []netip.Prefix
+	claims   func(netip.Addr) (string, bool)
+	zone     string
+	prop     lane.Propagator
+	aliases  []string // canonical header keys
+	stripped []string // header names never sent upstream as the client spelled them
+	preserve bool
+	on       sourceSet // the sources that Config.Disable leaves on
+	// shedAnswer is what a connection over maxConns is answered.
 	shedAnswer []byte
 	tracer     trace.Tracer
-	// fast is set when HTTP/1.1 is served on fasthttp (Config.HTTP1).
-	fast bool
 
 	view  atomic.Pointer[policyView]
 	lanes laneCache
 	m     *metrics
-	proxy *httputil.ReverseProxy
-	h1    http.RoundTripper // HTTP/1.1 with keep-alive
-	h2c   http.RoundTripper // h2c, for gRPC
-	pool  sync.Pool         // *reqState
-	// fastPath and up are the fasthttp path and its upstream pools.
-	fastPath *fastPath
-	up       *upstreams
+	// std is the net/http stack: HTTP/2 (h2c, gRPC, TLS) on every
+	// gateway, the http.Handler (ServeHTTP), and HTTP/1.1 with
+	// Config.HTTP1 std. http1 is the stack that Serve serves HTTP/1.1 on:
+	// std, or a fastStack over it. stacks are the gateway's stacks, in the
+	// order that Shutdown and Close stop them: http1 first.
+	std    *stdStack
+	http1  stack
+	stacks []stack
 
 	// lifecycle
-	mu       sync.Mutex
-	servers  map[*http.Server]struct{}
-	fastSrv  map[*fastServer]struct{}
 	closing  atomic.Bool
 	inflight atomic.Int64
 	drained  chan struct{}
@@ -303,32 +299,14 @@ func New(cfg Config) (*Gateway, error) {
 	if err != nil {
 		return nil, err
 	}
-	idle := cfg.MaxIdleConnsPerHost
-	if idle == 0 {
-		idle = DefaultMaxIdleConnsPerHost
-	}
-	g.headerTimeout = routedcall.HeaderTimeout(cfg.ResponseHeaderTimeout)
-	g.writeTimeout = routedcall.Timeout(cfg.UpstreamWriteTimeout, DefaultUpstreamWriteTimeout)
-	g.readTimeout = routedcall.Timeout(cfg.UpstreamReadTimeout, DefaultUpstreamReadTimeout)
-	g.clientWrite = routedcall.Timeout(cfg.ClientWriteTimeout, DefaultClientWriteTimeout)
-	g.upIdle = cmp.Or(cfg.UpstreamIdleTimeout, DefaultUpstreamIdleTimeout)
-	g.clientIdle = cmp.Or(cfg.ClientIdleTimeout, DefaultClientIdleTimeout)
-	g.clientHeader = cmp.Or(cfg.ClientHeaderTimeout, DefaultClientHeaderTimeout)
-	g.maxConns = cmp.Or(cfg.MaxConns, DefaultMaxConns())
 	g.shedAnswer = shedAnswer(g.maxConns)
 	g.tracer = cfg.Tracer
-	g.h1, g.h2c = newTransports(idle, g.upIdle, g.headerTimeout, g.writeTimeout, cfg.Dial)
-	g.proxy = &httputil.ReverseProxy{
-		Rewrite:        g.rewrite,
-		Transport:      &upstream{g: g},
-		ModifyResponse: g.modifyResponse,
-		ErrorHandler:   g.proxyError,
-		ErrorLog:       slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
-		BufferPool:     bufferPool{},
+	g.std = newStdStack(g, cfg.Dial)
+	g.http1, g.stacks = g.std, []stack{g.std}
+	if g.fast {
+		f := newFastStack(g, g.std, cfg.Dial)
+		g.http1, g.stacks = f, []stack{f, g.std}
 	}
-	g.pool.New = func() any { return new(reqState) }
-	g.up = newUpstreams(idle, g.upIdle, g.writeTimeout, g.readTimeout, cfg.Dial)
-	g.fastPath = newFastPath(g)
 	for i := range g.routes {
 		g.routes[i].svc = g.engine.Service(g.routes[i].Service)
 	}
@@ -351,138 +329,23 @@ func validHeader(s string) bool {
 	return true
 }
 
-// newTransports returns the net/http path's transports, which keep an idle
-// connection for idleTimeout: h1 bounds the wait
-// for the response headers by headerTimeout and each write of a request by
-// writeTimeout (netbound.Conn); h2c closes a connection that answers no ping
-// within headerTimeout or takes no byte for writeTimeout. Both dial only what
-// rules allow.
-func newTransports(idle int, idleTimeout, headerTimeout, writeTimeout time.Duration, rules *addrpolicy.Rules) (h1, h2c *http.Transport) {
-	dialer := rules.Dialer(&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second})
-	dialBounded := func(ctx context.Context, network, addr string) (net.Conn, error) {
-		c, err := dialer.DialContext(ctx, network, addr)
-		if err != nil || writeTimeout <= 0 {
-			return c, err
-		}
-		return netbound.NewConn(c, writeTimeout, instanceWrites), nil
-	}
-	var p1, p2 http.Protocols
-	p1.SetHTTP1(true)
-	p2.SetUnencryptedHTTP2(true)
-	h1 = &http.Transport{
-		Proxy:                 nil, // never an environment proxy
-		DialContext:           dialBounded,
-		MaxIdleConnsPerHost:   idle,
-		IdleConnTimeout:       idleTimeout,
-		ExpectContinueTimeout: time.Second,
-		DisableCompression:    true, // pass encodings through untouched
-		Protocols:             &p1,
-		ResponseHeaderTimeout: headerTimeout,
-		// As the fast path bounds a head (maxResponseHead).
-		MaxResponseHeaderBytes: maxResponseHead,
-	}
-	h2c = &http.Transport{
-		Proxy:              nil,
-		DialContext:        dialer.DialContext,
-		IdleConnTimeout:    idleTimeout,
-		DisableCompression: true,
-		Protocols:          &p2,
-	}
-	if headerTimeout > 0 || writeTimeout > 0 {
-		// A paused instance answers no ping, and takes no byte: its
-		// connection is closed.
-		h2c.HTTP2 = &http.HTTP2Config{SendPingTimeout: headerTimeout, PingTimeout: headerTimeout, WriteByteTimeout: writeTimeout}
-	}
-	return h1, h2c
-}
-
-// bufferPool lends ReverseProxy its copy buffers.
-type bufferPool struct{}
-
-var buffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
-
-func (bufferPool) Get() []byte  { return *buffers.Get().(*[]byte) }
-func (bufferPool) Put(b []byte) { buffers.Put(&b) }
-
 // Serve accepts connections on ln and serves the gateway on them, with
 // HTTP/1.1 and HTTP/2 without TLS (prior knowledge, as gRPC clients speak
 // it). HTTP/1.1 is served on the stack that Config.HTTP1 chooses; a
-// connection that opens with the HTTP/2 preface goes to net/http on both. It
-// returns http.ErrServerClosed after Close or Shutdown.
+// connection that opens with the HTTP/2 preface goes to net/http whichever
+// it is. It returns http.ErrServerClosed after Close or Shutdown.
 //
 // Serve accepts through internal/lib/accept: a temporary accept error (out
 // of file descriptors) is waited out, and the open connections are capped
 // at Config.MaxConns, a connection over it answered with shedAnswer.
 func (g *Gateway) Serve(ln net.Listener) error {
-	ln = g.accepting(ln)
-	if g.fast {
-		return g.serveFast(ln)
-	}
-	if g.clientWrite > 0 {
-		ln = clientListener{Listener: ln, d: g.clientWrite}
-	}
-	return g.serveStd(ln)
+	return g.http1.serve(g.accepting(ln))
 }
 
-// accepting wraps ln in the accept loop of the gateway's listeners (Serve,
-// ServeTLS): accept errors waited out, connections capped.
-func (g *Gateway) accepting(ln net.Listener) net.Listener {
-	return accept.Wrap(ln, accept.Options{Name: "gateway", MaxConns: g.maxConns, Logger: g.log,
-		Shed: g.shed, OnShed: func() { g.m.errors(codeOverloaded) }})
-}
-
-// serveStd serves ln on net/http.
-func (g *Gateway) serveStd(ln net.Listener) error {
-	var p http.Protocols
-	p.SetHTTP1(true)
-	p.SetUnencryptedHTTP2(true)
-	return g.runStd(ln, &p, nil)
-}
-
-// runStd serves ln on net/http with the protocols p, over TLS with tc when
-// it is not nil.
-func (g *Gateway) runStd(ln net.Listener, p *http.Protocols, tc *tls.Config) error {
-	srv := &http.Server{
-		Handler:           g,
-		Protocols:         p,
-		TLSConfig:         tc,
-		ReadHeaderTimeout: g.clientHeader,
-		IdleTimeout:       g.clientIdle,
-		MaxHeaderBytes:    stdMaxHeaderBytes,
-		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
-		// The client's connection, which resetOnAbort resets.
-		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
-			return context.WithValue(ctx, clientConnKey{}, c)
-		},
-	}
-	if !g.register(ln, func() { g.servers[srv] = struct{}{} }) {
-		return http.ErrServerClosed
-	}
-	var err error
-	if tc != nil {
-		err = srv.ServeTLS(ln, "", "")
-	} else {
-		err = srv.Serve(ln)
-	}
-	g.mu.Lock()
-	delete(g.servers, srv)
-	g.mu.Unlock()
-	return err
-}
-
-// register runs add, which records a server of ln, under g.mu, unless the
-// gateway is closing: then it closes ln and reports false, so that a Serve
-// that comes after Close or Shutdown serves nothing.
-func (g *Gateway) register(ln net.Listener, add func()) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	if g.closing.Load() {
-		ln.Close()
-		return false
-	}
-	add()
-	return true
-}
+// ServeHTTP routes one request on the net/http stack: it finds the route,
+// assigns the lane, picks an instance through the engine and proxies the
+// request to it.
+func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) { g.std.ServeHTTP(w, r) }
 
 // Shutdown stops the servers that Serve started gracefully, as
 // http.Server.Shutdown does, and waits for every request in flight through
@@ -490,13 +353,9 @@ func (g *Gateway) register(ln net.Listener, add func()) bool {
 // left, as Close does, and returns ctx's error.
 func (g *Gateway) Shutdown(ctx context.Context) error {
 	g.closing.Store(true)
-	fast := g.fastNow()
-	for _, s := range fast {
-		s.ln.Close() // accept no more; the connections finish their requests
-	}
 	var errs []error
-	for _, srv := range g.serversNow() {
-		if err := srv.Shutdown(ctx); err != nil {
+	for _, s := range g.stacks {
+		if err := s.shutdown(ctx); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -511,77 +370,35 @@ func (g *Gateway) Shutdown(ctx context.Context) error {
 		g.Close()
 		return ctx.Err()
 	}
-	for _, s := range fast {
-		s.stop()
-		s.wg.Wait()
+	for _, s := range g.stacks {
+		s.release(ctx)
 	}
-	g.up.stopSweeper()
-	g.closeIdle()
-	return nil
+	return ctx.Err()
 }
 
 // Close closes the servers that Serve started and their connections, and
-// the fast path's upstream connections in use, which cancels their
-// requests (an instance that stalls in the middle of an answer holds none
-// of them), waits for every request in flight through the
-// gateway to end, stops the sweeper of the fast path's upstream pools and
-// closes the idle upstream connections. Requests that
-// arrive later get 503. The engine is left open. Close a server of your own
-// that serves the gateway before calling Close.
+// the connections to instances in use, which cancels their requests (an
+// instance that stalls in the middle of an answer holds none of them),
+// waits for every request in flight through the gateway to end, stops
+// what the stacks started and closes the idle connections to instances.
+// Requests that arrive later get 503. The engine is left open. Close a
+// server of your own that serves the gateway before calling Close.
 func (g *Gateway) Close() error {
 	g.closing.Store(true)
-	fast := g.fastNow()
-	for _, s := range fast {
-		s.stop()
-	}
-	// The fast path's attempts end with their upstream connections (a
-	// closed client connection does not end a read from an instance).
-	g.up.closeIdle(true)
 	var errs []error
-	for _, srv := range g.serversNow() {
-		if err := srv.Close(); err != nil {
+	for _, s := range g.stacks {
+		if err := s.close(); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	g.checkDrained()
 	<-g.drained
-	for _, s := range fast {
-		s.closeConns() // any hijacked since
-		s.wg.Wait()
+	now, cancel := context.WithCancel(context.Background())
+	cancel() // what is left is closed at once
+	for _, s := range g.stacks {
+		s.release(now)
 	}
-	g.up.stopSweeper()
-	g.closeIdle()
-	g.up.closeIdle(true)
 	return errors.Join(errs...)
-}
-
-func (g *Gateway) closeIdle() {
-	for _, rt := range []http.RoundTripper{g.h1, g.h2c} {
-		if c, ok := rt.(interface{ CloseIdleConnections() }); ok {
-			c.CloseIdleConnections()
-		}
-	}
-	g.up.closeIdle(false)
-}
-
-func (g *Gateway) fastNow() []*fastServer {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	out := make([]*fastServer, 0, len(g.fastSrv))
-	for s := range g.fastSrv {
-		out = append(out, s)
-	}
-	return out
-}
-
-func (g *Gateway) serversNow() []*http.Server {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	out := make([]*http.Server, 0, len(g.servers))
-	for s := range g.servers {
-		out = append(out, s)
-	}
-	return out
 }
 
 // enter counts a request in; it fails once the gateway is closing.

@@ -21,7 +21,9 @@ import (
 	"github.com/lanesdev/lanes/routing"
 )
 
-func TestRouteByHeader(t *testing.T) {
+func TestRouteByHeader(t *testing.T) { onStacks(t, testRouteByHeader) }
+
+func testRouteByHeader(t *testing.T) {
 	w := newWorld(t, "", Config{})
 	twoLanes(t, w)
 	expectServed(t, w.get(t, "/x", map[string]string{"x-lane": "alice"}), "alice-1", "alice")
@@ -31,7 +33,9 @@ func TestRouteByHeader(t *testing.T) {
 	expectServed(t, w.get(t, "/x", map[string]string{"x-lane": "bob"}), "base", "bob")
 }
 
-func TestRouteByBaggage(t *testing.T) {
+func TestRouteByBaggage(t *testing.T) { onStacks(t, testRouteByBaggage) }
+
+func testRouteByBaggage(t *testing.T) {
 	w := newWorld(t, "", Config{})
 	twoLanes(t, w)
 	r := w.get(t, "/x", map[string]string{"baggage": "userId=42,lane=alice;p=1, session=abc"})
@@ -47,7 +51,9 @@ func TestRouteByBaggage(t *testing.T) {
 	expectServed(t, w.get(t, "/x", map[string]string{"x-lane": "alice", "baggage": "lane=bob"}), "alice-1", "alice")
 }
 
-func TestRouteByAlias(t *testing.T) {
+func TestRouteByAlias(t *testing.T) { onStacks(t, testRouteByAlias) }
+
+func testRouteByAlias(t *testing.T) {
 	w := newWorld(t, "", Config{Aliases: []string{"x-asm-prefer-tag"}})
 	twoLanes(t, w)
 	r := w.get(t, "/x", map[string]string{"x-asm-prefer-tag": "alice"})
@@ -60,7 +66,9 @@ func TestRouteByAlias(t *testing.T) {
 	}
 }
 
-func TestRouteByCookie(t *testing.T) {
+func TestRouteByCookie(t *testing.T) { onStacks(t, testRouteByCookie) }
+
+func testRouteByCookie(t *testing.T) {
 	w := newWorld(t, "", Config{})
 	twoLanes(t, w)
 	expectServed(t, w.get(t, "/x", map[string]string{"cookie": "a=1; lane=alice; b=2"}), "alice-1", "alice")
@@ -68,7 +76,9 @@ func TestRouteByCookie(t *testing.T) {
 	expectServed(t, w.get(t, "/x", map[string]string{"cookie": "xlane=alice; lanes=alice"}), "base", "")
 }
 
-func TestRouteByHost(t *testing.T) {
+func TestRouteByHost(t *testing.T) { onStacks(t, testRouteByHost) }
+
+func testRouteByHost(t *testing.T) {
 	w := newWorld(t, "", Config{
 		Domain: "lanes.localhost",
 		Routes: []Route{
@@ -103,13 +113,17 @@ func TestRouteByHost(t *testing.T) {
 	expectServed(t, w.get(t, "/x", map[string]string{"host": "bob.lanes.localhost", "x-lane": "alice"}), "alice-1", "alice")
 }
 
-func TestRouteByHostDisabled(t *testing.T) {
+func TestRouteByHostDisabled(t *testing.T) { onStacks(t, testRouteByHostDisabled) }
+
+func testRouteByHostDisabled(t *testing.T) {
 	w := newWorld(t, "", Config{Domain: "lanes.localhost", Disable: []Source{SourceHost}})
 	twoLanes(t, w)
 	expectServed(t, w.get(t, "/x", map[string]string{"host": "alice.lanes.localhost"}), "base", "")
 }
 
-func TestSourceOrder(t *testing.T) {
+func TestSourceOrder(t *testing.T) { onStacks(t, testSourceOrder) }
+
+func testSourceOrder(t *testing.T) {
 	w := newWorld(t, `
 lanes:
   claimed: {clients: ["127.0.0.0/8"]}
@@ -130,7 +144,9 @@ lanes:
 	expectServed(t, w.get(t, "/", all), "claimed-1", "claimed")
 }
 
-func TestDisableSources(t *testing.T) {
+func TestDisableSources(t *testing.T) { onStacks(t, testDisableSources) }
+
+func testDisableSources(t *testing.T) {
 	w := newWorld(t, `
 lanes:
   alice: {clients: ["127.0.0.1"]}
@@ -149,7 +165,9 @@ lanes:
 	}
 }
 
-func TestRouteByStaticClaim(t *testing.T) {
+func TestRouteByStaticClaim(t *testing.T) { onStacks(t, testRouteByStaticClaim) }
+
+func testRouteByStaticClaim(t *testing.T) {
 	w := newWorld(t, `
 lanes:
   alice: {clients: ["127.0.0.2", "10.9.0.0/16"]}
@@ -166,7 +184,9 @@ lanes:
 	expectServed(t, do(t, clientFrom(t, "127.0.1.1"), "GET", w.url+"/", map[string]string{"x-forwarded-for": "10.9.1.1"}), base.id, "")
 }
 
-func TestExpiredClaim(t *testing.T) {
+func TestExpiredClaim(t *testing.T) { onStacks(t, testExpiredClaim) }
+
+func testExpiredClaim(t *testing.T) {
 	w := newWorld(t, `
 lanes:
   alice: {clients: ["127.0.0.0/8"], expires: 2001-01-01T00:00:00Z}
@@ -175,7 +195,9 @@ lanes:
 	expectServed(t, w.get(t, "/", nil), "base", "")
 }
 
-func TestRouteByDynamicClaim(t *testing.T) {
+func TestRouteByDynamicClaim(t *testing.T) { onStacks(t, testRouteByDynamicClaim) }
+
+func testRouteByDynamicClaim(t *testing.T) {
 	var mu sync.Mutex
 	claims := map[netip.Addr]string{netip.MustParseAddr("127.0.0.4"): "alice", netip.MustParseAddr("10.1.2.3"): "alice"}
 	var asked []netip.Addr
@@ -223,6 +245,10 @@ lanes:
 }
 
 func TestUntrustedForwardingHeadersDropped(t *testing.T) {
+	onStacks(t, testUntrustedForwardingHeadersDropped)
+}
+
+func testUntrustedForwardingHeadersDropped(t *testing.T) {
 	w := newWorld(t, "", Config{})
 	twoLanes(t, w)
 	r := w.get(t, "/", map[string]string{"x-forwarded-for": "10.1.2.3", "x-forwarded-proto": "https", "forwarded": "for=10.1.2.3"})
@@ -238,7 +264,9 @@ func TestUntrustedForwardingHeadersDropped(t *testing.T) {
 	}
 }
 
-func TestLaneChoiceNone(t *testing.T) {
+func TestLaneChoiceNone(t *testing.T) { onStacks(t, testLaneChoiceNone) }
+
+func testLaneChoiceNone(t *testing.T) {
 	w := newWorld(t, "gateway: {lane_choice: none}\n", Config{Aliases: []string{"x-tag"}})
 	twoLanes(t, w)
 	r := w.get(t, "/", map[string]string{"x-lane": "alice", "baggage": "lane=alice,k=v", "x-tag": "alice"})
@@ -257,7 +285,9 @@ func TestLaneChoiceNone(t *testing.T) {
 	expectServed(t, w.get(t, "/", map[string]string{"x-lane": "bob", "cookie": "lane=alice"}), "base", "")
 }
 
-func TestLaneChoiceAllowlist(t *testing.T) {
+func TestLaneChoiceAllowlist(t *testing.T) { onStacks(t, testLaneChoiceAllowlist) }
+
+func testLaneChoiceAllowlist(t *testing.T) {
 	w := newWorld(t, `
 gateway:
   lane_choice: allowlist
@@ -280,7 +310,9 @@ gateway:
 	expectServed(t, do(t, clientFrom(t, "127.0.0.9"), "GET", w.url+"/", map[string]string{"x-lane": "alice"}), "alice-1", "alice")
 }
 
-func TestInvalidLane(t *testing.T) {
+func TestInvalidLane(t *testing.T) { onStacks(t, testInvalidLane) }
+
+func testInvalidLane(t *testing.T) {
 	w := newWorld(t, "", Config{Domain: "lanes.localhost", Aliases: []string{"x-tag"}, Claims: func(a netip.Addr) (string, bool) {
 		return "", false
 	}})
@@ -317,7 +349,9 @@ func TestInvalidLane(t *testing.T) {
 	}
 }
 
-func TestInvalidDynamicClaim(t *testing.T) {
+func TestInvalidDynamicClaim(t *testing.T) { onStacks(t, testInvalidDynamicClaim) }
+
+func testInvalidDynamicClaim(t *testing.T) {
 	w := newWorld(t, "", Config{Claims: func(a netip.Addr) (string, bool) { return "Bad Lane", true }})
 	twoLanes(t, w)
 	r := w.get(t, "/", nil)
@@ -326,7 +360,9 @@ func TestInvalidDynamicClaim(t *testing.T) {
 	}
 }
 
-func TestResponseHeaders(t *testing.T) {
+func TestResponseHeaders(t *testing.T) { onStacks(t, testResponseHeaders) }
+
+func testResponseHeaders(t *testing.T) {
 	w := newWorld(t, "lanes:\n  team: {}\n  alice: {fallback: [team]}\n", Config{})
 	base := newBackend(t, "base", "")
 	team := newBackend(t, "team-1", "team")
@@ -345,7 +381,9 @@ func TestResponseHeaders(t *testing.T) {
 
 // TestEarlyHints checks that the lane headers survive a 1xx response, after
 // which the proxy clears the response's header map.
-func TestEarlyHints(t *testing.T) {
+func TestEarlyHints(t *testing.T) { onStacks(t, testEarlyHints) }
+
+func testEarlyHints(t *testing.T) {
 	w := newWorld(t, "", Config{})
 	_, alice := twoLanes(t, w)
 	alice.hints.Store(true)
@@ -378,8 +416,10 @@ func TestEarlyHints(t *testing.T) {
 // instance's lane headers; an HTTP/1.0 client gets no 1xx answer (RFC
 // 9110, 15.2), only the final one; a chunked request still closes its
 // connection after the answer when a 1xx came before it (the proxy clears
-// the response's header map after a 1xx). On both paths.
-func TestEarlyHintsRules(t *testing.T) {
+// the response's header map after a 1xx).
+func TestEarlyHintsRules(t *testing.T) { onStacks(t, testEarlyHintsRules) }
+
+func testEarlyHintsRules(t *testing.T) {
 	w := newWorld(t, "", Config{})
 	_, alice := twoLanes(t, w)
 	alice.hints.Store(true)
@@ -416,7 +456,9 @@ func TestEarlyHintsRules(t *testing.T) {
 	})
 }
 
-func TestNoInstance(t *testing.T) {
+func TestNoInstance(t *testing.T) { onStacks(t, testNoInstance) }
+
+func testNoInstance(t *testing.T) {
 	w := newWorld(t, "lanes:\n  strict: {strict: true}\n", Config{})
 	alice := newBackend(t, "alice-1", "alice")
 	w.register(t, "orders", alice.id, alice.addr, "alice")
@@ -437,7 +479,9 @@ func TestNoInstance(t *testing.T) {
 	}
 }
 
-func TestUnknownRoute(t *testing.T) {
+func TestUnknownRoute(t *testing.T) { onStacks(t, testUnknownRoute) }
+
+func testUnknownRoute(t *testing.T) {
 	w := newWorld(t, "", Config{Routes: []Route{
 		{Host: "orders.example.com", Service: "orders"},
 		{Prefix: "/api/", Service: "orders"},
@@ -456,7 +500,9 @@ func TestUnknownRoute(t *testing.T) {
 	expectServed(t, w.get(t, "/api", map[string]string{"host": "other"}), "base", "")
 }
 
-func TestPathPrefix(t *testing.T) {
+func TestPathPrefix(t *testing.T) { onStacks(t, testPathPrefix) }
+
+func testPathPrefix(t *testing.T) {
 	w := newWorld(t, "", Config{Routes: []Route{
 		{Prefix: "/orders/", StripPrefix: true, Service: "orders"},
 		{Prefix: "/keep", Service: "orders"},
@@ -483,7 +529,9 @@ func TestPathPrefix(t *testing.T) {
 	}
 }
 
-func TestUpstreamLaneHeaders(t *testing.T) {
+func TestUpstreamLaneHeaders(t *testing.T) { onStacks(t, testUpstreamLaneHeaders) }
+
+func testUpstreamLaneHeaders(t *testing.T) {
 	w := newWorld(t, "", Config{})
 	twoLanes(t, w)
 	// A lane request: x-lane and the baggage member, other members kept.
@@ -513,7 +561,9 @@ func TestUpstreamLaneHeaders(t *testing.T) {
 	}
 }
 
-func TestPreserveHost(t *testing.T) {
+func TestPreserveHost(t *testing.T) { onStacks(t, testPreserveHost) }
+
+func testPreserveHost(t *testing.T) {
 	w := newWorld(t, "", Config{PreserveHost: true})
 	twoLanes(t, w)
 	r := w.get(t, "/", map[string]string{"host": "shop.example.com"})
@@ -522,7 +572,9 @@ func TestPreserveHost(t *testing.T) {
 	}
 }
 
-func TestCanarySplit(t *testing.T) {
+func TestCanarySplit(t *testing.T) { onStacks(t, testCanarySplit) }
+
+func testCanarySplit(t *testing.T) {
 	w := newWorld(t, `
 canary:
   - {service: orders, lane: canary, percent: 30}
@@ -576,7 +628,9 @@ canary:
 	}
 }
 
-func TestOutlierEjection(t *testing.T) {
+func TestOutlierEjection(t *testing.T) { onStacks(t, testOutlierEjection) }
+
+func testOutlierEjection(t *testing.T) {
 	w := newWorld(t, "outlier: {errors: 2, window: 1m, ejection: 10m}\n", Config{})
 	good := newBackend(t, "good", "")
 	bad := newBackend(t, "bad", "")
@@ -601,7 +655,9 @@ func TestOutlierEjection(t *testing.T) {
 
 // TestRetryOnConnectionRefused: a refused connection sent nothing, so every
 // request, whatever its method and body, moves on to another instance.
-func TestRetryOnConnectionRefused(t *testing.T) {
+func TestRetryOnConnectionRefused(t *testing.T) { onStacks(t, testRetryOnConnectionRefused) }
+
+func testRetryOnConnectionRefused(t *testing.T) {
 	w := newWorld(t, "outlier: {errors: 1000, window: 1m, ejection: 10m}\n", Config{})
 	good := newBackend(t, "good", "")
 	// A port nobody listens on.
@@ -648,7 +704,9 @@ func resetter(t *testing.T) string {
 
 // TestNoRetryOfSentPOST: a POST that reached an instance that then failed
 // it is not sent again; a GET is.
-func TestNoRetryOfSentPOST(t *testing.T) {
+func TestNoRetryOfSentPOST(t *testing.T) { onStacks(t, testNoRetryOfSentPOST) }
+
+func testNoRetryOfSentPOST(t *testing.T) {
 	w := newWorld(t, "outlier: {errors: 1000, window: 1m, ejection: 10m}\n", Config{})
 	good := newBackend(t, "good", "")
 	w.register(t, "orders", good.id, good.addr, "")
@@ -679,7 +737,9 @@ func TestNoRetryOfSentPOST(t *testing.T) {
 // request and then fails it (it resets the connection, or does not answer
 // within the response-header timeout), a GET is retried along the lane
 // chain, although the instance is not ejected; a POST is not.
-func TestRetryFollowsTheLaneChain(t *testing.T) {
+func TestRetryFollowsTheLaneChain(t *testing.T) { onStacks(t, testRetryFollowsTheLaneChain) }
+
+func testRetryFollowsTheLaneChain(t *testing.T) {
 	t.Run("reset", func(t *testing.T) {
 		w := newWorld(t, "outlier: {errors: 1000, window: 1m, ejection: 10m}\nlanes:\n  alice: {fallback: [team]}\n", Config{})
 		base, team := newBackend(t, "base", ""), newBackend(t, "team-1", "team")
@@ -715,7 +775,9 @@ func TestRetryFollowsTheLaneChain(t *testing.T) {
 	})
 }
 
-func TestConnectionErrorsEject(t *testing.T) {
+func TestConnectionErrorsEject(t *testing.T) { onStacks(t, testConnectionErrorsEject) }
+
+func testConnectionErrorsEject(t *testing.T) {
 	w := newWorld(t, "outlier: {errors: 2, window: 1m, ejection: 10m}\n", Config{})
 	good := newBackend(t, "good", "")
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -759,7 +821,9 @@ func hungServer(t *testing.T) string {
 // answers fails the attempt after the response-header timeout and is
 // ejected at once, whatever the policy's errors (routedcall); the GET is
 // retried on another instance.
-func TestHungInstanceEjected(t *testing.T) {
+func TestHungInstanceEjected(t *testing.T) { onStacks(t, testHungInstanceEjected) }
+
+func testHungInstanceEjected(t *testing.T) {
 	w := newWorld(t, "outlier: {errors: 5, window: 1m, ejection: 10m}\n", Config{ResponseHeaderTimeout: hungTimeout})
 	good := newBackend(t, "good", "")
 	w.register(t, "orders", good.id, good.addr, "")
@@ -791,7 +855,9 @@ func TestHungInstanceEjected(t *testing.T) {
 // instance after the upstream idle timeout, though no request comes again (the fast
 // path's sweeper, net/http's transport), and the fast path then drops the
 // instance's pool.
-func TestIdleUpstreamConnsClose(t *testing.T) {
+func TestIdleUpstreamConnsClose(t *testing.T) { onStacks(t, testIdleUpstreamConnsClose) }
+
+func testIdleUpstreamConnsClose(t *testing.T) {
 	const idle = 100 * time.Millisecond
 	w := newWorld(t, "", Config{UpstreamIdleTimeout: idle})
 	var opened, open atomic.Int64
@@ -819,10 +885,9 @@ func TestIdleUpstreamConnsClose(t *testing.T) {
 		t.Fatal("the backend saw no connection")
 	}
 	eventually(t, "the gateway to close its idle connections to the backend", func() bool { return open.Load() == 0 })
-	if testHTTP1 == HTTP1Fast {
+	if stackOf(t) == HTTP1Fast {
 		eventually(t, "the fast path to drop the backend's pool", func() bool {
-			m := w.gw.up.m.Load()
-			return m != nil && (*m)[b.addr] == nil
+			return !fastOf(w.gw).up.Pooled(b.addr)
 		})
 	}
 	// The instance serves again, on a new connection.
@@ -830,8 +895,10 @@ func TestIdleUpstreamConnsClose(t *testing.T) {
 }
 
 // TestIdleClientConnClosed: a client's keep-alive connection that sends no
-// next request is closed after the client idle timeout, on both paths.
-func TestIdleClientConnClosed(t *testing.T) {
+// next request is closed after the client idle timeout.
+func TestIdleClientConnClosed(t *testing.T) { onStacks(t, testIdleClientConnClosed) }
+
+func testIdleClientConnClosed(t *testing.T) {
 	const idle = 100 * time.Millisecond
 	w := newWorld(t, "", Config{ClientIdleTimeout: idle})
 	b := newBackend(t, "one", "")

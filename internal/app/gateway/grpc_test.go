@@ -19,7 +19,9 @@ import (
 	"github.com/lanesdev/lanes/routing"
 )
 
-func TestH2C(t *testing.T) {
+func TestH2C(t *testing.T) { onStacks(t, testH2C) }
+
+func testH2C(t *testing.T) {
 	w := newWorld(t, "", Config{})
 	twoLanes(t, w)
 	var p http.Protocols
@@ -91,7 +93,9 @@ func grpcClient(t testing.TB, addr string) healthpb.HealthClient {
 	return healthpb.NewHealthClient(cc)
 }
 
-func TestGRPCPassThrough(t *testing.T) {
+func TestGRPCPassThrough(t *testing.T) { onStacks(t, testGRPCPassThrough) }
+
+func testGRPCPassThrough(t *testing.T) {
 	w := newWorld(t, "", Config{Routes: []Route{
 		{Prefix: "/grpc.health.v1.Health/", Service: "health"},
 		{Prefix: "/", Service: "orders"},
@@ -168,7 +172,9 @@ func TestGRPCPassThrough(t *testing.T) {
 	cancel()
 }
 
-func TestGRPCErrors(t *testing.T) {
+func TestGRPCErrors(t *testing.T) { onStacks(t, testGRPCErrors) }
+
+func testGRPCErrors(t *testing.T) {
 	w := newWorld(t, "", Config{Routes: []Route{{Prefix: "/grpc.health.v1.Health/", Service: "health"}}})
 	alice := newGRPCBackend(t, "halice", "alice")
 	w.register(t, "health", alice.id, alice.addr, "alice")
@@ -198,7 +204,9 @@ func TestGRPCErrors(t *testing.T) {
 	}
 }
 
-func TestGRPCUnavailableEjects(t *testing.T) {
+func TestGRPCUnavailableEjects(t *testing.T) { onStacks(t, testGRPCUnavailableEjects) }
+
+func testGRPCUnavailableEjects(t *testing.T) {
 	w := newWorld(t, "outlier: {errors: 2, window: 1m, ejection: 10m}\n", Config{Routes: []Route{{Prefix: "/", Service: "health"}}})
 	good := newGRPCBackend(t, "good", "")
 	bad := newGRPCBackend(t, "bad", "")
@@ -225,7 +233,9 @@ func TestGRPCUnavailableEjects(t *testing.T) {
 // TestGRPCRefusedMovesOn: a gRPC call whose instance refuses the connection
 // moves on to another instance within the same call, its body intact, and
 // the refusing instance is ejected.
-func TestGRPCRefusedMovesOn(t *testing.T) {
+func TestGRPCRefusedMovesOn(t *testing.T) { onStacks(t, testGRPCRefusedMovesOn) }
+
+func testGRPCRefusedMovesOn(t *testing.T) {
 	w := newWorld(t, "outlier: {errors: 1000, window: 1m, ejection: 10m}\n", Config{Routes: []Route{{Prefix: "/", Service: "health"}}})
 	good := newGRPCBackend(t, "good", "")
 	l, err := net.Listen("tcp", "127.0.0.1:0")

@@ -6,13 +6,10 @@ import (
 	"crypto/tls"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"os"
-	"os/exec"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -26,47 +23,42 @@ import (
 	"github.com/lanesdev/lanes/routing"
 )
 
-// testHTTP1 is the HTTP/1.1 stack (Config.HTTP1) that the tests' gateways
-// serve on: every test runs on both. TestMain runs the tests on the fast
-// path, then runs the test binary again, with the same flags, on the
-// net/http path (envHTTP1=std), unless -short or -bench.
-var testHTTP1 = HTTP1Fast
+// stacks are the HTTP/1.1 stacks (Config.HTTP1) that every gateway test
+// runs on, each as a subtest of its own (onStacks).
+var stacks = [...]string{HTTP1Fast, HTTP1Std}
 
-const envHTTP1 = "LANES_GATEWAY_TEST_HTTP1"
+// onStacks runs test on every stack, as the subtests http1=fast and
+// http1=std; the gateways that test starts (newWorld) serve on the
+// subtest's stack (stackOf).
+func onStacks(t *testing.T, test func(t *testing.T)) {
+	for _, s := range stacks {
+		t.Run("http1="+s, test)
+	}
+}
+
+// stackOf is the stack that t runs on: that of the onStacks subtest it is,
+// or is under; the default stack for a test that is under none.
+func stackOf(t testing.TB) string {
+	name := t.Name()
+	for _, s := range stacks {
+		if strings.Contains(name, "/http1="+s) {
+			return s
+		}
+	}
+	return HTTP1Fast
+}
 
 // net/http lingers 500ms on a connection it closes with a request body
 // unread (the smuggling tests leave many): that goroutine ends by itself.
 // (leaktest.Options has fasthttp's process-wide date updater.)
 func TestMain(m *testing.M) {
-	opts := leaktest.Options(goleak.IgnoreAnyFunction("net/http.(*conn).closeWriteAndWait"))
-	if v := os.Getenv(envHTTP1); v != "" {
-		testHTTP1 = v
-		goleak.VerifyTestMain(m, opts...)
-		return
-	}
-	flag.Parse()
-	fmt.Printf("gateway tests on the HTTP/1.1 path %q\n", testHTTP1)
-	code := m.Run()
-	if code == 0 {
-		if err := goleak.Find(opts...); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
-			code = 1
-		}
-	}
-	// Benchmarks name the stack they measure: they are not run twice.
-	if !testing.Short() && flag.Lookup("test.bench").Value.String() == "" {
-		fmt.Printf("gateway tests on the HTTP/1.1 path %q\n", HTTP1Std)
-		cmd := exec.Command(os.Args[0], os.Args[1:]...)
-		cmd.Env = append(os.Environ(), envHTTP1+"="+HTTP1Std)
-		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-		if err := cmd.Run(); err != nil {
-			fmt.Fprintf(os.Stderr, "the tests on the net/http path: %v\n", err)
-			if code == 0 {
-				code = 1
-			}
-		}
-	}
-	os.Exit(code)
+	goleak.VerifyTestMain(m, leaktest.Options(goleak.IgnoreAnyFunction("net/http.(*conn).closeWriteAndWait"))...)
+}
+
+// fastOf is the fast stack of g, nil when g serves HTTP/1.1 on net/http.
+func fastOf(g *Gateway) *fastStack {
+	f, _ := g.http1.(*fastStack)
+	return f
 }
 
 // waitFor is how long tests poll for a condition: generous, for a loaded
@@ -241,7 +233,7 @@ func newWorldOn(t testing.TB, doc string, cfg Config, prep func(*Gateway), wrap 
 	t.Cleanup(func() { w.engine.Close() })
 	cfg.Engine = w.engine
 	if cfg.HTTP1 == "" {
-		cfg.HTTP1 = testHTTP1
+		cfg.HTTP1 = stackOf(t)
 	}
 	if cfg.Routes == nil {
 		cfg.Routes = []Route{{Prefix: "/", Service: "orders"}}

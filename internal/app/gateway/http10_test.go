@@ -9,15 +9,19 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/lanesdev/lanes/internal/app/gateway/upstream"
 )
 
 // TestHTTP10ClientGetsNoChunks: an HTTP/1.0 client cannot read the chunked
 // coding (RFC 9112 6.1: a server sends no Transfer-Encoding to a request
 // of HTTP/1.0), so an answer whose length the gateway does not know ends
-// with the connection instead, on both paths, however short (a chunked
+// with the connection instead, however short (a chunked
 // answer is not read whole first: it may be an event stream); an answer
 // the gateway knows the length of keeps its Content-Length.
-func TestHTTP10ClientGetsNoChunks(t *testing.T) {
+func TestHTTP10ClientGetsNoChunks(t *testing.T) { onStacks(t, testHTTP10ClientGetsNoChunks) }
+
+func testHTTP10ClientGetsNoChunks(t *testing.T) {
 	w := newWorld(t, "", Config{})
 	release := make(chan struct{})
 	events := eventStream(release)
@@ -29,11 +33,11 @@ func TestHTTP10ClientGetsNoChunks(t *testing.T) {
 		case "/stream":
 			events(rw, r)
 		case "/big":
-			rw.Header().Set("Content-Length", fmt.Sprint(maxBufferedBody+10))
-			rw.Write(make([]byte, maxBufferedBody+10))
+			rw.Header().Set("Content-Length", fmt.Sprint(upstream.MaxBufferedBody+10))
+			rw.Write(make([]byte, upstream.MaxBufferedBody+10))
 		default:
 			rw.(http.Flusher).Flush() // chunked
-			rw.Write(make([]byte, maxBufferedBody+10))
+			rw.Write(make([]byte, upstream.MaxBufferedBody+10))
 		}
 	}))
 	w.register(t, "orders", "old", addr, "")
@@ -58,7 +62,7 @@ func TestHTTP10ClientGetsNoChunks(t *testing.T) {
 	for _, tc := range []struct {
 		path string
 		want int
-	}{{"/small", len("small answer")}, {"/big", maxBufferedBody + 10}, {"/chunked-big", maxBufferedBody + 10}} {
+	}{{"/small", len("small answer")}, {"/big", upstream.MaxBufferedBody + 10}, {"/chunked-big", upstream.MaxBufferedBody + 10}} {
 		for _, conn := range []string{"", "Connection: keep-alive\r\n"} {
 			t.Run(strings.TrimPrefix(tc.path, "/")+map[bool]string{true: "/keep-alive"}[conn != ""], func(t *testing.T) {
 				res, br := get(t, tc.path, conn)
@@ -80,8 +84,8 @@ func TestHTTP10ClientGetsNoChunks(t *testing.T) {
 	for _, raw := range []string{"GET /chunked-big HTTP/1.0\r\nHost: x\r\nTE: trailers\r\n\r\n", "GET http://x/chunked-big HTTP/1.0\r\nHost: x\r\n\r\n"} {
 		t.Run("handed-over/"+strings.Fields(raw)[1], func(t *testing.T) {
 			res, _ := ask(t, raw)
-			if body, err := io.ReadAll(res.Body); err != nil || len(body) != maxBufferedBody+10 {
-				t.Errorf("body: %d bytes, %v; want %d", len(body), err, maxBufferedBody+10)
+			if body, err := io.ReadAll(res.Body); err != nil || len(body) != upstream.MaxBufferedBody+10 {
+				t.Errorf("body: %d bytes, %v; want %d", len(body), err, upstream.MaxBufferedBody+10)
 			}
 		})
 	}
@@ -98,7 +102,9 @@ func TestHTTP10ClientGetsNoChunks(t *testing.T) {
 
 // TestHTTP10StreamEndsAtClose: Close waits for an answer that streams to an
 // HTTP/1.0 client until the end of its connection, and ends it.
-func TestHTTP10StreamEndsAtClose(t *testing.T) {
+func TestHTTP10StreamEndsAtClose(t *testing.T) { onStacks(t, testHTTP10StreamEndsAtClose) }
+
+func testHTTP10StreamEndsAtClose(t *testing.T) {
 	w := newWorld(t, "", Config{})
 	addr := serveBackend(t, eventStream(make(chan struct{}))) // the second event never comes
 	w.register(t, "orders", "old", addr, "")
@@ -123,8 +129,10 @@ func TestHTTP10StreamEndsAtClose(t *testing.T) {
 
 // TestHTTP10CutAnswerIsCut: an answer that the instance cuts short, sent to
 // an HTTP/1.0 client without a length, does not end as a whole one does:
-// the client's connection is reset, on both paths.
-func TestHTTP10CutAnswerIsCut(t *testing.T) {
+// the client's connection is reset.
+func TestHTTP10CutAnswerIsCut(t *testing.T) { onStacks(t, testHTTP10CutAnswerIsCut) }
+
+func testHTTP10CutAnswerIsCut(t *testing.T) {
 	w := newWorld(t, "", Config{})
 	addr := rawBackend(t, func() string {
 		return "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n10\r\nnot all of"

@@ -15,7 +15,9 @@ import (
 // "web" service that calls "orders" with laneshttp: the lane the gateway
 // assigned reaches the second hop, and lane instances behind the guard of
 // laneshttp.Handler never see a request outside their lane.
-func TestLaneTravelsWithLaneshttp(t *testing.T) {
+func TestLaneTravelsWithLaneshttp(t *testing.T) { onStacks(t, testLaneTravelsWithLaneshttp) }
+
+func testLaneTravelsWithLaneshttp(t *testing.T) {
 	w := newWorld(t, "canary:\n  - {service: orders, lane: canary, percent: 100}\n", Config{
 		Routes: []Route{{Prefix: "/", Service: "web"}},
 	})

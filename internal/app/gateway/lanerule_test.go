@@ -17,6 +17,10 @@ import (
 // answers 400 and a service (laneshttp's middleware) serves the baseline;
 // otherwise both take the same lane.
 func TestLaneHeadersMeanWhatTheyMeanInAService(t *testing.T) {
+	onStacks(t, testLaneHeadersMeanWhatTheyMeanInAService)
+}
+
+func testLaneHeadersMeanWhatTheyMeanInAService(t *testing.T) {
 	w := newWorld(t, "", Config{})
 	twoLanes(t, w)
 	var inService string
@@ -66,7 +70,9 @@ func withoutKey(s string) string { return keyMember.ReplaceAllString(s, "") }
 // request on with its request key in baggage (the key header's, or a new
 // one), so that every hop splits it as the gateway did; a lane request needs
 // none.
-func TestGatewayGivesTheRequestKey(t *testing.T) {
+func TestGatewayGivesTheRequestKey(t *testing.T) { onStacks(t, testGatewayGivesTheRequestKey) }
+
+func testGatewayGivesTheRequestKey(t *testing.T) {
 	w := newWorld(t, "", Config{})
 	twoLanes(t, w)
 	r := w.get(t, "/", map[string]string{"x-lanes-key": "user-1", "baggage": "team=x"})

@@ -9,7 +9,9 @@ import (
 // The gateway routes from its own host (Config.Host; by default LANES_HOST,
 // else the machine's host name): with the policy's locality.host on, to
 // the instances on that host when there are some.
-func TestSameHost(t *testing.T) {
+func TestSameHost(t *testing.T) { onStacks(t, testSameHost) }
+
+func testSameHost(t *testing.T) {
 	w := newWorld(t, "locality: {host: true}\n", Config{Host: "h1"})
 	near, far := newBackend(t, "near", ""), newBackend(t, "far", "")
 	w.registerInst(t, registry.Instance{ID: "near", Service: "orders", Addr: near.addr, Host: "h1"})
@@ -28,7 +30,9 @@ func TestSameHost(t *testing.T) {
 	}
 }
 
-func TestHostDefaultsToTheLocalHost(t *testing.T) {
+func TestHostDefaultsToTheLocalHost(t *testing.T) { onStacks(t, testHostDefaultsToTheLocalHost) }
+
+func testHostDefaultsToTheLocalHost(t *testing.T) {
 	w := newWorld(t, "", Config{})
 	if want := registry.LocalHost(nil); w.gw.host != want || want == "" {
 		t.Fatalf("gateway host %q, want %q", w.gw.host, want)

@@ -5,20 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
-	"net/http/httputil"
 	"net/netip"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"go.opentelemetry.io/otel/propagation"
-	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
-	"go.opentelemetry.io/otel/trace"
-	"golang.org/x/net/http/httpguts"
 
 	"github.com/lanesdev/lanes/internal/lib/hopspan"
 	"github.com/lanesdev/lanes/internal/lib/routedcall"
@@ -26,6 +18,9 @@ import (
 	"github.com/lanesdev/lanes/laneshttp"
 	"github.com/lanesdev/lanes/lanestrace"
 	"github.com/lanesdev/lanes/routing"
+	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Canonical keys of the headers the gateway writes.
@@ -50,18 +45,17 @@ const (
 	codeBadBody     = "bad_request_body"
 	// codeOverloaded answers a connection over Config.MaxConns (shed).
 	codeOverloaded = "overloaded"
-	// The fast path's answers to requests that its server refuses (see
+	// The fast stack's answers to requests that its server refuses (see
 	// refuse); net/http's server gives its own, without x-lanes-error.
 	codeBadRequest   = "bad_request"
 	codeHeadTooLarge = "header_too_large"
 	codeTimeout      = "request_timeout"
 )
 
-// reqState is what the proxy hooks need to know about one request. It is
-// pooled, and reaches the hooks through the request's context.
+// reqState is the core's state of one request, on either stack: the route,
+// the lane, the client, the routed call and the request's body. Each stack
+// keeps it in its own pooled request state (stdReq, fastReq).
 type reqState struct {
-	g       *Gateway
-	w       http.ResponseWriter
 	route   *route
 	req     routing.Request
 	source  src
@@ -74,126 +68,16 @@ type reqState struct {
 	// picked is set once the call has an instance.
 	picked bool
 	// body lends the request body to the attempts (see keptBody); nil
-	// when none streams. On the net/http path it is the request's own (the
-	// transport may read it after the handler returned, when an instance
-	// answered before it read the body); on the fast path it is fastBody.
-	body     *keptBody
-	fastBody keptBody
+	// when none streams.
+	body *keptBody
 	// buf is scratch space for header values (see forward).
 	buf []byte
-	// bodyBuf holds a small request body on the fast path (see
-	// fastPath.takeBody).
-	bodyBuf []byte
-	// std sends the attempts of a net/http request; fast is the state of a
-	// fasthttp one.
-	std  stdSend
-	fast fastState
-	// out is the proxy's ResponseWriter on the net/http path.
-	out answerWriter
-}
-
-type stateKey struct{}
-
-func stateOf(ctx context.Context) *reqState {
-	st, _ := ctx.Value(stateKey{}).(*reqState)
-	return st
 }
 
 // pick is the instance of the current attempt.
 func (st *reqState) pick() routing.Result { return st.call.Pick() }
 
-// ServeHTTP routes one request: it finds the route, assigns the lane, picks
-// an instance through the engine and proxies the request to it.
-func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.ProtoMajor == 1 && r.ProtoMinor == 0 {
-		defer resetOnAbort(r)
-	}
-	grpc := isGRPC(r)
-	if !g.enter() {
-		g.fail(stdOut{w}, grpc, http.StatusServiceUnavailable, codeClosed, "lanes: the gateway is closing")
-		return
-	}
-	defer g.exit()
-	st := g.pool.Get().(*reqState)
-	defer g.release(st)
-	st.g, st.w, st.grpc = g, w, grpc
-	// Every answer goes through st.out. net/http reads a chunked request
-	// that also carries a Content-Length as chunked, without telling the
-	// handler of the Content-Length; RFC 9112 6.1 then requires closing
-	// the connection after the answer, so that a peer that framed it by
-	// the Content-Length cannot smuggle a request in after it. Every
-	// chunked request closes its connection.
-	st.out = answerWriter{ResponseWriter: w,
-		no1xx: r.ProtoMajor == 1 && r.ProtoMinor == 0,
-		close: r.ProtoMajor == 1 && len(r.TransferEncoding) > 0}
-	if !g.admit(r.Context(), st, (*stdIn)(r), r.URL.Path, stdOut{&st.out}) {
-		return
-	}
-	ctx := context.WithValue(r.Context(), stateKey{}, st)
-	if g.tracer != nil {
-		var span trace.Span
-		ctx, span = g.entrySpan(lane.WithLane(ctx, st.req.Lane), r.Method, r.URL.Path, st.req.Lane)
-		traceHeaders(stdFields(w.Header()), span)
-		defer span.End()
-	}
-	// The proxy's Transport (upstream) routes the request.
-	g.proxy.ServeHTTP(&st.out, r.WithContext(ctx))
-}
-
-// answerWriter is the ResponseWriter of the net/http path's answers, the
-// gateway's own and the proxy's. It keeps the rules of an answer's head
-// through the 1xx answers that the proxy passes on (after each of which
-// the proxy clears the header map): a 1xx answer carries no
-// lane header of the instance's (the gateway's own go on the final
-// answer); an HTTP/1.0 client gets no 1xx answer (RFC 9110, 15.2; 101 is
-// not one of them); the final answer to a chunked request says
-// Connection: close (see ServeHTTP). It unwraps (http.ResponseController).
-type answerWriter struct {
-	http.ResponseWriter
-	no1xx bool
-	close bool
-}
-
-func (w *answerWriter) WriteHeader(code int) {
-	if interim(code) {
-		if w.no1xx {
-			return // the proxy clears the 1xx answer's fields after it
-		}
-		interimHeaders(stdFields(w.Header()))
-	} else if w.close {
-		w.Header()["Connection"] = connClose
-	}
-	w.ResponseWriter.WriteHeader(code)
-}
-
-func (w *answerWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
-
-// clientConnKey is the context key of the client's connection, on the
-// servers that Serve starts.
-type clientConnKey struct{}
-
-// resetOnAbort resets the client's connection (reset) when the answer to
-// the HTTP/1.0 request r was cut short: ReverseProxy aborts the handler
-// with http.ErrAbortHandler once it cannot copy the rest of the answer, and
-// net/http's server would then end the connection as it ends a whole
-// answer, which an answer read to the end of the connection cannot be told
-// from. It goes on with the panic, for the server. On a server of your own
-// (no connection in r's context) the connection ends as that server ends
-// it.
-func resetOnAbort(r *http.Request) {
-	v := recover()
-	if v == nil {
-		return
-	}
-	if v == http.ErrAbortHandler {
-		if c, ok := r.Context().Value(clientConnKey{}).(net.Conn); ok {
-			reset(c)
-		}
-	}
-	panic(v)
-}
-
-// admit is the front of both paths: it finds the route of the request in
+// admit is the front of every request, on either stack: it finds the route of the request in
 // (its path is path), waits for the engine to be ready for its service, and
 // assigns the lane, into st. When the request goes no further it writes the
 // answer to out and returns false.
@@ -264,12 +148,6 @@ const (
 	HeaderTraceResponse = "Traceresponse"
 )
 
-func (g *Gateway) release(st *reqState) {
-	buf, bodyBuf := st.buf[:0], st.bodyBuf[:0]
-	*st = reqState{buf: buf, bodyBuf: bodyBuf}
-	g.pool.Put(st)
-}
-
 var baselineServed = []string{"baseline"}[:1:1]
 
 // servedValue is the x-lane-served value of serving lane l.
@@ -293,12 +171,16 @@ func (g *Gateway) ready(ctx context.Context, svc *routing.Service) bool {
 		}
 	default:
 	}
-	t := time.NewTimer(g.readyWait)
-	defer t.Stop()
+	var expired <-chan time.Time // none without a ready timeout
+	if g.readyWait > 0 {
+		t := time.NewTimer(g.readyWait)
+		defer t.Stop()
+		expired = t.C
+	}
 	for _, ch := range []<-chan struct{}{pr, sr} {
 		select {
 		case <-ch:
-		case <-t.C:
+		case <-expired:
 			return false
 		case <-ctx.Done():
 			return false
@@ -327,36 +209,6 @@ func (g *Gateway) key(in inbound) string {
 	return lane.NewKey()
 }
 
-// rewrite builds the outbound request: the instance's URL, the path without
-// a stripped prefix, the forwarding headers and the lane headers.
-func (g *Gateway) rewrite(pr *httputil.ProxyRequest) {
-	st := stateOf(pr.In.Context())
-	out := pr.Out
-	out.URL.Scheme = "http"
-	out.URL.Host = st.route.Service // the transport routes it to an instance
-	if st.route.StripPrefix {
-		stripURL(out.URL, st.route.prefix)
-	}
-	if g.preserve {
-		out.Host = pr.In.Host
-	} else {
-		out.Host = ""
-	}
-	// Expect: 100-continue is the gateway's server's to answer (it does,
-	// on the handler's first read of the body), as on the fast path: sent
-	// on, the instance's 100 would reach the client as a second one.
-	delete(out.Header, "Expect")
-	// The trailers of a chunked body: the server fills the client's map in
-	// once the body is read, which the transport then writes after the
-	// body; a copy (as ProxyRequest's Out has) would stay empty.
-	out.Trailer = pr.In.Trailer
-
-	// Lane headers: nothing the client sent; the transport writes what the
-	// gateway decided, once the pick tells the request lane.
-	g.stripLaneHeaders(out.Header)
-	g.forward(stdFields(out.Header), (*stdIn)(pr.In), st, pr.In.TLS != nil)
-}
-
 // writeLane writes the request lane l to the outbound headers h, removing
 // any lane the client sent, and for a baseline request its request key.
 func (g *Gateway) writeLane(h fields, l, key string) {
@@ -369,15 +221,8 @@ func (g *Gateway) writeLane(h fields, l, key string) {
 	g.prop.InjectLaneKey(l, key, h)
 }
 
-// interim reports whether an answer of status code is one that goes on to
-// the client before the final one (103 Early Hints, say): a 1xx, but 101,
-// which is final.
-func interim(code int) bool {
-	return code >= 100 && code < 200 && code != http.StatusSwitchingProtocols
-}
-
 // interimHeaders removes the instance's lane headers from the fields h of
-// an interim answer, on both paths: the gateway's own go on the final
+// an interim answer: the gateway's own go on the final
 // answer (laneHeaders).
 func interimHeaders(h fields) {
 	h.Del(hLane)
@@ -407,81 +252,7 @@ func (g *Gateway) laneHeaders(st *reqState, h fields) {
 	h.setVals(hLaneServed, g.servedValue(res.Lane))
 }
 
-// modifyResponse settles the lane headers of the response; for a gRPC call
-// whose status comes in the trailers, it reports the outcome once they are
-// in.
-func (g *Gateway) modifyResponse(resp *http.Response) error {
-	st := stateOf(resp.Request.Context())
-	h := resp.Header
-	delete(h, hLane) // the gateway's own go on the ResponseWriter
-	delete(h, hLaneServed)
-	g.laneHeaders(st, stdFields(st.w.Header()))
-	g.m.served(st.pick().Lane)
-	if st.body != nil && !st.body.eof.Load() && resp.Request.ProtoMajor == 1 {
-		// The instance answered before the transport read the client's
-		// body through (a 401 or 413 to an upload): the connection closes
-		// after the answer, as on the fast path, and net/http's server
-		// then sends the answer at once, where it would first take the
-		// body's lock to drain the rest, which the transport, blocked
-		// reading it from a client that waits for the answer, holds.
-		st.w.Header()["Connection"] = connClose
-	}
-	if st.grpc && resp.StatusCode < 500 && len(h["Grpc-Status"]) == 0 {
-		resp.Body = &grpcBody{ReadCloser: resp.Body, resp: resp, st: st}
-	}
-	return nil
-}
-
 const grpcUnavailable = "14"
-
-// grpcBody reports a gRPC call once its trailers are in.
-type grpcBody struct {
-	io.ReadCloser
-	resp *http.Response
-	st   *reqState
-}
-
-func (b *grpcBody) Read(p []byte) (int, error) {
-	n, err := b.ReadCloser.Read(p)
-	switch {
-	case err == io.EOF:
-		b.st.call.Report(grpcOutcome(b.resp.Trailer))
-	case err != nil && !b.st.call.CallerGone():
-		b.st.call.Report(routedcall.Failure)
-	}
-	return n, err
-}
-
-func (b *grpcBody) Close() error {
-	if !b.st.call.CallerGone() {
-		b.st.call.Report(grpcOutcome(b.resp.Trailer))
-	} else {
-		b.st.call.Report(routedcall.Ignore) // a failure if the instance was that late
-	}
-	return b.ReadCloser.Close()
-}
-
-// grpcOutcome classifies a gRPC call by the grpc-status in h; no status is
-// no verdict.
-func grpcOutcome(h http.Header) routedcall.Outcome {
-	v := h["Grpc-Status"]
-	if len(v) == 0 {
-		return routedcall.Ignore
-	}
-	code, err := strconv.ParseUint(v[0], 10, 32)
-	if err != nil {
-		return routedcall.Failure
-	}
-	return routedcall.ClassifyGRPC(uint32(code))
-}
-
-// proxyError answers a call that got no response from the instance, or
-// that the engine could not route.
-func (g *Gateway) proxyError(w http.ResponseWriter, r *http.Request, err error) {
-	st := stateOf(r.Context())
-	g.laneHeaders(st, stdFields(w.Header()))
-	g.callFailed(stdOut{w}, st, err, r.Context().Err() != nil)
-}
 
 // callFailed answers, on out, a routed call that got no answer (err): the
 // engine could not route it (503 and the routing code), the client's body
@@ -498,12 +269,12 @@ func (g *Gateway) callFailed(out responder, st *reqState, err error, clientGone 
 		g.fail(out, st.grpc, http.StatusInternalServerError, "internal", "lanes: "+err.Error())
 		return
 	}
-	if st.body.failed() != nil {
+	if berr := st.body.Failed(); berr != nil {
 		// The client's body broke its framing (a bad chunk, say): the
 		// client's fault, and its connection cannot be read further.
 		g.m.errors(codeBadBody)
 		out.header().setVals("Connection", connClose)
-		g.fail(out, st.grpc, http.StatusBadRequest, codeBadBody, "lanes: reading the request body: "+st.body.err.Error())
+		g.fail(out, st.grpc, http.StatusBadRequest, codeBadBody, "lanes: reading the request body: "+berr.Error())
 		return
 	}
 	if clientGone {
@@ -534,13 +305,13 @@ type sender interface {
 	drop()
 }
 
-// routed is the routed call of a request, on both paths: the pick, the
+// routed is the routed call of a request: the pick, the
 // outcome of each attempt, reported, and the decision to try another
 // instance (routedcall.Call holds the rules). It returns the error of a call
 // that the engine could not route; the last attempt's answer or error is the
 // sender's.
 func (g *Gateway) routed(ctx context.Context, st *reqState, idem bool, s sender) error {
-	pick, err := st.call.Start(ctx, st.route.svc, st.req, 1, g.headerTimeout)
+	pick, err := st.call.Start(ctx, st.route.svc, st.req, g.retries, g.headerTimeout)
 	if err != nil {
 		return err
 	}
@@ -570,74 +341,9 @@ func (g *Gateway) routed(ctx context.Context, st *reqState, idem bool, s sender)
 	}
 }
 
-// upstream is the proxy's Transport: it routes each request with the
-// routed-call step (Gateway.routed), and sends the attempts: gRPC over h2c,
-// the rest over HTTP/1.1 with keep-alive. An idempotent request without a
-// body is retried once on another instance after a failure without an
-// answer; any request moves past an instance that refused its connection,
-// since nothing was sent.
-type upstream struct{ g *Gateway }
-
-// stdSend sends the attempts of a net/http request.
-type stdSend struct {
-	g        *Gateway
-	st       *reqState
-	rt       http.RoundTripper
-	req      *http.Request // the proxy's outbound request
-	out      *http.Request // the current attempt's
-	traced   bool
-	bodyless bool
-	res      *http.Response
-	err      error
-}
-
-func (u *upstream) RoundTrip(req *http.Request) (res *http.Response, rerr error) {
-	st := stateOf(req.Context())
-	if st == nil {
-		closeBody(req)
-		return nil, errors.New("lanes gateway: a request that did not come through the gateway's handler")
-	}
-	g := u.g
-	rt := g.h1
-	if st.grpc {
-		rt = g.h2c
-	}
-	var span trace.Span
-	if g.tracer != nil {
-		var ctx context.Context
-		ctx, span = g.tracer.Start(req.Context(), req.Method, trace.WithSpanKind(trace.SpanKindClient),
-			trace.WithAttributes(semconv.HTTPRequestMethodKey.String(req.Method), semconv.ServerAddress(st.route.Service)))
-		if span.IsRecording() {
-			req = req.WithContext(ctx)
-			defer func() { g.endSpan(span, st, statusOf(res), rerr) }()
-		} else {
-			span.End()
-			span = nil
-		}
-	}
-	// The first attempt sends req itself, which the proxy made for it.
-	bodyless := req.Body == nil || req.Body == http.NoBody
-	if !bodyless {
-		st.body = &keptBody{r: req.Body}
-		req.Body = st.body
-	}
-	s := &st.std
-	*s = stdSend{g: g, st: st, rt: rt, req: req, traced: span != nil, bodyless: bodyless}
-	if err := g.routed(req.Context(), st, idempotent(req), s); err != nil {
-		closeBody(req)
-		return nil, err
-	}
-	// An upgrade's body is the connection, which the proxy copies both
-	// ways: not an answer's body, and not bounded.
-	if s.res != nil && !st.grpc && g.readTimeout > 0 && s.res.Body != http.NoBody && s.res.StatusCode != http.StatusSwitchingProtocols {
-		s.res.Body = newStallBody(s.res.Body, g.readTimeout, stallNote{g: g, service: st.route.Service, pick: st.pick()})
-	}
-	return s.res, s.err
-}
-
 // stallNote is what the gateway tells of an answer whose body the instance
 // stopped sending for the upstream read timeout, after its head went to the
-// client, on both HTTP/1.1 paths: a log line that names the timeout, and
+// client: a log line that names the timeout, and
 // the instance's failure (routedcall.BodyStalled). The client's connection
 // is cut by the path's server (the body's read fails).
 type stallNote struct {
@@ -653,179 +359,16 @@ func (n *stallNote) report(err error) {
 	routedcall.BodyStalled(n.pick)
 }
 
-// stallBody is the body of an answer on the net/http path, each read of
-// which is bounded by the upstream read timeout d, as the fast path bounds
-// each read of its connections (upConn.Read): its timer checks, every d at
-// most, whether a read has been waiting for d, and then closes the
-// transport's body, which closes the connection (the transport reads it on
-// goroutines of its own, out of the gateway's reach) and fails the read,
-// with a *readTimeoutError. The time the gateway spends writing to the
-// client between two reads does not count. stallBodies are pooled with
-// their timers.
-type stallBody struct {
-	rc    io.ReadCloser
-	d     time.Duration
-	note  stallNote
-	mu    sync.Mutex // orders watch and Close
-	t     *time.Timer
-	done  bool         // closed, under mu
-	since atomic.Int64 // when the read in flight began, Unix ns; 0: none
-	fired atomic.Bool
-}
-
-var stallBodies sync.Pool // *stallBody, with a stopped timer
-
-func newStallBody(rc io.ReadCloser, d time.Duration, note stallNote) *stallBody {
-	b, _ := stallBodies.Get().(*stallBody)
-	if b == nil {
-		b = new(stallBody)
-		b.mu.Lock()
-		b.t = time.AfterFunc(d, b.watch)
-	} else {
-		b.mu.Lock()
-		b.t.Reset(d)
-	}
-	b.rc, b.d, b.note, b.done = rc, d, note, false
-	b.mu.Unlock()
-	return b
-}
-
-func (b *stallBody) watch() {
-	b.mu.Lock()
-	if b.done {
-		b.mu.Unlock()
-		return
-	}
-	next := b.d
-	if s := b.since.Load(); s != 0 {
-		waited := time.Duration(time.Now().UnixNano() - s)
-		if waited >= b.d {
-			b.fired.Store(true)
-			rc := b.rc // b is not pooled again: its timer fired
-			b.mu.Unlock()
-			// The read in flight fails once the connection closes; the
-			// transport's Close returns once it has.
-			rc.Close()
-			return
-		}
-		next = b.d - waited
-	}
-	b.t.Reset(next)
-	b.mu.Unlock()
-}
-
-func (b *stallBody) Read(p []byte) (int, error) {
-	b.since.Store(time.Now().UnixNano())
-	n, err := b.rc.Read(p)
-	b.since.Store(0)
-	if err != nil && err != io.EOF && b.fired.Swap(false) {
-		rt := &readTimeoutError{d: b.d, err: err}
-		b.note.report(rt)
-		return n, rt
-	}
-	return n, err
-}
-
-// Close closes the transport's body and puts b back in the pool, unless
-// its timer has fired: then the timer's goroutine may still hold it.
-func (b *stallBody) Close() error {
-	b.mu.Lock()
-	if b.done {
-		b.mu.Unlock()
-		return nil
-	}
-	b.done = true
-	stopped := b.t.Stop()
-	rc := b.rc
-	b.mu.Unlock()
-	err := rc.Close()
-	if stopped && !b.fired.Load() {
-		b.rc, b.note = nil, stallNote{}
-		stallBodies.Put(b)
-	}
-	return err
-}
-
-func (s *stdSend) send(pick routing.Result) (routedcall.Attempt, bool) {
-	if s.out == nil {
-		s.out = s.req
-	} else {
-		// A new request for the next attempt: the transport may still hold
-		// the previous one.
-		r2 := new(http.Request)
-		*r2 = *s.req
-		u2 := *s.req.URL
-		r2.URL = &u2
-		r2.Header = s.req.Header.Clone()
-		s.out = r2
-	}
-	out := s.out
-	out.URL.Host = pick.Instance.Addr
-	s.g.writeLane(stdFields(out.Header), pick.RequestLane, s.st.req.Key)
-	if s.traced {
-		traceContext.Inject(s.req.Context(), propagation.HeaderCarrier(out.Header))
-	}
-	s.res, s.err = s.rt.RoundTrip(out)
-	if s.err == nil && s.res.StatusCode == http.StatusSwitchingProtocols {
-		if asked, got := upgradeOf(out.Header), upgradeOf(s.res.Header); got == "" || !strings.EqualFold(asked, got) {
-			s.res.Body.Close() // the connection, which ReverseProxy would leave open
-			s.res, s.err = nil, &switchError{asked: asked, got: got}
-		}
-	}
-	if s.err == nil && s.st.grpc && s.res.StatusCode < 500 {
-		if v := s.res.Header["Grpc-Status"]; len(v) > 0 { // trailers-only
-			s.st.call.Report(grpcOutcome(s.res.Header))
-		}
-		// Otherwise the status comes in the trailers (modifyResponse).
-		return routedcall.Attempt{}, true
-	}
-	if s.err != nil {
-		if responseHeadTooLarge(s.err) {
-			s.err = errResponseHeadTooLarge // in the fast path's words
-		}
-		return attempt(s.st, 0, "", s.err, routedcall.Unsent(s.err)), false
-	}
-	return attempt(s.st, s.res.StatusCode, s.res.Header.Get(hError), nil, false), false
-}
-
-// upgradeOf is the protocol that the Upgrade header of h names, when its
-// Connection header has the upgrade option, as httputil.ReverseProxy reads
-// it (with the same httpguts test); "" for none.
-func upgradeOf(h http.Header) string {
-	if !httpguts.HeaderValuesContainsToken(h["Connection"], "Upgrade") {
-		return ""
-	}
-	return h.Get("Upgrade")
-}
-
-func (s *stdSend) replayable(o routedcall.Outcome) bool {
-	return replayable(o, s.bodyless, s.st.body)
-}
-
-// replayable is the rule, on both paths, for sending a request again after
+// replayable is the rule for sending a request again after
 // an attempt that ended o: one without a body can always be sent again (the
 // retry rules decide whether it is); one with a body only after Unreachable
 // (nothing was sent), and only while no attempt has read any of its body
 // from the client (b). A body that streams from the client is read once: a
 // request part of whose body went to one instance is never sent to another
-// with the rest. A body held whole in memory (the fast path's small ones)
+// with the rest. A body held whole in memory (the fast stack's small ones)
 // is never read from the client by an attempt, and can be sent again.
 func replayable(o routedcall.Outcome, bodyless bool, b *keptBody) bool {
 	return bodyless || o == routedcall.Unreachable && (b == nil || !b.read)
-}
-
-func (s *stdSend) drop() {
-	if s.res != nil {
-		discard(s.res)
-		s.res = nil
-	}
-}
-
-func statusOf(res *http.Response) int {
-	if res == nil {
-		return 0
-	}
-	return res.StatusCode
 }
 
 // traceContext writes the W3C traceparent header of a traced upstream call.
@@ -844,7 +387,7 @@ func attempt(st *reqState, status int, code string, err error, unsent bool) rout
 	if err != nil {
 		// A request body that failed to read is the client's failure, not
 		// the instance's: it counts as the caller gone.
-		return routedcall.Attempt{Err: err, Unsent: unsent, CallerGone: st.call.CallerGone() || st.body.failed() != nil}
+		return routedcall.Attempt{Err: err, Unsent: unsent, CallerGone: st.call.CallerGone() || st.body.Failed() != nil}
 	}
 	return routedcall.Attempt{
 		Status:      status,
@@ -852,9 +395,6 @@ func attempt(st *reqState, status int, code string, err error, unsent bool) rout
 		Misdirected: status == http.StatusMisdirectedRequest && code == laneshttp.CodeMisdirected,
 	}
 }
-
-// idempotent reports whether req may be sent twice.
-func idempotent(req *http.Request) bool { return laneshttp.IsIdempotent(req) }
 
 // keptBody lends the client's request body, as it streams, to the
 // attempts: it does not close it (the server does, when the handler
@@ -865,25 +405,29 @@ func idempotent(req *http.Request) bool { return laneshttp.IsIdempotent(req) }
 type keptBody struct {
 	r    io.Reader
 	read bool
-	// eof is set once r was read to its end; atomic, as the net/http
-	// path's transport reads the body on a goroutine of its own while
-	// modifyResponse asks.
+	// eof is set once r was read to its end; atomic, as a transport may
+	// read the body on a goroutine of its own while the stack asks.
 	eof atomic.Bool
 	err error // the first error reading r, other than io.EOF
-	// size is, on the fast path, the body's Content-Length, or -1 for a
-	// chunked body; got counts what was read of it. (net/http's body
-	// tells a body shorter than its Content-Length itself.)
+	// size is the body's length as the client framed it, when r does not
+	// check it itself, or -1; got counts what was read of it.
 	size int
 	got  int
-	// conn, on the fast path, sets the read deadline of the client's
-	// connection before each read (see readTimeout).
+	// conn, when set, is the client's connection: each read is bounded
+	// by d, the client read timeout (Config.ClientReadTimeout), and the
+	// deadline lifted at the end of the body.
 	conn interface{ SetReadDeadline(time.Time) error }
+	d    time.Duration
+	// mu orders the deadlines that Read and Cut set; cut is set once the
+	// body was cut (Cut).
+	mu  sync.Mutex
+	cut bool
 }
 
 func (b *keptBody) Read(p []byte) (int, error) {
 	b.read = true
 	if b.conn != nil {
-		b.conn.SetReadDeadline(time.Now().Add(readTimeout))
+		b.deadline()
 	}
 	n, err := b.r.Read(p)
 	b.got += n
@@ -892,45 +436,68 @@ func (b *keptBody) Read(p []byte) (int, error) {
 	}
 	switch {
 	case err == io.EOF:
+		if b.conn != nil && b.d > 0 {
+			// The wait for the answer is not the body's: net/http's
+			// server reads the connection in the background meanwhile.
+			b.conn.SetReadDeadline(time.Time{})
+		}
 		b.eof.Store(true)
-	case err != nil && b.err == nil:
-		b.err = err
+	case err != nil:
+		b.mu.Lock()
+		if b.err == nil {
+			b.err = err
+		}
+		b.mu.Unlock()
 	}
 	return n, err
 }
 
 func (b *keptBody) Close() error { return nil }
 
-// failed is the error reading the body broke on, if any; b may be nil.
-func (b *keptBody) failed() error {
+// deadline sets the read deadline of the client's connection before a
+// read: d from now, or now once the body is cut.
+func (b *keptBody) deadline() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch {
+	case b.cut:
+		b.conn.SetReadDeadline(time.Now())
+	case b.d > 0:
+		b.conn.SetReadDeadline(time.Now().Add(b.d))
+	}
+}
+
+// Cut ends the body's reads from the client: the one in flight and every
+// later one fail at once. The upstream client cuts the body of an upload
+// that the instance answered before its end; a read that the cut ended is
+// no failure of the client's (Failed).
+func (b *keptBody) Cut() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.cut = true
+	if b.conn != nil {
+		b.conn.SetReadDeadline(time.Now())
+	}
+}
+
+// Size is the body's length as the client framed it, or -1.
+func (b *keptBody) Size() int { return b.size }
+
+// Started reports whether any of the body was read.
+func (b *keptBody) Started() bool { return b.read }
+
+// Failed is the error reading the body broke on, if any (not one that a
+// cut caused); b may be nil.
+func (b *keptBody) Failed() error {
 	if b == nil {
 		return nil
 	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.cut {
+		return nil
+	}
 	return b.err
-}
-
-func closeBody(req *http.Request) {
-	if req.Body != nil && req.Body != http.NoBody {
-		req.Body.Close()
-	}
-}
-
-// discard reads a little of a response body that is not returned, so that
-// its connection can be reused, and closes it.
-func discard(res *http.Response) {
-	io.CopyN(io.Discard, res.Body, 4<<10)
-	res.Body.Close()
-}
-
-// isGRPC reports whether r is a gRPC call (not gRPC-Web).
-func isGRPC(r *http.Request) bool {
-	ct := r.Header["Content-Type"]
-	if len(ct) == 0 || r.ProtoMajor != 2 {
-		return false
-	}
-	c := ct[0]
-	return strings.HasPrefix(c, "application/grpc") &&
-		(len(c) == len("application/grpc") || c[len("application/grpc")] == '+' || c[len("application/grpc")] == ';')
 }
 
 // fail writes an error of the gateway on out: text with x-lanes-error, or

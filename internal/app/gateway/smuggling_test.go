@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lanesdev/lanes/internal/app/gateway/upstream"
 	"github.com/lanesdev/lanes/internal/testkit/smuggletest"
 )
 
@@ -17,7 +18,9 @@ import (
 // bytes to the gateway over TCP: each is refused, or read as RFC 9112 says
 // and forwarded once with the body the RFC gives it; no smuggled request
 // reaches the backend.
-func TestSmuggling(t *testing.T) {
+func TestSmuggling(t *testing.T) { onStacks(t, testSmuggling) }
+
+func testSmuggling(t *testing.T) {
 	w := newWorld(t, "", Config{})
 	rec, err := smuggletest.NewRecorder()
 	if err != nil {
@@ -50,9 +53,9 @@ func checkRefusal(t *testing.T, res smuggletest.Result) {
 	}
 	code := res.Header.Get(hError)
 	switch {
-	case testHTTP1 == HTTP1Fast && code == "":
+	case stackOf(t) == HTTP1Fast && code == "":
 		t.Errorf("refused with %d without %s", res.Status, hError)
-	case testHTTP1 == HTTP1Std && code != "" && code != codeBadBody:
+	case stackOf(t) == HTTP1Std && code != "" && code != codeBadBody:
 		t.Errorf("refused with %d, %s %q; want none or %s", res.Status, hError, code, codeBadBody)
 	}
 }
@@ -67,7 +70,9 @@ func trim(b []byte) []byte {
 // TestBadBodyIsTheClients: a chunked body that breaks its framing is the
 // client's fault: 400 bad_request_body, the connection closed, and the
 // instance, which got a broken request, is not ejected for it.
-func TestBadBodyIsTheClients(t *testing.T) {
+func TestBadBodyIsTheClients(t *testing.T) { onStacks(t, testBadBodyIsTheClients) }
+
+func testBadBodyIsTheClients(t *testing.T) {
 	w := newWorld(t, "outlier: {errors: 2, window: 1m, ejection: 10m}\n", Config{})
 	one, two := newBackend(t, "one", ""), newBackend(t, "two", "")
 	w.register(t, "orders", one.id, one.addr, "")
@@ -108,12 +113,14 @@ func TestBadBodyIsTheClients(t *testing.T) {
 // TestHeadSizeLimit: both HTTP/1.1 paths take a request head of
 // maxHeaderBytes; the fast path answers 431 to one a byte longer, net/http
 // to one longer by more than its read-ahead (see maxHeaderBytes).
-func TestHeadSizeLimit(t *testing.T) {
+func TestHeadSizeLimit(t *testing.T) { onStacks(t, testHeadSizeLimit) }
+
+func testHeadSizeLimit(t *testing.T) {
 	w := newWorld(t, "", Config{})
 	b := newBackend(t, "one", "")
 	w.register(t, "orders", b.id, b.addr, "")
 	over := maxHeaderBytes + 1
-	if testHTTP1 == HTTP1Std {
+	if stackOf(t) == HTTP1Std {
 		over += stdHeaderSlack
 	}
 	for _, tc := range []struct {
@@ -133,16 +140,18 @@ func TestHeadSizeLimit(t *testing.T) {
 		if res.Status != tc.want {
 			t.Errorf("a head of %d bytes (the limit %+d): answered %v, want %d", len(raw), tc.size-maxHeaderBytes, res, tc.want)
 		}
-		if got := res.Header.Get(hError); testHTTP1 == HTTP1Fast && res.Status == http.StatusRequestHeaderFieldsTooLarge && got != codeHeadTooLarge {
+		if got := res.Header.Get(hError); stackOf(t) == HTTP1Fast && res.Status == http.StatusRequestHeaderFieldsTooLarge && got != codeHeadTooLarge {
 			t.Errorf("a head of %d bytes: %s %q, want %s", len(raw), hError, got, codeHeadTooLarge)
 		}
 	}
 }
 
 // TestResponseHeadSizeLimit: both HTTP/1.1 paths take an instance's answer
-// whose head is maxResponseHead bytes long, and fail one a byte longer with
+// whose head is upstream.MaxResponseHead bytes long, and fail one a byte longer with
 // 502 upstream that names the limit, as they log it.
-func TestResponseHeadSizeLimit(t *testing.T) {
+func TestResponseHeadSizeLimit(t *testing.T) { onStacks(t, testResponseHeadSizeLimit) }
+
+func testResponseHeadSizeLimit(t *testing.T) {
 	w := newWorld(t, "outlier: {errors: 1000, window: 1m, ejection: 10m}\n", Config{})
 	size := make(chan int, 1)
 	w.register(t, "orders", "big", rawBackend(t, func() string {
@@ -153,15 +162,15 @@ func TestResponseHeadSizeLimit(t *testing.T) {
 		size int
 		want int
 	}{
-		{maxResponseHead - 1, http.StatusOK},
-		{maxResponseHead, http.StatusOK},
-		{maxResponseHead + 1, http.StatusBadGateway},
-		{4 * maxResponseHead, http.StatusBadGateway},
+		{upstream.MaxResponseHead - 1, http.StatusOK},
+		{upstream.MaxResponseHead, http.StatusOK},
+		{upstream.MaxResponseHead + 1, http.StatusBadGateway},
+		{4 * upstream.MaxResponseHead, http.StatusBadGateway},
 	} {
 		size <- tc.size
 		r := w.get(t, "/", nil)
 		if r.status != tc.want {
-			t.Errorf("an answer head of %d bytes (the limit %+d): %d %q, want %d", tc.size, tc.size-maxResponseHead, r.status, r.body, tc.want)
+			t.Errorf("an answer head of %d bytes (the limit %+d): %d %q, want %d", tc.size, tc.size-upstream.MaxResponseHead, r.status, r.body, tc.want)
 			continue
 		}
 		if tc.want == http.StatusOK {
@@ -170,8 +179,8 @@ func TestResponseHeadSizeLimit(t *testing.T) {
 			}
 			continue
 		}
-		if r.header.Get(hError) != codeUpstream || !strings.Contains(r.body, errResponseHeadTooLarge.Error()) {
-			t.Errorf("an answer head of %d bytes: %s %q, %q; want %s and %q", tc.size, hError, r.header.Get(hError), r.body, codeUpstream, errResponseHeadTooLarge)
+		if r.header.Get(hError) != codeUpstream || !strings.Contains(r.body, upstream.ErrResponseHeadTooLarge.Error()) {
+			t.Errorf("an answer head of %d bytes: %s %q, %q; want %s and %q", tc.size, hError, r.header.Get(hError), r.body, codeUpstream, upstream.ErrResponseHeadTooLarge)
 		}
 	}
 }

@@ -24,7 +24,9 @@ var clientSourceCases = []struct {
 // for every source a client controls: with none, no client selects a lane
 // through any of them; with an allowlist, only the listed clients do. An
 // invalid value in a source that is not read is no error.
-func TestLaneChoiceGovernsEverySource(t *testing.T) {
+func TestLaneChoiceGovernsEverySource(t *testing.T) { onStacks(t, testLaneChoiceGovernsEverySource) }
+
+func testLaneChoiceGovernsEverySource(t *testing.T) {
 	for _, choice := range []struct {
 		name, doc string
 		allowed   string // a client that may choose ("" for none)
@@ -65,7 +67,9 @@ func TestLaneChoiceGovernsEverySource(t *testing.T) {
 
 // TestClaimsKeepTheirOwnRule checks that client-address claims, set by
 // operators, select a lane whatever gateway.lane_choice says.
-func TestClaimsKeepTheirOwnRule(t *testing.T) {
+func TestClaimsKeepTheirOwnRule(t *testing.T) { onStacks(t, testClaimsKeepTheirOwnRule) }
+
+func testClaimsKeepTheirOwnRule(t *testing.T) {
 	w := newWorld(t, `
 gateway: {lane_choice: none}
 lanes:
@@ -79,7 +83,9 @@ lanes:
 
 // TestDisableEachSource turns each client-controlled source off on its own:
 // that source no longer selects a lane, and the others still do.
-func TestDisableEachSource(t *testing.T) {
+func TestDisableEachSource(t *testing.T) { onStacks(t, testDisableEachSource) }
+
+func testDisableEachSource(t *testing.T) {
 	for _, off := range clientSourceCases {
 		t.Run(string(off.source), func(t *testing.T) {
 			w := newWorld(t, "", Config{Domain: "lanes.localhost", Aliases: []string{"x-tag"}, Disable: []Source{off.source}})
@@ -103,7 +109,9 @@ func TestDisableEachSource(t *testing.T) {
 // proxy or framework upstream may merge with x-lane (x_lane: CGI's
 // HTTP_X_LANE, nginx with underscores_in_headers) never go upstream, nor do
 // those of the alias headers, whether or not the client may choose.
-func TestLookalikeLaneHeadersStripped(t *testing.T) {
+func TestLookalikeLaneHeadersStripped(t *testing.T) { onStacks(t, testLookalikeLaneHeadersStripped) }
+
+func testLookalikeLaneHeadersStripped(t *testing.T) {
 	for _, doc := range []string{"", "gateway: {lane_choice: none}\n"} {
 		w := newWorld(t, doc, Config{Aliases: []string{"x-asm-prefer-tag"}})
 		twoLanes(t, w)
@@ -130,7 +138,9 @@ func TestLookalikeLaneHeadersStripped(t *testing.T) {
 
 // TestRealIP checks that X-Real-IP upstream is the client address the
 // gateway decided, never one a client sent.
-func TestRealIP(t *testing.T) {
+func TestRealIP(t *testing.T) { onStacks(t, testRealIP) }
+
+func testRealIP(t *testing.T) {
 	w := newWorld(t, "", Config{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.16/32")}})
 	twoLanes(t, w)
 	r := do(t, clientFrom(t, "127.0.0.17"), "GET", w.url+"/", map[string]string{"x-real-ip": "10.9.9.9", "x-forwarded-for": "10.9.9.9"})

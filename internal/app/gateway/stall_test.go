@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lanesdev/lanes/internal/app/gateway/upstream"
 	"github.com/lanesdev/lanes/internal/testkit/buftest"
 	"github.com/lanesdev/lanes/routing"
 )
@@ -20,13 +21,15 @@ import (
 // TestStalledAnswer: an instance that sends the head of an answer and a part
 // of its body, and then nothing more without closing (hung, or paused in the
 // middle of it), has the answer cut once it has sent nothing for the upstream
-// read timeout, on both paths: the client never gets a whole answer (its
+// read timeout: the client never gets a whole answer (its
 // connection closes before the end of the body), the gateway logs the
 // timeout, and the instance is ejected. A small body of known length, which
 // the fast path reads whole before the head goes to the client, fails there
 // with 502 upstream naming the timeout. The response-header timeout is far
 // off: the read bound alone ends the answer.
-func TestStalledAnswer(t *testing.T) {
+func TestStalledAnswer(t *testing.T) { onStacks(t, testStalledAnswer) }
+
+func testStalledAnswer(t *testing.T) {
 	const timeout = 200 * time.Millisecond
 	for _, c := range []struct{ name, head string }{
 		{"large", "HTTP/1.1 200 OK\r\nContent-Length: 4194304\r\n\r\npart"},
@@ -44,7 +47,7 @@ func TestStalledAnswer(t *testing.T) {
 			case err != nil:
 				// Cut before the head reached the client (the server held
 				// it in its buffer).
-			case c.name == "small" && testHTTP1 == HTTP1Fast:
+			case c.name == "small" && stackOf(t) == HTTP1Fast:
 				body, _ := io.ReadAll(res.Body)
 				res.Body.Close()
 				if res.StatusCode != http.StatusBadGateway || res.Header.Get(hError) != codeUpstream ||
@@ -71,9 +74,11 @@ func TestStalledAnswer(t *testing.T) {
 
 // TestSlowClient: a client that sends a request and then reads none of its
 // answer has its connection closed once it has taken none of a write for the
-// client write timeout, on both paths, which ends the call: the instance,
+// client write timeout, which ends the call: the instance,
 // which streams without end, finds its connection closed.
-func TestSlowClient(t *testing.T) {
+func TestSlowClient(t *testing.T) { onStacks(t, testSlowClient) }
+
+func testSlowClient(t *testing.T) {
 	w := newWorld(t, "", Config{ClientWriteTimeout: 200 * time.Millisecond})
 	cut := make(chan error, 1)
 	w.register(t, "orders", "endless", serveBackend(t, http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
@@ -107,7 +112,7 @@ func TestSlowClient(t *testing.T) {
 
 // TestCutAnswer: an answer that the instance cuts in the middle of its body,
 // by stalling past the upstream read timeout, or by resetting or closing the
-// connection, never reaches the client as a whole answer, on both paths,
+// connection, never reaches the client as a whole answer,
 // and on each route of the fast path: its own, and the net/http handler's,
 // to which it hands a request with a TE header or with an absolute-form
 // target (adapt).
@@ -116,7 +121,9 @@ func TestSlowClient(t *testing.T) {
 // head goes out), or the instance's head with a body cut short of its
 // Content-Length or without its last chunk: never a complete answer, short
 // or not.
-func TestCutAnswer(t *testing.T) {
+func TestCutAnswer(t *testing.T) { onStacks(t, testCutAnswer) }
+
+func testCutAnswer(t *testing.T) {
 	const timeout = 200 * time.Millisecond
 	requests := []struct{ name, raw string }{
 		{"origin", "GET / HTTP/1.1\r\nHost: x\r\n\r\n"},
@@ -129,7 +136,7 @@ func TestCutAnswer(t *testing.T) {
 		{"chunked", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n4\r\npart\r\n"},
 		// More than the fast path holds before it flushes the head
 		// (streamingWriter).
-		{"flushed", "HTTP/1.1 200 OK\r\nContent-Length: 4194304\r\n\r\n" + strings.Repeat("p", maxBufferedBody+64<<10)},
+		{"flushed", "HTTP/1.1 200 OK\r\nContent-Length: 4194304\r\n\r\n" + strings.Repeat("p", upstream.MaxBufferedBody+64<<10)},
 	}
 	for _, how := range []string{"stall", "reset", "close"} {
 		for _, a := range answers {

@@ -10,11 +10,15 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lanesdev/lanes/internal/app/gateway/upstream"
 )
 
 // TestStreamingResponse: an answer of unknown length reaches the client as
 // the instance writes it, not when it ends (server-sent events, say).
-func TestStreamingResponse(t *testing.T) {
+func TestStreamingResponse(t *testing.T) { onStacks(t, testStreamingResponse) }
+
+func testStreamingResponse(t *testing.T) {
 	w := newWorld(t, "", Config{})
 	release := make(chan struct{})
 	addr := serveBackend(t, eventStream(release))
@@ -31,15 +35,17 @@ func TestStreamingResponse(t *testing.T) {
 }
 
 // TestLargeAnswerStreams: an answer of known length larger than
-// maxBufferedBody reaches the client as the instance writes it, on both
+// upstream.MaxBufferedBody reaches the client as the instance writes it, on both
 // paths, for a request with a TE header too, which the fast path hands to
 // the net/http handler (whose adaptor would hold the answer whole).
-func TestLargeAnswerStreams(t *testing.T) {
+func TestLargeAnswerStreams(t *testing.T) { onStacks(t, testLargeAnswerStreams) }
+
+func testLargeAnswerStreams(t *testing.T) {
 	w := newWorld(t, "", Config{})
-	// The client reads the first maxBufferedBody bytes before the instance
+	// The client reads the first upstream.MaxBufferedBody bytes before the instance
 	// writes the rest; the gateway's write buffers may hold the end of the
 	// first part (slack).
-	const first, slack, rest = maxBufferedBody + 256<<10, 256 << 10, 256 << 10
+	const first, slack, rest = upstream.MaxBufferedBody + 256<<10, 256 << 10, 256 << 10
 	release := make(chan struct{}, 1)
 	addr := serveBackend(t, http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		rw.Header().Set("Content-Length", fmt.Sprint(first+rest))
@@ -79,7 +85,9 @@ func TestLargeAnswerStreams(t *testing.T) {
 }
 
 // TestTrailers: the trailers of a chunked answer reach the client.
-func TestTrailers(t *testing.T) {
+func TestTrailers(t *testing.T) { onStacks(t, testTrailers) }
+
+func testTrailers(t *testing.T) {
 	w := newWorld(t, "", Config{})
 	addr := serveBackend(t, http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		rw.Header().Set("Trailer", "X-Checksum")
@@ -105,7 +113,9 @@ func TestTrailers(t *testing.T) {
 
 // TestStreamingRequestBody: a chunked request body reaches the instance
 // whole, and a large body of known length too.
-func TestStreamingRequestBody(t *testing.T) {
+func TestStreamingRequestBody(t *testing.T) { onStacks(t, testStreamingRequestBody) }
+
+func testStreamingRequestBody(t *testing.T) {
 	w := newWorld(t, "", Config{})
 	w.register(t, "orders", "up", byteCounter(t), "")
 	for _, c := range []struct {
@@ -136,7 +146,9 @@ func TestStreamingRequestBody(t *testing.T) {
 
 // TestExpectContinue: a client that waits for 100 Continue before its body
 // gets it, and its request goes through.
-func TestExpectContinue(t *testing.T) {
+func TestExpectContinue(t *testing.T) { onStacks(t, testExpectContinue) }
+
+func testExpectContinue(t *testing.T) {
 	w := newWorld(t, "", Config{})
 	addr := serveBackend(t, http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
@@ -168,7 +180,9 @@ func TestExpectContinue(t *testing.T) {
 
 // TestWebSocketUpgrade: an upgrade goes through with the lane the gateway
 // decided, and the connection then carries bytes both ways.
-func TestWebSocketUpgrade(t *testing.T) {
+func TestWebSocketUpgrade(t *testing.T) { onStacks(t, testWebSocketUpgrade) }
+
+func testWebSocketUpgrade(t *testing.T) {
 	w := newWorld(t, "", Config{})
 	seen := make(chan string, 1)
 	addr := serveBackend(t, http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {

@@ -3,7 +3,6 @@ package gateway
 import (
 	"crypto/tls"
 	"net"
-	"net/http"
 )
 
 // ServeTLS is Serve over TLS: it accepts connections on ln and serves the
@@ -15,12 +14,5 @@ import (
 // X-Forwarded-Proto: https. It returns http.ErrServerClosed after Close or
 // Shutdown.
 func (g *Gateway) ServeTLS(ln net.Listener, tc *tls.Config) error {
-	ln = g.accepting(ln)
-	if g.clientWrite > 0 {
-		ln = clientListener{Listener: ln, d: g.clientWrite}
-	}
-	var p http.Protocols
-	p.SetHTTP1(true)
-	p.SetHTTP2(true)
-	return g.runStd(ln, &p, tc)
+	return g.std.serveTLS(g.accepting(ln), tc)
 }

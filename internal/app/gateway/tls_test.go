@@ -14,7 +14,9 @@ import (
 // ServeTLS serves HTTP/1.1 and HTTP/2 (by ALPN) over TLS, with either
 // HTTP/1.1 stack configured (TLS is served on net/http), a lane host on a
 // wildcard certificate, and tells the instance the request came over https.
-func TestServeTLS(t *testing.T) {
+func TestServeTLS(t *testing.T) { onStacks(t, testServeTLS) }
+
+func testServeTLS(t *testing.T) {
 	files, err := tlstest.Write(filepath.Join(t.TempDir(), "tls"), "127.0.0.1", "*.lanes.test")
 	if err != nil {
 		t.Fatal(err)

@@ -19,10 +19,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/valyala/fasthttp"
 
+	"github.com/lanesdev/lanes/internal/lib/routedcall"
 	"github.com/lanesdev/lanes/routing"
 )
 
-func TestNewValidation(t *testing.T) {
+func TestNewValidation(t *testing.T) { onStacks(t, testNewValidation) }
+
+func testNewValidation(t *testing.T) {
 	e := routing.New()
 	defer e.Close()
 	ok := []Route{{Prefix: "/", Service: "orders"}}
@@ -115,7 +118,9 @@ func TestHostOnly(t *testing.T) {
 	}
 }
 
-func TestMetrics(t *testing.T) {
+func TestMetrics(t *testing.T) { onStacks(t, testMetrics) }
+
+func testMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	w := newWorld(t, "canary:\n  - {service: orders, lane: canary, percent: 100}\n", Config{Registerer: reg})
 	twoLanes(t, w)
@@ -171,7 +176,9 @@ func TestMetrics(t *testing.T) {
 // whose instance has not answered, and one whose instance stalls in the
 // middle of a small answer (which the fast path reads whole, from a
 // connection that Close must close itself).
-func TestCloseWaitsForRequests(t *testing.T) {
+func TestCloseWaitsForRequests(t *testing.T) { onStacks(t, testCloseWaitsForRequests) }
+
+func testCloseWaitsForRequests(t *testing.T) {
 	for _, midAnswer := range []bool{false, true} {
 		t.Run(fmt.Sprintf("mid-answer=%v", midAnswer), func(t *testing.T) { closeWaits(t, midAnswer) })
 	}
@@ -197,7 +204,7 @@ func closeWaits(t *testing.T, midAnswer bool) {
 	defer close(release)
 	registerAddr(t, reg, e, "orders", "slow", strings.TrimPrefix(slow.URL, "http://"))
 
-	g, err := New(Config{Engine: e, Routes: []Route{{Prefix: "/", Service: "orders"}}, HTTP1: testHTTP1})
+	g, err := New(Config{Engine: e, Routes: []Route{{Prefix: "/", Service: "orders"}}, HTTP1: stackOf(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,11 +250,13 @@ func closeWaits(t *testing.T, midAnswer bool) {
 	}
 }
 
-func TestShutdown(t *testing.T) {
+func TestShutdown(t *testing.T) { onStacks(t, testShutdown) }
+
+func testShutdown(t *testing.T) {
 	reg, e := routingWorld(t)
 	b := newBackend(t, "base", "")
 	registerAddr(t, reg, e, "orders", b.id, b.addr)
-	g, err := New(Config{Engine: e, Routes: []Route{{Prefix: "/", Service: "orders"}}})
+	g, err := New(Config{Engine: e, Routes: []Route{{Prefix: "/", Service: "orders"}}, HTTP1: stackOf(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,11 +283,13 @@ func TestShutdown(t *testing.T) {
 	}
 }
 
-func TestNotReady(t *testing.T) {
+func TestNotReady(t *testing.T) { onStacks(t, testNotReady) }
+
+func testNotReady(t *testing.T) {
 	// A store whose watch never delivers: the engine never has a policy.
 	e := routing.New(routing.WithPolicyStore(stuckStore{}))
 	defer e.Close()
-	g, err := New(Config{Engine: e, Routes: []Route{{Prefix: "/", Service: "orders"}}, ReadyTimeout: 50 * time.Millisecond})
+	g, err := New(Config{Engine: e, Routes: []Route{{Prefix: "/", Service: "orders"}}, ReadyTimeout: 50 * time.Millisecond, HTTP1: stackOf(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -305,9 +316,9 @@ func TestValidate(t *testing.T) {
 		{Config{Routes: []Route{{Prefix: "/a", Service: "web"}, {Prefix: "/b", Service: "web"}, {Prefix: "/a/", Service: "web"}}}, "routes", "", 2, 0},
 		{Config{Routes: []Route{{Prefix: "/%zz", Service: "web"}}}, "routes", "prefix", 0, -1},
 		{Config{Disable: []Source{SourceCookie, "headers"}}, "disable", "", 1, -1},
-		{Config{ReadyTimeout: -time.Second}, "ready_timeout", "", -1, -1},
-		{Config{UpstreamIdleTimeout: -time.Second}, "upstream_idle_timeout", "", -1, -1},
-		{Config{ClientIdleTimeout: -time.Second}, "client_idle_timeout", "", -1, -1},
+		{Config{MaxConns: -1}, "max_conns", "", -1, -1},
+		{Config{MaxIdleConnsPerHost: -1}, "max_idle_conns_per_host", "", -1, -1},
+		{Config{HTTP1: "loop"}, "http1", "", -1, -1},
 	} {
 		err := c.cfg.Validate()
 		var ce *ConfigError
@@ -317,12 +328,66 @@ func TestValidate(t *testing.T) {
 	}
 }
 
+// TestProvision: every timeout of a Config, and Retries, reads its field
+// one way: 0 is the default, a negative value none (0), any other as set.
+func TestProvision(t *testing.T) {
+	timeouts := []struct {
+		name string
+		set  func(*Config, time.Duration)
+		get  func(settings) time.Duration
+		def  time.Duration
+	}{
+		{"ready", func(c *Config, d time.Duration) { c.ReadyTimeout = d }, func(s settings) time.Duration { return s.readyWait }, DefaultReadyTimeout},
+		{"response header", func(c *Config, d time.Duration) { c.ResponseHeaderTimeout = d }, func(s settings) time.Duration { return s.headerTimeout }, routedcall.DefaultResponseHeaderTimeout},
+		{"upstream write", func(c *Config, d time.Duration) { c.UpstreamWriteTimeout = d }, func(s settings) time.Duration { return s.writeTimeout }, DefaultUpstreamWriteTimeout},
+		{"upstream read", func(c *Config, d time.Duration) { c.UpstreamReadTimeout = d }, func(s settings) time.Duration { return s.readTimeout }, DefaultUpstreamReadTimeout},
+		{"client write", func(c *Config, d time.Duration) { c.ClientWriteTimeout = d }, func(s settings) time.Duration { return s.clientWrite }, DefaultClientWriteTimeout},
+		{"client read", func(c *Config, d time.Duration) { c.ClientReadTimeout = d }, func(s settings) time.Duration { return s.clientRead }, DefaultClientReadTimeout},
+		{"upstream idle", func(c *Config, d time.Duration) { c.UpstreamIdleTimeout = d }, func(s settings) time.Duration { return s.upIdle }, DefaultUpstreamIdleTimeout},
+		{"client idle", func(c *Config, d time.Duration) { c.ClientIdleTimeout = d }, func(s settings) time.Duration { return s.clientIdle }, DefaultClientIdleTimeout},
+		{"client header", func(c *Config, d time.Duration) { c.ClientHeaderTimeout = d }, func(s settings) time.Duration { return s.clientHeader }, DefaultClientHeaderTimeout},
+		{"retries", func(c *Config, d time.Duration) { c.Retries = int(d) }, func(s settings) time.Duration { return time.Duration(s.retries) }, DefaultRetries},
+	}
+	for _, to := range timeouts {
+		for _, c := range []struct{ set, want time.Duration }{{0, to.def}, {-1, 0}, {-time.Hour, 0}, {3, 3}} {
+			var cfg Config
+			to.set(&cfg, c.set)
+			if err := cfg.Validate(); err != nil {
+				t.Errorf("%s %d: %v", to.name, c.set, err)
+			}
+			if got := to.get(provision(cfg)); got != c.want {
+				t.Errorf("%s %d: %d, want %d", to.name, c.set, got, c.want)
+			}
+		}
+	}
+}
+
+// TestNoTimeouts: a gateway whose every timeout is off (negative) serves,
+// on both stacks.
+func TestNoTimeouts(t *testing.T) { onStacks(t, testNoTimeouts) }
+
+func testNoTimeouts(t *testing.T) {
+	w := newWorld(t, "", Config{ReadyTimeout: -1, ResponseHeaderTimeout: -1, UpstreamWriteTimeout: -1, UpstreamReadTimeout: -1,
+		ClientWriteTimeout: -1, ClientReadTimeout: -1, UpstreamIdleTimeout: -1, ClientIdleTimeout: -1, ClientHeaderTimeout: -1, Retries: -1})
+	b := newBackend(t, "one", "")
+	w.register(t, "orders", b.id, b.addr, "")
+	for range 3 {
+		expectServed(t, w.get(t, "/", nil), b.id, "")
+	}
+	r := do(t, w.client, http.MethodPost, w.url+"/", nil)
+	if r.status != http.StatusOK {
+		t.Errorf("POST: %d", r.status)
+	}
+}
+
 // TestFastPathAllocs: the fast path's work per request, from the parsed
 // request to the answer ready to write (route, lane, pick, outbound
 // request, upstream exchange, lane headers), allocates nothing of its own:
 // a lane request nothing at all, a baseline request only the baggage member
 // of its request key.
-func TestFastPathAllocs(t *testing.T) {
+func TestFastPathAllocs(t *testing.T) { onStacks(t, testFastPathAllocs) }
+
+func testFastPathAllocs(t *testing.T) {
 	if testing.CoverMode() != "" || raceEnabled {
 		t.Skip("allocations are not measured under -cover or -race")
 	}
@@ -373,7 +438,7 @@ func FuzzFastTarget(f *testing.F) {
 		if !matchPath(u.Path, prefix) {
 			return
 		}
-		stripFast(&h, prefix)
+		stripTarget(&h, prefix)
 		got, err := url.ParseRequestURI(string(h.RequestURI()))
 		if err != nil {
 			t.Fatalf("%q: stripped to %q, which does not parse: %v", target, h.RequestURI(), err)
@@ -388,7 +453,9 @@ func FuzzFastTarget(f *testing.F) {
 
 // TestRefusal: the fast path's server refusals get the statuses net/http
 // gives the same bytes, and the gateway's error codes.
-func TestRefusal(t *testing.T) {
+func TestRefusal(t *testing.T) { onStacks(t, testRefusal) }
+
+func testRefusal(t *testing.T) {
 	for _, tc := range []struct {
 		err    error
 		status int
@@ -406,43 +473,5 @@ func TestRefusal(t *testing.T) {
 		if status != tc.status || code != tc.code || !strings.HasPrefix(msg, "lanes: ") {
 			t.Errorf("refusal(%v) = %d %s %q, want %d %s", tc.err, status, code, msg, tc.status, tc.code)
 		}
-	}
-}
-
-// TestPoolSweep: the sweeper keeps a pool whose connection is in use, closes
-// an idle connection past the timeout, and then drops the pool.
-func TestPoolSweep(t *testing.T) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	u := newUpstreams(4, DefaultUpstreamIdleTimeout, 0, 0, nil)
-	addr := l.Addr().String()
-	p := u.pool(addr)
-	now := time.Now()
-	c, _, err := p.get(now)
-	if err != nil {
-		t.Fatal(err)
-	}
-	later := now.Add(2 * u.idleTimeout)
-	u.sweep(later)
-	if (*u.m.Load())[addr] != p {
-		t.Fatal("the sweeper dropped a pool with a connection in use")
-	}
-	p.put(c, now)
-	u.sweep(now.Add(u.idleTimeout / 2))
-	if (*u.m.Load())[addr] != p || len(p.idle) != 1 {
-		t.Fatalf("the sweeper dropped a connection idle for half the timeout (idle %d)", len(p.idle))
-	}
-	u.sweep(later)
-	if _, err := c.c.Read(make([]byte, 1)); !errors.Is(err, net.ErrClosed) {
-		t.Errorf("after the idle timeout, reading the idle connection: %v, want net.ErrClosed", err)
-	}
-	if (*u.m.Load())[addr] != nil {
-		t.Error("the sweeper kept the pool of an unused instance")
-	}
-	if u.pool(addr) == p {
-		t.Error("the dropped pool came back")
 	}
 }

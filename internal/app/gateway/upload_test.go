@@ -29,7 +29,9 @@ const (
 // and then arrives whole, with the trailers of a chunked one; so does the
 // body of a request with a TE header, which the fast path hands to the
 // net/http handler (adapt) and which no size bounds either.
-func TestUploadStreams(t *testing.T) {
+func TestUploadStreams(t *testing.T) { onStacks(t, testUploadStreams) }
+
+func testUploadStreams(t *testing.T) {
 	w := newWorld(t, "", Config{})
 	seen := make(chan struct{}, 1)
 	addr := serveBackend(t, http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
@@ -98,7 +100,9 @@ func TestUploadStreams(t *testing.T) {
 // connection while the client still writes, with no answer), and the body
 // is sent to no other instance, although PUT is idempotent: its first part
 // is gone.
-func TestUploadToDyingInstance(t *testing.T) {
+func TestUploadToDyingInstance(t *testing.T) { onStacks(t, testUploadToDyingInstance) }
+
+func testUploadToDyingInstance(t *testing.T) {
 	w := newWorld(t, "outlier: {errors: 1000, window: 1m, ejection: 10m}\n", Config{})
 	var hits atomic.Int32
 	seen := make(chan struct{}, 2)
@@ -164,7 +168,9 @@ func TestUploadToDyingInstance(t *testing.T) {
 // TestUploadMovesOnWhenRefused: an instance that refuses the connection got
 // nothing, so a streamed body that no attempt has read yet moves on to
 // another instance, whole.
-func TestUploadMovesOnWhenRefused(t *testing.T) {
+func TestUploadMovesOnWhenRefused(t *testing.T) { onStacks(t, testUploadMovesOnWhenRefused) }
+
+func testUploadMovesOnWhenRefused(t *testing.T) {
 	w := newWorld(t, "outlier: {errors: 1000, window: 1m, ejection: 10m}\n", Config{})
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -186,7 +192,9 @@ func TestUploadMovesOnWhenRefused(t *testing.T) {
 
 // TestExpectContinueStreams: a client that waits for 100 Continue gets it
 // before it sends a large body, which then streams to the instance.
-func TestExpectContinueStreams(t *testing.T) {
+func TestExpectContinueStreams(t *testing.T) { onStacks(t, testExpectContinueStreams) }
+
+func testExpectContinueStreams(t *testing.T) {
 	w := newWorld(t, "", Config{})
 	w.register(t, "orders", "up", byteCounter(t), "")
 	const size = 200 << 10
@@ -234,7 +242,9 @@ func TestExpectContinueStreams(t *testing.T) {
 // ejected for it; with a TE header too (handed to the net/http handler on
 // the fast path), whose body was once read whole and sent on, short, as a
 // whole request.
-func TestTruncatedUpload(t *testing.T) {
+func TestTruncatedUpload(t *testing.T) { onStacks(t, testTruncatedUpload) }
+
+func testTruncatedUpload(t *testing.T) {
 	w := newWorld(t, "outlier: {errors: 2, window: 1m, ejection: 10m}\n", Config{})
 	one := newBackend(t, "one", "")
 	w.register(t, "orders", one.id, one.addr, "")
@@ -271,7 +281,9 @@ func TestTruncatedUpload(t *testing.T) {
 // client, as net/http's transport and server pass it on: the gateway takes
 // the answer although writing the body failed, and closes the client's
 // connection without resetting it under the answer.
-func TestEarlyAnswerToUpload(t *testing.T) {
+func TestEarlyAnswerToUpload(t *testing.T) { onStacks(t, testEarlyAnswerToUpload) }
+
+func testEarlyAnswerToUpload(t *testing.T) {
 	w := newWorld(t, "", Config{})
 	addr := serveBackend(t, http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		http.Error(rw, "no", http.StatusUnauthorized)
@@ -311,7 +323,9 @@ const deafUpload = 16 << 20
 // gets 502 upstream that names the timeout, with the lane headers, never a
 // hang, and the instance is ejected. The response-header timeout is far
 // off: the write bound alone ends the attempt.
-func TestUploadToDeafInstance(t *testing.T) {
+func TestUploadToDeafInstance(t *testing.T) { onStacks(t, testUploadToDeafInstance) }
+
+func testUploadToDeafInstance(t *testing.T) {
 	const timeout = 200 * time.Millisecond
 	for _, length := range []int64{deafUpload, -1} {
 		t.Run(fmt.Sprintf("length=%d", length), func(t *testing.T) {
@@ -338,11 +352,13 @@ func TestUploadToDeafInstance(t *testing.T) {
 }
 
 // TestLongUploadThenAnswer: the wait for the answer's headers starts once the
-// request is written, on both paths: an upload that takes longer than the
+// request is written: an upload that takes longer than the
 // response-header timeout is answered. The client sends the rest of the
 // body once a request to a silent instance, sent after the upload started,
 // has timed out.
-func TestLongUploadThenAnswer(t *testing.T) {
+func TestLongUploadThenAnswer(t *testing.T) { onStacks(t, testLongUploadThenAnswer) }
+
+func testLongUploadThenAnswer(t *testing.T) {
 	const timeout = 500 * time.Millisecond
 	w := newWorld(t, "", Config{ResponseHeaderTimeout: timeout, Routes: []Route{
 		{Prefix: "/silent", Service: "silent"}, {Prefix: "/", Service: "orders"}}})
@@ -382,10 +398,12 @@ func TestLongUploadThenAnswer(t *testing.T) {
 
 // TestUploadThenSilence: an instance that reads a whole upload and then
 // never answers fails the attempt once the response-header timeout has
-// passed since the end of the write, on both paths: the fast path, which
+// passed since the end of the write: the fast stack, which
 // awaits the answer's head while the body streams, bounds that wait once
 // the write is done. The client gets 502 upstream naming the timeout.
-func TestUploadThenSilence(t *testing.T) {
+func TestUploadThenSilence(t *testing.T) { onStacks(t, testUploadThenSilence) }
+
+func testUploadThenSilence(t *testing.T) {
 	w := newWorld(t, "", Config{ResponseHeaderTimeout: 300 * time.Millisecond})
 	w.register(t, "orders", "silent", serveBackend(t, http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		io.Copy(io.Discard, r.Body)
@@ -402,11 +420,13 @@ func TestUploadThenSilence(t *testing.T) {
 
 // TestEarlyAnswerFromDeafInstance: an instance that answers an upload (413)
 // after its head and then reads no more of it, without closing the
-// connection, has its answer reach the client on both paths, with a body of
+// connection, has its answer reach the client, with a body of
 // known length or chunked, although the upstream write timeout is far off:
 // the answer is read while the body is written (net/http's transport does
 // so), not found once the write has timed out.
-func TestEarlyAnswerFromDeafInstance(t *testing.T) {
+func TestEarlyAnswerFromDeafInstance(t *testing.T) { onStacks(t, testEarlyAnswerFromDeafInstance) }
+
+func testEarlyAnswerFromDeafInstance(t *testing.T) {
 	w := newWorld(t, "", Config{UpstreamWriteTimeout: time.Hour, ResponseHeaderTimeout: time.Hour})
 	w.register(t, "orders", "deaf", deaf(t, "HTTP/1.1 413 Request Entity Too Large\r\nContent-Length: 3\r\n\r\nno\n"), "")
 	for _, chunked := range []bool{false, true} {
@@ -434,14 +454,16 @@ const smuggled = "GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n"
 // TestEarlyAnswerMidUpload: an instance that answers an upload (413, 401)
 // as soon as it has the head, without reading the body, has its answer
 // reach the client while the client still holds most of the body back, on
-// both paths (net/http's transport reads the answer while it writes the
+// either stack (net/http's transport reads the answer while it writes the
 // body): the instance is a net/http server, which answers and closes the
 // connection, or a raw one, which answers and then reads no more, without
 // closing. The client gets the instance's status and body; the call is no
 // failure of the instance (one failure would eject it) and is not retried
 // (PUT, with two instances); the client's connection then closes, and the
 // rest of the body, a request in its bytes, is never read as a request.
-func TestEarlyAnswerMidUpload(t *testing.T) {
+func TestEarlyAnswerMidUpload(t *testing.T) { onStacks(t, testEarlyAnswerMidUpload) }
+
+func testEarlyAnswerMidUpload(t *testing.T) {
 	kinds := []struct {
 		name  string
 		serve func(t *testing.T, status int, hits *atomic.Int32) string
@@ -530,9 +552,11 @@ func uploadHeldBack(t *testing.T, addr string, chunked bool) (reply, string) {
 
 // TestInterimAnswerMidUpload: a 1xx answer that an instance sends while an
 // upload streams (103 Early Hints, after some of the body) reaches the
-// client as it comes, before the end of the body, on both paths, and the
+// client as it comes, before the end of the body, and the
 // final answer after it.
-func TestInterimAnswerMidUpload(t *testing.T) {
+func TestInterimAnswerMidUpload(t *testing.T) { onStacks(t, testInterimAnswerMidUpload) }
+
+func testInterimAnswerMidUpload(t *testing.T) {
 	w := newWorld(t, "", Config{})
 	w.register(t, "orders", "up", serveBackend(t, http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		n, _ := io.CopyN(io.Discard, r.Body, uploadSeen)
@@ -636,9 +660,11 @@ func sendHeldBack(pw *io.PipeWriter, seen <-chan struct{}, between func() error)
 // TestEarlySuccessKeepsUpload: an instance that answers an upload with a
 // 2xx head before it has read the body, and then reads the body to its end
 // (a full-duplex handler, net/http's EnableFullDuplex), gets the whole
-// body on both paths, of known length or chunked, and the client the whole
+// body, of known length or chunked, and the client the whole
 // answer: only an answer that refuses the upload (300 and over) stops it.
-func TestEarlySuccessKeepsUpload(t *testing.T) {
+func TestEarlySuccessKeepsUpload(t *testing.T) { onStacks(t, testEarlySuccessKeepsUpload) }
+
+func testEarlySuccessKeepsUpload(t *testing.T) {
 	w := newWorld(t, "", Config{})
 	w.register(t, "orders", "duplex", serveBackend(t, http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		rc := http.NewResponseController(rw)

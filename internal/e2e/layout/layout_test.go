@@ -100,11 +100,25 @@ func TestImportsFlowOneWay(t *testing.T) {
 			}
 		}
 		check(parts[1], allowed[fk], "imports")
+		if standalone[from] {
+			for _, imp := range strings.Fields(parts[1]) {
+				if kind(rel(imp)) == "app" && strings.HasPrefix(imp, module+"/") {
+					t.Errorf("%s imports %s: it stands alone, importing no application package; see docs/architecture.md", from, rel(imp))
+				}
+			}
+		}
 		check(parts[2], append(append([]string(nil), allowed[fk]...), testExtra[fk]...), "imports in tests")
 	}
 	if checked == 0 {
 		t.Fatal("no imports were checked: go list printed nothing usable")
 	}
+}
+
+// standalone are the application packages that import no other: the
+// gateway's upstream client, which the gateway's fast stack uses through
+// its RoundTrip and which can be measured, replaced or removed alone.
+var standalone = map[string]bool{
+	"internal/app/gateway/upstream": true,
 }
 
 func rel(path string) string {

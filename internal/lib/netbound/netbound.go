@@ -57,6 +57,9 @@ type Conn struct {
 	W Writer
 }
 
+// NetConn returns the connection that c wraps, as tls.Conn.NetConn does.
+func (c *Conn) NetConn() net.Conn { return c.Conn }
+
 // NewConn returns c with each write bounded by d, its timeout errors named
 // by n.
 func NewConn(c net.Conn, d time.Duration, n *Names) *Conn {

@@ -195,6 +195,15 @@ func Idempotent(method string, hasKey bool) bool {
 	return hasKey
 }
 
+// IdempotentRequest is Idempotent for a request of method whose header
+// fields h holds (an http.Header, say): hasKey is whether h has an
+// Idempotency-Key or X-Idempotency-Key field, whatever its value (an empty
+// one too). Every routed call that decides a request's idempotency from its
+// headers decides it here.
+func IdempotentRequest(method string, h interface{ Values(key string) []string }) bool {
+	return Idempotent(method, len(h.Values("Idempotency-Key")) > 0 || len(h.Values("X-Idempotency-Key")) > 0)
+}
+
 // Classify is the default classification of an attempt (see the package
 // documentation). It ignores Classified and Outcome.
 func Classify(a Attempt) Outcome {

@@ -1,29 +1,7 @@
-package gateway
-
-import (
-	"bufio"
-	"context"
-	"errors"
-	"fmt"
-	"io"
-	"net"
-	"net/http/httputil"
-	"os"
-	"strings"
-	"sync"
-	"sync/atomic"
-	"syscall"
-	"time"
-
-	"github.com/valyala/fasthttp"
-
-	"github.com/lanesdev/lanes/internal/lib/addrpolicy"
-	"github.com/lanesdev/lanes/internal/lib/netbound"
-)
-
-// The fast path's upstream side: a keep-alive pool of HTTP/1.1 connections
-// per instance address, on fasthttp's request writer and response parser.
-// One sweeper goroutine, which Serve starts and Close stops, closes the
+// Package upstream is the gateway's HTTP/1.1 client of instances, on its
+// fast stack (internal/app/gateway): a keep-alive pool of connections per
+// instance address, on fasthttp's request writer and response parser.
+// One sweeper goroutine, which Client.Start starts and Client.Close stops, closes the
 // connections idle past the idle timeout, as net/http's transport does, and
 // drops the pools that have had neither a request nor an idle connection
 // for as long (those of instances that left); a pool starts no goroutine of
@@ -43,45 +21,201 @@ import (
 // goroutine that cleans idle connections for up to its idle time after the
 // gateway closes. The wire format is still fasthttp's: requests are
 // written by fasthttp.Request and answers parsed by fasthttp.Response.
+//
+// Its API has the shape of a RoundTripper (Client.RoundTrip), so that the
+// client can be measured, replaced or removed in one place; it knows
+// nothing of the gateway's rules, which reach it through Call: the
+// request's body as it streams from the client (Body), where the 1xx
+// answers go (Interim), and who is told of an answer that stalls (OnStall).
+package upstream
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http/httputil"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"github.com/lanesdev/lanes/internal/lib/addrpolicy"
+	"github.com/lanesdev/lanes/internal/lib/netbound"
+)
 
 const (
-	// maxBufferedBody is the largest response body of known length read
+	// MaxBufferedBody is the largest response body of known length read
 	// whole before it is written; larger ones, and chunked ones, stream.
-	maxBufferedBody = 1 << 20
+	MaxBufferedBody = 1 << 20
 	// upBufSize is the size of each upstream connection's read and write
 	// buffers; the read buffer holds a response head whole.
-	upBufSize = maxResponseHead
-	// maxResponseHead bounds the head of an instance's answer (its status
+	upBufSize = MaxResponseHead
+	// MaxResponseHead bounds the head of an instance's answer (its status
 	// line and header fields, with their line ends; each 1xx head on its
-	// own) on both HTTP/1.1 paths, as maxHeaderBytes bounds a request's:
+	// own) on either HTTP/1.1 stack, as maxHeaderBytes bounds a request's:
 	// the fast path parses a head in its upstream read buffer, and the
 	// net/http path's transport is given the same bound
 	// (MaxResponseHeaderBytes). A longer head fails the attempt with
-	// errResponseHeadTooLarge (502 upstream, logged, and a failure for
+	// ErrResponseHeadTooLarge (502 upstream, logged, and a failure for
 	// outlier detection), as nginx refuses an upstream's head larger than
 	// its proxy_buffer_size.
-	maxResponseHead = 16 << 10
+	MaxResponseHead = 16 << 10
 )
 
-// errResponseHeadTooLarge is an answer whose head is over maxResponseHead.
-var errResponseHeadTooLarge = fmt.Errorf("the instance's response head is over %d bytes (the gateway's limit)", maxResponseHead)
+// ErrResponseHeadTooLarge is an answer whose head is over MaxResponseHead.
+var ErrResponseHeadTooLarge = fmt.Errorf("the instance's response head is over %d bytes (the gateway's limit)", MaxResponseHead)
 
-// responseHeadTooLarge reports whether err, reading an answer's head, says
-// that it is over maxResponseHead: fasthttp's parser found it larger than
-// the read buffer, or net/http's transport larger than
-// MaxResponseHeaderBytes (an error without a type of its own, told by its
-// text).
-func responseHeadTooLarge(err error) bool {
+// headTooLarge reports whether err, reading an answer's head, says that
+// it is over MaxResponseHead: fasthttp's parser found it larger than the
+// read buffer.
+func headTooLarge(err error) bool {
 	var small *fasthttp.ErrSmallBuffer
-	return errors.As(err, &small) || strings.Contains(err.Error(), "server response headers exceeded")
+	return errors.As(err, &small)
 }
 
-// upstreams are the pools of a gateway, by instance address; copy on write.
-type upstreams struct {
+// Body is a request body that streams from the client while the attempt
+// writes it (the gateway's keptBody).
+type Body interface {
+	io.Reader
+	// Size is the body's length as the client framed it, or -1 (chunked).
+	Size() int
+	// Started reports whether any of it was read: it cannot be sent again.
+	Started() bool
+	// Failed is the error reading it from the client broke on, if any.
+	Failed() error
+	// Cut ends the body's reads: the one in flight and every later one fail
+	// at once (the instance answered before the end of the upload). A read
+	// that a cut ended is no failure of the client's (Failed).
+	Cut()
+}
+
+// Interim is where the 1xx answers of an attempt go (but 101), as they
+// come: Interim writes the head h to the client, or fails the attempt.
+type Interim interface {
+	Interim(h *fasthttp.ResponseHeader) error
+}
+
+// Call is what an attempt needs besides its request.
+type Call struct {
+	// HeaderTimeout bounds the wait for the answer's head, from the end of
+	// the request's write; 0 for none.
+	HeaderTimeout time.Duration
+	// Interim takes the 1xx answers; nil drops them (an HTTP/1.0 client).
+	Interim Interim
+	// Body is the request's body when it streams from the client; nil
+	// when the request holds it whole, or has none.
+	Body Body
+}
+
+// Options are a Client's settings; a timeout of 0 is none.
+type Options struct {
+	// MaxIdlePerHost bounds the idle connections kept per instance.
+	MaxIdlePerHost int
+	// IdleTimeout is how long an idle connection, and a pool without
+	// requests, are kept.
+	IdleTimeout time.Duration
+	// WriteTimeout bounds each write of a request (netbound).
+	WriteTimeout time.Duration
+	// ReadTimeout bounds each read of an answer's body.
+	ReadTimeout time.Duration
+	// Dial are the rules of the addresses dialled.
+	Dial *addrpolicy.Rules
+}
+
+// New returns a client with the settings o. Start starts its sweeper.
+func New(o Options) *Client {
+	return newUpstreams(o.MaxIdlePerHost, o.IdleTimeout, o.WriteTimeout, o.ReadTimeout, o.Dial)
+}
+
+// RoundTrip sends req to the instance at addr and reads its answer into
+// resp: 1xx answers (but 101) go to call.Interim as they come, the final
+// answer's body is read whole when small and of known length, else it
+// streams (resp.BodyStream; the connection goes back to its pool once the
+// body is read through and closed). unsent reports an error before any
+// byte of req left: the request may go to another instance as it is.
+func (u *Client) RoundTrip(addr string, req *fasthttp.Request, resp *fasthttp.Response, call Call) (unsent bool, err error) {
+	return u.pool(addr).do(req, resp, call.HeaderTimeout, call.Interim, call.Body)
+}
+
+// Start starts the sweeper of idle connections, unless it runs, the
+// client is closed or there is no idle timeout.
+func (u *Client) Start() { u.startSweeper() }
+
+// CloseIdleConnections closes the idle connections.
+func (u *Client) CloseIdleConnections() { u.closeIdle(false) }
+
+// Close closes every connection, idle or in use (which ends the attempts on
+// them), and closes the ones that come back later; it stops the sweeper
+// and waits for it.
+func (u *Client) Close() {
+	u.closeIdle(true)
+	u.stopSweeper()
+}
+
+// WrapDial has the dials of c go through wrap, given the dial it replaces
+// (a test taps the connections). Call it before the first RoundTrip.
+func (u *Client) WrapDial(wrap func(dial func(network, addr string) (net.Conn, error)) func(network, addr string) (net.Conn, error)) {
+	u.dial = wrap(u.dial)
+}
+
+// InUse is the number of connections to addr in use.
+func (u *Client) InUse(addr string) int {
+	p := u.pool(addr)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.out
+}
+
+// Pooled reports whether the client keeps a pool for addr (the sweeper drops
+// the pools unused for the idle timeout).
+func (u *Client) Pooled(addr string) bool {
+	m := u.m.Load()
+	return m != nil && (*m)[addr] != nil
+}
+
+// OnStall has f told, once, of a read of resp's body that the read timeout
+// ended (the answer's head has gone to the client): resp is an answer that
+// RoundTrip streams. f outlives the attempt, as the body does.
+func OnStall(resp *fasthttp.Response, f func(*ReadTimeoutError)) {
+	if b, ok := resp.BodyStream().(*upBody); ok {
+		b.stall = f
+	}
+}
+
+// Rewind puts a body that streams back on req for an attempt (writing the
+// request takes it off), unless an attempt read some of it; a body that
+// does not stream (b nil) needs nothing.
+func Rewind(b Body, req *fasthttp.Request) bool {
+	if b == nil {
+		return true
+	}
+	if b.Started() {
+		return false
+	}
+	req.SetBodyStream(b, b.Size())
+	return true
+}
+
+// interimStatus reports whether an answer of status code is one that goes
+// on to the client before the final one (103 Early Hints, say): a 1xx, but
+// 101, which is final.
+func interimStatus(code int) bool {
+	return code >= 100 && code < 200 && code != fasthttp.StatusSwitchingProtocols
+}
+
+// Client is the keep-alive pools of a gateway to its instances, one per
+// instance address (copy on write).
+type Client struct {
 	m           atomic.Pointer[map[string]*upPool]
 	mu          sync.Mutex
 	idle        int           // idle connections kept per pool
-	idleTimeout time.Duration // Config.UpstreamIdleTimeout: an idle connection, and a pool without requests, last that long
+	idleTimeout time.Duration // Config.UpstreamIdleTimeout: an idle connection, and a pool without requests, last that long; 0: forever
 	write       time.Duration // the upstream write timeout, 0 for none
 	read        time.Duration // the upstream read timeout, 0 for none
 	// dial is a net.Dialer's Dial, with the gateway's address rules (tests
@@ -94,19 +228,19 @@ type upstreams struct {
 	done chan struct{}
 }
 
-func newUpstreams(idle int, idleTimeout, writeTimeout, readTimeout time.Duration, rules *addrpolicy.Rules) *upstreams {
-	return &upstreams{idle: idle, idleTimeout: idleTimeout, write: writeTimeout, read: readTimeout,
+func newUpstreams(idle int, idleTimeout, writeTimeout, readTimeout time.Duration, rules *addrpolicy.Rules) *Client {
+	return &Client{idle: idle, idleTimeout: idleTimeout, write: writeTimeout, read: readTimeout,
 		dial: rules.Dialer(&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).Dial}
 }
 
 // startSweeper starts the sweeper unless it runs or the pools are closed.
 // It sweeps every tenth of the idle timeout, so that an idle connection is
 // closed within a tenth more than the timeout.
-func (u *upstreams) startSweeper() {
+func (u *Client) startSweeper() {
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	if u.stop != nil || u.closed {
-		return
+	if u.stop != nil || u.closed || u.idleTimeout == 0 {
+		return // without an idle timeout, nothing expires
 	}
 	ctx, stop := context.WithCancel(context.Background())
 	u.stop, u.done = stop, make(chan struct{})
@@ -127,7 +261,7 @@ func (u *upstreams) startSweeper() {
 }
 
 // stopSweeper stops the sweeper and waits for it to return.
-func (u *upstreams) stopSweeper() {
+func (u *Client) stopSweeper() {
 	u.mu.Lock()
 	stop, done := u.stop, u.done
 	u.stop, u.done = nil, nil
@@ -141,7 +275,7 @@ func (u *upstreams) stopSweeper() {
 // sweep closes the connections idle since before now less the idle
 // timeout, and drops the pools that have had no request since then and
 // keep no connection.
-func (u *upstreams) sweep(now time.Time) {
+func (u *Client) sweep(now time.Time) {
 	m := u.m.Load()
 	if m == nil {
 		return
@@ -169,7 +303,7 @@ func (u *upstreams) sweep(now time.Time) {
 }
 
 // pool returns the pool of the instance at addr.
-func (u *upstreams) pool(addr string) *upPool {
+func (u *Client) pool(addr string) *upPool {
 	if m := u.m.Load(); m != nil {
 		if p := (*m)[addr]; p != nil {
 			return p
@@ -197,7 +331,7 @@ func (u *upstreams) pool(addr string) *upPool {
 
 // closeIdle closes every idle connection, and with final marks the pools
 // closed: a connection that comes back later is closed.
-func (u *upstreams) closeIdle(final bool) {
+func (u *Client) closeIdle(final bool) {
 	u.mu.Lock()
 	if final {
 		u.closed = true
@@ -217,7 +351,7 @@ func (u *upstreams) closeIdle(final bool) {
 // upPool is the keep-alive pool of one instance address.
 type upPool struct {
 	addr   string
-	u      *upstreams
+	u      *Client
 	mu     sync.Mutex
 	idle   []*upConn // most recently used last
 	out    int       // connections in use
@@ -253,28 +387,27 @@ type upConn struct {
 // (upConn) and the net/http path's transport (netbound.Conn); and answers
 // to clients alike (prefixConn, clientListener).
 var (
-	instanceWrites = &netbound.Names{Peer: "instance", What: "request", Setting: "upstream write timeout"}
-	clientWrites   = &netbound.Names{Peer: "client", What: "answer", Setting: "client write timeout"}
+	InstanceWrites = &netbound.Names{Peer: "instance", What: "request", Setting: "upstream write timeout"}
 )
 
-// readTimeoutError is a read of an answer's body from an instance that sent
-// nothing of it within the upstream read timeout, on both HTTP/1.1 paths.
-type readTimeoutError struct {
-	d   time.Duration
-	err error
+// ReadTimeoutError is a read of an answer's body from an instance that sent
+// nothing of it within the upstream read timeout, on either HTTP/1.1 stack.
+type ReadTimeoutError struct {
+	D   time.Duration // the upstream read timeout
+	Err error         // the read's own error
 }
 
-func (e *readTimeoutError) Error() string {
-	return fmt.Sprintf("the instance sent none of the answer's body for %s (the upstream read timeout)", e.d)
+func (e *ReadTimeoutError) Error() string {
+	return fmt.Sprintf("the instance sent none of the answer's body for %s (the upstream read timeout)", e.D)
 }
-func (e *readTimeoutError) Unwrap() error { return e.err }
-func (e *readTimeoutError) Timeout() bool { return true }
+func (e *ReadTimeoutError) Unwrap() error { return e.Err }
+func (e *ReadTimeoutError) Timeout() bool { return true }
 
 // Read reads c's connection for its read buffer. While the answer's body is
 // read (c.body), each read is bounded by the upstream read timeout, as
 // nginx's proxy_read_timeout bounds the time between two reads: an instance
 // that sends nothing of the body for that long fails the read with a
-// *readTimeoutError. The deadline is kept as the write bound keeps its own
+// *ReadTimeoutError. The deadline is kept as the write bound keeps its own
 // (netbound.Keep).
 func (c *upConn) Read(p []byte) (int, error) {
 	if c.body > 0 {
@@ -282,7 +415,7 @@ func (c *upConn) Read(p []byte) (int, error) {
 	}
 	n, err := c.c.Read(p)
 	if err != nil && c.body > 0 && errors.Is(err, os.ErrDeadlineExceeded) {
-		err = &readTimeoutError{d: c.body, err: err}
+		err = &ReadTimeoutError{D: c.body, Err: err}
 	}
 	return n, err
 }
@@ -345,7 +478,7 @@ func (p *upPool) get(now time.Time) (c *upConn, reused bool, err error) {
 		c = p.idle[len(p.idle)-1]
 		p.idle[len(p.idle)-1] = nil
 		p.idle = p.idle[:len(p.idle)-1]
-		if now.Sub(c.used) >= p.u.idleTimeout {
+		if p.u.idleTimeout > 0 && now.Sub(c.used) >= p.u.idleTimeout {
 			c.close()
 			continue
 		}
@@ -366,7 +499,7 @@ func (p *upPool) get(now time.Time) (c *upConn, reused bool, err error) {
 		p.mu.Unlock()
 		return nil, false, &unsentError{err}
 	}
-	c = &upConn{c: nc, w: netbound.Writer{C: nc, D: p.u.write, Names: instanceWrites}}
+	c = &upConn{c: nc, w: netbound.Writer{C: nc, D: p.u.write, Names: InstanceWrites}}
 	c.idle.init(nc)
 	c.br = bufio.NewReaderSize(c, upBufSize)
 	c.bw = bufio.NewWriterSize(&c.w, upBufSize)
@@ -498,26 +631,26 @@ var errHeaderTimeout = errors.New("timeout awaiting response headers")
 // answer, is sent once more on a new connection, as net/http's transport
 // does, unless its body streams from the client (body) and some of it was
 // read: that is not sent twice.
-func (p *upPool) do(req *fasthttp.Request, resp *fasthttp.Response, headerTimeout time.Duration, ctx *fasthttp.RequestCtx, body *keptBody) (err error, unsent bool) {
+func (p *upPool) do(req *fasthttp.Request, resp *fasthttp.Response, headerTimeout time.Duration, to1xx Interim, body Body) (unsent bool, err error) {
 	for try := 0; ; try++ {
 		now := time.Now()
 		c, reused, err := p.get(now)
 		if err != nil {
-			return err, true
+			return true, err
 		}
-		retry, err := p.roundTrip(c, req, resp, now, headerTimeout, ctx, body)
+		retry, err := p.roundTrip(c, req, resp, now, headerTimeout, to1xx, body)
 		if err == nil {
-			return nil, false
+			return false, nil
 		}
 		p.discard(c)
-		if retry && reused && try == 0 && body.rewind(req) {
+		if retry && reused && try == 0 && Rewind(body, req) {
 			resp.Reset()
 			continue
 		}
 		if errors.Is(err, io.EOF) {
 			err = io.ErrUnexpectedEOF
 		}
-		return err, false
+		return false, err
 	}
 }
 
@@ -527,10 +660,10 @@ func (p *upPool) do(req *fasthttp.Request, resp *fasthttp.Response, headerTimeou
 // counts from it, and the connection counts as idle from it when it comes
 // back (sooner than it is). A request whose body streams from the client
 // (body) is sent by roundTripStream, which reads the answer as it writes.
-func (p *upPool) roundTrip(c *upConn, req *fasthttp.Request, resp *fasthttp.Response, now time.Time, headerTimeout time.Duration, ctx *fasthttp.RequestCtx, body *keptBody) (retry bool, err error) {
+func (p *upPool) roundTrip(c *upConn, req *fasthttp.Request, resp *fasthttp.Response, now time.Time, headerTimeout time.Duration, to1xx Interim, body Body) (retry bool, err error) {
 	c.body = 0 // the head first
 	if body != nil {
-		return p.roundTripStream(c, req, resp, headerTimeout, ctx, body)
+		return p.roundTripStream(c, req, resp, headerTimeout, to1xx, body)
 	}
 	werr := req.Write(c.bw)
 	if werr == nil {
@@ -556,7 +689,7 @@ func (p *upPool) roundTrip(c *upConn, req *fasthttp.Request, resp *fasthttp.Resp
 	} else {
 		c.noDeadline()
 	}
-	if retry, err := readHead(c, resp, ctx); err != nil {
+	if retry, err := readHead(c, resp, to1xx); err != nil {
 		return retry, err
 	}
 	return false, p.readAnswer(c, req, resp, now)
@@ -575,8 +708,8 @@ func (p *upPool) roundTrip(c *upConn, req *fasthttp.Request, resp *fasthttp.Resp
 // may be sent once more on a new connection: not after a write that timed
 // out, since the instance that did not take it is hung, or reads nothing
 // more of this request.
-func afterWrite(werr error, req *fasthttp.Request, body *keptBody) (look bool, slack time.Duration, again bool) {
-	usable := body.failed() == nil && !req.Header.ConnectionClose()
+func afterWrite(werr error, req *fasthttp.Request, body Body) (look bool, slack time.Duration, again bool) {
+	usable := (body == nil || body.Failed() == nil) && !req.Header.ConnectionClose()
 	var wt *netbound.TimeoutError
 	if errors.As(werr, &wt) {
 		return usable, netbound.Slack(wt.D), false
@@ -589,15 +722,15 @@ func afterWrite(werr error, req *fasthttp.Request, body *keptBody) (look bool, s
 // with ctx nil (an HTTP/1.0 client, RFC 9110 15.2) they are read and
 // dropped. retry reports an error of a
 // connection that gave no byte of answer.
-func readHead(c *upConn, resp *fasthttp.Response, ctx *fasthttp.RequestCtx) (retry bool, err error) {
+func readHead(c *upConn, resp *fasthttp.Response, to1xx Interim) (retry bool, err error) {
 	for first := true; ; first = false {
 		if err := resp.Header.Read(c.br); err != nil {
 			var ne net.Error
 			if errors.Is(err, fasthttp.ErrTimeout) || errors.As(err, &ne) && ne.Timeout() {
 				return false, errHeaderTimeout
 			}
-			if responseHeadTooLarge(err) {
-				return false, errResponseHeadTooLarge
+			if headTooLarge(err) {
+				return false, ErrResponseHeadTooLarge
 			}
 			return first && c.br.Buffered() == 0, err
 		}
@@ -608,12 +741,11 @@ func readHead(c *upConn, resp *fasthttp.Response, ctx *fasthttp.RequestCtx) (ret
 		// which the gateway keeps open, and take the next answer on it as
 		// more of this one.
 		resp.Header.SetProtocol(nil)
-		if !interim(resp.StatusCode()) {
+		if !interimStatus(resp.StatusCode()) {
 			return false, nil
 		}
-		if ctx != nil {
-			interimHeaders((*fastRespFields)(&resp.Header))
-			if _, err := ctx.Conn().Write(resp.Header.Header()); err != nil {
+		if to1xx != nil {
+			if err := to1xx.Interim(&resp.Header); err != nil {
 				return false, err
 			}
 		}
@@ -633,7 +765,7 @@ func (p *upPool) readAnswer(c *upConn, req *fasthttp.Request, resp *fasthttp.Res
 	if code == fasthttp.StatusSwitchingProtocols {
 		// The fast path serves no upgrade (classify): what follows on the
 		// connection is no HTTP answer.
-		return &switchError{got: string(resp.Header.Peek("Upgrade"))}
+		return &SwitchError{Got: string(resp.Header.Peek("Upgrade"))}
 	}
 	if req.Header.IsHead() || code == fasthttp.StatusNoContent || code == fasthttp.StatusNotModified {
 		resp.SkipBody = true
@@ -641,12 +773,12 @@ func (p *upPool) readAnswer(c *upConn, req *fasthttp.Request, resp *fasthttp.Res
 		return nil
 	}
 	n := resp.Header.ContentLength()
-	if n >= 0 && n <= maxBufferedBody {
+	if n >= 0 && n <= MaxBufferedBody {
 		if c.br.Buffered() < n && c.body == 0 {
 			c.noDeadline()
 		}
 		if err := resp.ReadBody(c.br, 0); err != nil {
-			var rt *readTimeoutError
+			var rt *ReadTimeoutError
 			if errors.As(err, &rt) {
 				err = rt // in its own words, whatever the parser made of it
 			}
@@ -674,26 +806,26 @@ func (p *upPool) readAnswer(c *upConn, req *fasthttp.Request, resp *fasthttp.Res
 // (300 and over) is in before the end of the body, the write stops
 // (uploadCut), the rest of the body is not sent, and the answer goes to
 // the client; the connection is not used again, and the client's closes
-// after the answer, the rest of its body unread (fastPath.serve). An
+// after the answer, the rest of its body unread (fastStack.handle). An
 // early 2xx does not stop the write: a full-duplex handler answers first
 // and reads on, and gets the whole body, as from net/http's transport; the
 // answer's body is read once the request is written. 1xx answers go on to the client as they come, during
 // the upload too. The head is awaited without a deadline while the body
 // streams (each write is bounded by the upstream write timeout, each read
-// of the client's body by readTimeout); the response-header timeout
+// of the client's body by the client read timeout); the response-header timeout
 // counts from the end of the write.
-func (p *upPool) roundTripStream(c *upConn, req *fasthttp.Request, resp *fasthttp.Response, headerTimeout time.Duration, ctx *fasthttp.RequestCtx, body *keptBody) (retry bool, err error) {
+func (p *upPool) roundTripStream(c *upConn, req *fasthttp.Request, resp *fasthttp.Response, headerTimeout time.Duration, to1xx Interim, body Body) (retry bool, err error) {
 	c.noDeadline()
-	u := &uploadCut{client: body.conn}
+	u := &uploadCut{body: body}
 	u.up = cutConn{Conn: c.c, u: u}
-	body.conn, c.w.C = u, &u.up
-	defer func() { body.conn, c.w.C = u.client, c.c }()
+	c.w.C = &u.up
+	defer func() { c.w.C = c.c }()
 	heads := make(chan headResult, 1)
 	go func() {
 		// Until it returns, the head's reads of c (c.br, and upConn.Read,
 		// which leaves the read deadline alone while c.body is 0) and resp
 		// are this goroutine's; this one only sets the read deadline.
-		retry, err := readHead(c, resp, ctx)
+		retry, err := readHead(c, resp, to1xx)
 		if err != nil || resp.StatusCode() >= 300 {
 			// A refusal (or a failed connection): the rest of the body
 			// would go nowhere. A 2xx goes on taking the body (a
@@ -707,7 +839,7 @@ func (p *upPool) roundTripStream(c *upConn, req *fasthttp.Request, resp *fasthtt
 		werr = c.bw.Flush()
 	}
 	cut := u.finish()
-	now := time.Now() // the wait for the answer counts from the end of the write, as on net/http
+	now := time.Now() // the wait for the answer counts from the end of the write, as net/http's transport counts it
 	look, again := false, true
 	switch {
 	case cut:
@@ -730,11 +862,6 @@ func (p *upPool) roundTripStream(c *upConn, req *fasthttp.Request, resp *fasthtt
 		}
 	}
 	h := <-heads
-	if cut {
-		// A read of the client's body that the cut ended is no failure
-		// of the client's.
-		body.err = nil
-	}
 	switch {
 	case cut && h.err == nil:
 		// The answer came before the end of the body.
@@ -768,31 +895,16 @@ type headResult struct {
 
 // uploadCut stops the write of a request whose body streams
 // (roundTripStream) once the instance has answered, or its connection has
-// failed, before the end of the body: it sets the deadlines that the write
-// waits on to now, the client connection's read deadline (the body's next
-// part) and the instance connection's write deadline. The write sets those
-// deadlines before each read and write through it (keptBody.conn,
-// upConn.w), so that one set after the cut cannot undo it.
+// failed, before the end of the body: it cuts the body (Body.Cut: its reads
+// from the client fail at once) and sets the instance connection's write
+// deadline to now. The write sets that deadline before each write through
+// it (upConn.w), so that one set after the cut cannot undo it.
 type uploadCut struct {
-	mu     sync.Mutex
-	done   bool // the write has returned: nothing to cut
-	cut    bool
-	client interface{ SetReadDeadline(time.Time) error } // the body's
-	up     cutConn                                       // the instance's
-}
-
-// SetReadDeadline sets the client connection's read deadline, or now once
-// cut.
-func (u *uploadCut) SetReadDeadline(t time.Time) error {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	if u.cut {
-		t = time.Now()
-	}
-	if u.client == nil {
-		return nil
-	}
-	return u.client.SetReadDeadline(t)
+	mu   sync.Mutex
+	done bool // the write has returned: nothing to cut
+	cut  bool
+	body Body
+	up   cutConn // the instance's
 }
 
 // stop cuts the write, unless it has returned.
@@ -803,11 +915,8 @@ func (u *uploadCut) stop() {
 		return
 	}
 	u.cut = true
-	now := time.Now()
-	if u.client != nil {
-		u.client.SetReadDeadline(now)
-	}
-	u.up.Conn.SetWriteDeadline(now)
+	u.body.Cut()
+	u.up.Conn.SetWriteDeadline(time.Now())
 }
 
 // finish marks the write returned, and reports whether it was cut.
@@ -850,18 +959,18 @@ func (p *upPool) done(c *upConn, req *fasthttp.Request, resp *fasthttp.Response,
 	p.put(c, now)
 }
 
-// switchError is a 101 Switching Protocols answer to a request that did
+// SwitchError is a 101 Switching Protocols answer to a request that did
 // not ask to switch to that protocol (asked is its Upgrade, "" for none),
-// on both HTTP/1.1 paths: the attempt fails (502 upstream) and the
+// on either HTTP/1.1 stack: the attempt fails (502 upstream) and the
 // connection, on which the instance speaks another protocol, is closed.
 // (httputil.ReverseProxy refuses it too, but leaves the connection open.)
-type switchError struct{ asked, got string }
+type SwitchError struct{ Asked, Got string }
 
-func (e *switchError) Error() string {
-	if e.asked == "" {
-		return fmt.Sprintf("the instance switched protocols (to %q) on a request that asked for no upgrade", e.got)
+func (e *SwitchError) Error() string {
+	if e.Asked == "" {
+		return fmt.Sprintf("the instance switched protocols (to %q) on a request that asked for no upgrade", e.Got)
 	}
-	return fmt.Sprintf("the instance switched protocols to %q when %q was asked", e.got, e.asked)
+	return fmt.Sprintf("the instance switched protocols to %q when %q was asked", e.Got, e.Asked)
 }
 
 // upBody streams a response body from its upstream connection, and gives
@@ -874,10 +983,10 @@ type upBody struct {
 	chunked bool
 	eof     bool
 	closed  bool
-	// stall tells of a read that the upstream read timeout ended (the
-	// answer's head has gone to the client), once; unset (g nil) before
-	// the attempt returns.
-	stall stallNote
+	// stall is told of a read that the upstream read timeout ended (the
+	// answer's head has gone to the client), once; nil before the attempt
+	// returns (OnStall).
+	stall func(*ReadTimeoutError)
 }
 
 func newUpBody(p *upPool, c *upConn, req *fasthttp.Request, resp *fasthttp.Response, n int) *upBody {
@@ -895,11 +1004,11 @@ func newUpBody(p *upPool, c *upConn, req *fasthttp.Request, resp *fasthttp.Respo
 
 func (b *upBody) Read(p []byte) (int, error) {
 	n, err := b.r.Read(p)
-	if err != nil && err != io.EOF && b.stall.g != nil {
-		var rt *readTimeoutError
+	if err != nil && err != io.EOF && b.stall != nil {
+		var rt *ReadTimeoutError
 		if errors.As(err, &rt) {
-			b.stall.report(rt)
-			b.stall.g = nil
+			b.stall(rt)
+			b.stall = nil
 		}
 	}
 	if err == io.EOF {

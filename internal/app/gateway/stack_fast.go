@@ -4,44 +4,72 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
+	"github.com/lanesdev/lanes/internal/app/gateway/upstream"
+	"github.com/lanesdev/lanes/internal/lib/addrpolicy"
+	"github.com/lanesdev/lanes/internal/lib/netbound"
+	"github.com/lanesdev/lanes/internal/lib/routedcall"
+	"github.com/lanesdev/lanes/lane"
+	"github.com/lanesdev/lanes/routing"
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttpadaptor"
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace"
-
-	"github.com/lanesdev/lanes/internal/lib/routedcall"
-	"github.com/lanesdev/lanes/lane"
-	"github.com/lanesdev/lanes/routing"
 )
 
-// The fast HTTP/1.1 path: fasthttp's server parses the client's request, the
-// gateway's rules run over it as they do for net/http (admit, assign,
-// forward, writeLane, routed, callFailed, fail), and the attempts go to the
+// The fast stack: fasthttp's server parses the client's request, the
+// core's rules run over it (admit, assign, forward, writeLane, routed,
+// callFailed, fail, and the framing rules), and the attempts go to the
 // instance over the gateway's own keep-alive pools (upstream.go), which read
 // the answer straight into the response that fasthttp writes. The server
 // streams request bodies (Server.StreamRequestBody): the handler runs once
 // the head is in, reads a small body of known length whole, and hands a
 // larger or chunked one to the attempt, which copies it upstream as the
-// client sends it (fastPath.takeBody). Requests that the path does not serve
-// itself go to the net/http handler (ServeHTTP) through fasthttpadaptor:
+// client sends it (fastStack.takeBody). Requests that the stack does not
+// serve itself go to the net/http stack's handler through fasthttpadaptor:
 // upgrades (WebSocket), requests that ask for trailers (TE: trailers), and
 // request targets other than an origin-form path.
 
-// fastState is the part of a request's state that the fast path uses.
-type fastState struct {
+// fastReq is the state of a request on the fast stack: the core's, the
+// views of the fasthttp request that the rules read and write, the
+// attempts, and the request's body.
+type fastReq struct {
+	reqState
 	in   fastIn
 	out  fastReqFields
 	send fastSend
+	// stream is the request's body while it streams (takeBody): the
+	// core's body then.
+	stream keptBody
+	// bodyBuf holds a small request body (takeBody).
+	bodyBuf []byte
+}
+
+func (f *fastStack) putReq(st *fastReq) {
+	buf, bodyBuf := st.buf[:0], st.bodyBuf[:0]
+	*st = fastReq{}
+	st.buf, st.bodyBuf = buf, bodyBuf
+	f.pool.Put(st)
+}
+
+// btoi is 1 for true, 0 for false.
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // b2s views b as a string, without copying: valid as long as b is.
@@ -55,12 +83,15 @@ type fastIn struct {
 }
 
 func (f *fastIn) Get(key string) string { return b2s(f.ctx.Request.Header.Peek(key)) }
+
 func (f *fastIn) Values(key string) []string {
 	return viewAll(f.vals[:0], f.ctx.Request.Header.PeekAll(key))
 }
+
 func (f *fastIn) Set(key, value string) {}
 func (f *fastIn) Del(key string)        {}
 func (f *fastIn) hostHeader() string    { return b2s(f.ctx.Request.Header.Host()) }
+
 func (f *fastIn) peer() netip.Addr {
 	switch a := f.ctx.RemoteAddr().(type) {
 	case *net.TCPAddr:
@@ -94,13 +125,16 @@ type fastReqFields struct {
 }
 
 func (f *fastReqFields) Get(key string) string { return b2s(f.h.Peek(key)) }
+
 func (f *fastReqFields) Values(key string) []string {
 	return viewAll(f.vals[:0], f.h.PeekAll(key))
 }
+
 func (f *fastReqFields) Set(key, value string)             { f.h.Set(key, value) }
 func (f *fastReqFields) Del(key string)                    { f.h.Del(key) }
 func (f *fastReqFields) setBytes(key string, v []byte)     { f.h.SetBytesV(key, v) }
 func (f *fastReqFields) setVals(key string, vals []string) { setAll(f.h, key, vals) }
+
 func (f *fastReqFields) Keys() []string {
 	var keys []string
 	for k := range f.h.All() {
@@ -116,6 +150,7 @@ func setAll(h interface {
 	Add(key, value string)
 	Del(key string)
 }, key string, vals []string) {
+
 	switch len(vals) {
 	case 0:
 		h.Del(key)
@@ -151,15 +186,24 @@ func (o *fastOut) header() fields         { return (*fastRespFields)(&o.Response
 func (o *fastOut) writeHeader(status int) { o.Response.SetStatusCode(status) }
 func (o *fastOut) writeString(s string)   { o.Response.AppendBodyString(s) }
 
-// fastPath serves HTTP/1.1 on fasthttp for a gateway.
-type fastPath struct {
-	g   *Gateway
-	std fasthttp.RequestHandler // the net/http handler, through fasthttpadaptor
+// fastStack is the fasthttp stack of a gateway.
+type fastStack struct {
+	g *Gateway
+	// std is the net/http stack: it serves the HTTP/2 connections, and
+	// the requests that this stack hands over (adapt) through adaptor.
+	std     *stdStack
+	adaptor fasthttp.RequestHandler
+	// up are the keep-alive pools to instances.
+	up      *upstream.Client
+	pool    sync.Pool // *fastReq
+	servers serverSet[*fastServer]
 }
 
-func newFastPath(g *Gateway) *fastPath {
-	f := &fastPath{g: g}
-	f.std = fasthttpadaptor.NewFastHTTPHandler(http.HandlerFunc(f.serveAdapted))
+func newFastStack(g *Gateway, std *stdStack, dial *addrpolicy.Rules) *fastStack {
+	f := &fastStack{g: g, std: std, up: upstream.New(upstream.Options{MaxIdlePerHost: g.idle, IdleTimeout: g.upIdle,
+		WriteTimeout: g.writeTimeout, ReadTimeout: g.readTimeout, Dial: dial})}
+	f.adaptor = fasthttpadaptor.NewFastHTTPHandler(http.HandlerFunc(f.serveAdapted))
+	f.pool.New = func() any { return new(fastReq) }
 	return f
 }
 
@@ -255,6 +299,7 @@ func droppedTE(h *fasthttp.RequestHeader) bool {
 // 9110 7.6.1), as httputil.ReverseProxy removes them; Expect is answered by
 // the fast path's server, which asks for the body before the handler runs.
 var hopHeaders = [...]string{"Connection", "Proxy-Connection", "Keep-Alive", "Proxy-Authenticate",
+
 	"Proxy-Authorization", "Te", "Trailer", "Transfer-Encoding", "Upgrade", "Expect"}
 
 // delHop removes the hop-by-hop headers from a request's headers h, and
@@ -306,6 +351,7 @@ func dropHop(h interface {
 	Peek(key string) []byte
 	Del(key string)
 }, found *[len(hopHeaders)]bool) {
+
 	if found[0] {
 		for _, f := range bytes.Split(h.Peek("Connection"), []byte{','}) { // rare: allocates
 			if f = bytes.TrimSpace(f); len(f) > 0 {
@@ -323,14 +369,14 @@ func dropHop(h interface {
 // malformed refuses a request that fasthttp's server took but the gateway
 // does not (msg says why): 400 bad_request, counted, and the connection
 // closed, as the server refuses a head it cannot parse (Gateway.refuse).
-func (f *fastPath) malformed(ctx *fasthttp.RequestCtx, msg string) {
+func (f *fastStack) malformed(ctx *fasthttp.RequestCtx, msg string) {
 	ctx.SetConnectionClose()
 	f.g.m.errors(codeBadRequest)
 	f.g.fail((*fastOut)(ctx), false, http.StatusBadRequest, codeBadRequest, msg)
 }
 
-// serve is the fast path's fasthttp handler.
-func (f *fastPath) serve(ctx *fasthttp.RequestCtx) {
+// handle is the fast stack's fasthttp handler.
+func (f *fastStack) handle(ctx *fasthttp.RequestCtx) {
 	path, how := classify(ctx)
 	switch how {
 	case fastStd:
@@ -348,8 +394,7 @@ func (f *fastPath) serve(ctx *fasthttp.RequestCtx) {
 	g := f.g
 	out := (*fastOut)(ctx)
 	if !g.enter() {
-		ctx.SetConnectionClose()
-		g.fail(out, false, http.StatusServiceUnavailable, codeClosed, "lanes: the gateway is closing")
+		g.closingAnswer(out, false)
 		return
 	}
 	handedOver := false // to untilClose, which exits in its turn
@@ -358,22 +403,20 @@ func (f *fastPath) serve(ctx *fasthttp.RequestCtx) {
 			g.exit()
 		}
 	}()
-	// The client's Connection: close, and every chunked request (as on the
-	// net/http path; see Request smuggling in the package documentation),
-	// close the connection after the answer; so does a closing gateway.
-	// The answer is read into ctx.Response, which resets it: this is set last.
-	closeAfter := ctx.Request.Header.ConnectionClose() || ctx.Request.Header.ContentLength() == -1
+	// The client's Connection: close, and the framing rules
+	// (Gateway.closeAfter), close the connection after the answer. The
+	// answer is read into ctx.Response, which resets it: this is set last.
+	frame := framingOf(1, btoi(ctx.Request.Header.IsHTTP11()), ctx.Request.Header.ContentLength() == -1)
+	closeAfter := ctx.Request.Header.ConnectionClose()
 	defer func() {
-		if closeAfter || g.closing.Load() {
+		if closeAfter || g.closeAfter(frame) {
 			ctx.SetConnectionClose()
 		}
 	}()
-	st := g.pool.Get().(*reqState)
-	defer g.release(st)
-	st.g = g
-	fs := &st.fast
-	fs.in.ctx = ctx
-	if !g.admit(ctx, st, &fs.in, path, out) {
+	st := f.pool.Get().(*fastReq)
+	defer f.putReq(st)
+	st.in.ctx = ctx
+	if !g.admit(ctx, &st.reqState, &st.in, path, out) {
 		return
 	}
 	bodyless, ok := f.takeBody(ctx, st)
@@ -407,30 +450,31 @@ func (f *fastPath) serve(ctx *fasthttp.RequestCtx) {
 	// the forwarding headers, in HTTP/1.1. Nothing reads the client's
 	// request after this but the attempts.
 	preserve := g.preserve && len(ctx.Request.Header.Host()) > 0
-	idem := routedcall.Idempotent(b2s(ctx.Method()), len(ctx.Request.Header.Peek("Idempotency-Key")) > 0 || len(ctx.Request.Header.Peek("X-Idempotency-Key")) > 0)
+	idem := idempotent(b2s(ctx.Method()), &st.in)
 	req := &ctx.Request
 	// The target and Host go as the header holds them, not as the server's
 	// parsed URI would write them again.
 	req.SetRequestURIBytes(req.Header.RequestURI())
 	req.UseHostHeader = true
 	req.Header.SetNoDefaultContentType(true)
-	interim := ctx // the client that 1xx answers go on to
+	to1xx := ctx // the client that 1xx answers go on to
+	if !frame.passInterim() {
+		to1xx = nil
+	}
 	if !req.Header.IsHTTP11() {
-		// No 1xx answer to an HTTP/1.0 client (RFC 9110, 15.2).
-		interim = nil
 		req.Header.SetProtocol("HTTP/1.1")
 	}
 	delHop(&req.Header, st.body != nil && st.body.size == -1)
-	fs.out.h = &req.Header
-	g.stripFast(&req.Header)
-	g.forward(&fs.out, &fs.in, st, false)
+	st.out.h = &req.Header
+	f.stripLaneHeaders(&req.Header)
+	g.forward(&st.out, &st.in, &st.reqState, false)
 	if st.route.StripPrefix {
-		stripFast(&req.Header, st.route.prefix)
+		stripTarget(&req.Header, st.route.prefix)
 	}
 
 	var cspan trace.Span
-	s := &fs.send
-	*s = fastSend{g: g, st: st, req: req, resp: resp, out: &fs.out, ctx: ctx, interim: interim, bodyless: bodyless, preserve: preserve}
+	s := &st.send
+	*s = fastSend{g: g, up: f.up, st: st, req: req, resp: resp, out: &st.out, ctx: ctx, to1xx: to1xx, bodyless: bodyless, preserve: preserve}
 	if span != nil {
 		cctx, cs := g.tracer.Start(callCtx, s.methodString(), trace.WithSpanKind(trace.SpanKindClient),
 			trace.WithAttributes(semconv.HTTPRequestMethodKey.String(string(ctx.Method())), semconv.ServerAddress(st.route.Service)))
@@ -440,7 +484,7 @@ func (f *fastPath) serve(ctx *fasthttp.RequestCtx) {
 			cs.End()
 		}
 	}
-	err := g.routed(ctx, st, idem, s)
+	err := g.routed(ctx, &st.reqState, idem, s)
 	if err == nil {
 		err = s.err
 	}
@@ -449,18 +493,18 @@ func (f *fastPath) serve(ctx *fasthttp.RequestCtx) {
 		if s.err == nil && st.picked {
 			status = resp.StatusCode()
 		}
-		g.endSpan(cspan, st, status, err)
+		g.endSpan(cspan, &st.reqState, status, err)
 	}
 	if err != nil {
 		resp.Reset()
-		g.laneHeaders(st, out.header())
-		g.callFailed(out, st, err, false)
+		g.laneHeaders(&st.reqState, out.header())
+		g.callFailed(out, &st.reqState, err, false)
 		return
 	}
 	delHopAnswer(&resp.Header)
-	g.laneHeaders(st, out.header())
+	g.laneHeaders(&st.reqState, out.header())
 	g.m.served(st.pick().Lane)
-	if unframed(resp, interim == nil) {
+	if unframed(resp, frame.http10) {
 		handedOver = true
 		f.untilClose(ctx, true)
 	}
@@ -489,9 +533,9 @@ func unframed(resp *fasthttp.Response, http10 bool) bool {
 // timeout (prefixConn), each read by the upstream read timeout (upConn).
 //
 // An answer that the instance cuts short ends with a reset of the client's
-// connection (reset), as on the std path: ended as a whole answer ends, it
+// connection (reset), as the net/http stack's (resetOnAbort): ended as a whole answer ends, it
 // would look whole.
-func (f *fastPath) untilClose(ctx *fasthttp.RequestCtx, exit bool) {
+func (f *fastStack) untilClose(ctx *fasthttp.RequestCtx, exit bool) {
 	resp := &ctx.Response
 	resp.Header.Del(fasthttp.HeaderTransferEncoding) // the adaptor's chunked
 	resp.Header.SetContentLength(-2)                 // no length, no coding; Connection: close
@@ -528,9 +572,11 @@ func (f *fastPath) untilClose(ctx *fasthttp.RequestCtx, exit bool) {
 
 func (s *fastSend) methodString() string { return string(s.ctx.Method()) }
 
-// stripFast removes from h what stripLaneHeaders removes from a net/http
-// header: without allocating, unless a look-alike spelling is there.
-func (g *Gateway) stripFast(h *fasthttp.RequestHeader) {
+// stripLaneHeaders removes from h what the net/http stack's
+// stripLaneHeaders removes from a net/http header (Gateway.strippedName):
+// without allocating, unless a look-alike spelling is there.
+func (f *fastStack) stripLaneHeaders(h *fasthttp.RequestHeader) {
+	g := f.g
 	for _, name := range g.stripped {
 		h.Del(name)
 	}
@@ -545,9 +591,9 @@ func (g *Gateway) stripFast(h *fasthttp.RequestHeader) {
 	}
 }
 
-// stripFast removes the route's prefix p from the request target of h, as
-// stripURL does from a net/http request's URL.
-func stripFast(h *fasthttp.RequestHeader, p string) {
+// stripTarget removes the route's prefix p from the request target of h,
+// as stripURL does from a net/http request's URL.
+func stripTarget(h *fasthttp.RequestHeader, p string) {
 	uri := b2s(h.RequestURI())
 	rawPath, query, hasQuery := strings.Cut(uri, "?")
 	u := url.URL{Path: rawPath}
@@ -570,9 +616,10 @@ func stripFast(h *fasthttp.RequestHeader, p string) {
 // fastSend sends the attempts of a fasthttp request.
 type fastSend struct {
 	g        *Gateway
-	st       *reqState
+	up       *upstream.Client
+	st       *fastReq
 	ctx      *fasthttp.RequestCtx
-	interim  *fasthttp.RequestCtx // ctx, or nil for an HTTP/1.0 client: where 1xx answers go
+	to1xx    *fasthttp.RequestCtx // ctx, or nil when 1xx answers do not go on (framing.passInterim)
 	req      *fasthttp.Request
 	resp     *fasthttp.Response
 	out      *fastReqFields
@@ -590,26 +637,31 @@ func (s *fastSend) send(pick routing.Result) (routedcall.Attempt, bool) {
 	if s.trace != nil {
 		traceContext.Inject(s.trace, s.out)
 	}
-	if !s.st.body.rewind(s.req) {
+	if !upstream.Rewind(bodyOf(s.st.body), s.req) {
 		// Not reached: replayable allows no attempt after one that read
 		// the body.
 		s.err = errBodyGone
-		return attempt(s.st, 0, "", s.err, false), false
+		return attempt(&s.st.reqState, 0, "", s.err, false), false
 	}
 	var unsent bool
-	s.err, unsent = s.g.up.pool(pick.Instance.Addr).do(s.req, s.resp, s.g.headerTimeout, s.interim, s.st.body)
+	call := upstream.Call{HeaderTimeout: s.g.headerTimeout, Body: bodyOf(s.st.body)}
+	if s.to1xx != nil {
+		call.Interim = s
+	}
+	unsent, s.err = s.up.RoundTrip(pick.Instance.Addr, s.req, s.resp, call)
 	if s.err != nil {
-		a := attempt(s.st, 0, "", s.err, unsent)
+		a := attempt(&s.st.reqState, 0, "", s.err, unsent)
 		// An attempt that Close cut short says nothing about the instance,
-		// as on net/http, whose Close cancels the request.
+		// as net/http's Close, which cancels the request, says nothing.
 		a.CallerGone = a.CallerGone || s.g.closing.Load()
 		return a, false
 	}
-	if b, ok := s.resp.BodyStream().(*upBody); ok {
+	if s.resp.IsBodyStream() {
 		// The body streams after the handler returns, and st with it.
-		b.stall = stallNote{g: s.g, service: s.st.route.Service, pick: pick}
+		note := stallNote{g: s.g, service: s.st.route.Service, pick: pick}
+		upstream.OnStall(s.resp, func(err *upstream.ReadTimeoutError) { note.report(err) })
 	}
-	return attempt(s.st, s.resp.StatusCode(), b2s(s.resp.Header.Peek(hError)), nil, false), false
+	return attempt(&s.st.reqState, s.resp.StatusCode(), b2s(s.resp.Header.Peek(hError)), nil, false), false
 }
 
 func (s *fastSend) replayable(o routedcall.Outcome) bool {
@@ -630,12 +682,12 @@ const bufferedRequestBody = 16 << 10
 // reports whether there is none: a body of known length up to
 // bufferedRequestBody is read whole, into st (the server has read its first
 // part with the head); a larger one, or a chunked one, goes on the request
-// as a stream, through st.body (st.fastBody), which the attempt copies
+// as a stream, through st.body (st.stream), which the attempt copies
 // upstream as the client sends it (keeping its framing: Content-Length, or
 // chunks and their trailers). When a small body does not arrive whole, it answers as the
 // server answers a body it cannot read (Gateway.refuse) and returns ok
 // false.
-func (f *fastPath) takeBody(ctx *fasthttp.RequestCtx, st *reqState) (bodyless, ok bool) {
+func (f *fastStack) takeBody(ctx *fasthttp.RequestCtx, st *fastReq) (bodyless, ok bool) {
 	req := &ctx.Request
 	stream := req.BodyStream()
 	if stream == nil {
@@ -654,30 +706,32 @@ func (f *fastPath) takeBody(ctx *fasthttp.RequestCtx, st *reqState) (bodyless, o
 			if err == io.EOF {
 				err = io.ErrUnexpectedEOF
 			}
-			f.g.refuse(ctx, err)
+			f.refuse(ctx, err)
 			return false, false
 		}
 		req.SetBodyRaw(b)
 	default:
-		st.fastBody = keptBody{r: stream, size: n, conn: ctx}
-		st.body = &st.fastBody
+		st.stream = keptBody{r: stream, size: n, conn: ctx, d: f.g.clientRead}
+		st.body = &st.stream
 		req.SetBodyStream(st.body, n)
 	}
 	return false, true
 }
 
-// rewind puts a body that streams back on req for an attempt (writing the
-// request takes it off), unless an attempt read some of it; a body that
-// does not stream (b nil) needs nothing.
-func (b *keptBody) rewind(req *fasthttp.Request) bool {
+// bodyOf is b as the upstream client's Body: nil for none.
+func bodyOf(b *keptBody) upstream.Body {
 	if b == nil {
-		return true
+		return nil
 	}
-	if b.read {
-		return false
-	}
-	req.SetBodyStream(b, b.size)
-	return true
+	return b
+}
+
+// Interim passes a 1xx answer of the instance's, h, on to the client,
+// without the instance's lane headers (upstream.Interim).
+func (s *fastSend) Interim(h *fasthttp.ResponseHeader) error {
+	interimHeaders((*fastRespFields)(h))
+	_, err := s.to1xx.Conn().Write(h.Header())
+	return err
 }
 
 // adapt hands the request of ctx to the net/http handler (ServeHTTP)
@@ -686,16 +740,16 @@ func (b *keptBody) rewind(req *fasthttp.Request) bool {
 // the request, where the adaptor finds none, and lent to the handler as an
 // adaptedBody (serveAdapted). The server still owns the stream: after the
 // answer it drains what the handler left of it, or closes the connection.
-func (f *fastPath) adapt(ctx *fasthttp.RequestCtx) {
+func (f *fastStack) adapt(ctx *fasthttp.RequestCtx) {
 	req := &ctx.Request
 	if stream := req.BodyStream(); stream != nil {
 		b := &adaptedBody{ctx: ctx}
-		b.kb = keptBody{r: stream, size: req.Header.ContentLength(), conn: b}
+		b.kb = keptBody{r: stream, size: req.Header.ContentLength(), conn: b, d: f.g.clientRead}
 		req.ResetBody()
 		ctx.SetUserValue(adaptedKey{}, b)
 	}
 	http10 := !req.Header.IsHTTP11()
-	f.std(ctx)
+	f.adaptor(ctx)
 	if unframed(&ctx.Response, http10) {
 		// The adaptor streams an answer that the handler flushed, chunked.
 		f.untilClose(ctx, false)
@@ -707,16 +761,16 @@ type adaptedKey struct{}
 
 // serveAdapted is the net/http handler of the requests that the fast path
 // hands over (adapt): the gateway's, with the request's body as it streams,
-// with an answer that streams once it is over maxBufferedBody
+// with an answer that streams once it is over upstream.MaxBufferedBody
 // (streamingWriter), where fasthttpadaptor would hold it whole, and with an
 // answer that the instance cut (adaptedServer) cut for the client too.
-func (f *fastPath) serveAdapted(w http.ResponseWriter, r *http.Request) {
+func (f *fastStack) serveAdapted(w http.ResponseWriter, r *http.Request) {
 	if b, ok := r.Context().Value(adaptedKey{}).(*adaptedBody); ok {
 		r.Body, r.ContentLength, b.trailer = b, int64(b.kb.size), r.Trailer
 		defer b.Close()
 	}
 	r = r.WithContext(context.WithValue(r.Context(), http.ServerContextKey, adaptedServer))
-	f.g.ServeHTTP(&streamingWriter{ResponseWriter: w}, r)
+	f.std.ServeHTTP(&streamingWriter{ResponseWriter: w}, r)
 }
 
 // adaptedServer is the server that the context of a request handed to the
@@ -736,7 +790,7 @@ var adaptedServer = new(http.Server)
 
 // adaptedBody is the body of a request that the fast path hands to the
 // net/http handler, read as it streams from the client (keptBody: each read
-// within readTimeout; a body shorter than its Content-Length fails). Like
+// within the client read timeout; a body shorter than its Content-Length fails). Like
 // net/http's server, it is closed when the handler returns (Close): the
 // transport may still be reading it then (an instance answered before it
 // took the whole body), and that read is cut short, and waited for, since
@@ -810,7 +864,7 @@ func (b *adaptedBody) Close() error {
 
 // streamingWriter is the net/http handler's ResponseWriter on the fast
 // path: fasthttpadaptor holds an answer whole until the handler flushes or
-// returns, and this flushes once the body written is over maxBufferedBody,
+// returns, and this flushes once the body written is over upstream.MaxBufferedBody,
 // so that a large answer streams, as the fast path's own answers do. It
 // unwraps (http.ResponseController) to the adaptor's writer, which flushes
 // and hijacks.
@@ -821,8 +875,8 @@ type streamingWriter struct {
 
 func (w *streamingWriter) Write(p []byte) (int, error) {
 	n, err := w.ResponseWriter.Write(p)
-	if w.n <= maxBufferedBody {
-		if w.n += n; w.n > maxBufferedBody {
+	if w.n <= upstream.MaxBufferedBody {
+		if w.n += n; w.n > upstream.MaxBufferedBody {
 			http.NewResponseController(w.ResponseWriter).Flush()
 		}
 	}
@@ -834,4 +888,521 @@ func (w *streamingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter
 func (s *fastSend) drop() {
 	s.resp.Reset()
 	s.err = nil
+}
+
+// h2Preface opens every HTTP/2 connection with prior knowledge (h2c, gRPC).
+const h2Preface = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+// fastServer is one Serve call of the fast path: its listener, the HTTP/1.1
+// connections it serves on fasthttp, and the listener that hands HTTP/2
+// connections to a net/http server.
+type fastServer struct {
+	ln    net.Listener
+	h2    *chanListener
+	fs    *fasthttp.Server
+	mu    sync.Mutex
+	conns map[net.Conn]struct{}
+	// idle are the HTTP/1.1 connections being served, each true while it
+	// waits for a request (ConnState), under mu; draining is set once
+	// Shutdown began: an idle connection is then ended (prefixConn.expire).
+	idle     map[*prefixConn]bool
+	sniffing map[net.Conn]struct{} // read for the HTTP/2 preface (sniff)
+	draining bool
+	wg       sync.WaitGroup // the connection goroutines
+	// clientWrite is the client write timeout, 0 for none.
+	clientWrite time.Duration
+	// headTimeout is the client header timeout.
+	headTimeout time.Duration
+}
+
+// bodyTimeout is fasthttp's HeaderReceived: once a head is in, the read of
+// a small body with it may take the client read timeout (the head took at
+// most the client header timeout); a body that streams has each read
+// bounded by it (keptBody).
+func (f *fastStack) bodyTimeout(*fasthttp.RequestHeader) fasthttp.RequestConfig {
+	return fasthttp.RequestConfig{ReadTimeout: orForever(f.g.clientRead)}
+}
+
+// serveFast is Serve on the fast path: it accepts connections on ln, hands
+// those that open with the HTTP/2 preface to a net/http server (h2c and
+// gRPC, as the net/http path serves them) and serves the others on
+// fasthttp, each on its own goroutine, until Close or Shutdown.
+func (f *fastStack) serve(ln net.Listener) error {
+	g := f.g
+	s := &fastServer{headTimeout: g.clientHeader, ln: ln, h2: newChanListener(ln.Addr()), conns: map[net.Conn]struct{}{}, clientWrite: g.clientWrite}
+	s.fs = &fasthttp.Server{
+		Handler:                      f.handle,
+		Name:                         "",
+		NoDefaultServerHeader:        true,
+		NoDefaultContentType:         true,
+		NoDefaultDate:                true,
+		DisablePreParseMultipartForm: true,
+		ReadBufferSize:               maxHeaderBytes, // fasthttp's bound on a request head
+		WriteBufferSize:              16 << 10,
+		// ReadTimeout bounds the read of a head (the first request's
+		// from where sniff started, see prefixConn.headBy); once it is
+		// in, HeaderReceived gives the body the client read timeout.
+		ReadTimeout:    g.clientHeader,
+		HeaderReceived: f.bodyTimeout,
+		IdleTimeout:    orForever(g.clientIdle), // fasthttp's 0 is ReadTimeout
+		// Request bodies stream: the handler runs once the head is in
+		// (fastStack.takeBody); with streaming, MaxRequestBodySize is no
+		// limit, only how much of a body fasthttp may read with the head.
+		StreamRequestBody:  true,
+		MaxRequestBodySize: bufferedRequestBody,
+		ErrorHandler:       f.refuse,
+		Logger:             fastLogger{g.log},
+		ConnState:          s.connState,
+	}
+	if !f.servers.add(&g.closing, ln, s) {
+		return http.ErrServerClosed
+	}
+	f.up.Start() // release stops it
+
+	h2done := make(chan struct{})
+	go func() {
+		defer close(h2done)
+		f.std.serveH2C(s.h2)
+	}()
+	// ln backs off on temporary errors (Serve wrapped it): any error
+	// ends the loop.
+	var err error
+	for {
+		c, aerr := ln.Accept()
+		if aerr != nil {
+			err = aerr
+			break
+		}
+		if !s.track(c) {
+			c.Close()
+			continue
+		}
+		s.wg.Add(1)
+		go s.serveConn(c)
+	}
+	s.h2.Close()
+	<-h2done
+	s.mu.Lock()
+	draining := s.draining
+	s.mu.Unlock()
+	if !draining {
+		s.closeConns()
+	}
+	// Draining (Shutdown), the connections end once their requests are
+	// answered (Gateway.closeAfter), the idle ones at once (drain); Close
+	// closes what is left.
+	s.wg.Wait()
+	f.servers.remove(s)
+	if g.closing.Load() {
+		return http.ErrServerClosed
+	}
+	return err
+}
+
+// connState follows the connections that fasthttp serves (its ConnState):
+// an idle one waits for a request, an active one serves one. Draining, a
+// connection that goes idle is ended.
+func (s *fastServer) connState(c net.Conn, state fasthttp.ConnState) {
+	pc, ok := c.(*prefixConn)
+	if !ok {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch state {
+	case fasthttp.StateActive:
+		if s.idle != nil {
+			s.idle[pc] = false
+		}
+	case fasthttp.StateIdle:
+		if s.draining {
+			pc.expire()
+		} else if s.idle != nil {
+			s.idle[pc] = true
+		}
+	case fasthttp.StateClosed, fasthttp.StateHijacked:
+		delete(s.idle, pc)
+	}
+}
+
+// drain ends Serve gracefully: it closes the listener, and ends the
+// connections that wait for a request; those that serve one end after
+// their answer, which says Connection: close while the gateway closes.
+func (s *fastServer) drain() {
+	s.mu.Lock()
+	s.draining = true
+	var idle []*prefixConn
+	for pc, waiting := range s.idle {
+		if waiting {
+			idle = append(idle, pc)
+		}
+	}
+	// A connection still read for the HTTP/2 preface has sent no
+	// request: it is closed, as net/http's Shutdown closes a new one.
+	for c := range s.sniffing {
+		c.Close()
+	}
+	s.mu.Unlock()
+	s.ln.Close()
+	for _, pc := range idle {
+		pc.expire()
+	}
+}
+
+func (s *fastServer) track(c net.Conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.conns == nil {
+		return false
+	}
+	s.conns[c] = struct{}{}
+	return true
+}
+
+func (s *fastServer) untrack(c net.Conn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+}
+
+// closeConns closes every connection and refuses new ones.
+func (s *fastServer) closeConns() {
+	s.mu.Lock()
+	conns := s.conns
+	s.conns = nil
+	s.mu.Unlock()
+	for c := range conns {
+		c.Close()
+	}
+}
+
+// stop ends Serve: the listener, then the connections.
+func (s *fastServer) stop() {
+	s.ln.Close()
+	s.closeConns()
+}
+
+// serveConn sniffs c's first bytes and serves it.
+func (s *fastServer) serveConn(c net.Conn) {
+	defer s.wg.Done()
+	s.mu.Lock()
+	if s.sniffing == nil {
+		s.sniffing = map[net.Conn]struct{}{}
+	}
+	s.sniffing[c] = struct{}{}
+	draining := s.draining
+	s.mu.Unlock()
+	if draining {
+		s.untrack(c)
+		c.Close()
+		return
+	}
+	pc, h2, err := sniff(c, s.headTimeout)
+	s.mu.Lock()
+	delete(s.sniffing, c)
+	s.mu.Unlock()
+	if err != nil {
+		s.untrack(c)
+		c.Close()
+		return
+	}
+	pc.w = netbound.Writer{C: c, D: s.clientWrite, Names: clientWrites}
+	if h2 {
+		// The net/http server owns the connection from here; Close
+		// closes it through that server.
+		s.untrack(c)
+		s.h2.push(pc)
+		return
+	}
+	// ServeConn closes pc, unless a request hijacked it (an upgrade):
+	// then whoever holds it does. Either way pc leaves the set when closed.
+	pc.s = s
+	s.mu.Lock()
+	if s.draining {
+		s.mu.Unlock()
+		pc.Close()
+		return
+	}
+	if s.idle == nil {
+		s.idle = map[*prefixConn]bool{}
+	}
+	s.idle[pc] = true // until its first request
+	s.mu.Unlock()
+	s.fs.ServeConn(pc)
+}
+
+// sniff reads the first bytes of c, within the head timeout d, until they
+// are the HTTP/2 preface or cannot be, and returns c with them to be read
+// again. An HTTP/1.1 connection keeps the deadline for the rest of its
+// first head (prefixConn.headBy).
+func sniff(c net.Conn, d time.Duration) (*prefixConn, bool, error) {
+	var headBy time.Time // none without a client header timeout
+	if d > 0 {
+		headBy = time.Now().Add(d)
+	}
+	c.SetReadDeadline(headBy)
+	var buf [len(h2Preface)]byte
+	n := 0
+	for n < len(buf) {
+		m, err := c.Read(buf[n:])
+		n += m
+		if string(buf[:n]) != h2Preface[:n] {
+			break
+		}
+		if err != nil {
+			if n == 0 {
+				return nil, false, err
+			}
+			break
+		}
+	}
+	h2 := n == len(h2Preface) && string(buf[:n]) == h2Preface
+	pc := &prefixConn{Conn: c}
+	if h2 {
+		c.SetReadDeadline(time.Time{}) // net/http's server sets its own
+	} else {
+		pc.headBy = headBy
+	}
+	pc.prefix = append(pc.buf[:0], buf[:n]...)
+	return pc, h2, nil
+}
+
+// prefixConn is a connection whose first bytes, already read, are read
+// again.
+type prefixConn struct {
+	net.Conn
+	prefix []byte
+	buf    [len(h2Preface)]byte
+	s      *fastServer // untracks the connection when closed
+	armed  time.Time   // the read deadline set, on fasthttp's connections
+	// linger has Close end the connection as net/http's server ends one
+	// whose request body it did not read through (see lingerClose).
+	linger bool
+	// w bounds each write of an answer by the client write timeout.
+	w netbound.Writer
+	// headBy is the deadline of the first request's head, set when the
+	// connection opened (sniff): fasthttp's first deadline, its read
+	// timeout counted from when it starts, keeps it, so that the head
+	// takes the client header timeout in all.
+	headBy time.Time
+	// expired is set once a draining server ended the connection while
+	// it waited for a request: every read deadline is now.
+	expired atomic.Bool
+}
+
+// expire ends a connection that waits for a request (fastServer.drain):
+// its read fails at once, and fasthttp closes it.
+func (c *prefixConn) expire() {
+	c.expired.Store(true)
+	c.Conn.SetReadDeadline(time.Now())
+}
+
+// Write writes to the client, each write within the client write timeout.
+func (c *prefixConn) Write(p []byte) (int, error) { return c.w.Write(p) }
+
+// NetConn returns the connection that c wraps, as tls.Conn.NetConn does.
+func (c *prefixConn) NetConn() net.Conn { return c.Conn }
+
+// SetReadDeadline sets the read deadline, but on fasthttp's connections keeps
+// one already set that falls at most a second before t: fasthttp sets two
+// each request (the idle timeout, then the read timeout, both minutes long),
+// and setting one is a runtime timer update. Its timeouts thus last up to a
+// second less than configured, never more.
+func (c *prefixConn) SetReadDeadline(t time.Time) error {
+	if c.expired.Load() {
+		return c.Conn.SetReadDeadline(time.Now())
+	}
+	if !c.headBy.IsZero() {
+		by := c.headBy
+		c.headBy = time.Time{}
+		if !t.IsZero() && t.After(by) {
+			c.armed = by
+			return nil
+		}
+	}
+	if c.s != nil && !t.IsZero() && !c.armed.IsZero() && !c.armed.After(t) && t.Sub(c.armed) <= time.Second {
+		return nil
+	}
+	err := c.Conn.SetReadDeadline(t)
+	if c.s != nil {
+		c.armed = t
+	}
+	return err
+}
+
+// SetDeadline sets both deadlines, as net.Conn's does.
+func (c *prefixConn) SetDeadline(t time.Time) error {
+	if c.s != nil {
+		c.armed = t
+	}
+	return c.Conn.SetDeadline(t)
+}
+
+func (c *prefixConn) Close() error {
+	if c.linger {
+		c.linger = false
+		if tc := tcpConn(c.Conn); tc != nil {
+			// Still tracked: the gateway's Close ends the wait.
+			tc.CloseWrite()
+			tc.SetReadDeadline(time.Now().Add(lingerTimeout))
+			io.Copy(io.Discard, tc)
+		}
+	}
+	if c.s != nil {
+		c.s.untrack(c.Conn)
+	}
+	return c.Conn.Close()
+}
+
+// lingerTimeout bounds how long a connection closed with its request body
+// unread waits for the client to stop sending (as net/http's server waits
+// 500ms).
+const lingerTimeout = 500 * time.Millisecond
+
+// lingerClose closes the connection of ctx after the answer, which is sent
+// before all of the request's body was read (the instance answered early,
+// or failed): it closes its side first and reads what the client still
+// sends, for up to lingerTimeout or until the client closes, so that the
+// connection does not reset under the answer before the client reads it.
+func lingerClose(ctx *fasthttp.RequestCtx) {
+	ctx.SetConnectionClose()
+	if pc, ok := ctx.Conn().(*prefixConn); ok && pc.s != nil {
+		pc.linger = true
+	}
+}
+
+func (c *prefixConn) Read(p []byte) (int, error) {
+	if len(c.prefix) > 0 {
+		n := copy(p, c.prefix)
+		c.prefix = c.prefix[n:]
+		return n, nil
+	}
+	return c.Conn.Read(p)
+}
+
+// chanListener is a net.Listener of the connections that sniff hands over.
+type chanListener struct {
+	addr net.Addr
+	ch   chan net.Conn
+	done chan struct{}
+	once sync.Once
+}
+
+func newChanListener(a net.Addr) *chanListener {
+	return &chanListener{addr: a, ch: make(chan net.Conn), done: make(chan struct{})}
+}
+
+func (l *chanListener) push(c net.Conn) {
+	select {
+	case l.ch <- c:
+	case <-l.done:
+		c.Close()
+	}
+}
+
+func (l *chanListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.ch:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *chanListener) Close() error   { l.once.Do(func() { close(l.done) }); return nil }
+func (l *chanListener) Addr() net.Addr { return l.addr }
+
+// refuse answers a request that fasthttp's server refused before the
+// handler ran (a head it cannot parse or that is too long, a body that
+// breaks its framing, a timeout) with the gateway's error
+// (Gateway.fail: x-lanes-error and a text body), and the status net/http's
+// server, or the std path's handler, gives the same bytes. fasthttp closes
+// the connection after it.
+func (f *fastStack) refuse(ctx *fasthttp.RequestCtx, err error) {
+	g := f.g
+	status, code, msg := refusal(err)
+	g.m.errors(code)
+	g.fail((*fastOut)(ctx), false, status, code, msg)
+}
+
+// refusal is the status, x-lanes-error code and message of a request that
+// fasthttp's server refused with err.
+func refusal(err error) (status int, code, msg string) {
+	var small *fasthttp.ErrSmallBuffer
+	var ne net.Error
+	switch {
+	case errors.As(err, &small):
+		return http.StatusRequestHeaderFieldsTooLarge, codeHeadTooLarge,
+			fmt.Sprintf("lanes: the request head is over %d bytes", maxHeaderBytes)
+	case errors.Is(err, fasthttp.ErrTimeout) || errors.As(err, &ne) && ne.Timeout():
+		return http.StatusRequestTimeout, codeTimeout, "lanes: timed out reading the request"
+	case headRefused(err):
+		return http.StatusBadRequest, codeBadRequest, "lanes: malformed request"
+	}
+	return http.StatusBadRequest, codeBadBody, "lanes: reading the request body: " + err.Error()
+}
+
+// headRefused reports whether fasthttp's server refused a request's head
+// with err, rather than its body: it wraps every error of a head it cannot
+// parse as "error when reading request headers: ...", refuses a bad Host
+// or target with ErrorInvalidURI, and an absolute-form target's scheme
+// with "invalid scheme ...". The body's errors (a bad chunk size, a body
+// shorter than its Content-Length) have no type to tell them by, and the
+// server resets the request, head included, on any error.
+func headRefused(err error) bool {
+	m := err.Error()
+	return errors.Is(err, fasthttp.ErrorInvalidURI) ||
+		strings.HasPrefix(m, "error when reading request headers") || strings.HasPrefix(m, "invalid scheme")
+}
+
+// fastLogger sends fasthttp's messages to the gateway's logger.
+type fastLogger struct{ log *slog.Logger }
+
+func (l fastLogger) Printf(format string, args ...any) {
+	if l.log.Enabled(context.Background(), slog.LevelDebug) {
+		l.log.Debug("lanes gateway: fasthttp", "msg", fmt.Sprintf(format, args...))
+	}
+}
+
+// shutdown closes the listeners and ends the idle connections; the others
+// end once their requests are answered (drain).
+func (f *fastStack) shutdown(context.Context) error {
+	for _, s := range f.servers.all() {
+		s.drain()
+	}
+	return nil
+}
+
+// close closes the listeners and the connections, and the connections to
+// instances in use, which ends the attempts on them (a closed client
+// connection does not end a read from an instance).
+func (f *fastStack) close() error {
+	for _, s := range f.servers.all() {
+		s.stop()
+	}
+	f.up.Close()
+	return nil
+}
+
+// release waits for the connection goroutines: after Shutdown, those of
+// the connections that end once their answers are written (the gateway
+// counts a request out when its handler returns, before fasthttp writes
+// the answer), or until ctx ends; then, or after Close, it closes the
+// connections left (hijacked since, say) and waits for them. It stops the
+// sweeper of the upstream pools and closes their connections.
+func (f *fastStack) release(ctx context.Context) {
+	for _, s := range f.servers.all() {
+		done := make(chan struct{})
+		go func() { // ends with the connection goroutines, which stop ends
+			s.wg.Wait()
+			close(done)
+		}()
+		select {
+		case <-done:
+		case <-ctx.Done():
+		}
+		s.stop()
+		<-done
+	}
+	f.up.Close()
 }
