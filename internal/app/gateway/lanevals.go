@@ -2,9 +2,8 @@ package gateway
 
 import (
 	"strings"
-	"sync"
-	"sync/atomic"
 
+	"github.com/lanesdev/lanes/internal/lib/cowmap"
 	"github.com/lanesdev/lanes/lane"
 )
 
@@ -24,10 +23,9 @@ type laneVals struct {
 // built per request.
 const maxLaneVals = 1024
 
-// laneCache maps lanes to their values; copy on write.
+// laneCache maps lanes to their values, at most maxLaneVals of them.
 type laneCache struct {
-	m  atomic.Pointer[map[string]*laneVals]
-	mu sync.Mutex
+	m cowmap.Map[string, *laneVals]
 }
 
 func newLaneVals(l string) *laneVals {
@@ -37,38 +35,12 @@ func newLaneVals(l string) *laneVals {
 
 // get returns the values of lane l, a valid lane name.
 func (c *laneCache) get(l string) *laneVals {
-	if m := c.m.Load(); m != nil {
-		if v := (*m)[l]; v != nil {
-			return v
-		}
+	if v, ok := c.m.Load(l); ok {
+		return v
 	}
-	return c.add(l)
-}
-
-func (c *laneCache) add(l string) *laneVals {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	old := c.m.Load()
-	if old != nil {
-		if v := (*old)[l]; v != nil {
-			return v
-		}
-		if len(*old) >= maxLaneVals {
-			return newLaneVals(l)
-		}
-	}
-	var n int
-	if old != nil {
-		n = len(*old)
-	}
-	m := make(map[string]*laneVals, n+1)
-	if old != nil {
-		for k, v := range *old {
-			m[k] = v
-		}
-	}
-	v := newLaneVals(l)
-	m[v.name] = v
-	c.m.Store(&m)
+	// The key is the values' own copy of l, which may be in a request's
+	// buffer.
+	nv := newLaneVals(l)
+	v, _ := c.m.LoadOrStore(nv.name, func() *laneVals { return nv }, maxLaneVals)
 	return v
 }

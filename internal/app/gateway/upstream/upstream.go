@@ -39,13 +39,13 @@ import (
 	"net/http/httputil"
 	"os"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/valyala/fasthttp"
 
 	"github.com/lanesdev/lanes/internal/lib/addrpolicy"
+	"github.com/lanesdev/lanes/internal/lib/cowmap"
 	"github.com/lanesdev/lanes/internal/lib/netbound"
 )
 
@@ -175,8 +175,8 @@ func (u *Client) InUse(addr string) int {
 // Pooled reports whether the client keeps a pool for addr (the sweeper drops
 // the pools unused for the idle timeout).
 func (u *Client) Pooled(addr string) bool {
-	m := u.m.Load()
-	return m != nil && (*m)[addr] != nil
+	_, ok := u.m.Load(addr)
+	return ok
 }
 
 // OnStall has f told, once, of a read of resp's body that the read timeout
@@ -210,10 +210,10 @@ func interimStatus(code int) bool {
 }
 
 // Client is the keep-alive pools of a gateway to its instances, one per
-// instance address (copy on write).
+// instance address.
 type Client struct {
-	m           atomic.Pointer[map[string]*upPool]
-	mu          sync.Mutex
+	m           cowmap.Map[string, *upPool]
+	mu          sync.Mutex    // guards closed and the sweeper; outside m's own lock
 	idle        int           // idle connections kept per pool
 	idleTimeout time.Duration // Config.UpstreamIdleTimeout: an idle connection, and a pool without requests, last that long; 0: forever
 	write       time.Duration // the upstream write timeout, 0 for none
@@ -276,12 +276,8 @@ func (u *Client) stopSweeper() {
 // timeout, and drops the pools that have had no request since then and
 // keep no connection.
 func (u *Client) sweep(now time.Time) {
-	m := u.m.Load()
-	if m == nil {
-		return
-	}
 	var gone []string
-	for addr, p := range *m {
+	for addr, p := range u.m.All() {
 		if p.sweep(now, u.idleTimeout) {
 			gone = append(gone, addr)
 		}
@@ -289,43 +285,23 @@ func (u *Client) sweep(now time.Time) {
 	if len(gone) == 0 {
 		return
 	}
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	old := *u.m.Load()
-	next := make(map[string]*upPool, len(old))
-	for k, v := range old {
-		next[k] = v
-	}
-	for _, addr := range gone {
-		delete(next, addr)
-	}
-	u.m.Store(&next)
+	u.m.Update(func(next map[string]*upPool) {
+		for _, addr := range gone {
+			delete(next, addr)
+		}
+	})
 }
 
 // pool returns the pool of the instance at addr.
 func (u *Client) pool(addr string) *upPool {
-	if m := u.m.Load(); m != nil {
-		if p := (*m)[addr]; p != nil {
-			return p
-		}
+	if p, ok := u.m.Load(addr); ok {
+		return p
 	}
-	u.mu.Lock()
+	u.mu.Lock() // closed stays as it is while the pool is made
 	defer u.mu.Unlock()
-	old := u.m.Load()
-	if old != nil {
-		if p := (*old)[addr]; p != nil {
-			return p
-		}
-	}
-	m := make(map[string]*upPool)
-	if old != nil {
-		for k, v := range *old {
-			m[k] = v
-		}
-	}
-	p := &upPool{addr: addr, u: u, closed: u.closed, final: u.closed, last: time.Now()}
-	m[addr] = p
-	u.m.Store(&m)
+	p, _ := u.m.LoadOrStore(addr, func() *upPool {
+		return &upPool{addr: addr, u: u, closed: u.closed, final: u.closed, last: time.Now()}
+	}, 0)
 	return p
 }
 
@@ -337,10 +313,8 @@ func (u *Client) closeIdle(final bool) {
 		u.closed = true
 	}
 	var ps []*upPool
-	if m := u.m.Load(); m != nil {
-		for _, p := range *m {
-			ps = append(ps, p)
-		}
+	for _, p := range u.m.All() {
+		ps = append(ps, p)
 	}
 	u.mu.Unlock()
 	for _, p := range ps {

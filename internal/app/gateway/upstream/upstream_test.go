@@ -44,19 +44,19 @@ func TestPoolSweep(t *testing.T) {
 	}
 	later := now.Add(2 * u.idleTimeout)
 	u.sweep(later)
-	if (*u.m.Load())[addr] != p {
+	if loaded(u, addr) != p {
 		t.Fatal("the sweeper dropped a pool with a connection in use")
 	}
 	p.put(c, now)
 	u.sweep(now.Add(u.idleTimeout / 2))
-	if (*u.m.Load())[addr] != p || len(p.idle) != 1 {
+	if loaded(u, addr) != p || len(p.idle) != 1 {
 		t.Fatalf("the sweeper dropped a connection idle for half the timeout (idle %d)", len(p.idle))
 	}
 	u.sweep(later)
 	if _, err := c.c.Read(make([]byte, 1)); !errors.Is(err, net.ErrClosed) {
 		t.Errorf("after the idle timeout, reading the idle connection: %v, want net.ErrClosed", err)
 	}
-	if (*u.m.Load())[addr] != nil {
+	if loaded(u, addr) != nil {
 		t.Error("the sweeper kept the pool of an unused instance")
 	}
 	if u.pool(addr) == p {
@@ -118,4 +118,10 @@ func BenchmarkIdleCheck(b *testing.B) {
 			b.Fatal("spoiled")
 		}
 	}
+}
+
+// loaded is the pool of addr that u holds, nil for none.
+func loaded(u *Client, addr string) *upPool {
+	p, _ := u.m.Load(addr)
+	return p
 }
