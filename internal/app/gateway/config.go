@@ -77,9 +77,12 @@ type settings struct {
 	clientIdle    time.Duration // a client's idle keep-alive connection
 	clientHeader  time.Duration // the read of a request head
 	// maxConns caps the open client connections of each Serve; idle bounds
-	// the idle connections kept per instance; retries is the most attempts
-	// of a routed call after its first.
-	maxConns, idle, retries int
+	// the idle connections kept per instance.
+	maxConns, idle int
+	// call is how the routed calls are made (Gateway.routed): the retries
+	// (Config.Retries), the response-header timeout and the client span;
+	// New gives it the engine.
+	call routedcall.Config
 }
 
 // provision returns the settings of cfg, which Validate has accepted: the
@@ -105,7 +108,8 @@ func provision(cfg Config) settings {
 		clientHeader:  routedcall.Timeout(cfg.ClientHeaderTimeout, DefaultClientHeaderTimeout),
 		maxConns:      cmp.Or(cfg.MaxConns, DefaultMaxConns()),
 		idle:          cmp.Or(cfg.MaxIdleConnsPerHost, DefaultMaxIdleConnsPerHost),
-		retries:       max(0, int(routedcall.Timeout(time.Duration(cfg.Retries), DefaultRetries))),
+		// routedcall reads Retries and the timeout as Config does.
+		call: routedcall.Config{Retries: cfg.Retries, ResponseHeaderTimeout: cfg.ResponseHeaderTimeout, Tracer: cfg.Tracer},
 	}
 	if s.log == nil {
 		s.log = slog.Default()

@@ -240,7 +240,8 @@
 // # Outlier detection and retries
 //
 // The gateway routes with the same routed-call step as laneshttp.Transport
-// (pick, outcome, report, retry; Gateway.routed drives it, in the core):
+// (routedcall.Call.Run: pick, outcome, report, retry, client span;
+// Gateway.routed calls it in the core, with the stack's sender):
 // its handler decides the route and the lane, and the routed call picks the
 // instance and sends the attempts (on the net/http stack, the proxy's
 // Rewrite names the service and its Transport makes the call). Every proxied call's outcome is reported

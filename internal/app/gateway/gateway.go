@@ -14,6 +14,7 @@ import (
 
 	"github.com/lanesdev/lanes/internal/lib/accept"
 	"github.com/lanesdev/lanes/internal/lib/addrpolicy"
+	"github.com/lanesdev/lanes/internal/lib/routedcall"
 	"github.com/lanesdev/lanes/lane"
 	"github.com/lanesdev/lanes/routing"
 	"github.com/prometheus/client_golang/prometheus"
@@ -53,7 +54,7 @@ const (
 	DefaultClientReadTimeout = 2 * time.Minute
 	// DefaultRetries is how many times a routed call is tried again on
 	// another instance (Config.Retries).
-	DefaultRetries = 1
+	DefaultRetries = routedcall.DefaultRetries
 	// MaxConnsCeiling is the most that DefaultMaxConns gives.
 	MaxConnsCeiling = 10000
 )
@@ -295,6 +296,7 @@ func New(cfg Config) (*Gateway, error) {
 		return nil, err
 	}
 	g.engine = cfg.Engine
+	g.call.Engine = cfg.Engine
 	g.m, err = newMetrics(cfg.Registerer)
 	if err != nil {
 		return nil, err

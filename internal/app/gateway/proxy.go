@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/lanesdev/lanes/internal/lib/hopspan"
 	"github.com/lanesdev/lanes/internal/lib/routedcall"
 	"github.com/lanesdev/lanes/lane"
 	"github.com/lanesdev/lanes/laneshttp"
@@ -291,29 +290,23 @@ func (g *Gateway) callFailed(out responder, st *reqState, err error, clientGone 
 
 var connClose = []string{"close"}[:1:1]
 
-// sender makes the attempts of a routed call (see Gateway.routed) on one
-// wire: net/http (stdSend) or fasthttp (fastSend).
-type sender interface {
-	// send makes an attempt on pick and describes how it ended; final
-	// means the answer is returned as it is, without being classified here
-	// (a gRPC call whose status comes with the trailers).
-	send(pick routing.Result) (a routedcall.Attempt, final bool)
-	// replayable reports whether the request can be sent again after an
-	// attempt that ended o.
-	replayable(o routedcall.Outcome) bool
-	// drop discards the answer of an attempt that is followed by another.
-	drop()
+// routed is the routed call of a request, on either stack: the pick, the
+// outcome of each attempt, reported, the decision to try another instance,
+// and the client span (routedcall.Call.Run holds the rules); s, the stack's
+// sender, makes the attempts. It returns the error of a call that the engine
+// could not route; the last attempt's answer or error is the sender's.
+func (g *Gateway) routed(ctx context.Context, st *reqState, method string, idem bool, s routedcall.Sender) error {
+	return st.call.Run(ctx, &g.call, routedcall.Spec{Service: st.route.svc, Request: st.req, Method: method, Idempotent: idem}, s)
 }
 
-// routed is the routed call of a request: the pick, the
-// outcome of each attempt, reported, and the decision to try another
-// instance (routedcall.Call holds the rules). It returns the error of a call
-// that the engine could not route; the last attempt's answer or error is the
-// sender's.
-func (g *Gateway) routed(ctx context.Context, st *reqState, idem bool, s sender) error {
-	pick, err := st.call.Start(ctx, st.route.svc, st.req, g.retries, g.headerTimeout)
-	if err != nil {
-		return err
+// attempting is what a sender does before each attempt of a call: before the
+// first, the call has an instance and its source is counted; before another,
+// the move is logged (err: the previous attempt's).
+func (g *Gateway) attempting(st *reqState, pick routing.Result, first bool, err error) {
+	if !first {
+		g.log.Debug("lanes gateway: trying another instance", "service", st.route.Service,
+			"next", pick.Instance.ID, "err", err)
+		return
 	}
 	st.picked = true
 	source := st.source
@@ -321,24 +314,6 @@ func (g *Gateway) routed(ctx context.Context, st *reqState, idem bool, s sender)
 		source = srcCanary
 	}
 	g.m.source(source)
-	for {
-		a, final := s.send(pick)
-		if final {
-			return nil
-		}
-		o := routedcall.Classify(a)
-		if !st.call.Again(o, routedcall.Retryable(a, idem), s.replayable(o)) {
-			return nil
-		}
-		next, ok := st.call.Next()
-		if !ok {
-			return nil
-		}
-		g.log.Debug("lanes gateway: trying another instance", "service", st.route.Service,
-			"failed", pick.Instance.ID, "next", next.Instance.ID, "err", a.Err)
-		s.drop()
-		pick = next
-	}
 }
 
 // stallNote is what the gateway tells of an answer whose body the instance
@@ -373,12 +348,6 @@ func replayable(o routedcall.Outcome, bodyless bool, b *keptBody) bool {
 
 // traceContext writes the W3C traceparent header of a traced upstream call.
 var traceContext propagation.TraceContext
-
-// endSpan records an upstream call's routing decision and outcome (the
-// answer's status, or err) on its client span, and ends it.
-func (g *Gateway) endSpan(span trace.Span, st *reqState, status int, err error) {
-	hopspan.EndStatus(span, hopspan.DecisionOf(g.engine, st.route.Service, st.req.Lane, st.call.Pick(), st.call.PickErr(err), st.call.Retries()), status, err)
-}
 
 // attempt describes an attempt for the routed-call rules: its answer's
 // status and X-Lanes-Error code, or its error (unsent: before any byte of

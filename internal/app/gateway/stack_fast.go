@@ -25,7 +25,6 @@ import (
 	"github.com/lanesdev/lanes/routing"
 	"github.com/valyala/fasthttp"
 	"github.com/valyala/fasthttp/fasthttpadaptor"
-	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -472,28 +471,11 @@ func (f *fastStack) handle(ctx *fasthttp.RequestCtx) {
 		stripTarget(&req.Header, st.route.prefix)
 	}
 
-	var cspan trace.Span
 	s := &st.send
-	*s = fastSend{g: g, up: f.up, st: st, req: req, resp: resp, out: &st.out, ctx: ctx, to1xx: to1xx, bodyless: bodyless, preserve: preserve}
-	if span != nil {
-		cctx, cs := g.tracer.Start(callCtx, s.methodString(), trace.WithSpanKind(trace.SpanKindClient),
-			trace.WithAttributes(semconv.HTTPRequestMethodKey.String(string(ctx.Method())), semconv.ServerAddress(st.route.Service)))
-		if cs.IsRecording() {
-			cspan, s.trace = cs, cctx
-		} else {
-			cs.End()
-		}
-	}
-	err := g.routed(ctx, &st.reqState, idem, s)
+	*s = fastSend{g: g, up: f.up, st: st, req: req, resp: resp, out: &st.out, ctx: ctx, callCtx: callCtx, to1xx: to1xx, bodyless: bodyless, preserve: preserve}
+	err := g.routed(callCtx, &st.reqState, methodName(ctx.Method()), idem, s)
 	if err == nil {
 		err = s.err
-	}
-	if cspan != nil {
-		status := 0
-		if s.err == nil && st.picked {
-			status = resp.StatusCode()
-		}
-		g.endSpan(cspan, &st.reqState, status, err)
 	}
 	if err != nil {
 		resp.Reset()
@@ -570,7 +552,27 @@ func (f *fastStack) untilClose(ctx *fasthttp.RequestCtx, exit bool) {
 	})
 }
 
-func (s *fastSend) methodString() string { return string(s.ctx.Method()) }
+// methodName is the method m as a string, without a copy for the usual
+// ones: the client span's name, which outlives the request's buffers.
+func methodName(m []byte) string {
+	switch string(m) {
+	case "GET":
+		return "GET"
+	case "HEAD":
+		return "HEAD"
+	case "POST":
+		return "POST"
+	case "PUT":
+		return "PUT"
+	case "DELETE":
+		return "DELETE"
+	case "PATCH":
+		return "PATCH"
+	case "OPTIONS":
+		return "OPTIONS"
+	}
+	return string(m)
+}
 
 // stripLaneHeaders removes from h what the net/http stack's
 // stripLaneHeaders removes from a net/http header (Gateway.strippedName):
@@ -623,25 +625,28 @@ type fastSend struct {
 	req      *fasthttp.Request
 	resp     *fasthttp.Response
 	out      *fastReqFields
-	trace    context.Context // the client span's, when traced
+	callCtx  context.Context // the call's context: a client span's parent
+	sent     bool            // an attempt was made
 	bodyless bool
 	preserve bool // send the client's Host
 	err      error
 }
 
-func (s *fastSend) send(pick routing.Result) (routedcall.Attempt, bool) {
+func (s *fastSend) Send(ctx context.Context, pick routing.Result) routedcall.Attempt {
+	s.g.attempting(&s.st.reqState, pick, !s.sent, s.err)
+	s.sent = true
 	if !s.preserve {
 		s.req.Header.SetHost(pick.Instance.Addr)
 	}
 	s.g.writeLane(s.out, pick.RequestLane, s.st.req.Key)
-	if s.trace != nil {
-		traceContext.Inject(s.trace, s.out)
+	if ctx != s.callCtx { // the client span's
+		traceContext.Inject(ctx, s.out)
 	}
 	if !upstream.Rewind(bodyOf(s.st.body), s.req) {
 		// Not reached: replayable allows no attempt after one that read
 		// the body.
 		s.err = errBodyGone
-		return attempt(&s.st.reqState, 0, "", s.err, false), false
+		return attempt(&s.st.reqState, 0, "", s.err, false)
 	}
 	var unsent bool
 	call := upstream.Call{HeaderTimeout: s.g.headerTimeout, Body: bodyOf(s.st.body)}
@@ -654,17 +659,17 @@ func (s *fastSend) send(pick routing.Result) (routedcall.Attempt, bool) {
 		// An attempt that Close cut short says nothing about the instance,
 		// as net/http's Close, which cancels the request, says nothing.
 		a.CallerGone = a.CallerGone || s.g.closing.Load()
-		return a, false
+		return a
 	}
 	if s.resp.IsBodyStream() {
 		// The body streams after the handler returns, and st with it.
 		note := stallNote{g: s.g, service: s.st.route.Service, pick: pick}
 		upstream.OnStall(s.resp, func(err *upstream.ReadTimeoutError) { note.report(err) })
 	}
-	return attempt(&s.st.reqState, s.resp.StatusCode(), b2s(s.resp.Header.Peek(hError)), nil, false), false
+	return attempt(&s.st.reqState, s.resp.StatusCode(), b2s(s.resp.Header.Peek(hError)), nil, false)
 }
 
-func (s *fastSend) replayable(o routedcall.Outcome) bool {
+func (s *fastSend) Replayable(o routedcall.Outcome) bool {
 	return replayable(o, s.bodyless, s.st.body)
 }
 
@@ -885,7 +890,7 @@ func (w *streamingWriter) Write(p []byte) (int, error) {
 
 func (w *streamingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-func (s *fastSend) drop() {
+func (s *fastSend) Drop() {
 	s.resp.Reset()
 	s.err = nil
 }

@@ -23,7 +23,6 @@ import (
 	"github.com/lanesdev/lanes/lane"
 	"github.com/lanesdev/lanes/routing"
 	"go.opentelemetry.io/otel/propagation"
-	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace"
 	"golang.org/x/net/http/httpguts"
 )
@@ -298,13 +297,12 @@ type stdSend struct {
 	rt       http.RoundTripper
 	req      *http.Request // the proxy's outbound request
 	out      *http.Request // the current attempt's
-	traced   bool
 	bodyless bool
 	res      *http.Response
 	err      error
 }
 
-func (t *stdTransport) RoundTrip(req *http.Request) (res *http.Response, rerr error) {
+func (t *stdTransport) RoundTrip(req *http.Request) (*http.Response, error) {
 	st := stateOf(req.Context())
 	if st == nil {
 		closeBody(req)
@@ -314,19 +312,6 @@ func (t *stdTransport) RoundTrip(req *http.Request) (res *http.Response, rerr er
 	rt := t.s.h1
 	if st.grpc {
 		rt = t.s.h2c
-	}
-	var span trace.Span
-	if g.tracer != nil {
-		var ctx context.Context
-		ctx, span = g.tracer.Start(req.Context(), req.Method, trace.WithSpanKind(trace.SpanKindClient),
-			trace.WithAttributes(semconv.HTTPRequestMethodKey.String(req.Method), semconv.ServerAddress(st.route.Service)))
-		if span.IsRecording() {
-			req = req.WithContext(ctx)
-			defer func() { g.endSpan(span, &st.reqState, statusOf(res), rerr) }()
-		} else {
-			span.End()
-			span = nil
-		}
 	}
 	// The first attempt sends req itself, which the proxy made for it.
 	bodyless := req.Body == nil || req.Body == http.NoBody
@@ -338,8 +323,8 @@ func (t *stdTransport) RoundTrip(req *http.Request) (res *http.Response, rerr er
 		req.Body = st.body
 	}
 	s := &st.send
-	*s = stdSend{g: g, st: &st.reqState, rt: rt, req: req, traced: span != nil, bodyless: bodyless}
-	if err := g.routed(req.Context(), &st.reqState, idempotent(req.Method, req.Header), s); err != nil {
+	*s = stdSend{g: g, st: &st.reqState, rt: rt, req: req, bodyless: bodyless}
+	if err := g.routed(req.Context(), &st.reqState, req.Method, idempotent(req.Method, req.Header), s); err != nil {
 		closeBody(req)
 		return nil, err
 	}
@@ -444,14 +429,18 @@ func (b *stallBody) Close() error {
 	return err
 }
 
-func (s *stdSend) send(pick routing.Result) (routedcall.Attempt, bool) {
+func (s *stdSend) Send(ctx context.Context, pick routing.Result) routedcall.Attempt {
+	traced := ctx != s.req.Context() // the client span's
+	s.g.attempting(s.st, pick, s.out == nil, s.err)
 	if s.out == nil {
 		s.out = s.req
+		if traced {
+			s.out = s.req.WithContext(ctx)
+		}
 	} else {
 		// A new request for the next attempt: the transport may still hold
 		// the previous one.
-		r2 := new(http.Request)
-		*r2 = *s.req
+		r2 := s.req.WithContext(ctx)
 		u2 := *s.req.URL
 		r2.URL = &u2
 		r2.Header = s.req.Header.Clone()
@@ -460,8 +449,8 @@ func (s *stdSend) send(pick routing.Result) (routedcall.Attempt, bool) {
 	out := s.out
 	out.URL.Host = pick.Instance.Addr
 	s.g.writeLane(stdFields(out.Header), pick.RequestLane, s.st.req.Key)
-	if s.traced {
-		traceContext.Inject(s.req.Context(), propagation.HeaderCarrier(out.Header))
+	if traced {
+		traceContext.Inject(ctx, propagation.HeaderCarrier(out.Header))
 	}
 	s.res, s.err = s.rt.RoundTrip(out)
 	if s.err == nil && s.res.StatusCode == http.StatusSwitchingProtocols {
@@ -475,7 +464,7 @@ func (s *stdSend) send(pick routing.Result) (routedcall.Attempt, bool) {
 			s.st.call.Report(grpcOutcome(s.res.Header))
 		}
 		// Otherwise the status comes in the trailers (modifyResponse).
-		return routedcall.Attempt{}, true
+		return routedcall.Attempt{Status: s.res.StatusCode, Final: true}
 	}
 	if s.err != nil {
 		if strings.Contains(s.err.Error(), "server response headers exceeded") {
@@ -484,9 +473,9 @@ func (s *stdSend) send(pick routing.Result) (routedcall.Attempt, bool) {
 			// own, told by its text, said in the fast stack's words.
 			s.err = upstream.ErrResponseHeadTooLarge
 		}
-		return attempt(s.st, 0, "", s.err, routedcall.Unsent(s.err)), false
+		return attempt(s.st, 0, "", s.err, routedcall.Unsent(s.err))
 	}
-	return attempt(s.st, s.res.StatusCode, s.res.Header.Get(hError), nil, false), false
+	return attempt(s.st, s.res.StatusCode, s.res.Header.Get(hError), nil, false)
 }
 
 // upgradeOf is the protocol that the Upgrade header of h names, when its
@@ -499,22 +488,15 @@ func upgradeOf(h http.Header) string {
 	return h.Get("Upgrade")
 }
 
-func (s *stdSend) replayable(o routedcall.Outcome) bool {
+func (s *stdSend) Replayable(o routedcall.Outcome) bool {
 	return replayable(o, s.bodyless, s.st.body)
 }
 
-func (s *stdSend) drop() {
+func (s *stdSend) Drop() {
 	if s.res != nil {
 		discard(s.res)
 		s.res = nil
 	}
-}
-
-func statusOf(res *http.Response) int {
-	if res == nil {
-		return 0
-	}
-	return res.StatusCode
 }
 
 func closeBody(req *http.Request) {

@@ -346,7 +346,6 @@ func TestProvision(t *testing.T) {
 		{"upstream idle", func(c *Config, d time.Duration) { c.UpstreamIdleTimeout = d }, func(s settings) time.Duration { return s.upIdle }, DefaultUpstreamIdleTimeout},
 		{"client idle", func(c *Config, d time.Duration) { c.ClientIdleTimeout = d }, func(s settings) time.Duration { return s.clientIdle }, DefaultClientIdleTimeout},
 		{"client header", func(c *Config, d time.Duration) { c.ClientHeaderTimeout = d }, func(s settings) time.Duration { return s.clientHeader }, DefaultClientHeaderTimeout},
-		{"retries", func(c *Config, d time.Duration) { c.Retries = int(d) }, func(s settings) time.Duration { return time.Duration(s.retries) }, DefaultRetries},
 	}
 	for _, to := range timeouts {
 		for _, c := range []struct{ set, want time.Duration }{{0, to.def}, {-1, 0}, {-time.Hour, 0}, {3, 3}} {
@@ -358,6 +357,14 @@ func TestProvision(t *testing.T) {
 			if got := to.get(provision(cfg)); got != c.want {
 				t.Errorf("%s %d: %d, want %d", to.name, c.set, got, c.want)
 			}
+		}
+	}
+	// The routed call reads Retries and the response-header timeout as
+	// the gateway's settings do (routedcall.Config): they pass through.
+	for _, n := range []int{0, -1, 3} {
+		cfg := Config{Retries: n, ResponseHeaderTimeout: time.Duration(n)}
+		if got := provision(cfg).call; got.Retries != n || got.ResponseHeaderTimeout != time.Duration(n) {
+			t.Errorf("Retries and ResponseHeaderTimeout %d: the routed call gets %d and %d", n, got.Retries, got.ResponseHeaderTimeout)
 		}
 	}
 }

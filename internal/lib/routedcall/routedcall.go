@@ -45,7 +45,8 @@
 // call's client span and counts its routing decision. The sender says how
 // each attempt ended ([Attempt]), whether the request can be sent again,
 // and discards an answer that another attempt replaces; the last attempt's
-// answer is the sender's to return. laneshttp.Transport runs its calls so.
+// answer is the sender's to return. laneshttp.Transport and the gateway (a
+// sender per HTTP/1.1 stack) run their calls so.
 // Start, Again, Next and Report are the steps that Run orders; Report also
 // serves a sender that learns an attempt's outcome after the call (a gRPC
 // answer, whose status comes with its trailers: see [Attempt.Final]).
