@@ -53,8 +53,8 @@ func WithExemptMethods(prefixes ...string) ServerOption {
 // instance serves.
 // check asks the guard about the call: the lane the instance serves, the instance, and whether
 // it admits the call.
-func (si *serverInterceptor) check(ctx context.Context, fullMethod string) (serving string, inst *registry.Instance, admitted bool) {
-	return si.guard.Admit(lane.FromContext(ctx), func() bool { return si.exempt(fullMethod) })
+func (si *serverInterceptor) check(ctx context.Context, g *Guard, fullMethod string) (serving string, inst *registry.Instance, admitted bool) {
+	return g.Admit(lane.FromContext(ctx), func() bool { return si.exempt(fullMethod) })
 }
 
 // refusal is the guard's answer to a call that it did not admit.
