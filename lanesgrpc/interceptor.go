@@ -432,12 +432,13 @@ func (si *serverInterceptor) incoming(ctx context.Context, method string) (conte
 		serving  string
 		inst     *registry.Instance
 		admitted = true
+		exempt   bool // admitted only because the method is exempt
 	)
 	if g := si.guard.Load(); g != nil {
-		serving, inst, admitted = si.check(ctx, g, method)
+		serving, inst, admitted = g.Admit(name, func() bool { exempt = si.exempt(method); return exempt })
 	}
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
-		hopspan.RecordServer(span, name, serving, admitted)
+		hopspan.RecordServer(span, name, serving, admitted, exempt)
 	}
 	if !admitted {
 		return nil, refusal(ctx, serving, inst)

@@ -103,9 +103,10 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request) {
 		m.logInvalid(r, err)
 	}
 	if m.guard != nil {
-		serving, inst, ok := m.guard.Admit(name, func() bool { return m.isExempt(r.URL.Path) })
+		exempt := false // admitted only because the path is exempt
+		serving, inst, ok := m.guard.Admit(name, func() bool { exempt = m.isExempt(r.URL.Path); return exempt })
 		if m.traced != nil {
-			hopspan.RecordServer(trace.SpanFromContext(r.Context()), name, serving, ok)
+			hopspan.RecordServer(trace.SpanFromContext(r.Context()), name, serving, ok, exempt)
 		}
 		if !ok {
 			m.refused.Add(1)
@@ -113,7 +114,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	} else if m.traced != nil {
-		hopspan.RecordServer(trace.SpanFromContext(r.Context()), name, "", true)
+		hopspan.RecordServer(trace.SpanFromContext(r.Context()), name, "", true, false)
 	}
 	ctx := lane.WithLane(r.Context(), name)
 	if name == "" {

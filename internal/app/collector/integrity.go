@@ -115,8 +115,8 @@ func (c *checker) checkServed(sp *Span) {
 	}
 	switch sp.Kind {
 	case KindServer, KindConsumer:
-		if sp.InstanceLane == "" || !sp.Admitted {
-			return
+		if sp.InstanceLane == "" || !sp.Admitted || sp.Exempt {
+			return // a refusal, or a probe of an exempt path: no lane traffic served
 		}
 		if sp.Requested == "" && sp.FallbackReason != lanestrace.ReasonCanary {
 			c.add(Breach, sp, fmt.Sprintf("a baseline request was served by an instance of lane %q", sp.InstanceLane), nil)

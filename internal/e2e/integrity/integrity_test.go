@@ -96,8 +96,9 @@ func (w *world) provider(service string) *sdktrace.TracerProvider {
 	return tp
 }
 
-// instance serves h as an instance of service in lane l, traced, guarded, registered.
-func (w *world) instance(service, id, l string, h func(client *http.Client) http.HandlerFunc) {
+// instance serves h as an instance of service in lane l, traced, guarded, registered, and
+// returns its address.
+func (w *world) instance(service, id, l string, h func(client *http.Client) http.HandlerFunc) string {
 	w.t.Helper()
 	tp := w.provider(service)
 	client := laneshttp.NewClient(w.engine, laneshttp.WithTracerProvider(tp), laneshttp.WithEnv(noEnv))
@@ -110,6 +111,7 @@ func (w *world) instance(service, id, l string, h func(client *http.Client) http
 	srv.Start()
 	w.t.Cleanup(srv.Close)
 	w.register(inst)
+	return inst.Addr
 }
 
 func (w *world) register(inst registry.Instance) {
@@ -266,5 +268,35 @@ func TestNeedlessFallback(t *testing.T) {
 	if f := fs[0]; f.Kind != adminapi.FindingNeedlessFallback || f.Service != "web" || f.TraceID != id ||
 		!strings.Contains(f.Message, `although orders has a live instance in "alice"`) {
 		t.Fatalf("finding %+v", fs)
+	}
+}
+
+// TestProbeOfLaneInstance: a health probe or a metrics scrape of a lane instance carries no lane;
+// the guard serves it (an exempt path), and the checks do not take it for baseline traffic that
+// reached a lane instance.
+func TestProbeOfLaneInstance(t *testing.T) {
+	w := newWorld(t)
+	addr := w.instance("orders", "orders-alice", "alice", leaf("orders-alice"))
+	hc := &http.Client{Timeout: patience}
+	for _, path := range []string{"/_healthz", "/readyz", "/metrics", "/"} {
+		res, err := hc.Get("http://" + addr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if want := path != "/"; (res.StatusCode == http.StatusOK) != want {
+			t.Fatalf("GET %s of a lane instance, no lane: %s", path, res.Status)
+		}
+	}
+	// The spans end after the answers: wait for all four.
+	deadline := time.Now().Add(patience)
+	for w.col.Stats().Spans < 4 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d spans stored, want 4", w.col.Stats().Spans)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if fs := w.col.Findings(time.Time{}, ""); len(fs) != 0 {
+		t.Fatalf("findings on probes of a lane instance: %+v", fs)
 	}
 }
