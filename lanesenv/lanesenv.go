@@ -34,8 +34,9 @@
 // LANES_REGISTRY) turns on tracing: Open sets up OpenTelemetry (Env.Tracing,
 // lanestrace.FromEnv), and the transports then trace every call with its
 // routing decision; log records written with a request's context carry its
-// lane and trace id. OTEL_SERVICE_NAME (else LANES_SERVICE, else the program's
-// name) names the service in traces.
+// lane and trace id. OTEL_SERVICE_NAME, where set, names the service in
+// traces; else the service and lane of the first instance the Serve helpers
+// register (until then LANES_SERVICE, else the program's name).
 //
 // The instance itself is placed by the transports' Serve helpers from
 // LANES_LANE, LANES_ZONE, LANES_ADDR and the other variables of

@@ -176,7 +176,20 @@ func TestProgramsRun(t *testing.T) {
 	if m == nil || g == nil {
 		t.Fatalf("lanes up printed no export line or gateway:\n%s", upOut)
 	}
-	env := strings.Fields(m[1]) // exactly as printed
+	env := strings.Fields(m[1]) // as printed, with the shell's work done
+	var tracesAddr string
+	for i, kv := range env {
+		if f, ok := strings.CutPrefix(kv, `LANES_TRACES_TOKEN="$(cat `); ok {
+			tok, err := os.ReadFile(strings.TrimSuffix(f, `)"`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			env[i] = "LANES_TRACES_TOKEN=" + strings.TrimSpace(string(tok))
+		}
+		if a, ok := strings.CutPrefix(kv, "LANES_TRACES="); ok {
+			tracesAddr = a
+		}
+	}
 	gateway := g[1]
 	a := adminExport.FindStringSubmatch(upOut)
 	if a == nil {
@@ -205,7 +218,7 @@ func TestProgramsRun(t *testing.T) {
 		if p.name == "hello" {
 			// The alice instance of hello joins through the admin API with
 			// a lane token, as `lanes up` prints it: no etcd access.
-			aliceEnv = []string{"LANES_REGISTRY=" + adminURL, "LANES_TOKEN=" + aliceToken, "LANES_LANE=alice", "LANES_LOG_FORMAT=json"}
+			aliceEnv = []string{"LANES_REGISTRY=" + adminURL, "LANES_TOKEN=" + aliceToken, "LANES_TRACES=" + tracesAddr, "LANES_LANE=alice", "LANES_LOG_FORMAT=json"}
 		}
 		alice := start(t, p.name+" (alice)", aliceEnv, p.bin)
 		base.waitOutput(t, `level=INFO msg="lanes: instance registered" service=`+p.name)
@@ -268,6 +281,28 @@ func TestProgramsRun(t *testing.T) {
 			t.Fatalf("HTTP alice request: %q", got)
 		}
 	}
+	// The programs' spans are named after the service they registered and its
+	// lane, not after the program (both are "bin" here).
+	eventually(t, "HTTP: the trace names hello, not the program", func() string {
+		req, _ := http.NewRequest("GET", "http://"+gateway+"/", nil)
+		req.Header.Set("x-lane", "alice")
+		res, err := hc.Do(req)
+		if err != nil {
+			return err.Error()
+		}
+		res.Body.Close()
+		id := res.Header.Get("x-trace-id")
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+			out, _ := exec.Command(lanes, "trace", id, "-o", "json", "--admin", adminURL, "--data-dir", filepath.Join(tmp, "lanes-data")).Output()
+			if strings.Contains(string(out), `"service": "hello"`) || strings.Contains(string(out), `"service":"hello"`) {
+				if strings.Contains(string(out), `"bin"`) {
+					return "a span named after the program: " + string(out)
+				}
+				return ""
+			}
+		}
+		return "trace " + id + " has no span of hello"
+	})
 	// The alice instance, behind its token, follows the policy through the
 	// admin API: once bob falls back to alice, its guard admits bob's
 	// requests, which the gateway sends there.
