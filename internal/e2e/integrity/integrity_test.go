@@ -1,8 +1,9 @@
 // Package integrity runs services that route with lanes and trace into the trace collector of
 // lanes up, and checks the collector's lane integrity findings: none on a clean chain; a
 // broken trace for a service that calls downstream with context.Background(); a lost lane for one
-// that copies the lane wrong; a needless fallback past a lane instance that heartbeats but
-// refuses connections.
+// that copies the lane wrong; a needless fallback for a caller whose view misses a live lane
+// instance, and none past a lane instance that heartbeats but refuses connections, nor for a
+// probe of a lane instance.
 package integrity
 
 import (
@@ -248,11 +249,13 @@ func TestLaneLost(t *testing.T) {
 	}
 }
 
-func TestNeedlessFallback(t *testing.T) {
+// TestRefusedIsNoNeedlessFallback: a lane instance that heartbeats but refuses connections (killed
+// with kill -9 while its lease runs) is ejected by its first refusal, and its lane's requests fall
+// back to the baseline: the routing working, no finding.
+func TestRefusedIsNoNeedlessFallback(t *testing.T) {
 	w := newWorld(t)
 	w.instance("web", "web-1", "", caller("orders", (*http.Request).Context))
 	w.instance("orders", "orders-1", "", leaf("orders-1"))
-	// orders-alice heartbeats (its registration lives) but refuses connections.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -260,12 +263,50 @@ func TestNeedlessFallback(t *testing.T) {
 	addr := ln.Addr().String()
 	ln.Close()
 	w.register(registry.Instance{Service: "orders", ID: "orders-alice", Lane: "alice", Addr: addr})
-	body, id := w.enter("web", "alice")
-	if body != "orders-1" {
-		t.Fatalf("answer %q, want the baseline's after the refused connection", body)
+	for i := 0; i < 10; i++ {
+		if body, _ := w.enter("web", "alice"); body != "orders-1" {
+			t.Fatalf("answer %q, want the baseline's after the refused connection", body)
+		}
+	}
+	// Every span has arrived (the exporters are synchronous).
+	if st := w.col.Stats(); st.Spans != 10*5 {
+		t.Fatalf("%d spans stored, want 50", st.Spans)
+	}
+	if fs := w.col.Findings(time.Time{}, ""); len(fs) != 0 {
+		t.Fatalf("findings after a refused connection: %+v", fs)
+	}
+}
+
+// TestNeedlessFallback: a caller whose engine does not see the lane instance that the registry
+// lists (a stale view) falls back needlessly.
+func TestNeedlessFallback(t *testing.T) {
+	w := newWorld(t)
+	stale := routing.New(routing.WithLogger(slog.New(slog.DiscardHandler))) // told its instances below
+	t.Cleanup(func() { stale.Close() })
+	w.instance("orders", "orders-1", "", leaf("orders-1"))
+	w.instance("orders", "orders-alice", "alice", leaf("orders-alice"))
+	for _, in := range w.engine.Service("orders").Instances() {
+		if in.ID == "orders-1" {
+			stale.SetInstances("orders", []registry.Instance{in})
+		}
+	}
+	web := laneshttp.NewClient(stale, laneshttp.WithTracerProvider(w.provider("web")), laneshttp.WithEnv(noEnv))
+	t.Cleanup(web.CloseIdleConnections)
+	ctx, span := w.provider("web").Tracer("web").Start(lane.WithLane(context.Background(), "alice"), "GET",
+		trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(lanestrace.Entry.Bool(true), lanestrace.Requested.String("alice")))
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://orders/", nil)
+	res, err := web.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	span.End()
+	if string(body) != "orders-1" {
+		t.Fatalf("answer %q, want the baseline's", body)
 	}
 	fs := w.findings(1)
-	if f := fs[0]; f.Kind != adminapi.FindingNeedlessFallback || f.Service != "web" || f.TraceID != id ||
+	if f := fs[0]; f.Kind != adminapi.FindingNeedlessFallback || f.Service != "web" || f.TraceID != span.SpanContext().TraceID().String() ||
 		!strings.Contains(f.Message, `although orders has a live instance in "alice"`) {
 		t.Fatalf("finding %+v", fs)
 	}
