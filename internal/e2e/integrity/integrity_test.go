@@ -198,6 +198,17 @@ func (w *world) findings(n int) []adminapi.Finding {
 	}
 }
 
+// none checks that the collector, holding spans spans, has no finding.
+func (w *world) none(spans int, what string) {
+	w.t.Helper()
+	if st := w.col.Stats(); st.Spans != spans {
+		w.t.Fatalf("%d spans stored, want %d", st.Spans, spans)
+	}
+	if fs := w.col.Findings(time.Time{}, ""); len(fs) != 0 {
+		w.t.Fatalf("findings %s: %+v", what, fs)
+	}
+}
+
 func TestCleanChain(t *testing.T) {
 	w := newWorld(t)
 	w.instance("web", "web-1", "", caller("orders", (*http.Request).Context))
@@ -210,12 +221,7 @@ func TestCleanChain(t *testing.T) {
 		}
 	}
 	// Every span has arrived (the exporters are synchronous): a clean chain has no finding.
-	if st := w.col.Stats(); st.Spans != 3*7 {
-		t.Fatalf("%d spans stored, want 21", st.Spans)
-	}
-	if fs := w.col.Findings(time.Time{}, ""); len(fs) != 0 {
-		t.Fatalf("findings on a clean chain: %+v", fs)
-	}
+	w.none(3*7, "on a clean chain")
 }
 
 func TestTraceBroken(t *testing.T) {
@@ -269,12 +275,7 @@ func TestRefusedIsNoNeedlessFallback(t *testing.T) {
 		}
 	}
 	// Every span has arrived (the exporters are synchronous).
-	if st := w.col.Stats(); st.Spans != 10*5 {
-		t.Fatalf("%d spans stored, want 50", st.Spans)
-	}
-	if fs := w.col.Findings(time.Time{}, ""); len(fs) != 0 {
-		t.Fatalf("findings after a refused connection: %+v", fs)
-	}
+	w.none(10*5, "after a refused connection")
 }
 
 // TestNeedlessFallback: a caller whose engine does not see the lane instance that the registry
