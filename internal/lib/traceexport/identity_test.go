@@ -29,7 +29,7 @@ func TestIdentified(t *testing.T) {
 		got := mem.GetSpans()
 		out := map[attribute.Key]string{}
 		for _, kv := range got[len(got)-1].Resource.Attributes() {
-			out[kv.Key] = kv.Value.Emit()
+			out[kv.Key] = kv.Value.AsString()
 		}
 		return out
 	}
