@@ -16,6 +16,8 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 // TestIdentified: spans exported before the process registers an instance keep the program's
 // name; afterwards they carry the instance's service and lane, the first instance's.
 func TestIdentified(t *testing.T) {
+	identity.Store(nil) // the process's identity, as at start
+	t.Cleanup(func() { identity.Store(nil) })
 	mem := tracetest.NewInMemoryExporter()
 	res, err := Resource("bin")
 	if err != nil {
