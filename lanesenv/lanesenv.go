@@ -34,8 +34,9 @@
 // LANES_REGISTRY) turns on tracing: Open sets up OpenTelemetry (Env.Tracing,
 // lanestrace.FromEnv), and the transports then trace every call with its
 // routing decision; log records written with a request's context carry its
-// lane and trace id. OTEL_SERVICE_NAME (else LANES_SERVICE, else the program's
-// name) names the service in traces.
+// lane and trace id. OTEL_SERVICE_NAME, where set, names the service in
+// traces; else the service and lane of the first instance the Serve helpers
+// register (until then LANES_SERVICE, else the program's name).
 //
 // The instance itself is placed by the transports' Serve helpers from
 // LANES_LANE, LANES_ZONE, LANES_ADDR and the other variables of
@@ -58,6 +59,7 @@ import (
 	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/adminclient"
 	"github.com/lanesdev/lanes/etcdstore"
+	"github.com/lanesdev/lanes/internal/lib/guard"
 	"github.com/lanesdev/lanes/internal/lib/logs"
 	"github.com/lanesdev/lanes/internal/lib/tlsfiles"
 	"github.com/lanesdev/lanes/lanestrace"
@@ -107,8 +109,9 @@ func (e *Error) Error() string {
 // Env is a service's connection to lanes.
 type Env struct {
 	// Engine routes the service's calls, on the registry and the policy of
-	// LANES_REGISTRY. Give it to laneshttp.NewClient, lanesgrpc.NewClient and
-	// the Serve helpers (for the guard).
+	// LANES_REGISTRY. Give it to laneshttp.NewClient and lanesgrpc.NewClient.
+	// The Serve helpers guard an instance they register in Registry with
+	// it, unless told otherwise (WithGuard, WithoutGuard).
 	Engine *routing.Engine
 	// Registry is where the Serve helpers register the service's instances.
 	Registry registry.Registry
@@ -372,7 +375,9 @@ func Open(ctx context.Context, opts ...Option) (*Env, error) {
 	}
 	ropts := append([]routing.Option{routing.WithRegistry(env.Registry), routing.WithPolicyStore(env.Policy), routing.WithLogger(log)}, o.routing...)
 	env.Engine = routing.New(ropts...)
+	unbind := guard.Bind(env.Registry, env.Engine) // the Serve helpers' default guard
 	env.close = func() error {
+		unbind()
 		env.Engine.Close()
 		err := closeReg()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -48,15 +48,6 @@ func WithExemptMethods(prefixes ...string) ServerOption {
 	return serverOption(func(c *config) { c.exempt = append(c.exempt, prefixes...) })
 }
 
-// check admits or refuses a request for fullMethod whose context carries its
-// lane. It returns nil or a FailedPrecondition status naming the lane the
-// instance serves.
-// check asks the guard about the call: the lane the instance serves, the instance, and whether
-// it admits the call.
-func (si *serverInterceptor) check(ctx context.Context, fullMethod string) (serving string, inst *registry.Instance, admitted bool) {
-	return si.guard.Admit(lane.FromContext(ctx), func() bool { return si.exempt(fullMethod) })
-}
-
 // refusal is the guard's answer to a call that it did not admit.
 func refusal(ctx context.Context, serving string, inst *registry.Instance) error {
 	what := "a baseline request"

@@ -354,9 +354,7 @@ func NewServer(opts ...ServerOption) *grpc.Server {
 	sopts := append(slices.Clip(c.srvOpts), c.statsHandler()...)
 	sopts = append(sopts, grpc.ChainUnaryInterceptor(si.unary), grpc.ChainStreamInterceptor(si.stream))
 	srv := grpc.NewServer(sopts...)
-	if c.guard != nil {
-		guards.Store(srv, c.guard)
-	}
+	servers.Store(srv, si)
 	return srv
 }
 
@@ -369,14 +367,15 @@ func (c *config) statsHandler() []grpc.ServerOption {
 	return []grpc.ServerOption{grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(tp), otelgrpc.WithPropagators(propagation.TraceContext{})))}
 }
 
-// guards holds the guards of the servers that NewServer made, until Serve
-// takes them.
-var guards sync.Map // *grpc.Server -> *Guard
+// servers holds the interceptors of the servers that NewServer made, until
+// Serve takes them and settles their guard.
+var servers sync.Map // *grpc.Server -> *serverInterceptor
 
 type serverInterceptor struct {
 	prop          lane.Propagator
-	guard         *Guard
-	exemptMethods []string // besides DefaultExempt
+	guard         atomic.Pointer[Guard] // nil: none
+	noGuard       bool                  // WithoutGuard
+	exemptMethods []string              // besides DefaultExempt
 	log           *slog.Logger
 	onInvalid     func(context.Context, string, *lane.NameError)
 
@@ -385,7 +384,9 @@ type serverInterceptor struct {
 }
 
 func newServerInterceptor(c *config) *serverInterceptor {
-	return &serverInterceptor{prop: c.prop, guard: c.guard, exemptMethods: c.exempt, log: c.log, onInvalid: c.onInvalid}
+	si := &serverInterceptor{prop: c.prop, noGuard: c.noGuard, exemptMethods: c.exempt, log: c.log, onInvalid: c.onInvalid}
+	si.guard.Store(c.guard)
+	return si
 }
 
 func (si *serverInterceptor) unary(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
@@ -431,12 +432,13 @@ func (si *serverInterceptor) incoming(ctx context.Context, method string) (conte
 		serving  string
 		inst     *registry.Instance
 		admitted = true
+		exempt   bool // admitted only because the method is exempt
 	)
-	if si.guard != nil {
-		serving, inst, admitted = si.check(ctx, method)
+	if g := si.guard.Load(); g != nil {
+		serving, inst, admitted = g.Admit(name, func() bool { exempt = si.exempt(method); return exempt })
 	}
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
-		hopspan.RecordServer(span, name, serving, admitted)
+		hopspan.RecordServer(span, name, serving, admitted, exempt)
 	}
 	if !admitted {
 		return nil, refusal(ctx, serving, inst)

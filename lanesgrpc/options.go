@@ -170,8 +170,20 @@ func WithDialOptions(opts ...grpc.DialOption) ClientOption {
 // instance it registers: the guard of a server made by NewServer is found
 // by Serve itself; with ServerOptions, give the same guard to Serve too.
 // Without a guard every request is served.
+//
+// A server made by NewServer needs no WithGuard when Serve registers it in
+// the Registry of a lanesenv.Env: Serve then guards it with the Env's
+// engine.
 func WithGuard(g *Guard) ServerOption {
-	return serverOption(func(c *config) { c.guard = g })
+	return serverOption(func(c *config) { c.guard, c.noGuard = g, false })
+}
+
+// WithoutGuard turns off the guard that Serve installs by default in a
+// server made by NewServer (see WithGuard): the instance serves every
+// request that reaches it, whatever its lane. Give it to NewServer or to
+// Serve.
+func WithoutGuard() ServerOption {
+	return serverOption(func(c *config) { c.guard, c.noGuard = nil, true })
 }
 
 // WithInvalidLaneHandler sets a function that the server interceptors call
@@ -296,6 +308,7 @@ type config struct {
 	dialOpts   []grpc.DialOption
 	srvOpts    []grpc.ServerOption
 	guard      *Guard
+	noGuard    bool // WithoutGuard
 	exempt     []string
 	onInvalid  func(ctx context.Context, fullMethod string, err *lane.NameError)
 	lane       string

@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/grpc"
 
+	"github.com/lanesdev/lanes/internal/lib/guard"
 	"github.com/lanesdev/lanes/internal/lib/serving"
 	"github.com/lanesdev/lanes/registry"
 )
@@ -18,8 +19,10 @@ import (
 //     WithEnv; LANES_LANE, LANES_ZONE, LANES_ADDR, ...). The address
 //     defaults to the listener's (an unspecified IP such as 0.0.0.0 is
 //     replaced by this host's first non-loopback address). inst.Service is
-//     required. The guard of a server made by NewServer, or a WithGuard
-//     guard, is told the instance.
+//     required. The guard is told the instance: the WithGuard guard of
+//     NewServer or of Serve; else, for a server made by NewServer, one on
+//     the engine of a lanesenv.Env whose Registry reg is, unless
+//     WithoutGuard (given to either).
 //  2. It starts serving on lis, then registers the instance in reg (with
 //     WithTTL's lease).
 //  3. When ctx is done it deregisters the instance first, so that callers
@@ -33,11 +36,20 @@ import (
 //
 // The server interceptors cannot be added here: make the server with
 // NewServer, or give ServerOptions to grpc.NewServer and the same guard to
-// Serve with WithGuard.
+// both with WithGuard (a server made otherwise gets no default guard).
 func Serve(ctx context.Context, srv *grpc.Server, lis net.Listener, reg registry.Registry, inst registry.Instance, opts ...ServerOption) error {
 	c := serverConfig(opts)
-	if g, ok := guards.LoadAndDelete(srv); ok && c.guard == nil {
-		c.guard = g.(*Guard) // made by NewServer
+	if v, ok := servers.LoadAndDelete(srv); ok { // made by NewServer
+		si := v.(*serverInterceptor)
+		switch g := si.guard.Load(); {
+		case g != nil && c.guard == nil:
+			c.guard = g
+		case g == nil && c.guard == nil && !c.noGuard && !si.noGuard:
+			c.guard = guard.For(reg) // the engine lanesenv.Open made on reg
+			si.guard.Store(c.guard)
+		case g == nil && c.guard != nil:
+			si.guard.Store(c.guard)
+		}
 	}
 	return serving.Run(ctx, reg, inst, lis, srv, c.serving("lanesgrpc", func() error { stop(srv, c.shutdown); return nil }, grpc.ErrServerStopped))
 }

@@ -70,7 +70,7 @@ func newMiddleware(next http.Handler, c *config) *Middleware {
 	m := &Middleware{next: next, prop: c.prop, log: c.log, exempt: c.exempt, guard: c.guard}
 	if tp := c.tracerProvider(); tp != nil {
 		// otelhttp's server span around the lanes middleware, which records its decision on it.
-		m.traced = otelhttp.NewHandler(http.HandlerFunc(m.serve), "lanes",
+		m.traced = otelhttp.NewHandler(http.HandlerFunc(m.serveTraced), "lanes",
 			otelhttp.WithTracerProvider(tp), otelhttp.WithPropagators(propagation.TraceContext{}),
 			otelhttp.WithSpanNameFormatter(func(_ string, r *http.Request) string { return r.Method }))
 	}
@@ -89,31 +89,40 @@ func (m *Middleware) Guarded() bool { return m.guard != nil }
 
 // ServeHTTP implements http.Handler.
 func (m *Middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if m.traced != nil {
+	if m.traced != nil && !trace.SpanFromContext(r.Context()).IsRecording() {
 		m.traced.ServeHTTP(w, r)
 		return
 	}
 	m.serve(w, r)
 }
 
+// serveTraced serves r inside lanes' own server span, which it offers to an
+// inner otelhttp handler (see shareSpan).
+func (m *Middleware) serveTraced(w http.ResponseWriter, r *http.Request) {
+	m.serve(w, r.WithContext(shareSpan(r.Context())))
+}
+
 func (m *Middleware) serve(w http.ResponseWriter, r *http.Request) {
+	span := trace.SpanFromContext(r.Context()) // lanes' server span, or an outer handler's
+	traced := span.IsRecording()
 	name, _, err := m.prop.Extract(lane.HTTPHeader(r.Header))
 	if err != nil {
 		m.invalid.Add(1)
 		m.logInvalid(r, err)
 	}
 	if m.guard != nil {
-		serving, inst, ok := m.guard.Admit(name, func() bool { return m.isExempt(r.URL.Path) })
-		if m.traced != nil {
-			hopspan.RecordServer(trace.SpanFromContext(r.Context()), name, serving, ok)
+		exempt := false // admitted only because the path is exempt
+		serving, inst, ok := m.guard.Admit(name, func() bool { exempt = m.isExempt(r.URL.Path); return exempt })
+		if traced {
+			hopspan.RecordServer(span, name, serving, ok, exempt)
 		}
 		if !ok {
 			m.refused.Add(1)
 			m.refuse(w, inst, serving, name)
 			return
 		}
-	} else if m.traced != nil {
-		hopspan.RecordServer(trace.SpanFromContext(r.Context()), name, "", true)
+	} else if traced {
+		hopspan.RecordServer(span, name, "", true, false)
 	}
 	ctx := lane.WithLane(r.Context(), name)
 	if name == "" {

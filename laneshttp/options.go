@@ -25,7 +25,11 @@ const DefaultShutdownTimeout = 30 * time.Second
 // metrics endpoints, which are called by the platform, not by lanes callers.
 // A path is exempt when it equals one of them or starts with one of them
 // followed by "/". WithExemptPaths adds to them.
-var DefaultExemptPaths = []string{"/healthz", "/_healthz", "/readyz", "/livez", "/metrics"}
+var DefaultExemptPaths = []string{
+	"/healthz", "/_healthz", "/readyz", "/livez", "/startupz", // Kubernetes' convention
+	"/health", "/ready", "/live", "/ping", // the unsuffixed forms
+	"/metrics", // Prometheus
+}
 
 // A ClientOption configures the client side: NewTransport and NewClient.
 type ClientOption interface{ ApplyClient(*config) }
@@ -221,7 +225,19 @@ func NewGuard(e *routing.Engine) *Guard { return guard.New(e) }
 // with 421 Misdirected Request, the requests whose lane chain does not
 // include its lane; the exempt paths are always served. Serve tells g the
 // instance it registers. Without a guard every request is served.
-func WithGuard(g *Guard) ServerOption { return serverOption(func(c *config) { c.guard = g }) }
+//
+// Serve needs no WithGuard when it registers in the Registry of a
+// lanesenv.Env: it then guards the instance with the Env's engine.
+func WithGuard(g *Guard) ServerOption {
+	return serverOption(func(c *config) { c.guard, c.noGuard = g, false })
+}
+
+// WithoutGuard turns off the guard that Serve installs by default (see
+// WithGuard): the instance serves every request that reaches it, whatever
+// its lane.
+func WithoutGuard() ServerOption {
+	return serverOption(func(c *config) { c.guard, c.noGuard = nil, true })
+}
 
 // WithExemptPaths adds paths that the guard never refuses to
 // DefaultExemptPaths (Handler, Serve). A path is exempt when it equals one
@@ -267,6 +283,7 @@ type config struct {
 	// server
 	log      *slog.Logger
 	guard    *Guard
+	noGuard  bool // WithoutGuard
 	exempt   []string
 	lane     string
 	ttl      time.Duration

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 
+	"github.com/lanesdev/lanes/internal/lib/guard"
 	"github.com/lanesdev/lanes/internal/lib/serving"
 	"github.com/lanesdev/lanes/registry"
 )
@@ -30,7 +31,9 @@ func shutdown(ctx context.Context, srv *http.Server, c *config) error {
 //     listener's (an unspecified IP such as 0.0.0.0 is replaced by this
 //     host's first non-loopback address). inst.Service is required.
 //  2. It replaces srv.Handler (http.DefaultServeMux when nil) with the
-//     Middleware of Handler; a WithGuard guard is told the instance.
+//     Middleware of Handler, with a guard: the WithGuard guard, else one on
+//     the engine of a lanesenv.Env whose Registry reg is, unless
+//     WithoutGuard. The guard is told the instance.
 //  3. It starts serving on lis, then registers the instance in reg.
 //  4. When ctx is done it deregisters the instance first, waits
 //     WithDrainDelay, then shuts srv down gracefully (WithShutdownTimeout,
@@ -39,11 +42,14 @@ func shutdown(ctx context.Context, srv *http.Server, c *config) error {
 // It returns early, after shutting down, with the error of a registration
 // that fails or is lost, or of srv.Serve. Serve closes lis.
 //
-// Options: WithLane, WithZone, WithEnv, WithTTL, WithGuard,
+// Options: WithLane, WithZone, WithEnv, WithTTL, WithGuard, WithoutGuard,
 // WithExemptPaths, WithPropagator, WithLogger, WithDrainDelay,
 // WithShutdownTimeout.
 func Serve(ctx context.Context, srv *http.Server, lis net.Listener, reg registry.Registry, inst registry.Instance, opts ...ServerOption) error {
 	c := serverConfig(opts)
+	if c.guard == nil && !c.noGuard {
+		c.guard = guard.For(reg) // the engine lanesenv.Open made on reg
+	}
 	if srv.Handler == nil {
 		srv.Handler = http.DefaultServeMux
 	}

@@ -387,7 +387,7 @@ func (f *fetcher) startSpan(tr trace.Tracer, d *Delivery) (context.Context, trac
 	own := c.engine.LaneOf(c.inst)
 	ctx, span := tr.Start(ctx, "process "+c.topic, trace.WithSpanKind(trace.SpanKindConsumer))
 	if span.IsRecording() {
-		hopspan.RecordServer(span, d.Lane, own, true)
+		hopspan.RecordServer(span, d.Lane, own, true, false)
 		span.SetAttributes(lanestrace.ConsumerLane.String(own), lanestrace.Served.String(own),
 			lanestrace.FallbackReason.String(hopspan.ReasonFor(c.engine, c.inst.Service, d.Lane, own)),
 			lanestrace.DeliveryCount.Int64(int64(d.NumDelivered)), lanestrace.InstanceID.String(c.inst.ID),

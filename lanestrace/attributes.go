@@ -15,7 +15,8 @@
 //	lane.retries          how many times the call was retried on another instance
 //
 // Server spans carry the instance's own lane (lane.instance.lane), the lane received
-// (lane.requested) and whether the lane guard admitted the request (lane.guard.admitted).
+// (lane.requested) and whether the lane guard admitted the request (lane.guard.admitted), and
+// lane.guard.exempt where it admitted it only because the path or method is exempt.
 // Message spans carry the message's lane (lane.requested), the consumer's lane
 // (lane.consumer.lane) and the delivery count (lane.delivery_count).
 package lanestrace
@@ -34,8 +35,12 @@ const (
 	Retries        = attribute.Key("lane.retries")
 	InstanceLane   = attribute.Key("lane.instance.lane")
 	GuardAdmitted  = attribute.Key("lane.guard.admitted")
-	ConsumerLane   = attribute.Key("lane.consumer.lane")
-	DeliveryCount  = attribute.Key("lane.delivery_count")
+	// GuardExempt marks a server span whose request the guard admitted only because its path or
+	// method is exempt (a health probe, a metrics scrape): it is not lane traffic, and the
+	// integrity checks do not judge it.
+	GuardExempt   = attribute.Key("lane.guard.exempt")
+	ConsumerLane  = attribute.Key("lane.consumer.lane")
+	DeliveryCount = attribute.Key("lane.delivery_count")
 	// Entry marks the span of the hop where a request entered lanes (the gateway, or the first
 	// lanes-aware service): the only place where a new trace may start.
 	Entry = attribute.Key("lane.entry")

@@ -61,11 +61,17 @@ func (t *Tracing) Shutdown(ctx context.Context) error {
 // (sent to that collector only, as "Authorization: Bearer <token>"), OTEL_EXPORTER_OTLP_ENDPOINT or
 // OTEL_EXPORTER_OTLP_TRACES_ENDPOINT (with the other OTEL_EXPORTER_OTLP_* variables, as
 // OpenTelemetry defines them) for an external one, both where both are set, and
-// LANES_TRACE_SAMPLE; an https:// LANES_TRACES is verified with LANES_CA_FILE where set. OTEL_SERVICE_NAME, where set, names the service instead of service. With
-// none of the endpoints set, or LANES_TRACES=off, tracing is off and Provider is a no-op.
+// LANES_TRACE_SAMPLE; an https:// LANES_TRACES is verified with LANES_CA_FILE where set.
+// OTEL_SERVICE_NAME, where set, names the service instead of service; else, once the process
+// registers an instance with the Serve helpers of laneshttp or lanesgrpc, the spans it exports
+// carry that instance's service (service.name) and lane (lane.instance.lane). With none of the
+// endpoints set, or LANES_TRACES=off, tracing is off and Provider is a no-op.
 //
-// It installs the provider and the W3C trace-context propagator as OpenTelemetry's globals, and
-// as the provider of the transports of lanes created afterwards (SetTracerProvider).
+// It installs the provider as OpenTelemetry's global, and as the provider of the transports of
+// lanes created afterwards (SetTracerProvider). It adds to OpenTelemetry's global propagator what
+// lanes needs, the W3C trace context and baggage, and keeps what the application set there: a
+// propagator set before keeps its place, first; one set afterwards replaces lanes' (the lanes
+// transports propagate the trace context and the lane themselves, whatever the global one).
 func FromEnv(ctx context.Context, service string, getenv func(string) string) (*Tracing, error) {
 	if getenv == nil {
 		getenv = os.Getenv
@@ -78,8 +84,15 @@ func FromEnv(ctx context.Context, service string, getenv func(string) string) (*
 		}
 		ratio = r
 	}
-	if v := getenv("OTEL_SERVICE_NAME"); v != "" {
-		service = v
+	named := getenv("OTEL_SERVICE_NAME") != "" // else the transports' Serve name the spans
+	if named {
+		service = getenv("OTEL_SERVICE_NAME")
+	}
+	identified := func(exp sdktrace.SpanExporter) sdktrace.SpanExporter {
+		if named {
+			return exp
+		}
+		return traceexport.Identified(exp)
 	}
 	lanes := strings.TrimSpace(getenv(EnvTraces))
 	external := getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") != "" || getenv("OTEL_EXPORTER_OTLP_ENDPOINT") != ""
@@ -104,7 +117,7 @@ func FromEnv(ctx context.Context, service string, getenv func(string) string) (*
 		if err != nil {
 			return nil, fmt.Errorf("lanestrace: %s=%q: %w", EnvTraces, lanes, err)
 		}
-		opts = append(opts, sdktrace.WithBatcher(exp, sdktrace.WithBatchTimeout(traceexport.BatchTimeout)))
+		opts = append(opts, sdktrace.WithBatcher(identified(exp), sdktrace.WithBatchTimeout(traceexport.BatchTimeout)))
 	}
 	if external {
 		// The exporter reads the OTEL_EXPORTER_OTLP_* variables itself.
@@ -112,7 +125,7 @@ func FromEnv(ctx context.Context, service string, getenv func(string) string) (*
 		if err != nil {
 			return nil, fmt.Errorf("lanestrace: the OTEL_EXPORTER_OTLP_* endpoint: %w", err)
 		}
-		opts = append(opts, sdktrace.WithBatcher(exp))
+		opts = append(opts, sdktrace.WithBatcher(identified(exp)))
 	}
 	res, err := traceexport.Resource(service)
 	if err != nil {
@@ -121,7 +134,31 @@ func FromEnv(ctx context.Context, service string, getenv func(string) string) (*
 	opts = append(opts, sdktrace.WithResource(res), sdktrace.WithSampler(Sampler(ratio)))
 	tp := sdktrace.NewTracerProvider(opts...)
 	otel.SetTracerProvider(tp)
-	otel.SetTextMapPropagator(propagation.TraceContext{})
+	otel.SetTextMapPropagator(withLanes(otel.GetTextMapPropagator()))
 	SetTracerProvider(tp)
 	return &Tracing{Provider: tp, sdk: tp}, nil
+}
+
+// withLanes returns cur with the W3C trace context and baggage propagators added after it, where
+// cur does not already carry their headers; cur itself when it does. An unset global propagator
+// (it carries no header) is replaced.
+func withLanes(cur propagation.TextMapPropagator) propagation.TextMapPropagator {
+	has := map[string]bool{}
+	for _, f := range cur.Fields() {
+		has[strings.ToLower(f)] = true
+	}
+	var add []propagation.TextMapPropagator
+	if !has["traceparent"] {
+		add = append(add, propagation.TraceContext{})
+	}
+	if !has["baggage"] {
+		add = append(add, propagation.Baggage{})
+	}
+	switch {
+	case len(add) == 0:
+		return cur
+	case len(has) == 0: // nothing set (the global default delegates to what is set next)
+		return propagation.NewCompositeTextMapPropagator(add...)
+	}
+	return propagation.NewCompositeTextMapPropagator(append([]propagation.TextMapPropagator{cur}, add...)...)
 }

@@ -115,8 +115,8 @@ func (c *checker) checkServed(sp *Span) {
 	}
 	switch sp.Kind {
 	case KindServer, KindConsumer:
-		if sp.InstanceLane == "" || !sp.Admitted {
-			return
+		if sp.InstanceLane == "" || !sp.Admitted || sp.Exempt {
+			return // a refusal, or a probe of an exempt path: no lane traffic served
 		}
 		if sp.Requested == "" && sp.FallbackReason != lanestrace.ReasonCanary {
 			c.add(Breach, sp, fmt.Sprintf("a baseline request was served by an instance of lane %q", sp.InstanceLane), nil)
@@ -131,9 +131,11 @@ func (c *checker) checkServed(sp *Span) {
 		case lanestrace.ReasonCanary, lanestrace.ReasonExpired, lanestrace.ReasonStrict, lanestrace.ReasonInvalidLane:
 			return
 		}
-		// A failover (the lane's instances failed this call) is no needless fallback, but its
-		// chain must reach the lane served like any other.
-		needless := sp.FallbackReason != lanestrace.ReasonFailover
+		// A failover (the lane's instances failed this call) and a fallback past ejected
+		// instances (one refused the connection, or outlier detection took it out) are the
+		// routing working, no needless fallback; but their chain must reach the lane served
+		// like any other.
+		needless := sp.FallbackReason != lanestrace.ReasonFailover && sp.FallbackReason != lanestrace.ReasonEjected
 		switch {
 		case sp.Requested == "" && sp.Served != "":
 			c.add(Breach, sp, fmt.Sprintf("a baseline request to %s was sent to lane %q", sp.Callee, sp.Served), nil)

@@ -125,13 +125,17 @@ func TestIntegrityNeedlessFallback(t *testing.T) {
 	f := defaultFleet()
 	f.live["orders/alice"] = true // registered and heartbeating
 	w := newWorld(t, f)
-	w.chain("alice", "", lanestrace.ReasonEjected) // refused connections, so ejected
+	w.chain("alice", "", lanestrace.ReasonNoInstanceInLane) // the caller's view lacks alice's instance
 	fs := w.expect(NeedlessFallback)
 	if fs[0].Service != "web" || fs[0].Span != "orders.Get" ||
-		!strings.Contains(fs[0].Message, `lane "alice" to orders fell back to the baseline (ejected) although orders has a live instance in "alice"`) {
+		!strings.Contains(fs[0].Message, `lane "alice" to orders fell back to the baseline (no_instance_in_lane) although orders has a live instance in "alice"`) {
 		t.Errorf("%+v", fs[0])
 	}
-	// A lane whose lifetime ended is not a needless fallback.
+	// A fallback past ejected instances (one refused the connection: killed while its lease
+	// runs) is not a needless fallback.
+	w.chain("alice", "", lanestrace.ReasonEjected)
+	w.expect(NeedlessFallback)
+	// A lane whose lifetime ended is not one either.
 	w.chain("alice", "", lanestrace.ReasonExpired)
 	w.expect(NeedlessFallback)
 	// Nor is the retry of a call that alice's live instance failed (it reset or hung).

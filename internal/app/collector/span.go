@@ -64,6 +64,7 @@ type Span struct {
 	Eligible       int64
 	Retries        int64
 	Admitted       bool // lane.guard.admitted; true where absent
+	Exempt         bool // lane.guard.exempt: admitted for its exempt path or method, not lane traffic
 	ConsumerLane   string
 	DeliveryCount  int64
 	Entry          bool
@@ -177,6 +178,8 @@ func (c *converter) convert(ps *tracepb.Span, service string) *Span {
 			s.Retries = v.GetIntValue()
 		case string(lanestrace.GuardAdmitted):
 			s.Admitted = v.GetBoolValue()
+		case string(lanestrace.GuardExempt):
+			s.Exempt = v.GetBoolValue()
 		case string(lanestrace.ConsumerLane):
 			s.ConsumerLane = c.str(v.GetStringValue())
 		case string(lanestrace.DeliveryCount):

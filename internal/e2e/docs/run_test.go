@@ -15,8 +15,10 @@ import (
 
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/lanesdev/lanes/internal/testkit/buftest"
@@ -118,6 +120,7 @@ func program(t *testing.T, file string) block {
 
 var exportLine = regexp.MustCompile(`(?m)^\s*export (LANES_REGISTRY=etcd://\S+.*)$`)
 var adminExport = regexp.MustCompile(`(?m)^\s*export LANES_REGISTRY=(http://\S+) LANES_TOKEN=`)
+var guardedAddr = regexp.MustCompile(`"addr":"[^"]*:(\d+)".*"guard":true`)
 var gatewayLine = regexp.MustCompile(`(?m)^gateway\s+http://(\S+)`)
 
 // TestProgramsRun runs the complete programs of README.md, docs/http.md and
@@ -173,7 +176,20 @@ func TestProgramsRun(t *testing.T) {
 	if m == nil || g == nil {
 		t.Fatalf("lanes up printed no export line or gateway:\n%s", upOut)
 	}
-	env := strings.Fields(m[1]) // exactly as printed
+	env := strings.Fields(m[1]) // as printed, with the shell's work done
+	var tracesAddr string
+	for i, kv := range env {
+		if f, ok := strings.CutPrefix(kv, `LANES_TRACES_TOKEN="$(cat `); ok {
+			tok, err := os.ReadFile(strings.TrimSuffix(f, `)"`))
+			if err != nil {
+				t.Fatal(err)
+			}
+			env[i] = "LANES_TRACES_TOKEN=" + strings.TrimSpace(string(tok))
+		}
+		if a, ok := strings.CutPrefix(kv, "LANES_TRACES="); ok {
+			tracesAddr = a
+		}
+	}
 	gateway := g[1]
 	a := adminExport.FindStringSubmatch(upOut)
 	if a == nil {
@@ -189,6 +205,7 @@ func TestProgramsRun(t *testing.T) {
 	// The programs log as the control plane does: slog's text format, or
 	// JSON with LANES_LOG_FORMAT=json (the alice instances).
 	var procs []*proc
+	aliceAddr := map[string]string{} // service -> loopback address of its alice instance
 	for _, p := range []struct {
 		name, bin string
 		ok        bool
@@ -201,12 +218,30 @@ func TestProgramsRun(t *testing.T) {
 		if p.name == "hello" {
 			// The alice instance of hello joins through the admin API with
 			// a lane token, as `lanes up` prints it: no etcd access.
-			aliceEnv = []string{"LANES_REGISTRY=" + adminURL, "LANES_TOKEN=" + aliceToken, "LANES_LANE=alice", "LANES_LOG_FORMAT=json"}
+			aliceEnv = []string{"LANES_REGISTRY=" + adminURL, "LANES_TOKEN=" + aliceToken, "LANES_TRACES=" + tracesAddr, "LANES_LANE=alice", "LANES_LOG_FORMAT=json"}
 		}
 		alice := start(t, p.name+" (alice)", aliceEnv, p.bin)
 		base.waitOutput(t, `level=INFO msg="lanes: instance registered" service=`+p.name)
-		alice.waitOutput(t, `"msg":"lanes: instance registered","service":"`+p.name+`"`)
+		reg := alice.waitOutput(t, `"msg":"lanes: instance registered","service":"`+p.name+`"`)
 		procs = append(procs, base, alice)
+		// Serve guards the lane instance by default: the program gives no guard.
+		m := guardedAddr.FindStringSubmatch(reg)
+		if m == nil {
+			t.Fatalf("%s's alice instance is not guarded:\n%s", p.name, reg)
+		}
+		aliceAddr[p.name] = "127.0.0.1:" + m[1]
+	}
+	// Straight to alice's hello instance, bypassing the gateway: a baseline
+	// request is refused, a probe of a health path is served.
+	for path, want := range map[string]int{"/": http.StatusMisdirectedRequest, "/_healthz": http.StatusOK, "/health": http.StatusOK} {
+		res, err := (&http.Client{Timeout: 10 * time.Second}).Get("http://" + aliceAddr["hello"] + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if res.StatusCode != want {
+			t.Errorf("GET %s of alice's hello instance, no lane: %s, want %d", path, res.Status, want)
+		}
 	}
 	defer func() {
 		for _, p := range procs {
@@ -246,6 +281,28 @@ func TestProgramsRun(t *testing.T) {
 			t.Fatalf("HTTP alice request: %q", got)
 		}
 	}
+	// The programs' spans are named after the service they registered and its
+	// lane, not after the program (both are "bin" here).
+	eventually(t, "HTTP: the trace names hello, not the program", func() string {
+		req, _ := http.NewRequest("GET", "http://"+gateway+"/", nil)
+		req.Header.Set("x-lane", "alice")
+		res, err := hc.Do(req)
+		if err != nil {
+			return err.Error()
+		}
+		res.Body.Close()
+		id := res.Header.Get("x-trace-id")
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+			out, _ := exec.Command(lanes, "trace", id, "-o", "json", "--admin", adminURL, "--data-dir", filepath.Join(tmp, "lanes-data")).Output()
+			if strings.Contains(string(out), `"service": "hello"`) || strings.Contains(string(out), `"service":"hello"`) {
+				if strings.Contains(string(out), `"bin"`) {
+					return "a span named after the program: " + string(out)
+				}
+				return ""
+			}
+		}
+		return "trace " + id + " has no span of hello"
+	})
 	// The alice instance, behind its token, follows the policy through the
 	// admin API: once bob falls back to alice, its guard admits bob's
 	// requests, which the gateway sends there.
@@ -263,6 +320,18 @@ func TestProgramsRun(t *testing.T) {
 	})
 	if !grpcOK {
 		return
+	}
+
+	direct, err := grpc.NewClient(aliceAddr["greeter"], grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer direct.Close()
+	dctx, dcancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer dcancel()
+	var dreply wrapperspb.StringValue
+	if err := direct.Invoke(dctx, "/helloworld.Greeter/SayHello", wrapperspb.String("docs"), &dreply); status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("a baseline call straight to alice's greeter: %v, want the guard's FailedPrecondition", err)
 	}
 
 	cc, err := grpc.NewClient(gateway, grpc.WithTransportCredentials(insecure.NewCredentials()))

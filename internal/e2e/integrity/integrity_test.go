@@ -1,8 +1,9 @@
 // Package integrity runs services that route with lanes and trace into the trace collector of
 // lanes up, and checks the collector's lane integrity findings: none on a clean chain; a
 // broken trace for a service that calls downstream with context.Background(); a lost lane for one
-// that copies the lane wrong; a needless fallback past a lane instance that heartbeats but
-// refuses connections.
+// that copies the lane wrong; a needless fallback for a caller whose view misses a live lane
+// instance, and none past a lane instance that heartbeats but refuses connections, nor for a
+// probe of a lane instance.
 package integrity
 
 import (
@@ -96,8 +97,9 @@ func (w *world) provider(service string) *sdktrace.TracerProvider {
 	return tp
 }
 
-// instance serves h as an instance of service in lane l, traced, guarded, registered.
-func (w *world) instance(service, id, l string, h func(client *http.Client) http.HandlerFunc) {
+// instance serves h as an instance of service in lane l, traced, guarded, registered, and
+// returns its address.
+func (w *world) instance(service, id, l string, h func(client *http.Client) http.HandlerFunc) string {
 	w.t.Helper()
 	tp := w.provider(service)
 	client := laneshttp.NewClient(w.engine, laneshttp.WithTracerProvider(tp), laneshttp.WithEnv(noEnv))
@@ -110,6 +112,7 @@ func (w *world) instance(service, id, l string, h func(client *http.Client) http
 	srv.Start()
 	w.t.Cleanup(srv.Close)
 	w.register(inst)
+	return inst.Addr
 }
 
 func (w *world) register(inst registry.Instance) {
@@ -195,6 +198,17 @@ func (w *world) findings(n int) []adminapi.Finding {
 	}
 }
 
+// none checks that the collector, holding spans spans, has no finding.
+func (w *world) none(spans int, what string) {
+	w.t.Helper()
+	if st := w.col.Stats(); st.Spans != spans {
+		w.t.Fatalf("%d spans stored, want %d", st.Spans, spans)
+	}
+	if fs := w.col.Findings(time.Time{}, ""); len(fs) != 0 {
+		w.t.Fatalf("findings %s: %+v", what, fs)
+	}
+}
+
 func TestCleanChain(t *testing.T) {
 	w := newWorld(t)
 	w.instance("web", "web-1", "", caller("orders", (*http.Request).Context))
@@ -207,12 +221,7 @@ func TestCleanChain(t *testing.T) {
 		}
 	}
 	// Every span has arrived (the exporters are synchronous): a clean chain has no finding.
-	if st := w.col.Stats(); st.Spans != 3*7 {
-		t.Fatalf("%d spans stored, want 21", st.Spans)
-	}
-	if fs := w.col.Findings(time.Time{}, ""); len(fs) != 0 {
-		t.Fatalf("findings on a clean chain: %+v", fs)
-	}
+	w.none(3*7, "on a clean chain")
 }
 
 func TestTraceBroken(t *testing.T) {
@@ -246,11 +255,13 @@ func TestLaneLost(t *testing.T) {
 	}
 }
 
-func TestNeedlessFallback(t *testing.T) {
+// TestRefusedIsNoNeedlessFallback: a lane instance that heartbeats but refuses connections (killed
+// with kill -9 while its lease runs) is ejected by its first refusal, and its lane's requests fall
+// back to the baseline: the routing working, no finding.
+func TestRefusedIsNoNeedlessFallback(t *testing.T) {
 	w := newWorld(t)
 	w.instance("web", "web-1", "", caller("orders", (*http.Request).Context))
 	w.instance("orders", "orders-1", "", leaf("orders-1"))
-	// orders-alice heartbeats (its registration lives) but refuses connections.
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -258,13 +269,76 @@ func TestNeedlessFallback(t *testing.T) {
 	addr := ln.Addr().String()
 	ln.Close()
 	w.register(registry.Instance{Service: "orders", ID: "orders-alice", Lane: "alice", Addr: addr})
-	body, id := w.enter("web", "alice")
-	if body != "orders-1" {
-		t.Fatalf("answer %q, want the baseline's after the refused connection", body)
+	for i := 0; i < 10; i++ {
+		if body, _ := w.enter("web", "alice"); body != "orders-1" {
+			t.Fatalf("answer %q, want the baseline's after the refused connection", body)
+		}
+	}
+	// Every span has arrived (the exporters are synchronous).
+	w.none(10*5, "after a refused connection")
+}
+
+// TestNeedlessFallback: a caller whose engine does not see the lane instance that the registry
+// lists (a stale view) falls back needlessly.
+func TestNeedlessFallback(t *testing.T) {
+	w := newWorld(t)
+	stale := routing.New(routing.WithLogger(slog.New(slog.DiscardHandler))) // told its instances below
+	t.Cleanup(func() { stale.Close() })
+	w.instance("orders", "orders-1", "", leaf("orders-1"))
+	w.instance("orders", "orders-alice", "alice", leaf("orders-alice"))
+	for _, in := range w.engine.Service("orders").Instances() {
+		if in.ID == "orders-1" {
+			stale.SetInstances("orders", []registry.Instance{in})
+		}
+	}
+	web := laneshttp.NewClient(stale, laneshttp.WithTracerProvider(w.provider("web")), laneshttp.WithEnv(noEnv))
+	t.Cleanup(web.CloseIdleConnections)
+	ctx, span := w.provider("web").Tracer("web").Start(lane.WithLane(context.Background(), "alice"), "GET",
+		trace.WithSpanKind(trace.SpanKindServer), trace.WithAttributes(lanestrace.Entry.Bool(true), lanestrace.Requested.String("alice")))
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://orders/", nil)
+	res, err := web.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	span.End()
+	if string(body) != "orders-1" {
+		t.Fatalf("answer %q, want the baseline's", body)
 	}
 	fs := w.findings(1)
-	if f := fs[0]; f.Kind != adminapi.FindingNeedlessFallback || f.Service != "web" || f.TraceID != id ||
+	if f := fs[0]; f.Kind != adminapi.FindingNeedlessFallback || f.Service != "web" || f.TraceID != span.SpanContext().TraceID().String() ||
 		!strings.Contains(f.Message, `although orders has a live instance in "alice"`) {
 		t.Fatalf("finding %+v", fs)
+	}
+}
+
+// TestProbeOfLaneInstance: a health probe or a metrics scrape of a lane instance carries no lane;
+// the guard serves it (an exempt path), and the checks do not take it for baseline traffic that
+// reached a lane instance.
+func TestProbeOfLaneInstance(t *testing.T) {
+	w := newWorld(t)
+	addr := w.instance("orders", "orders-alice", "alice", leaf("orders-alice"))
+	hc := &http.Client{Timeout: patience}
+	for _, path := range []string{"/_healthz", "/readyz", "/metrics", "/"} {
+		res, err := hc.Get("http://" + addr + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		res.Body.Close()
+		if want := path != "/"; (res.StatusCode == http.StatusOK) != want {
+			t.Fatalf("GET %s of a lane instance, no lane: %s", path, res.Status)
+		}
+	}
+	// The spans end after the answers: wait for all four.
+	deadline := time.Now().Add(patience)
+	for w.col.Stats().Spans < 4 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d spans stored, want 4", w.col.Stats().Spans)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if fs := w.col.Findings(time.Time{}, ""); len(fs) != 0 {
+		t.Fatalf("findings on probes of a lane instance: %+v", fs)
 	}
 }

@@ -8,6 +8,8 @@
 package guard
 
 import (
+	"reflect"
+	"sync"
 	"sync/atomic"
 
 	"github.com/lanesdev/lanes/policy"
@@ -90,4 +92,36 @@ func (g *Guard) lane() (string, *registry.Instance) {
 	l := g.e.LaneOf(*inst)
 	g.serving.Store(&servingLane{pol: pol, inst: inst, lane: l})
 	return l, inst
+}
+
+// engines holds the engine that routes on each registry, as lanesenv.Open
+// made it (Bind), so that the transports' Serve helpers guard an instance by
+// default with the engine of the registry it registers in.
+var engines sync.Map // registry.Registry -> *routing.Engine
+
+// Bind records e as the engine of reg, until the returned function is
+// called.
+func Bind(reg registry.Registry, e *routing.Engine) (unbind func()) {
+	if !comparable(reg) || e == nil {
+		return func() {}
+	}
+	engines.Store(reg, e)
+	return func() { engines.CompareAndDelete(reg, e) }
+}
+
+// For returns a new guard on the engine bound to reg, or nil when none is.
+func For(reg registry.Registry) *Guard {
+	if !comparable(reg) {
+		return nil
+	}
+	if e, ok := engines.Load(reg); ok {
+		return New(e.(*routing.Engine))
+	}
+	return nil
+}
+
+// comparable reports whether reg can be a map key (a registry of a struct
+// type holding a slice cannot).
+func comparable(reg registry.Registry) bool {
+	return reg != nil && reflect.TypeOf(reg).Comparable()
 }

@@ -74,8 +74,13 @@ func ReasonFor(e *routing.Engine, service, requested, served string) string {
 }
 
 // RecordServer sets the server side of a hop on span: the lane the request carried, the lane of
-// the instance serving it, and whether the lane guard admitted it.
-func RecordServer(span trace.Span, requested, instanceLane string, admitted bool) {
+// the instance serving it, whether the lane guard admitted it, and whether only because the path
+// or method is exempt (exempt: then the request is not lane traffic).
+func RecordServer(span trace.Span, requested, instanceLane string, admitted, exempt bool) {
+	if exempt {
+		span.SetAttributes(lanestrace.Requested.String(requested), lanestrace.InstanceLane.String(instanceLane), lanestrace.GuardAdmitted.Bool(admitted), lanestrace.GuardExempt.Bool(true))
+		return
+	}
 	span.SetAttributes(lanestrace.Requested.String(requested), lanestrace.InstanceLane.String(instanceLane), lanestrace.GuardAdmitted.Bool(admitted))
 }
 

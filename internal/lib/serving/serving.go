@@ -12,7 +12,12 @@ import (
 	"net"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
+
 	"github.com/lanesdev/lanes/internal/lib/guard"
+	"github.com/lanesdev/lanes/internal/lib/traceexport"
+	"github.com/lanesdev/lanes/lanestrace"
 	"github.com/lanesdev/lanes/registry"
 )
 
@@ -88,6 +93,7 @@ func Run(ctx context.Context, reg registry.Registry, inst registry.Instance, lis
 		// registered it, which decides the tag rules that apply to it.
 		o.Guard.SetInstance(lease.Instance())
 	}
+	identify(inst)
 	log := o.Logger.With("service", inst.Service, "id", inst.ID)
 	log.Info("lanes: instance registered", "addr", inst.Addr, "lane", inst.Lane, "zone", inst.Zone, "guard", o.Guard != nil)
 
@@ -121,4 +127,14 @@ func Run(ctx context.Context, reg registry.Registry, inst registry.Instance, lis
 		<-served
 		return fmt.Errorf("%s: registration of %s/%s lost: %w", o.Name, inst.Service, inst.ID, lease.Err())
 	}
+}
+
+// identify names the spans that this process exports through lanestrace.FromEnv after inst: its
+// service, not the program's name, and its lane.
+func identify(inst registry.Instance) {
+	attrs := []attribute.KeyValue{semconv.ServiceName(inst.Service)}
+	if inst.Lane != "" {
+		attrs = append(attrs, lanestrace.InstanceLane.String(inst.Lane))
+	}
+	traceexport.Identify(attrs...)
 }

@@ -15,7 +15,8 @@ import (
 //   - a gRPC connection (grpc.NewClient, grpc.Dial, grpc.DialContext) whose target is a constant
 //     that does not use the lanes scheme ("lanes:///service");
 //   - an http.Client literal whose Transport is missing (http.DefaultTransport) or built without
-//     laneshttp;
+//     laneshttp, and a request sent through http.DefaultClient (http.DefaultClient.Do(req), .Get,
+//     .Post, ...);
 //   - a NATS publish or request made on a *nats.Conn or a jetstream.JetStream directly rather than
 //     through lanesnats, so the message carries no lane.
 //
@@ -145,6 +146,11 @@ func checkCall(pass *analysis.Pass, call *ast.CallExpr) {
 			Pos: call.Pos(), End: call.End(),
 			Message: "grpc." + fn.Name() + " target " + strconv.Quote(target) + " is not resolved through lanes, so calls on it ignore the lane; use \"lanes:///<service>\" or lanesgrpc.NewClient (or allow it with -lanebypass.allow)",
 		})
+	case isMethodOf(fn, "net/http", defaultClientSend...) && isClientMethod(fn) && onDefaultClient(pass.TypesInfo, call):
+		report(pass, analysis.Diagnostic{
+			Pos: call.Pos(), End: call.End(),
+			Message: "http.DefaultClient." + fn.Name() + " sends with http.DefaultTransport, so the request ignores the lane; send it with a client of laneshttp.NewClient (or allow it with -lanebypass.allow)",
+		})
 	case isMethodOf(fn, natsPkg, natsPublish...) && isRecv(fn, natsPkg, "Conn"):
 		report(pass, analysis.Diagnostic{
 			Pos: call.Pos(), End: call.End(),
@@ -156,6 +162,28 @@ func checkCall(pass *analysis.Pass, call *ast.CallExpr) {
 			Message: "jetstream " + fn.Name() + " publishes without the lane; publish through a lanesnats.Publisher (or allow it with -lanebypass.allow)",
 		})
 	}
+}
+
+// defaultClientSend lists the methods of *http.Client that send a request.
+var defaultClientSend = []string{"Do", "Get", "Head", "Post", "PostForm"}
+
+// onDefaultClient reports whether call is a method call on net/http's DefaultClient itself.
+func onDefaultClient(info *types.Info, call *ast.CallExpr) bool {
+	sel, ok := ast.Unparen(call.Fun).(*ast.SelectorExpr)
+	if !ok {
+		return false
+	}
+	var id *ast.Ident
+	switch x := ast.Unparen(sel.X).(type) {
+	case *ast.Ident:
+		id = x
+	case *ast.SelectorExpr:
+		id = x.Sel
+	default:
+		return false
+	}
+	v, ok := info.Uses[id].(*types.Var)
+	return ok && v.Pkg() != nil && v.Pkg().Path() == "net/http" && v.Name() == "DefaultClient"
 }
 
 func isRecv(fn *types.Func, pkg, name string) bool {

@@ -8,7 +8,8 @@
 //   - lanehttp: an outgoing HTTP request built without a context (http.Get, http.NewRequest, ...)
 //     where one is in scope;
 //   - lanebypass: a gRPC target that is not resolved through lanes, an http.Client whose transport
-//     is not lanes', a NATS publish that does not stamp the lane.
+//     is not lanes', a request sent through http.DefaultClient, a NATS publish that does not stamp
+//     the lane.
 //
 // A finding is silenced by a comment on its line, or alone on the line above it:
 //

@@ -22,6 +22,11 @@ func clients(ctx context.Context, nc *nats.Conn, js jetstream.JetStream, target 
 
 	_ = &http.Client{}                                 // want `http.Client without a Transport uses http.DefaultTransport`
 	_ = &http.Client{Transport: http.DefaultTransport} // want `http.Client's Transport is not built with laneshttp`
+	req, _ := http.NewRequestWithContext(ctx, "GET", "http://orders/", nil)
+	_, _ = http.DefaultClient.Do(req)                           // want `http.DefaultClient.Do sends with http.DefaultTransport`
+	_, _ = http.DefaultClient.Get("http://orders/")             // want `http.DefaultClient.Get sends with http.DefaultTransport`
+	_, _ = (http.DefaultClient).Post("http://orders/", "", nil) // want `http.DefaultClient.Post sends`
+	http.DefaultClient.CloseIdleConnections()                   // sends nothing
 	_ = &http.Client{Transport: laneshttp.NewTransport()}
 	_ = &http.Client{Transport: &laneshttp.Transport{Base: http.DefaultTransport}}
 	_ = laneshttp.NewClient()
