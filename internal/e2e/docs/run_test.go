@@ -208,6 +208,36 @@ func TestProgramsRun(t *testing.T) {
 		alice.waitOutput(t, `"msg":"lanes: instance registered","service":"`+p.name+`"`)
 		procs = append(procs, base, alice)
 	}
+	// An error ends the program logged at ERROR: a lane token that
+	// registers into another lane is refused.
+	for _, p := range []struct {
+		name, bin string
+		ok        bool
+	}{{"hello", filepath.Join(hdir, "bin"), true}, {"greeter", filepath.Join(gdir, "bin"), grpcOK}} {
+		if !p.ok {
+			continue
+		}
+		refused := start(t, p.name+" (refused)", []string{"LANES_REGISTRY=" + adminURL, "LANES_TOKEN=" + aliceToken, "LANES_LANE=bob"}, p.bin)
+		select {
+		case <-refused.exited:
+		case <-time.After(wait):
+			t.Fatalf("%s with a token of another lane still runs after %s:\n%s", p.name, wait, refused.out.String())
+		}
+		out := refused.out.String()
+		line := regexp.MustCompile(`(?m)^.*` + p.name + ` stopped.*$`).FindString(out)
+		if refused.cmd.ProcessState.ExitCode() != 1 || !strings.Contains(line, "level=ERROR") || !strings.Contains(line, "403") {
+			t.Errorf("%s with a token of another lane: exit %d, want 1 and the refusal logged at ERROR:\n%s",
+				p.name, refused.cmd.ProcessState.ExitCode(), out)
+		}
+		if strings.Contains(out, "level=INFO") && strings.Contains(out, "refus") {
+			for _, l := range strings.Split(out, "\n") {
+				if strings.Contains(l, "level=INFO") && strings.Contains(l, "refus") {
+					t.Errorf("%s logs a refusal at INFO: %s", p.name, l)
+				}
+			}
+		}
+	}
+
 	defer func() {
 		for _, p := range procs {
 			p.stop(t)
