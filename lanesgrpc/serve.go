@@ -17,8 +17,8 @@ import (
 //     WithZone, then the LANES_* variables (registry.ApplyEnv, read through
 //     WithEnv; LANES_LANE, LANES_ZONE, LANES_ADDR, ...). The address
 //     defaults to the listener's (an unspecified IP such as 0.0.0.0 is
-//     replaced by this host's first non-loopback address). inst.Service is
-//     required. The guard of a server made by NewServer, or a WithGuard
+//     replaced by the local IP of the route to reg, a registry.Reacher, else
+//     by this host's first non-loopback address). inst.Service is required. The guard of a server made by NewServer, or a WithGuard
 //     guard, is told the instance.
 //  2. It starts serving on lis, then registers the instance in reg (with
 //     WithTTL's lease).

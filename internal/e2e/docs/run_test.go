@@ -204,10 +204,23 @@ func TestProgramsRun(t *testing.T) {
 			aliceEnv = []string{"LANES_REGISTRY=" + adminURL, "LANES_TOKEN=" + aliceToken, "LANES_LANE=alice", "LANES_LOG_FORMAT=json"}
 		}
 		alice := start(t, p.name+" (alice)", aliceEnv, p.bin)
-		base.waitOutput(t, `level=INFO msg="lanes: instance registered" service=`+p.name)
-		alice.waitOutput(t, `"msg":"lanes: instance registered","service":"`+p.name+`"`)
+		baseOut := base.waitOutput(t, `level=INFO msg="lanes: instance registered" service=`+p.name)
+		aliceOut := alice.waitOutput(t, `"msg":"lanes: instance registered","service":"`+p.name+`"`)
 		procs = append(procs, base, alice)
+		// Listening on ":0", each advertises the local address of its
+		// route to the registry (loopback here), not the host's first
+		// interface, and logs where the address comes from.
+		if !regexp.MustCompile(`instance registered.* addr=127\.0\.0\.1:\d+ addr_from="the route to the registry"`).MatchString(baseOut) {
+			t.Errorf("%s (baseline) does not advertise the address of its route to etcd:\n%s", p.name, baseOut)
+		}
+		if !regexp.MustCompile(`instance registered.*"addr":"127\.0\.0\.1:\d+","addr_from":"the route to the registry"`).MatchString(aliceOut) {
+			t.Errorf("%s (alice) does not advertise the address of its route to the admin API:\n%s", p.name, aliceOut)
+		}
 	}
+	// LANES_ADDR stays the override.
+	over := start(t, "hello (LANES_ADDR)", append(env, "LANES_LANE=carol", "LANES_ADDR=127.0.0.3:9"), filepath.Join(hdir, "bin"))
+	over.waitOutput(t, `addr=127.0.0.3:9 addr_from=LANES_ADDR`)
+	procs = append(procs, over)
 	// An error ends the program logged at ERROR: a lane token that
 	// registers into another lane is refused.
 	for _, p := range []struct {
