@@ -214,7 +214,11 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	cctx, cancel := context.WithTimeout(context.WithValue(ctx, oneAttemptKey{}, true), cfg.DialTimeout)
 	defer cancel()
 	if _, err := c.Get(cctx, s.policy.key, clientv3.WithCountOnly()); err != nil {
+		detail, none := m.noneAnswers()
 		s.Close()
+		if none && !errors.Is(err, context.Canceled) {
+			return nil, &unreachableError{fmt.Sprintf("etcdstore: %v at %s within %s: %s", ErrUnreachable, strings.Join(cfg.Endpoints, ", "), cfg.DialTimeout, detail)}
+		}
 		return nil, fmt.Errorf("etcdstore: connect to %s: %w", strings.Join(cfg.Endpoints, ","), err)
 	}
 	return s, nil

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
@@ -118,4 +119,22 @@ func dashboardValidate(t *testing.T, u *up, doc string) string {
 		t.Fatal("no CSRF token in the dashboard's policy form")
 	}
 	return send("/ui/policy", url.Values{"action": {"validate"}, "document": {doc}, "csrf": {m[1]}})
+}
+
+// TestUnreachableEtcd: an external etcd that nothing answers at is reported
+// as unreachable, naming the endpoints, not as a lost quorum.
+func TestUnreachableEtcd(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := l.Addr().String()
+	l.Close() // nothing listens there now
+	code, out, errOut := run(t, "", "up", "--data-dir", t.TempDir(), "--external-etcd", closed,
+		"--admin-addr", "127.0.0.1:0", "--gateway-addr", "127.0.0.1:0", "--nats-addr", "off",
+		"--otlp-grpc-addr", "off", "--otlp-http-addr", "off")
+	expect(t, "lanes up with an unreachable etcd", code, out, errOut, 1, "etcd cannot be reached at "+closed, "connection refused")
+	if strings.Contains(out+errOut, "quorum") {
+		t.Errorf("an unreachable etcd is reported as a lost quorum:\n%s%s", out, errOut)
+	}
 }
