@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -20,6 +22,8 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/lanesdev/lanes/internal/testkit/buftest"
+	"github.com/lanesdev/lanes/lane"
+	"github.com/lanesdev/lanes/lanesnats"
 )
 
 // wait bounds every wait: generous, for a loaded 2-core machine.
@@ -165,7 +169,7 @@ func TestProgramsRun(t *testing.T) {
 		"--data-dir", filepath.Join(tmp, "lanes-data"),
 		"--admin-addr", "127.0.0.1:0", "--gateway-addr", "127.0.0.1:0",
 		"--etcd-client-addr", "127.0.0.1:0", "--etcd-peer-addr", "127.0.0.1:0",
-		"--nats-addr", "off", "--otlp-grpc-addr", "127.0.0.1:0", "--otlp-http-addr", "127.0.0.1:0", "--log-level", "warn",
+		"--nats-addr", "127.0.0.1:0", "--otlp-grpc-addr", "127.0.0.1:0", "--otlp-http-addr", "127.0.0.1:0", "--log-level", "warn",
 		"--route", "/helloworld.Greeter=greeter", "--route", "/=hello")
 	upOut := up.waitOutput(t, "lanes is up.")
 	m := exportLine.FindStringSubmatch(upOut)
@@ -174,6 +178,7 @@ func TestProgramsRun(t *testing.T) {
 		t.Fatalf("lanes up printed no export line or gateway:\n%s", upOut)
 	}
 	env := strings.Fields(m[1]) // exactly as printed
+	checkExportLines(t, upOut)
 	gateway := g[1]
 	a := adminExport.FindStringSubmatch(upOut)
 	if a == nil {
@@ -304,6 +309,7 @@ func TestProgramsRun(t *testing.T) {
 		}
 		return ""
 	})
+	runMQ(t, tmp, env)
 	if !grpcOK {
 		return
 	}
@@ -342,6 +348,149 @@ func TestProgramsRun(t *testing.T) {
 			t.Fatalf("gRPC alice call: %q", got)
 		}
 	}
+}
+
+var (
+	exportVar    = regexp.MustCompile(`\b(LANES_[A-Z_]+)=`)
+	etcdExport   = regexp.MustCompile(`export LANES_REGISTRY=etcd://[^\n` + "`" + `]*`)
+	adminExport2 = regexp.MustCompile(`export LANES_REGISTRY=http://[^\n` + "`" + `]*`)
+)
+
+// names lists the variables an export line sets, in order.
+func names(line string) string {
+	var out []string
+	for _, m := range exportVar.FindAllStringSubmatch(line, -1) {
+		out = append(out, m[1])
+	}
+	return strings.Join(out, " ")
+}
+
+// checkExportLines holds every export line of README.md and docs/*.md to
+// the lines `lanes up` printed (upOut): the same variables, in the same
+// order, for a service that reaches etcd and for one that registers
+// through the admin API (over http://).
+func checkExportLines(t *testing.T, upOut string) {
+	t.Helper()
+	wantEtcd, wantAdmin := names(etcdExport.FindString(upOut)), names(adminExport2.FindString(upOut))
+	if wantEtcd == "" || wantAdmin == "" {
+		t.Fatalf("lanes up printed no export lines:\n%s", upOut)
+	}
+	files, _ := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	files = append(files, filepath.Join(root, "README.md"))
+	seen := 0
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range etcdExport.FindAllString(string(data), -1) {
+			seen++
+			if got := names(l); got != wantEtcd {
+				t.Errorf("%s: %q sets %s; lanes up prints %s", filepath.Base(f), l, got, wantEtcd)
+			}
+		}
+		for _, l := range adminExport2.FindAllString(string(data), -1) {
+			if got := names(l); got != wantAdmin {
+				t.Errorf("%s: %q sets %s; lanes up prints %s", filepath.Base(f), l, got, wantAdmin)
+			}
+		}
+	}
+	if seen == 0 {
+		t.Error("no export line in README.md or docs/*.md")
+	}
+}
+
+// runMQ runs the complete program of docs/mq.md as written, a baseline and
+// an alice instance, with the environment that `lanes up` printed (env,
+// LANES_NATS among it): an order published in lane alice is billed by the
+// alice instance and its invoice published in lane alice; a baseline order
+// is billed by the baseline instance. Without LANES_NATS the program ends
+// with lanesnats.ErrNoConnection, logged at ERROR.
+func runMQ(t *testing.T, tmp string, env []string) {
+	t.Helper()
+	prog := program(t, "docs/mq.md")
+	dir := filepath.Join(tmp, "billing")
+	os.MkdirAll(dir, 0o755)
+	os.WriteFile(filepath.Join(dir, "main.go"), []byte(prog.code), 0o644)
+	bin := filepath.Join(dir, "bin")
+	if out, err := goCmd(t, "build", "-o", bin, filepath.Join(dir, "main.go")); err != nil {
+		t.Fatalf("build %s: %v\n%s", prog.where(), err, out)
+	}
+	natsURL := ""
+	var noNats []string
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "LANES_NATS="); ok {
+			natsURL = v
+			continue
+		}
+		noNats = append(noNats, kv)
+	}
+	if natsURL == "" {
+		t.Fatalf("lanes up printed no LANES_NATS: %v", env)
+	}
+
+	without := start(t, "billing (no LANES_NATS)", noNats, bin)
+	select {
+	case <-without.exited:
+	case <-time.After(wait):
+		t.Fatalf("billing without LANES_NATS still runs after %s:\n%s", wait, without.out.String())
+	}
+	if out := without.out.String(); without.cmd.ProcessState.ExitCode() != 1 ||
+		!regexp.MustCompile(`level=ERROR msg="billing stopped" err="lanesnats: no NATS connection: set LANES_NATS`).MatchString(out) {
+		t.Errorf("billing without LANES_NATS: exit %d, want 1 and the missing variable named at ERROR:\n%s", without.cmd.ProcessState.ExitCode(), out)
+	}
+
+	base := start(t, "billing (baseline)", env, bin)
+	alice := start(t, "billing (alice)", append(env, "LANES_LANE=alice"), bin)
+	base.waitOutput(t, `msg="lanes: consumer registered"`)
+	alice.waitOutput(t, `msg="lanes: consumer registered"`)
+	defer base.stop(t)
+	defer alice.stop(t)
+
+	nc, err := nats.Connect(natsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := lanesnats.NewPublisher(js, "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	if _, err := pub.Publish(lane.WithLane(ctx, "alice"), "created", []byte("A1")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pub.Publish(ctx, "created", []byte("B1")); err != nil {
+		t.Fatal(err)
+	}
+	alice.waitOutput(t, `msg="order billed" lane=alice`)
+	base.waitOutput(t, `msg="order billed" lane="" seq=`)
+	if out := alice.out.String(); !strings.Contains(out, "order=A1") || strings.Contains(out, "order=B1") {
+		t.Errorf("the alice instance billed other orders than alice's:\n%s", out)
+	}
+	if out := base.out.String(); !strings.Contains(out, "order=B1") || strings.Contains(out, "order=A1") {
+		t.Errorf("the baseline instance billed other orders than the baseline's:\n%s", out)
+	}
+	// The invoice stays in the order's lane.
+	eventually(t, "the invoice of A1 in lane alice", func() string {
+		st, err := js.Stream(ctx, "invoices")
+		if err != nil {
+			return err.Error()
+		}
+		m, err := st.GetLastMsgForSubject(ctx, lanesnats.Subject("invoices", "alice", "invoiced"))
+		if err != nil {
+			return err.Error()
+		}
+		if string(m.Data) != "A1" {
+			return "data " + string(m.Data)
+		}
+		return ""
+	})
 }
 
 // eventually polls f until it returns "" or wait passes.
