@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -40,30 +41,34 @@ func dryRunPolicy(ctx context.Context, w io.Writer, c *apiClient, file string, d
 	changes := reroute.Changes(now, next.Policy, insts)
 	lifetimes := reroute.Lifetimes(now, next.Policy)
 	fmt.Fprintf(w, "dry run: %s against the policy in force (revision %d) and %d instance(s); nothing applied\n", file, doc.Revision, len(insts))
-	if len(changes) == 0 {
-		fmt.Fprintln(w, "no service or lane route changes")
-	} else {
-		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "SERVICE\tLANE\tNOW\tWITH "+file)
-		for _, ch := range changes {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", ch.Service, laneLabel(ch.Lane), ch.Now, ch.Next)
-		}
-		tw.Flush()
-		fmt.Fprintf(w, "%d route(s) would change\n", len(changes))
+	var rows [][]string
+	for _, ch := range changes {
+		rows = append(rows, []string{ch.Service, laneLabel(ch.Lane), ch.Now, ch.Next})
 	}
-	if len(lifetimes) == 0 {
-		fmt.Fprintln(w, "no lane lifetime changes")
-	} else {
-		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-		fmt.Fprintln(tw, "LANE\tEXPIRES NOW\tWITH "+file)
-		for _, l := range lifetimes {
-			fmt.Fprintf(tw, "%s\t%s\t%s\n", l.Lane, l.Now, l.Next)
-		}
-		tw.Flush()
-		fmt.Fprintf(w, "%d lane lifetime(s) would change\n", len(lifetimes))
+	printChanges(w, "no service or lane route changes", "SERVICE\tLANE\tNOW\tWITH "+file, rows, "route(s) would change")
+	rows = nil
+	for _, l := range lifetimes {
+		rows = append(rows, []string{l.Lane, l.Now, l.Next})
 	}
+	printChanges(w, "no lane lifetime changes", "LANE\tEXPIRES NOW\tWITH "+file, rows, "lane lifetime(s) would change")
 	printKept(w, file, next.Kept)
 	return nil
+}
+
+// printChanges prints rows under head as a table and counts them, or says
+// none when there are none.
+func printChanges(w io.Writer, none, head string, rows [][]string, counted string) {
+	if len(rows) == 0 {
+		fmt.Fprintln(w, none)
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, head)
+	for _, r := range rows {
+		fmt.Fprintln(tw, strings.Join(r, "\t"))
+	}
+	tw.Flush()
+	fmt.Fprintf(w, "%d %s\n", len(rows), counted)
 }
 
 // printKept says which lane lifetimes in force an applied document did not

@@ -90,6 +90,16 @@ func (p *proc) waitOutput(t *testing.T, s string) string {
 	}
 }
 
+// waitExit waits until the process exits by itself.
+func (p *proc) waitExit(t *testing.T) {
+	t.Helper()
+	select {
+	case <-p.exited:
+	case <-time.After(wait):
+		t.Fatalf("%s still runs after %s:\n%s", p.name, wait, p.out.String())
+	}
+}
+
 // stop sends SIGTERM and waits for a clean exit.
 func (p *proc) stop(t *testing.T) {
 	t.Helper()
@@ -194,10 +204,11 @@ func TestProgramsRun(t *testing.T) {
 	// The programs log as the control plane does: slog's text format, or
 	// JSON with LANES_LOG_FORMAT=json (the alice instances).
 	var procs []*proc
-	for _, p := range []struct {
+	progs := []struct {
 		name, bin string
 		ok        bool
-	}{{"hello", filepath.Join(hdir, "bin"), true}, {"greeter", filepath.Join(gdir, "bin"), grpcOK}} {
+	}{{"hello", filepath.Join(hdir, "bin"), true}, {"greeter", filepath.Join(gdir, "bin"), grpcOK}}
+	for _, p := range progs {
 		if !p.ok {
 			continue
 		}
@@ -228,19 +239,12 @@ func TestProgramsRun(t *testing.T) {
 	procs = append(procs, over)
 	// An error ends the program logged at ERROR: a lane token that
 	// registers into another lane is refused.
-	for _, p := range []struct {
-		name, bin string
-		ok        bool
-	}{{"hello", filepath.Join(hdir, "bin"), true}, {"greeter", filepath.Join(gdir, "bin"), grpcOK}} {
+	for _, p := range progs {
 		if !p.ok {
 			continue
 		}
 		refused := start(t, p.name+" (refused)", []string{"LANES_REGISTRY=" + adminURL, "LANES_TOKEN=" + aliceToken, "LANES_LANE=bob"}, p.bin)
-		select {
-		case <-refused.exited:
-		case <-time.After(wait):
-			t.Fatalf("%s with a token of another lane still runs after %s:\n%s", p.name, wait, refused.out.String())
-		}
+		refused.waitExit(t)
 		out := refused.out.String()
 		line := regexp.MustCompile(`(?m)^.*` + p.name + ` stopped.*$`).FindString(out)
 		if refused.cmd.ProcessState.ExitCode() != 1 || !strings.Contains(line, "level=ERROR") || !strings.Contains(line, "403") {
@@ -430,11 +434,7 @@ func runMQ(t *testing.T, tmp string, env []string) {
 	}
 
 	without := start(t, "billing (no LANES_NATS)", noNats, bin)
-	select {
-	case <-without.exited:
-	case <-time.After(wait):
-		t.Fatalf("billing without LANES_NATS still runs after %s:\n%s", wait, without.out.String())
-	}
+	without.waitExit(t)
 	if out := without.out.String(); without.cmd.ProcessState.ExitCode() != 1 ||
 		!regexp.MustCompile(`level=ERROR msg="billing stopped" err="lanesnats: no NATS connection: set LANES_NATS`).MatchString(out) {
 		t.Errorf("billing without LANES_NATS: exit %d, want 1 and the missing variable named at ERROR:\n%s", without.cmd.ProcessState.ExitCode(), out)
