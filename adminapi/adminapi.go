@@ -235,11 +235,22 @@ type LaneUpdate struct {
 }
 
 // PolicyDocument is the policy in force (GET /v1/policy) or the answer to
-// PUT /v1/policy and POST /v1/policy/validate.
+// PUT /v1/policy and POST /v1/policy/validate. The answer to PUT and
+// validate is the document as it is (or would be) stored: a lane lifetime
+// in force that the submitted document does not set is kept, added to Raw
+// and listed in Kept.
 type PolicyDocument struct {
 	Revision int64          `json:"revision"`
 	Raw      string         `json:"raw"`
 	Policy   *policy.Policy `json:"policy"`
+	Kept     []KeptLifetime `json:"kept,omitempty"`
+}
+
+// KeptLifetime is a lane lifetime (lanes.<lane>.expires) in force that a
+// submitted policy document did not set, and that applying it keeps.
+type KeptLifetime struct {
+	Lane    string    `json:"lane"`
+	Expires time.Time `json:"expires"`
 }
 
 // ExplainRequest is the request that GET /v1/explain explains.

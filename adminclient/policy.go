@@ -139,7 +139,7 @@ func (w *policyWatcher) run(s *PolicyStream) {
 		if err == nil {
 			doc, perr := toDocument(d)
 			if perr != nil {
-				w.log.Warn("skipping a policy document this version cannot read; the previous one stays in force", "revision", d.Revision, "err", perr)
+				w.log.Error("skipping a policy document this version cannot read; the previous one stays in force", "revision", d.Revision, "err", perr)
 				continue
 			}
 			select {

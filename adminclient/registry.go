@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"sync"
 	"time"
 
 	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/internal/lib/backoff"
 	"github.com/lanesdev/lanes/internal/lib/gogroup"
+	"github.com/lanesdev/lanes/internal/lib/localip"
 	"github.com/lanesdev/lanes/registry"
 )
 
@@ -42,7 +44,12 @@ type Registry struct {
 var (
 	_ registry.Registry = (*Registry)(nil)
 	_ registry.Outages  = (*Registry)(nil)
+	_ registry.Reacher  = (*Registry)(nil)
 )
+
+// LocalIP implements registry.Reacher: the local IP address of this host's
+// route to the admin API.
+func (r *Registry) LocalIP() net.IP { return localip.Toward(r.c.URL()) }
 
 // LastOutage implements registry.Outages: it returns when the Registry last
 // could not reach the control plane (a heartbeat failed, a watch stream

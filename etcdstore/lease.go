@@ -433,7 +433,7 @@ func (k *keeper) Restore(ctx context.Context, inst registry.Instance) error {
 	}
 	k.set(reg.Lease, reg.TTL, granted)
 	k.r.s.outages.Mark(time.Now()) // etcd expired the lease: others too, perhaps
-	k.r.s.log.Info("lease was lost; registered under a new lease", "key", key, "old_lease", regid.Format(old), "lease", regid.Format(reg.Lease))
+	k.r.s.log.Warn("lease was lost; registered under a new lease", "key", key, "old_lease", regid.Format(old), "lease", regid.Format(reg.Lease))
 	return nil
 }
 

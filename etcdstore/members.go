@@ -27,6 +27,22 @@ import (
 // Config.MemberTimeout instead of waiting. Errors wrapping it name each member and what it answered.
 var ErrNoQuorum = errors.New("etcd has no quorum")
 
+// ErrUnreachable is ErrNoQuorum when no member answers at all: etcd cannot
+// be reached (a wrong address, a firewall, a cluster that is down), which
+// is no election trouble. Errors wrapping it name the endpoints; they match
+// ErrNoQuorum too.
+var ErrUnreachable = errors.New("etcd cannot be reached")
+
+// unreachableError is the refusal while no member answers: it matches
+// ErrUnreachable and ErrNoQuorum.
+type unreachableError struct{ msg string }
+
+func (e *unreachableError) Error() string { return e.msg }
+
+func (e *unreachableError) Is(target error) bool {
+	return target == ErrUnreachable || target == ErrNoQuorum
+}
+
 // Health is what the Store knows of its etcd cluster, from checking every
 // member (see Config.MemberTimeout).
 type Health struct {
@@ -108,6 +124,9 @@ type members struct {
 	refusing    bool          // failing requests with ErrNoQuorum
 	back        chan struct{} // while refusing; closed when a member has a leader again
 	refusalText string
+	// unreachable: no member answered when the refusal began or since
+	// (ErrUnreachable rather than ErrNoQuorum).
+	unreachable bool
 	client      *grpc.ClientConn      // the Store's client's, to reconnect at once to a member back
 	outages     *registry.OutageClock // the Store's: marked while no member answers, and when one is back
 	logins      int                   // log-ins sent on the checks' connections, to take turns
@@ -308,9 +327,15 @@ func (m *members) report(p *probe, state string, err error) {
 		m.refusing = true
 		m.back = make(chan struct{})
 		m.refusalText = m.describeLocked(anyAnswer)
-		m.log.Error("etcd has no quorum; lanes refuses registrations and changes until it is back, and routes from the last state it saw", "detail", m.refusalText, "for", now.Sub(m.noLeader).Round(time.Millisecond).String())
+		m.unreachable = !anyAnswer
+		if m.unreachable {
+			m.log.Error("etcd cannot be reached at "+m.endpointsLocked()+"; lanes refuses registrations and changes until a member answers, and routes from the last state it saw", "detail", m.refusalText, "for", now.Sub(m.noLeader).Round(time.Millisecond).String())
+		} else {
+			m.log.Error("etcd has no quorum; lanes refuses registrations and changes until it is back, and routes from the last state it saw", "detail", m.refusalText, "for", now.Sub(m.noLeader).Round(time.Millisecond).String())
+		}
 	case m.refusing:
 		m.refusalText = m.describeLocked(anyAnswer)
+		m.unreachable = !anyAnswer
 	}
 	st := HealthOK
 	switch {
@@ -402,7 +427,32 @@ func (m *members) refusal(ctx context.Context) error {
 	if !m.refusing {
 		return nil
 	}
+	if m.unreachable {
+		return &unreachableError{fmt.Sprintf("%v at %s (%s); requests fail until a member answers", ErrUnreachable, m.endpointsLocked(), m.refusalText)}
+	}
 	return fmt.Errorf("%w (%s); requests fail until a majority of members is back", ErrNoQuorum, m.refusalText)
+}
+
+// endpointsLocked lists the members' endpoints, for messages.
+func (m *members) endpointsLocked() string {
+	eps := make([]string, len(m.probes))
+	for i, q := range m.probes {
+		eps[i] = q.endpoint
+	}
+	return strings.Join(eps, ", ")
+}
+
+// noneAnswers returns, when no member has answered its last check, what
+// each answered; ok is false when one did or none was checked.
+func (m *members) noneAnswers() (detail string, ok bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, q := range m.probes {
+		if q.state != MemberDown {
+			return "", false
+		}
+	}
+	return m.describeLocked(false), len(m.probes) > 0
 }
 
 // authenticateMethod is etcd's log-in, which hashes the password with

@@ -103,7 +103,7 @@ func (p *policyStore) Watch(ctx context.Context) (policy.Watcher, error) {
 		w.keyRev = kv.ModRevision
 		doc, err := p.parse(kv)
 		if err != nil {
-			p.s.log.Warn("the stored policy document is invalid; looking for the previous valid one", "key", p.key, "revision", kv.ModRevision, "err", err)
+			p.s.log.Error("the stored policy document is invalid; looking for the previous valid one", "key", p.key, "revision", kv.ModRevision, "err", err)
 			doc, err = p.lastValid(ctx, kv)
 		}
 		if err != nil {
@@ -222,7 +222,7 @@ func (w *policyWatcher) apply(kv *mvccpb.KeyValue, rev int64) {
 	w.keyRev = kv.ModRevision
 	doc, err := w.p.parse(kv)
 	if err != nil {
-		w.p.s.log.Warn("skipping an invalid policy document written to etcd; the previous one stays in force", "key", w.p.key, "revision", kv.ModRevision, "err", err)
+		w.p.s.log.Error("skipping an invalid policy document written to etcd; the previous one stays in force", "key", w.p.key, "revision", kv.ModRevision, "err", err)
 		return
 	}
 	w.publish(doc)

@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
 	"time"
 
@@ -30,6 +31,7 @@ import (
 	grpcbackoff "google.golang.org/grpc/backoff"
 
 	"github.com/lanesdev/lanes/internal/lib/gogroup"
+	"github.com/lanesdev/lanes/internal/lib/localip"
 	"github.com/lanesdev/lanes/policy"
 	"github.com/lanesdev/lanes/registry"
 )
@@ -212,7 +214,11 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	cctx, cancel := context.WithTimeout(context.WithValue(ctx, oneAttemptKey{}, true), cfg.DialTimeout)
 	defer cancel()
 	if _, err := c.Get(cctx, s.policy.key, clientv3.WithCountOnly()); err != nil {
+		detail, none := m.noneAnswers()
 		s.Close()
+		if none && !errors.Is(err, context.Canceled) {
+			return nil, &unreachableError{fmt.Sprintf("etcdstore: %v at %s within %s: %s", ErrUnreachable, strings.Join(cfg.Endpoints, ", "), cfg.DialTimeout, detail)}
+		}
 		return nil, fmt.Errorf("etcdstore: connect to %s: %w", strings.Join(cfg.Endpoints, ","), err)
 	}
 	return s, nil
@@ -288,6 +294,20 @@ func (s *Store) Prefix() string { return s.prefix }
 
 // Policy returns the policy store, kept at <prefix>policy.
 func (s *Store) Policy() policy.Store { return s.policy }
+
+// LocalIP implements registry.Reacher: the local IP address of this host's
+// route to the first etcd endpoint that has one.
+func (s *Store) LocalIP() net.IP {
+	for _, ep := range s.client.Endpoints() {
+		if !strings.Contains(ep, "://") {
+			ep = "etcd://" + ep
+		}
+		if ip := localip.Toward(ep); ip != nil {
+			return ip
+		}
+	}
+	return nil
+}
 
 // Close ends every watch (their Next returns ErrClosed) and stops renewing
 // every lease still open, without revoking them: the instances disappear

@@ -90,7 +90,7 @@ func (s *Store) list(ctx context.Context, prefix string, invalid map[string]stru
 	for _, kv := range resp.Kvs {
 		inst, err := s.decode(kv)
 		if err != nil {
-			s.log.Warn("skipping an invalid instance in etcd", "key", string(kv.Key), "revision", kv.ModRevision, "err", err)
+			s.log.Error("skipping an invalid instance in etcd", "key", string(kv.Key), "revision", kv.ModRevision, "err", err)
 			invalid[string(kv.Key)] = struct{}{}
 			continue
 		}
@@ -169,7 +169,7 @@ func (w *watcher) event(ev *mvccpb.Event) (e registry.Event, ok bool) {
 	}
 	inst, err := w.s.decode(kv)
 	if err != nil {
-		w.s.log.Warn("skipping an invalid instance in etcd", "key", string(kv.Key), "revision", kv.ModRevision, "err", err)
+		w.s.log.Error("skipping an invalid instance in etcd", "key", string(kv.Key), "revision", kv.ModRevision, "err", err)
 		w.invalid[string(kv.Key)] = struct{}{}
 		if !wasInvalid && kv.Version > 1 {
 			// The valid instance that was there is gone.

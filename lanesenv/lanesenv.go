@@ -30,6 +30,10 @@
 // other. LANES_LOG_FORMAT (text or json) and LANES_LOG_LEVEL (debug, info,
 // warn or error) set Env.Logger, which writes the control plane's format.
 //
+// LANES_NATS (the NATS server of lanes up, which it prints with
+// LANES_REGISTRY) connects the service to NATS JetStream: Env.NATS makes
+// lanesnats publishers and consumers.
+//
 // LANES_TRACES (the trace collector's address, which lanes up prints with
 // LANES_REGISTRY) turns on tracing: Open sets up OpenTelemetry (Env.Tracing,
 // lanestrace.FromEnv), and the transports then trace every call with its
@@ -56,12 +60,15 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
+
 	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/adminclient"
 	"github.com/lanesdev/lanes/etcdstore"
 	"github.com/lanesdev/lanes/internal/lib/guard"
 	"github.com/lanesdev/lanes/internal/lib/logs"
 	"github.com/lanesdev/lanes/internal/lib/tlsfiles"
+	"github.com/lanesdev/lanes/lanesnats"
 	"github.com/lanesdev/lanes/lanestrace"
 	"github.com/lanesdev/lanes/policy"
 	"github.com/lanesdev/lanes/registry"
@@ -83,8 +90,11 @@ const (
 	// etcd's in <data-dir>/etcd-password.
 	EnvEtcdPasswordFile = "LANES_ETCD_PASSWORD_FILE"
 	EnvEtcdPrefix       = "LANES_ETCD_PREFIX" // key prefix of the installation (default /lanes/)
-	EnvLogFormat        = "LANES_LOG_FORMAT"  // text (default) or json
-	EnvLogLevel         = "LANES_LOG_LEVEL"   // debug, info (default), warn or error
+	// EnvNats is the NATS server's URL (nats://host:port, comma-separated
+	// for several), as lanes up prints it: Open connects and sets Env.NATS.
+	EnvNats      = "LANES_NATS"
+	EnvLogFormat = "LANES_LOG_FORMAT" // text (default) or json
+	EnvLogLevel  = "LANES_LOG_LEVEL"  // debug, info (default), warn or error
 )
 
 // DefaultTimeout bounds Open: connecting, and reading the policy in force.
@@ -121,6 +131,12 @@ type Env struct {
 	// the logger of WithLogger). slog.SetDefault(env.Logger) makes the Serve
 	// helpers log alike.
 	Logger *slog.Logger
+	// NATS is the service's NATS JetStream connection, from LANES_NATS:
+	// env.NATS.Publisher(topic) and env.NATS.Consumer(ctx, cfg, h) make
+	// the lanes publishers and consumers of package lanesnats, on Registry
+	// and Engine. It is nil without LANES_NATS, and its methods then return
+	// lanesnats.ErrNoConnection.
+	NATS *lanesnats.Client
 	// Tracing is the service's OpenTelemetry set-up, from LANES_TRACES (the
 	// trace collector of lanes up), OTEL_EXPORTER_OTLP_* and
 	// LANES_TRACE_SAMPLE (see lanestrace.FromEnv): the transports trace with
@@ -190,6 +206,8 @@ type Settings struct {
 	Username string
 	Password string
 	Prefix   string
+	// Nats is LANES_NATS: the NATS server URLs, "" for none.
+	Nats string
 	// LogLevel and LogFormat as given.
 	LogLevel  string
 	LogFormat string
@@ -205,7 +223,20 @@ func Parse(getenv func(string) string) (Settings, error) {
 	s := Settings{
 		Token: get(EnvToken), CAFile: get(EnvCAFile), CA: get(EnvEtcdCA), Cert: get(EnvEtcdCert), Key: get(EnvEtcdKey),
 		Username: get(EnvEtcdUsername), Password: get(EnvEtcdPassword), Prefix: get(EnvEtcdPrefix),
-		LogLevel: get(EnvLogLevel), LogFormat: get(EnvLogFormat),
+		LogLevel: get(EnvLogLevel), LogFormat: get(EnvLogFormat), Nats: get(EnvNats),
+	}
+	for i, u := range strings.Split(s.Nats, ",") {
+		if s.Nats == "" {
+			break
+		}
+		u = strings.TrimSpace(u)
+		if !strings.Contains(u, "://") {
+			u = "nats://" + u
+		}
+		pu, err := url.Parse(u)
+		if err != nil || pu.Host == "" || pu.Port() == "" {
+			return s, &Error{Var: EnvNats, Value: redactNats(s.Nats), Msg: fmt.Sprintf("server %d: want nats://host:port[,nats://host:port...] (the line lanes up prints)", i+1)}
+		}
 	}
 	if _, err := logs.ParseLevel(s.LogLevel); err != nil {
 		return s, &Error{Var: EnvLogLevel, Value: s.LogLevel, Msg: err.Error()}
@@ -292,6 +323,18 @@ func serviceName(getenv func(string) string) string {
 	return filepath.Base(os.Args[0])
 }
 
+// redactNats hides the credentials of NATS URLs (user:password@), for
+// messages.
+func redactNats(urls string) string {
+	parts := strings.Split(urls, ",")
+	for i, p := range parts {
+		if j, k := strings.Index(p, "://"), strings.LastIndex(p, "@"); k > j {
+			parts[i] = p[:max(j+3, 0)] + "xxxxx" + p[k:]
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
 func shown(v, val string) string {
 	if v == EnvEtcdPassword || v == EnvToken {
 		return "(hidden)"
@@ -376,8 +419,12 @@ func Open(ctx context.Context, opts ...Option) (*Env, error) {
 	ropts := append([]routing.Option{routing.WithRegistry(env.Registry), routing.WithPolicyStore(env.Policy), routing.WithLogger(log)}, o.routing...)
 	env.Engine = routing.New(ropts...)
 	unbind := guard.Bind(env.Registry, env.Engine) // the Serve helpers' default guard
+	var nc *nats.Conn
 	env.close = func() error {
 		unbind()
+		if nc != nil {
+			nc.Close()
+		}
 		env.Engine.Close()
 		err := closeReg()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -393,6 +440,20 @@ func Open(ctx context.Context, opts ...Option) (*Env, error) {
 	if env.Tracing, err = lanestrace.FromEnv(ctx, serviceName(o.getenv), o.getenv); err != nil {
 		env.Close()
 		return nil, err
+	}
+	if s.Nats != "" {
+		timeout := o.timeout
+		if dl, ok := ctx.Deadline(); ok {
+			timeout = time.Until(dl)
+		}
+		if nc, err = nats.Connect(s.Nats, nats.Name(serviceName(o.getenv)), nats.Timeout(timeout), nats.MaxReconnects(-1)); err != nil {
+			env.Close()
+			return nil, &Error{Var: EnvNats, Value: redactNats(s.Nats), Msg: "cannot connect: " + err.Error()}
+		}
+		if env.NATS, err = lanesnats.NewClient(nc, env.Registry, env.Engine); err != nil {
+			env.Close()
+			return nil, &Error{Var: EnvNats, Value: redactNats(s.Nats), Msg: err.Error()}
+		}
 	}
 	via := "etcd"
 	if s.Admin != "" {

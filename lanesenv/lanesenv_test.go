@@ -53,6 +53,7 @@ func TestParseErrors(t *testing.T) {
 		{"admin query", env("LANES_REGISTRY", "http://127.0.0.1:7700/?x=1", "LANES_TOKEN", "t"), `want http(s)://host:port of the admin API`},
 		{"log format", env("LANES_REGISTRY", "etcd://a:1", "LANES_LOG_FORMAT", "xml"), `LANES_LOG_FORMAT="xml": want text or json`},
 		{"log level", env("LANES_REGISTRY", "etcd://a:1", "LANES_LOG_LEVEL", "loud"), `LANES_LOG_LEVEL="loud": want debug, info, warn or error`},
+		{"nats without port", env("LANES_REGISTRY", "etcd://a:1", "LANES_NATS", "nats://a:4222,nats://u:pw@b"), `LANES_NATS="nats://a:4222,nats://xxxxx@b": server 2: want nats://host:port`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

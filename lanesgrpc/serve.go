@@ -18,7 +18,8 @@ import (
 //     WithZone, then the LANES_* variables (registry.ApplyEnv, read through
 //     WithEnv; LANES_LANE, LANES_ZONE, LANES_ADDR, ...). The address
 //     defaults to the listener's (an unspecified IP such as 0.0.0.0 is
-//     replaced by this host's first non-loopback address). inst.Service is
+//     replaced by the local IP of the route to reg, a registry.Reacher, else
+//     by this host's first non-loopback address). inst.Service is
 //     required. The guard is told the instance: the WithGuard guard of
 //     NewServer or of Serve; else, for a server made by NewServer, one on
 //     the engine of a lanesenv.Env whose Registry reg is, unless

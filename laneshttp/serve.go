@@ -28,8 +28,9 @@ func shutdown(ctx context.Context, srv *http.Server, c *config) error {
 //  1. It places the instance: fields set in inst win, then WithLane and
 //     WithZone, then the LANES_* variables (registry.ApplyEnv; LANES_LANE,
 //     LANES_ZONE, LANES_ADDR, ...), and the address defaults to the
-//     listener's (an unspecified IP such as 0.0.0.0 is replaced by this
-//     host's first non-loopback address). inst.Service is required.
+//     listener's (an unspecified IP such as 0.0.0.0 is replaced by the
+//     local IP of the route to reg, a registry.Reacher, else by this host's
+//     first non-loopback address). inst.Service is required.
 //  2. It replaces srv.Handler (http.DefaultServeMux when nil) with the
 //     Middleware of Handler, with a guard: the WithGuard guard, else one on
 //     the engine of a lanesenv.Env whose Registry reg is, unless

@@ -56,5 +56,5 @@ func (f *fetcher) deadLetter(d *Delivery, cause error) {
 		c.log.Warn("lanes: term failed after dead-lettering", "seq", d.Seq, "err", err)
 	}
 	c.deadLettered.Add(1)
-	c.log.Warn("lanes: message dead-lettered", "token", f.tok, "seq", d.Seq, "dlq", out.Subject, "deliveries", d.NumDelivered, "err", cause)
+	c.log.Error("lanes: message dead-lettered", "token", f.tok, "seq", d.Seq, "dlq", out.Subject, "deliveries", d.NumDelivered, "err", cause)
 }

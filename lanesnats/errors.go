@@ -19,6 +19,9 @@ var (
 	ErrStreamNotFound = errors.New("lanesnats: stream not found")
 	// ErrClosed: the consumer was closed.
 	ErrClosed = errors.New("lanesnats: consumer closed")
+	// ErrNoConnection: a nil *Client was used: the service has no NATS
+	// connection. With lanesenv, set LANES_NATS (lanes up prints it).
+	ErrNoConnection = errors.New("lanesnats: no NATS connection: set LANES_NATS to the NATS server's URL (lanes up prints it with LANES_REGISTRY)")
 	// ErrRegistrationLost: the consumer's registration in the registry was
 	// lost; it stopped, since the other consumers no longer count on it.
 	ErrRegistrationLost = errors.New("lanesnats: registration lost")

@@ -325,7 +325,7 @@ func (l *KeptLease) run() {
 				l.finish(err)
 				return
 			}
-			l.log.Warn("could not register again; retrying", "service", inst.Service, "id", inst.ID, "err", err)
+			l.log.Error("could not register again; retrying", "service", inst.Service, "id", inst.ID, "err", err)
 			if !bo.Wait(l.ctx) {
 				return
 			}

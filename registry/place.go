@@ -34,9 +34,22 @@ func Place(inst Instance, lane, zone string, getenv func(string) string, listene
 	return Normalize(inst)
 }
 
+// Reacher is implemented by a Registry that reaches its store over the
+// network (etcdstore.Store, adminclient.Registry). The Serve helpers
+// advertise an instance that listens on an unspecified address (":8080") at
+// LocalIP: the address the control plane's side of the network reaches the
+// process back at, which the host's first interface need not be (a VPN, a
+// container bridge).
+type Reacher interface {
+	// LocalIP returns the local IP address of this process's route to the
+	// store, or nil when there is none.
+	LocalIP() net.IP
+}
+
 // AdvertiseAddr returns the address to register for a listener's address:
 // an unspecified IP (0.0.0.0 or ::) is replaced by this host's first
 // non-loopback unicast address, IPv4 first, or by 127.0.0.1 when it has none.
+// The Serve helpers prefer a Reacher's LocalIP to the first address.
 func AdvertiseAddr(a net.Addr) string {
 	tcp, ok := a.(*net.TCPAddr)
 	if !ok {

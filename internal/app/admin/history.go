@@ -28,7 +28,7 @@ func (s *Server) historyKey(rev int64) string {
 func (s *Server) recordPolicy(ctx context.Context, rev int64, raw []byte, by string) {
 	val, _ := json.Marshal(adminapi.PolicyRevision{Revision: rev, Raw: string(raw), Applied: s.now().UTC(), By: by})
 	if _, err := s.cli.Put(ctx, s.historyKey(rev), string(val)); err != nil {
-		s.log.Warn("policy history: record", "revision", rev, "err", err)
+		s.log.Error("policy history: record", "revision", rev, "err", err)
 		return
 	}
 	resp, err := s.cli.Get(ctx, s.prefix+"policy-history/", clientv3.WithPrefix(), clientv3.WithKeysOnly(),

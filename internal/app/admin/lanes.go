@@ -156,52 +156,76 @@ func (s *Server) putLane(w http.ResponseWriter, r *http.Request, p *principal) e
 		exp = &t
 	}
 	ctx := r.Context()
+	rev, updated, err := s.editPolicy(ctx, func(raw []byte, now *policy.Policy) ([]byte, error) {
+		if now == nil {
+			_, perr := policy.Parse(s.store.PolicyKey(), raw)
+			return nil, &apiError{status: http.StatusConflict, body: adminapi.Error{Code: adminapi.CodeInvalidPolicy,
+				Message: "the stored policy document is invalid; apply a valid one first: " + perr.Error()}}
+		}
+		updated, err := setLaneExpiry(raw, name, exp)
+		if err != nil {
+			return nil, errorf(http.StatusConflict, adminapi.CodeInvalidPolicy, "lanes", "", "cannot edit the stored policy document: %v", err)
+		}
+		return updated, nil
+	})
+	if err != nil {
+		return err
+	}
+	s.log.Info("lane expiry set", "lane", name, "expires", exp, "revision", rev)
+	s.recordPolicy(ctx, rev, updated, p.String())
+	l, err := s.lane(ctx, name)
+	if err != nil {
+		return err
+	}
+	// The engine follows the store a moment later; answer with the
+	// settings just written.
+	l.InPolicy = true
+	l.Expires, l.Expired = exp, exp != nil && !s.now().Before(*exp)
+	writeJSON(w, http.StatusOK, l)
+	return nil
+}
+
+// editPolicy replaces the stored policy document with edit's answer, which
+// must be a valid document: edit receives the stored text and its policy
+// (nil when the stored text is invalid, written by other means). It writes
+// only if the document did not change meanwhile, and edits the newer one
+// otherwise. It returns the revision and the text written.
+func (s *Server) editPolicy(ctx context.Context, edit func(raw []byte, now *policy.Policy) ([]byte, error)) (int64, []byte, error) {
 	key := s.store.PolicyKey()
 	for range 10 {
 		resp, err := s.cli.Get(ctx, key)
 		if err != nil {
-			return etcdError("read policy", err)
+			return 0, nil, etcdError("read policy", err)
 		}
 		var raw []byte
 		var rev int64
 		if len(resp.Kvs) == 1 {
 			raw, rev = resp.Kvs[0].Value, resp.Kvs[0].ModRevision
 		}
-		if _, err := policy.Parse(key, raw); err != nil {
-			return &apiError{status: http.StatusConflict, body: adminapi.Error{Code: adminapi.CodeInvalidPolicy,
-				Message: "the stored policy document is invalid; apply a valid one first: " + err.Error()}}
-		}
-		updated, err := setLaneExpiry(raw, name, exp)
+		now, err := policy.Parse(key, raw)
 		if err != nil {
-			return errorf(http.StatusConflict, adminapi.CodeInvalidPolicy, "lanes", "", "cannot edit the stored policy document: %v", err)
+			now = nil
+		}
+		updated, err := edit(raw, now)
+		if err != nil {
+			return 0, nil, err
 		}
 		if _, err := policy.Parse("", updated); err != nil {
-			return policyError(err)
+			return 0, nil, policyError(err)
 		}
 		txn, err := s.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.ModRevision(key), "=", rev)).
 			Then(clientv3.OpPut(key, string(updated))).
 			Commit()
 		if err != nil {
-			return etcdError("store policy", err)
+			return 0, nil, etcdError("store policy", err)
 		}
-		if !txn.Succeeded {
-			continue // changed meanwhile: edit the new one
+		if txn.Succeeded {
+			return txn.Header.Revision, updated, nil
 		}
-		s.log.Info("lane expiry set", "lane", name, "expires", exp, "revision", txn.Header.Revision)
-		s.recordPolicy(ctx, txn.Header.Revision, updated, p.String())
-		l, err := s.lane(ctx, name)
-		if err != nil {
-			return err
-		}
-		// The engine follows the store a moment later; answer with the
-		// settings just written.
-		l.InPolicy = true
-		l.Expires, l.Expired = exp, exp != nil && !s.now().Before(*exp)
-		writeJSON(w, http.StatusOK, l)
-		return nil
+		// changed meanwhile: edit the new one
 	}
-	return conflict("", "", "the policy keeps changing; try again")
+	return 0, nil, conflict("", "", "the policy keeps changing; try again")
 }
 
 // setLaneExpiry returns the document raw with lanes.<name>.expires set to

@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"io"
+	"maps"
 	"net/http"
+	"slices"
+	"time"
 
 	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/policy"
@@ -59,30 +62,84 @@ func (s *Server) putPolicy(w http.ResponseWriter, r *http.Request, p *principal)
 	if _, err := policy.Parse("", raw); err != nil {
 		return policyError(err)
 	}
-	doc, err := s.store.Policy().Put(r.Context(), raw)
+	var kept []adminapi.KeptLifetime
+	rev, stored, err := s.editPolicy(r.Context(), func(_ []byte, now *policy.Policy) ([]byte, error) {
+		merged, k, err := keepLifetimes(now, raw)
+		kept = k
+		return merged, err
+	})
 	if err != nil {
-		if perr := policyError(err); perr != err {
-			return perr
-		}
-		return etcdError("store policy", err)
+		return err
 	}
-	s.log.Info("policy applied", "revision", doc.Revision, "bytes", len(raw))
-	s.recordPolicy(r.Context(), doc.Revision, raw, p.String())
-	writeJSON(w, http.StatusOK, adminapi.PolicyDocument{Revision: doc.Revision, Raw: string(doc.Raw), Policy: doc.Policy})
+	pol, err := policy.Parse("", stored)
+	if err != nil {
+		return policyError(err)
+	}
+	s.log.Info("policy applied", "revision", rev, "bytes", len(stored), "kept_lifetimes", len(kept))
+	s.recordPolicy(r.Context(), rev, stored, p.String())
+	writeJSON(w, http.StatusOK, adminapi.PolicyDocument{Revision: rev, Raw: string(stored), Policy: pol, Kept: kept})
 	return nil
 }
 
+// validatePolicy checks a document and answers with it as applying it
+// would store it (the lane lifetimes in force that it does not set kept),
+// so that a dry run shows every change an apply makes.
 func (s *Server) validatePolicy(w http.ResponseWriter, r *http.Request, _ *principal) error {
 	raw, err := readDocument(r)
 	if err != nil {
 		return err
 	}
-	p, err := policy.Parse("", raw)
+	if _, err := policy.Parse("", raw); err != nil {
+		return policyError(err)
+	}
+	now, err := s.store.Policy().Get(r.Context())
+	var pe *policy.Error
+	switch {
+	case errors.As(err, &pe):
+		now = policy.Empty() // invalid in etcd: an apply replaces it as a whole
+	case err != nil:
+		return etcdError("read policy", err)
+	}
+	merged, kept, err := keepLifetimes(now.Policy, raw)
+	if err != nil {
+		return err
+	}
+	p, err := policy.Parse("", merged)
 	if err != nil {
 		return policyError(err)
 	}
-	writeJSON(w, http.StatusOK, adminapi.PolicyDocument{Raw: string(raw), Policy: p})
+	writeJSON(w, http.StatusOK, adminapi.PolicyDocument{Raw: string(merged), Policy: p, Kept: kept})
 	return nil
+}
+
+// keepLifetimes returns the document raw with every lane lifetime of the
+// policy in force (now) that raw does not set added to it, and the
+// lifetimes it added. A lifetime is the operators' decision to end a lane
+// (`lanes lane expire`): a document kept elsewhere that predates it must
+// not lift it unnoticed. A document that sets a lane's expires sets it;
+// `lanes lane expire LANE --never` lifts one.
+func keepLifetimes(now *policy.Policy, raw []byte) ([]byte, []adminapi.KeptLifetime, error) {
+	if now == nil {
+		return raw, nil, nil
+	}
+	next, err := policy.Parse("", raw)
+	if err != nil {
+		return nil, nil, policyError(err)
+	}
+	var kept []adminapi.KeptLifetime
+	for _, name := range slices.Sorted(maps.Keys(now.Lanes)) {
+		e := now.Lanes[name].Expires
+		if e == nil || next.Lanes[name].Expires != nil {
+			continue
+		}
+		if raw, err = setLaneExpiry(raw, name, e); err != nil {
+			return nil, nil, errorf(http.StatusUnprocessableEntity, adminapi.CodeInvalidPolicy, "lanes", "",
+				"cannot keep the lifetime of lane %s (expires %s) in the document: %v; set lanes.%s.expires in it, or lift the lifetime with lanes lane expire %s --never",
+				name, e.UTC().Format(time.RFC3339), err, name, name)
+		}
+		kept = append(kept, adminapi.KeptLifetime{Lane: name, Expires: e.UTC()})
+	}
+	return raw, kept, nil
 }
 
 // watchPolicy streams the policy in force, then every change, as

@@ -120,7 +120,7 @@ func (ts *Tokens) checkToken(ctx context.Context, tok string) (adminapi.Token, e
 	}
 	var st storedToken
 	if err := json.Unmarshal(resp.Kvs[0].Value, &st); err != nil {
-		ts.log.Warn("unreadable token record", "key", string(resp.Kvs[0].Key), "err", err)
+		ts.log.Error("unreadable token record", "key", string(resp.Kvs[0].Key), "err", err)
 		return adminapi.Token{}, unauthorized("unknown token " + id)
 	}
 	sum := sha256.Sum256([]byte(tok))
@@ -139,7 +139,7 @@ func (s *Server) listTokens(w http.ResponseWriter, r *http.Request, _ *principal
 	for _, kv := range resp.Kvs {
 		var st storedToken
 		if err := json.Unmarshal(kv.Value, &st); err != nil {
-			s.log.Warn("unreadable token record", "key", string(kv.Key), "err", err)
+			s.log.Error("unreadable token record", "key", string(kv.Key), "err", err)
 			continue
 		}
 		out = append(out, st.Token)

@@ -114,7 +114,12 @@ func newPolicyApply() *cobra.Command {
 
 With --dry-run it applies nothing: it prints, for every service and lane of
 today's fleet (and every lane either document names), where a request would
-go under the document in force and under FILE, for those that change.`,
+go under the document in force and under FILE, for those that change, and
+every lane lifetime (expires) that would change.
+
+A lane lifetime in force (set with lanes lane expire) that FILE does not set
+is kept, and said so: FILE sets or moves one with lanes.<lane>.expires, and
+lanes lane expire LANE --never lifts one.`,
 		Example: `  lanes policy apply policy.yaml
   lanes policy apply --dry-run policy.yaml
   lanes policy get > p.yaml && $EDITOR p.yaml && lanes policy apply -f p.yaml`,
@@ -138,6 +143,7 @@ go under the document in force and under FILE, for those that change.`,
 					return policyRefusal(c, file, err)
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "policy applied (revision %d)\n", doc.Revision)
+				printKept(cmd.OutOrStdout(), file, doc.Kept)
 				return nil
 			})
 		},

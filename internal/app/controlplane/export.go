@@ -17,15 +17,26 @@ import (
 // plane through package lanesenv: LANES_REGISTRY with the etcd endpoints
 // in use (etcd://host:port,...), the embedded etcd's user and password
 // file when its authentication is on, LANES_ETCD_PREFIX when the prefix is
-// not the default, and LANES_TRACES with the trace collector's OTLP/gRPC
-// address when it runs.
+// not the default, LANES_NATS with the NATS server in use when there is one,
+// and LANES_TRACES with the trace collector's OTLP/gRPC address when it
+// runs.
 func (s *Server) ServiceEnv() []string {
 	etcd, _ := Value(s, EtcdKey)
 	env := serviceEnv(s.cfg, etcd)
+	if n, _ := Value(s, NatsKey); n.URL != "" {
+		env = append(env, natsEnv(n))
+	}
 	if t, _ := Value(s, TracesKey); t.GRPCAddr != "" {
 		env = append(env, "LANES_TRACES="+t.GRPCAddr)
 	}
 	return env
+}
+
+// natsEnv is LANES_NATS, the NATS server of lanesenv.Open, with the
+// credentials of an external server's URLs hidden: the service gives its
+// own.
+func natsEnv(n NatsInfo) string {
+	return "LANES_NATS=" + redactURLs(n.URL)
 }
 
 func serviceEnv(cfg Config, etcd EtcdInfo) []string {
@@ -65,17 +76,20 @@ func PrintServiceEnv(w io.Writer, s *Server) {
 		}
 		env = append(env, lanestrace.EnvTracesToken+"="+tok)
 	}
-	fmt.Fprintf(w, "\nServices join with (see docs/http.md, docs/grpc.md):\n  export %s\n", strings.Join(env, " "))
+	fmt.Fprintf(w, "\nServices join with (see docs/http.md, docs/grpc.md, docs/mq.md):\n  export %s\n", strings.Join(env, " "))
 	etcd, _ := Value(s, EtcdKey)
 	if !etcd.Embedded && (s.cfg.Etcd.CA != "" || s.cfg.Etcd.Username != "") {
 		fmt.Fprintln(w, "  (with LANES_ETCD_CA, _CERT, _KEY, _USERNAME and _PASSWORD as for lanes up)")
 	}
 	if a, _ := Value(s, AdminKey); a.URL != "" {
 		traces := ""
-		if tr.GRPCAddr != "" {
-			traces = " LANES_TRACES=" + tr.GRPCAddr
+		if n, _ := Value(s, NatsKey); n.URL != "" {
+			traces = " " + natsEnv(n)
 		}
-		if strings.HasPrefix(a.URL, "https://") || strings.HasPrefix(traces, " LANES_TRACES=https://") {
+		if tr.GRPCAddr != "" {
+			traces += " LANES_TRACES=" + tr.GRPCAddr
+		}
+		if strings.HasPrefix(a.URL, "https://") || strings.Contains(traces, " LANES_TRACES=https://") {
 			traces += " " + tlsfiles.EnvCAFile + "=<PEM file of the CA of the certificates>"
 		}
 		fmt.Fprintf(w, "or, with a registration token and no etcd access:\n  export LANES_REGISTRY=%s LANES_TOKEN=<lanes token create --lane LANE>%s\n", a.URL, traces)

@@ -262,12 +262,16 @@ type policyData struct {
 	Text    string // what the editor shows
 	Problem *adminapi.Error
 	Valid   bool
-	// Reroute lists what the validated document would reroute (Valid).
-	Reroute  []reroute.Change
-	Applied  bool
-	History  []historyEntry
-	HistErr  string
-	Baseline string
+	// Reroute lists what the validated document would reroute, Lifetimes
+	// the lane lifetimes it would change and Kept those in force that it
+	// does not set, which applying it keeps (Valid).
+	Reroute   []reroute.Change
+	Lifetimes []reroute.Lifetime
+	Kept      []adminapi.KeptLifetime
+	Applied   bool
+	History   []historyEntry
+	HistErr   string
+	Baseline  string
 }
 
 type historyEntry struct {
@@ -348,6 +352,7 @@ func (s *Server) policyPost(w http.ResponseWriter, r *http.Request, v *view) err
 				return err
 			}
 			d.Reroute = reroute.Changes(d.Doc.Policy, next.Policy, insts)
+			d.Lifetimes, d.Kept = reroute.Lifetimes(d.Doc.Policy, next.Policy), next.Kept
 		}
 	case "apply":
 		_, perr = v.c.PutPolicy(v.ctx, []byte(text))

@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -22,6 +24,8 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/lanesdev/lanes/internal/testkit/buftest"
+	"github.com/lanesdev/lanes/lane"
+	"github.com/lanesdev/lanes/lanesnats"
 )
 
 // wait bounds every wait: generous, for a loaded 2-core machine.
@@ -85,6 +89,16 @@ func (p *proc) waitOutput(t *testing.T, s string) string {
 			t.Fatalf("%s did not print %q within %s:\n%s", p.name, s, wait, out)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitExit waits until the process exits by itself.
+func (p *proc) waitExit(t *testing.T) {
+	t.Helper()
+	select {
+	case <-p.exited:
+	case <-time.After(wait):
+		t.Fatalf("%s still runs after %s:\n%s", p.name, wait, p.out.String())
 	}
 }
 
@@ -168,7 +182,7 @@ func TestProgramsRun(t *testing.T) {
 		"--data-dir", filepath.Join(tmp, "lanes-data"),
 		"--admin-addr", "127.0.0.1:0", "--gateway-addr", "127.0.0.1:0",
 		"--etcd-client-addr", "127.0.0.1:0", "--etcd-peer-addr", "127.0.0.1:0",
-		"--nats-addr", "off", "--otlp-grpc-addr", "127.0.0.1:0", "--otlp-http-addr", "127.0.0.1:0", "--log-level", "warn",
+		"--nats-addr", "127.0.0.1:0", "--otlp-grpc-addr", "127.0.0.1:0", "--otlp-http-addr", "127.0.0.1:0", "--log-level", "warn",
 		"--route", "/helloworld.Greeter=greeter", "--route", "/=hello")
 	upOut := up.waitOutput(t, "lanes is up.")
 	m := exportLine.FindStringSubmatch(upOut)
@@ -190,6 +204,7 @@ func TestProgramsRun(t *testing.T) {
 			tracesAddr = a
 		}
 	}
+	checkExportLines(t, upOut)
 	gateway := g[1]
 	a := adminExport.FindStringSubmatch(upOut)
 	if a == nil {
@@ -206,10 +221,11 @@ func TestProgramsRun(t *testing.T) {
 	// JSON with LANES_LOG_FORMAT=json (the alice instances).
 	var procs []*proc
 	aliceAddr := map[string]string{} // service -> loopback address of its alice instance
-	for _, p := range []struct {
+	progs := []struct {
 		name, bin string
 		ok        bool
-	}{{"hello", filepath.Join(hdir, "bin"), true}, {"greeter", filepath.Join(gdir, "bin"), grpcOK}} {
+	}{{"hello", filepath.Join(hdir, "bin"), true}, {"greeter", filepath.Join(gdir, "bin"), grpcOK}}
+	for _, p := range progs {
 		if !p.ok {
 			continue
 		}
@@ -221,13 +237,22 @@ func TestProgramsRun(t *testing.T) {
 			aliceEnv = []string{"LANES_REGISTRY=" + adminURL, "LANES_TOKEN=" + aliceToken, "LANES_TRACES=" + tracesAddr, "LANES_LANE=alice", "LANES_LOG_FORMAT=json"}
 		}
 		alice := start(t, p.name+" (alice)", aliceEnv, p.bin)
-		base.waitOutput(t, `level=INFO msg="lanes: instance registered" service=`+p.name)
-		reg := alice.waitOutput(t, `"msg":"lanes: instance registered","service":"`+p.name+`"`)
+		baseOut := base.waitOutput(t, `level=INFO msg="lanes: instance registered" service=`+p.name)
+		aliceOut := alice.waitOutput(t, `"msg":"lanes: instance registered","service":"`+p.name+`"`)
 		procs = append(procs, base, alice)
+		// Listening on ":0", each advertises the local address of its
+		// route to the registry (loopback here), not the host's first
+		// interface, and logs where the address comes from.
+		if !regexp.MustCompile(`instance registered.* addr=127\.0\.0\.1:\d+ addr_from="the route to the registry"`).MatchString(baseOut) {
+			t.Errorf("%s (baseline) does not advertise the address of its route to etcd:\n%s", p.name, baseOut)
+		}
+		if !regexp.MustCompile(`instance registered.*"addr":"127\.0\.0\.1:\d+","addr_from":"the route to the registry"`).MatchString(aliceOut) {
+			t.Errorf("%s (alice) does not advertise the address of its route to the admin API:\n%s", p.name, aliceOut)
+		}
 		// Serve guards the lane instance by default: the program gives no guard.
-		m := guardedAddr.FindStringSubmatch(reg)
+		m := guardedAddr.FindStringSubmatch(aliceOut)
 		if m == nil {
-			t.Fatalf("%s's alice instance is not guarded:\n%s", p.name, reg)
+			t.Fatalf("%s's alice instance is not guarded:\n%s", p.name, aliceOut)
 		}
 		aliceAddr[p.name] = "127.0.0.1:" + m[1]
 	}
@@ -243,6 +268,33 @@ func TestProgramsRun(t *testing.T) {
 			t.Errorf("GET %s of alice's hello instance, no lane: %s, want %d", path, res.Status, want)
 		}
 	}
+	// LANES_ADDR stays the override.
+	over := start(t, "hello (LANES_ADDR)", append(env, "LANES_LANE=carol", "LANES_ADDR=127.0.0.3:9"), filepath.Join(hdir, "bin"))
+	over.waitOutput(t, `addr=127.0.0.3:9 addr_from=LANES_ADDR`)
+	procs = append(procs, over)
+	// An error ends the program logged at ERROR: a lane token that
+	// registers into another lane is refused.
+	for _, p := range progs {
+		if !p.ok {
+			continue
+		}
+		refused := start(t, p.name+" (refused)", []string{"LANES_REGISTRY=" + adminURL, "LANES_TOKEN=" + aliceToken, "LANES_LANE=bob"}, p.bin)
+		refused.waitExit(t)
+		out := refused.out.String()
+		line := regexp.MustCompile(`(?m)^.*` + p.name + ` stopped.*$`).FindString(out)
+		if refused.cmd.ProcessState.ExitCode() != 1 || !strings.Contains(line, "level=ERROR") || !strings.Contains(line, "403") {
+			t.Errorf("%s with a token of another lane: exit %d, want 1 and the refusal logged at ERROR:\n%s",
+				p.name, refused.cmd.ProcessState.ExitCode(), out)
+		}
+		if strings.Contains(out, "level=INFO") && strings.Contains(out, "refus") {
+			for _, l := range strings.Split(out, "\n") {
+				if strings.Contains(l, "level=INFO") && strings.Contains(l, "refus") {
+					t.Errorf("%s logs a refusal at INFO: %s", p.name, l)
+				}
+			}
+		}
+	}
+
 	defer func() {
 		for _, p := range procs {
 			p.stop(t)
@@ -318,6 +370,7 @@ func TestProgramsRun(t *testing.T) {
 		}
 		return ""
 	})
+	runMQ(t, tmp, env)
 	if !grpcOK {
 		return
 	}
@@ -368,6 +421,145 @@ func TestProgramsRun(t *testing.T) {
 			t.Fatalf("gRPC alice call: %q", got)
 		}
 	}
+}
+
+var (
+	exportVar    = regexp.MustCompile(`\b(LANES_[A-Z_]+)=`)
+	etcdExport   = regexp.MustCompile(`export LANES_REGISTRY=etcd://[^\n` + "`" + `]*`)
+	adminExport2 = regexp.MustCompile(`export LANES_REGISTRY=http://[^\n` + "`" + `]*`)
+)
+
+// names lists the variables an export line sets, in order.
+func names(line string) string {
+	var out []string
+	for _, m := range exportVar.FindAllStringSubmatch(line, -1) {
+		out = append(out, m[1])
+	}
+	return strings.Join(out, " ")
+}
+
+// checkExportLines holds every export line of README.md and docs/*.md to
+// the lines `lanes up` printed (upOut): the same variables, in the same
+// order, for a service that reaches etcd and for one that registers
+// through the admin API (over http://).
+func checkExportLines(t *testing.T, upOut string) {
+	t.Helper()
+	wantEtcd, wantAdmin := names(etcdExport.FindString(upOut)), names(adminExport2.FindString(upOut))
+	if wantEtcd == "" || wantAdmin == "" {
+		t.Fatalf("lanes up printed no export lines:\n%s", upOut)
+	}
+	files, _ := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	files = append(files, filepath.Join(root, "README.md"))
+	seen := 0
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range etcdExport.FindAllString(string(data), -1) {
+			seen++
+			if got := names(l); got != wantEtcd {
+				t.Errorf("%s: %q sets %s; lanes up prints %s", filepath.Base(f), l, got, wantEtcd)
+			}
+		}
+		for _, l := range adminExport2.FindAllString(string(data), -1) {
+			if got := names(l); got != wantAdmin {
+				t.Errorf("%s: %q sets %s; lanes up prints %s", filepath.Base(f), l, got, wantAdmin)
+			}
+		}
+	}
+	if seen == 0 {
+		t.Error("no export line in README.md or docs/*.md")
+	}
+}
+
+// runMQ runs the complete program of docs/mq.md as written, a baseline and
+// an alice instance, with the environment that `lanes up` printed (env,
+// LANES_NATS among it): an order published in lane alice is billed by the
+// alice instance and its invoice published in lane alice; a baseline order
+// is billed by the baseline instance. Without LANES_NATS the program ends
+// with lanesnats.ErrNoConnection, logged at ERROR.
+func runMQ(t *testing.T, tmp string, env []string) {
+	t.Helper()
+	prog := program(t, "docs/mq.md")
+	dir := filepath.Join(tmp, "billing")
+	os.MkdirAll(dir, 0o755)
+	os.WriteFile(filepath.Join(dir, "main.go"), []byte(prog.code), 0o644)
+	bin := filepath.Join(dir, "bin")
+	if out, err := goCmd(t, "build", "-o", bin, filepath.Join(dir, "main.go")); err != nil {
+		t.Fatalf("build %s: %v\n%s", prog.where(), err, out)
+	}
+	natsURL := ""
+	var noNats []string
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "LANES_NATS="); ok {
+			natsURL = v
+			continue
+		}
+		noNats = append(noNats, kv)
+	}
+	if natsURL == "" {
+		t.Fatalf("lanes up printed no LANES_NATS: %v", env)
+	}
+
+	without := start(t, "billing (no LANES_NATS)", noNats, bin)
+	without.waitExit(t)
+	if out := without.out.String(); without.cmd.ProcessState.ExitCode() != 1 ||
+		!regexp.MustCompile(`level=ERROR msg="billing stopped" err="lanesnats: no NATS connection: set LANES_NATS`).MatchString(out) {
+		t.Errorf("billing without LANES_NATS: exit %d, want 1 and the missing variable named at ERROR:\n%s", without.cmd.ProcessState.ExitCode(), out)
+	}
+
+	base := start(t, "billing (baseline)", env, bin)
+	alice := start(t, "billing (alice)", append(env, "LANES_LANE=alice"), bin)
+	base.waitOutput(t, `msg="lanes: consumer registered"`)
+	alice.waitOutput(t, `msg="lanes: consumer registered"`)
+	defer base.stop(t)
+	defer alice.stop(t)
+
+	nc, err := nats.Connect(natsURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := lanesnats.NewPublisher(js, "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	if _, err := pub.Publish(lane.WithLane(ctx, "alice"), "created", []byte("A1")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pub.Publish(ctx, "created", []byte("B1")); err != nil {
+		t.Fatal(err)
+	}
+	alice.waitOutput(t, `msg="order billed" lane=alice`)
+	base.waitOutput(t, `msg="order billed" lane="" seq=`)
+	if out := alice.out.String(); !strings.Contains(out, "order=A1") || strings.Contains(out, "order=B1") {
+		t.Errorf("the alice instance billed other orders than alice's:\n%s", out)
+	}
+	if out := base.out.String(); !strings.Contains(out, "order=B1") || strings.Contains(out, "order=A1") {
+		t.Errorf("the baseline instance billed other orders than the baseline's:\n%s", out)
+	}
+	// The invoice stays in the order's lane.
+	eventually(t, "the invoice of A1 in lane alice", func() string {
+		st, err := js.Stream(ctx, "invoices")
+		if err != nil {
+			return err.Error()
+		}
+		m, err := st.GetLastMsgForSubject(ctx, lanesnats.Subject("invoices", "alice", "invoiced"))
+		if err != nil {
+			return err.Error()
+		}
+		if string(m.Data) != "A1" {
+			return "data " + string(m.Data)
+		}
+		return ""
+	})
 }
 
 // eventually polls f until it returns "" or wait passes.

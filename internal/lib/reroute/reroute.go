@@ -1,15 +1,18 @@
 // Package reroute computes what a policy change would reroute: for every
 // service of a fleet and every lane that the fleet or either policy names
 // (and the baseline), where a request goes under the policy in force and
-// where it would go under the new one. `lanes policy apply --dry-run` prints
+// where it would go under the new one, and which lane lifetimes it sets,
+// moves or lifts. `lanes policy apply --dry-run` prints
 // it and the dashboard's policy page shows it before a change is applied.
 package reroute
 
 import (
 	"errors"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/policy"
@@ -76,6 +79,40 @@ func Changes(now, next *policy.Policy, insts []adminapi.Instance) []Change {
 	sort.Slice(out, func(i, j int) bool {
 		return out[i].Service < out[j].Service || out[i].Service == out[j].Service && out[i].Lane < out[j].Lane
 	})
+	return out
+}
+
+// Lifetime is a lane lifetime (lanes.<lane>.expires) that a policy change
+// sets, moves or lifts.
+type Lifetime struct {
+	Lane string
+	Now  string // the expiry in force (RFC 3339), or "none"
+	Next string // the expiry after the change, or "none"
+}
+
+// Lifetimes returns the lane lifetimes that next changes from now, sorted
+// by lane. A nil policy is the empty one.
+func Lifetimes(now, next *policy.Policy) []Lifetime {
+	expiry := func(p *policy.Policy, l string) string {
+		if p == nil || p.Lanes[l].Expires == nil {
+			return "none"
+		}
+		return p.Lanes[l].Expires.UTC().Format(time.RFC3339)
+	}
+	lanes := map[string]bool{}
+	for _, p := range []*policy.Policy{now, next} {
+		if p != nil {
+			for l := range p.Lanes {
+				lanes[l] = true
+			}
+		}
+	}
+	var out []Lifetime
+	for _, l := range slices.Sorted(maps.Keys(lanes)) {
+		if a, b := expiry(now, l), expiry(next, l); a != b {
+			out = append(out, Lifetime{Lane: l, Now: a, Next: b})
+		}
+	}
 	return out
 }
 

@@ -1,6 +1,7 @@
 package reroute
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/lanesdev/lanes/adminapi"
@@ -24,5 +25,27 @@ func TestChanges(t *testing.T) {
 	}
 	if got := Changes(next, next, fleet); len(got) != 0 {
 		t.Errorf("the same policy changes %+v", got)
+	}
+}
+
+func TestLifetimes(t *testing.T) {
+	now, err := policy.Parse("now", []byte("lanes:\n  carol:\n    expires: 2030-01-02T03:04:05Z\n  dave:\n    expires: 2030-01-01T00:00:00Z\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, err := policy.Parse("next", []byte("lanes:\n  dave:\n    expires: 2031-01-01T00:00:00Z\n  erin:\n    strict: true\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := Lifetimes(now, next)
+	want := []Lifetime{
+		{Lane: "carol", Now: "2030-01-02T03:04:05Z", Next: "none"},
+		{Lane: "dave", Now: "2030-01-01T00:00:00Z", Next: "2031-01-01T00:00:00Z"},
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("Lifetimes = %+v, want %+v", got, want)
+	}
+	if got := Lifetimes(now, now); len(got) != 0 {
+		t.Errorf("the same policy changes lifetimes %+v", got)
 	}
 }

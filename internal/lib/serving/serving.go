@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"strings"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -57,7 +58,8 @@ type Options struct {
 }
 
 // Run places inst (registry.Place: the instance's own fields, then o, then
-// the LANES_* variables, then the listener's address), tells the guard,
+// the LANES_* variables, then the listener's address, see advertised),
+// tells the guard,
 // serves s and registers inst in reg, until ctx is done. Then it
 // deregisters inst, serves on for o.Drain, stops s and returns nil or what
 // stopping found. It returns early, after stopping s, with the error of a
@@ -68,7 +70,8 @@ func Run(ctx context.Context, reg registry.Registry, inst registry.Instance, lis
 	if o.ZoneSet {
 		zone = o.Zone
 	}
-	inst, err := registry.Place(inst, o.Lane, zone, o.Getenv, lis.Addr())
+	addr, from := advertised(reg, inst, o.Getenv, lis.Addr())
+	inst, err := registry.Place(inst, o.Lane, zone, o.Getenv, addr)
 	if err != nil {
 		lis.Close()
 		return fmt.Errorf("%s: instance: %w", o.Name, err)
@@ -95,7 +98,7 @@ func Run(ctx context.Context, reg registry.Registry, inst registry.Instance, lis
 	}
 	identify(inst)
 	log := o.Logger.With("service", inst.Service, "id", inst.ID)
-	log.Info("lanes: instance registered", "addr", inst.Addr, "lane", inst.Lane, "zone", inst.Zone, "guard", o.Guard != nil)
+	log.Info("lanes: instance registered", "addr", inst.Addr, "addr_from", from, "lane", inst.Lane, "zone", inst.Zone, "guard", o.Guard != nil)
 
 	select {
 	case <-ctx.Done():
@@ -137,4 +140,29 @@ func identify(inst registry.Instance) {
 		attrs = append(attrs, lanestrace.InstanceLane.String(inst.Lane))
 	}
 	traceexport.Identify(attrs...)
+}
+
+// advertised returns the listener address that Place defaults the
+// instance's address to, and says where the address registered comes from
+// (for the log): Instance.Addr, LANES_ADDR, or the listener. A listener on
+// an unspecified IP (":8080") advertises the local IP of the process's route
+// to the registry when reg is a registry.Reacher (the address the control
+// plane's side reaches back), else the host's first address.
+func advertised(reg registry.Registry, inst registry.Instance, getenv func(string) string, lis net.Addr) (net.Addr, string) {
+	switch {
+	case inst.Addr != "":
+		return lis, "Instance.Addr"
+	case getenv != nil && strings.TrimSpace(getenv(registry.EnvAddr)) != "":
+		return lis, registry.EnvAddr
+	}
+	tcp, ok := lis.(*net.TCPAddr)
+	if !ok || tcp.IP != nil && !tcp.IP.IsUnspecified() {
+		return lis, "the listener"
+	}
+	if r, ok := reg.(registry.Reacher); ok {
+		if ip := r.LocalIP(); ip != nil {
+			return &net.TCPAddr{IP: ip, Port: tcp.Port}, "the route to the registry"
+		}
+	}
+	return lis, "the host's first address"
 }
