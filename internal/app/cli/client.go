@@ -249,3 +249,38 @@ func selfCommand() string {
 	}
 	return exe
 }
+
+// checkLane fails (exit 1) when no instance, policy entry or client claim
+// has lane name: a typo, which --force (doing what forced says) lets by.
+func checkLane(ctx context.Context, c *apiClient, name, forced string) error {
+	lanes, err := c.Lanes(ctx)
+	if err != nil {
+		return apiFailure(c, err)
+	}
+	for _, l := range lanes {
+		if l.Name == name {
+			return nil
+		}
+	}
+	return &exitError{code: ExitFail, err: fmt.Errorf("no instance, policy entry or client claim has lane %q (lanes ls lists the lanes); --force %s anyway", name, forced)}
+}
+
+// checkService fails (exit 1) when no instance has registered service
+// name: a typo, which --force (doing what forced says) lets by.
+func checkService(ctx context.Context, c *apiClient, name, forced string) error {
+	svcs, err := c.Services(ctx)
+	if err != nil {
+		return apiFailure(c, err)
+	}
+	for _, s := range svcs {
+		if s.Name == name {
+			return nil
+		}
+	}
+	return noService(name, forced)
+}
+
+// noService is the error of a service name that no instance has registered.
+func noService(name, forced string) error {
+	return &exitError{code: ExitFail, err: fmt.Errorf("no service is named %q: no instance has registered it (lanes ls lists the services); --force %s anyway", name, forced)}
+}

@@ -19,7 +19,7 @@ import (
 func newLs() *cobra.Command {
 	var cf clientFlags
 	var output, service string
-	var watch bool
+	var watch, force bool
 	cmd := &cobra.Command{
 		Use:   "ls [--service S] [-w]",
 		Short: "List services, instances and lanes",
@@ -28,7 +28,8 @@ lane each serves in after the policy's tag rules) and the lanes (from the
 policy, the instances and the client claims of dev sessions).
 
 With --service, only that service, its instances and the lanes it has
-instances in. With -w (--watch), ls lists again at every change of the
+instances in; a service that no instance has registered is a typo (exit
+status 1) unless --force, or -w, which waits for it. With -w (--watch), ls lists again at every change of the
 instances, until Ctrl-C (with -o json or yaml, one document per change).`,
 		Example: `  lanes ls
   lanes ls --service payments -w
@@ -83,8 +84,8 @@ instances, until Ctrl-C (with -o json or yaml, one document per change).`,
 					if err != nil {
 						return err
 					}
-					if service != "" && len(l.Services) == 0 && len(l.Instances) == 0 {
-						fmt.Fprintf(cmd.ErrOrStderr(), "lanes: warning: no service is named %q\n", service)
+					if service != "" && !force && len(l.Services) == 0 && len(l.Instances) == 0 {
+						return noService(service, "lists it")
 					}
 					return show(l)
 				})
@@ -103,6 +104,7 @@ instances, until Ctrl-C (with -o json or yaml, one document per change).`,
 	addOutput(cmd, &output, "tables")
 	cmd.Flags().StringVar(&service, "service", "", "only this service")
 	cmd.Flags().BoolVarP(&watch, "watch", "w", false, "list again at every change, until Ctrl-C")
+	cmd.Flags().BoolVar(&force, "force", false, "list even when no service has the name given to --service")
 	return cmd
 }
 

@@ -35,7 +35,8 @@ locality.host, in another zone), then the routing engine's decision.
 
 Exit status: 0 when an instance may serve the request, 1 when none may
 (no_instance or lane_unavailable), or when no service has the name SERVICE
-(a typo, unless --force).`,
+or no instance, policy entry or client claim has lane L (a typo, unless
+--force).`,
 		Example: `  lanes route explain payments --lane alice
   lanes route explain orders --lane feature-x --zone az1 -o json
   lanes route explain orders --host build-7`,
@@ -46,16 +47,13 @@ Exit status: 0 when an instance may serve the request, 1 when none may
 			}
 			return cf.call(cmd, func(ctx context.Context, c *apiClient) error {
 				if !force {
-					svcs, err := c.Services(ctx)
-					if err != nil {
-						return apiFailure(c, err)
+					if err := checkService(ctx, c, args[0], "explains it"); err != nil {
+						return err
 					}
-					known := false
-					for _, s := range svcs {
-						known = known || s.Name == args[0]
-					}
-					if !known {
-						return &exitError{code: ExitFail, err: fmt.Errorf("no service is named %q: no instance has registered it (lanes ls lists the services); --force explains it anyway", args[0])}
+					if laneName != "" {
+						if err := checkLane(ctx, c, laneName, "explains it"); err != nil {
+							return err
+						}
 					}
 				}
 				ex, err := c.Explain(ctx, adminapi.ExplainRequest{Service: args[0], Lane: laneName, Zone: zone, Host: host, Key: key})
@@ -80,7 +78,7 @@ Exit status: 0 when an instance may serve the request, 1 when none may
 	cmd.Flags().StringVar(&host, "host", "", "the caller's host, for the policy's locality.host")
 	cmd.Flags().StringVar(&key, "key", "", "the request key of sticky canary splits")
 	addOutput(cmd, &output, "the steps and the decision")
-	cmd.Flags().BoolVar(&force, "force", false, "explain even when no service has that name")
+	cmd.Flags().BoolVar(&force, "force", false, "explain even when no service has that name or nothing has that lane")
 	cf.fields = map[string]string{"lane": "--lane", "zone": "--zone", "key": "--key", "host": "--host", "service": "SERVICE"}
 	return cmd
 }

@@ -188,16 +188,8 @@ likely typo (exit 1), unless --force.`,
 			}
 			return cf.call(cmd, func(ctx context.Context, c *apiClient) error {
 				if !force {
-					lanes, err := c.Lanes(ctx)
-					if err != nil {
-						return apiFailure(c, err)
-					}
-					known := false
-					for _, l := range lanes {
-						known = known || l.Name == args[0]
-					}
-					if !known {
-						return &exitError{code: ExitFail, err: fmt.Errorf("no instance, policy entry or client claim has lane %q (lanes ls lists the lanes); --force sets its expiry anyway", args[0])}
+					if err := checkLane(ctx, c, args[0], "sets its expiry"); err != nil {
+						return err
 					}
 				}
 				l, err := c.UpdateLane(ctx, args[0], u)

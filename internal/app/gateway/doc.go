@@ -87,9 +87,12 @@
 // # Routes
 //
 // [Config.Routes] map requests to services. A route matches on an exact host
-// (compared without the port, case-insensitively), a path prefix, or both;
-// the first route that matches wins, and a request that matches none gets
-// 404. A path prefix matches whole path segments: "/orders" and "/orders/"
+// (compared without the port, case-insensitively), a path prefix, or both.
+// The most specific route that matches wins, whatever the order of the
+// routes: a route on the request's host before one without a host, then the
+// longest prefix, as net/http.ServeMux and nginx choose ("/=web" and
+// "/api=orders" send "/api/x" to orders in either order). A request that
+// matches none gets 404. A path prefix matches whole path segments: "/orders" and "/orders/"
 // both match "/orders" and "/orders/42", never "/ordersx". With StripPrefix
 // the prefix is removed before the request goes upstream ("/orders/42" ->
 // "/42", "/orders" -> "/"). A gateway without routes answers every request
@@ -97,7 +100,8 @@
 //
 // A prefix must be a plain, clean path (no percent-escapes, no dot or empty
 // segments), and a route with the same host and prefix as an earlier one
-// ("/a" then "/a/") is refused, since it could never match.
+// ("/a" then "/a/") is refused, naming both, since it could never match;
+// no other route can be shadowed.
 //
 // # Configuration
 //

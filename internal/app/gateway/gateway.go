@@ -70,7 +70,8 @@ func DefaultMaxConns() int { return accept.Share(4, MaxConnsCeiling) }
 type Config struct {
 	// Engine routes every request. The gateway does not close it.
 	Engine *routing.Engine
-	// Routes map hosts and path prefixes to services; the first match wins.
+	// Routes map hosts and path prefixes to services: a route on the
+	// request's host before one without a host, then the longest prefix.
 	// Without routes every request gets 404 no_route.
 	Routes []Route
 	// Domain, when set, makes <lane>.<Domain> hosts lane hosts, for example
@@ -439,8 +440,13 @@ func (g *Gateway) policyView() *policyView {
 	return v
 }
 
-// match returns the first route matching host and path, or nil.
+// match returns the route for host and path, or nil: among the routes on
+// host, else among those without a host, the one with the longest prefix
+// that matches path (as net/http.ServeMux and nginx choose), whatever the
+// order they were given in. Routes with the same host and prefix are
+// refused (validateRoutes), so the choice is unique.
 func (g *Gateway) match(host, path string) *route {
+	var best *route
 	for i := range g.routes {
 		r := &g.routes[i]
 		if r.Host != "" && !strings.EqualFold(r.Host, host) {
@@ -449,7 +455,9 @@ func (g *Gateway) match(host, path string) *route {
 		if r.Prefix != "" && !matchPath(path, r.prefix) {
 			continue
 		}
-		return r
+		if best == nil || betterRoute(r, best) {
+			best = r
+		}
 	}
-	return nil
+	return best
 }

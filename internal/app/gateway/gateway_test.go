@@ -11,6 +11,7 @@ import (
 	"net/http/httptrace"
 	"net/netip"
 	"net/textproto"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -111,6 +112,49 @@ func testRouteByHost(t *testing.T) {
 	}
 	// The header comes before the host.
 	expectServed(t, w.get(t, "/x", map[string]string{"host": "bob.lanes.localhost", "x-lane": "alice"}), "alice-1", "alice")
+}
+
+func TestRouteLongestPrefix(t *testing.T) { onStacks(t, testRouteLongestPrefix) }
+
+// testRouteLongestPrefix: the most specific route wins, in either order of
+// the routes: a route on the host before one without, then the longest
+// prefix; "/" never shadows a longer prefix listed after it.
+func testRouteLongestPrefix(t *testing.T) {
+	routes := []Route{
+		{Prefix: "/", Service: "orders"},
+		{Prefix: "/helloworld.Greeter", Service: "payments"},
+		{Prefix: "/helloworld.Greeter/Admin", Service: "refunds"},
+		{Host: "shop.example.com", Prefix: "/", Service: "refunds"},
+	}
+	for _, order := range []string{"given", "reversed"} {
+		t.Run(order, func(t *testing.T) {
+			rs := append([]Route(nil), routes...)
+			if order == "reversed" {
+				slices.Reverse(rs)
+			}
+			w := newWorld(t, "", Config{Routes: rs})
+			base := newBackend(t, "orders-base", "")
+			pay := newBackend(t, "pay-base", "")
+			ref := newBackend(t, "refunds-base", "")
+			w.register(t, "orders", base.id, base.addr, "")
+			w.register(t, "payments", pay.id, pay.addr, "")
+			w.register(t, "refunds", ref.id, ref.addr, "")
+			for _, c := range []struct{ host, path, id string }{
+				{"", "/x", "orders-base"},
+				{"", "/helloworld.Greeter/SayHello", "pay-base"},
+				{"", "/helloworld.Greeter", "pay-base"},
+				{"", "/helloworld.GreeterX", "orders-base"},
+				{"", "/helloworld.Greeter/Admin/Reset", "refunds-base"},
+				{"shop.example.com", "/helloworld.Greeter/SayHello", "refunds-base"},
+			} {
+				h := map[string]string{}
+				if c.host != "" {
+					h["host"] = c.host
+				}
+				expectServed(t, w.get(t, c.path, h), c.id, "")
+			}
+		})
+	}
 }
 
 func TestRouteByHostDisabled(t *testing.T) { onStacks(t, testRouteByHostDisabled) }

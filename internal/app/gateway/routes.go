@@ -111,6 +111,16 @@ func checkPrefix(p string) error {
 	return nil
 }
 
+// betterRoute reports whether r, which matches a request as best does, is
+// the more specific of the two: a route on a host beats one without a host,
+// then the longer prefix wins.
+func betterRoute(r, best *route) bool {
+	if (r.Host != "") != (best.Host != "") {
+		return r.Host != ""
+	}
+	return len(r.prefix) > len(best.prefix)
+}
+
 // matchPath reports whether path matches the segment prefix p (a Prefix
 // without its trailing "/"; "" matches everything).
 func matchPath(path, p string) bool {

@@ -544,6 +544,20 @@ func TestUpRefusesConflictingRoutes(t *testing.T) {
 	}
 }
 
+// TestUpRoutesLongestPrefix checks through the binary that routes match by
+// the longest prefix, whatever their order: "/" given first does not shadow
+// "/helloworld.Greeter", whose calls go to greeter.
+func TestUpRoutesLongestPrefix(t *testing.T) {
+	u := startUp(t, "up", "--route", "/=hello", "--route", "/helloworld.Greeter=greeter")
+	hello, greeter := newBackend(t, "hello"), newBackend(t, "greeter")
+	u.register(t, u.token, registry.Instance{Service: "hello", ID: "hello-1", Addr: hello.addr})
+	u.register(t, u.token, registry.Instance{Service: "greeter", ID: "greeter-1", Addr: greeter.addr})
+	c := clientFrom(t, "127.0.0.1")
+	expectBackend(t, c, u.gateway+"/helloworld.Greeter/SayHello", "greeter", nil)
+	expectBackend(t, c, u.gateway+"/index.html", "hello", nil)
+	expectBackend(t, c, u.gateway+"/helloworld.GreeterX", "hello", nil)
+}
+
 // TestUpDataDirInUse checks that a second `lanes up` on the data directory
 // of a running one fails at once (exit 1) naming the directory and the
 // process that holds it, and that the first keeps serving.
