@@ -20,6 +20,7 @@ import (
 
 	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/adminclient"
+	"github.com/lanesdev/lanes/internal/app/dashboard"
 	"github.com/lanesdev/lanes/registry"
 )
 
@@ -145,6 +146,19 @@ func TestBrowser(t *testing.T) {
 			h1 := get(t, ctx, p.name, chromedp.Text(chromedp.CSS(`h1`)))
 			t.Logf("%s: %q", p.path, h1)
 		}
+	})
+
+	t.Run("the empty editor offers a starter that validates", func(t *testing.T) {
+		do(t, ctx, "starter",
+			chromedp.Navigate(w.admin+"/ui/policy"),
+			chromedp.WaitVisible(chromedp.ID(`#document`)))
+		got := get(t, ctx, "editor", chromedp.Evaluate[string](`document.getElementById("document").value`))
+		if strings.TrimSpace(got) != strings.TrimSpace(dashboard.StarterPolicy) {
+			t.Fatalf("the editor, no policy in force, offers %q; want the starter", got)
+		}
+		do(t, ctx, "validate the starter",
+			chromedp.Click(chromedp.CSS(`button[value="validate"]`)),
+			chromedp.WaitVisible(chromedp.ID(`notice-valid`)))
 	})
 
 	t.Run("invalid policy refused with the field", func(t *testing.T) {
