@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/adminclient"
+	"github.com/lanesdev/lanes/internal/app/dashboard"
 	"github.com/lanesdev/lanes/registry"
 )
 
@@ -145,6 +147,19 @@ func TestBrowser(t *testing.T) {
 			h1 := get(t, ctx, p.name, chromedp.Text(chromedp.CSS(`h1`)))
 			t.Logf("%s: %q", p.path, h1)
 		}
+	})
+
+	t.Run("the empty editor offers a starter that validates", func(t *testing.T) {
+		do(t, ctx, "starter",
+			chromedp.Navigate(w.admin+"/ui/policy"),
+			chromedp.WaitVisible(chromedp.ID(`#document`)))
+		got := get(t, ctx, "editor", chromedp.Evaluate[string](`document.getElementById("document").value`))
+		if strings.TrimSpace(got) != strings.TrimSpace(dashboard.StarterPolicy) {
+			t.Fatalf("the editor, no policy in force, offers %q; want the starter", got)
+		}
+		do(t, ctx, "validate the starter",
+			chromedp.Click(chromedp.CSS(`button[value="validate"]`)),
+			chromedp.WaitVisible(chromedp.ID(`notice-valid`)))
 	})
 
 	t.Run("invalid policy refused with the field", func(t *testing.T) {
@@ -347,6 +362,31 @@ func TestBrowser(t *testing.T) {
 			chromedp.WaitVisible(chromedp.CSS(`svg.graph g.node[data-service="payments"] g.lane-instance[data-lane="alice"]`)))
 		lanes := get(t, ctx, "edges", chromedp.Evaluate[[]string](`Array.from(document.querySelectorAll("svg.graph g.edge")).map(e => e.dataset.from+"→"+e.dataset.to+"@"+e.dataset.lane)`))
 		t.Logf("graph edges: %q", lanes)
+		// No label covers a curve: no point of a label's box (on a 1 px
+		// grid) lies in the stroke of any edge, as Chromium draws them.
+		hits := get(t, ctx, "label overlaps", chromedp.Evaluate[[]string](labelOverlaps))
+		if len(hits) > 0 {
+			t.Errorf("graph labels over curves: %q", hits)
+		}
+	})
+
+	t.Run("graph labels clear of the curves of their bundle", func(t *testing.T) {
+		e := func(from, to, l string, rate float64, fb int) adminapi.Edge {
+			return adminapi.Edge{From: from, To: to, Lane: l, Calls: 10, Rate: rate, Fallbacks: fb}
+		}
+		// Bundles of three and two lanes. Bundles that meet at one service
+		// from different rows can still cross each other's labels.
+		g := adminapi.Graph{Services: []string{"gateway", "frontend", "orders", "payments"}, Edges: []adminapi.Edge{
+			e("gateway", "frontend", "", 12.5, 0), e("gateway", "frontend", "alice", 3, 1), e("gateway", "frontend", "feature-x", 0.4, 0),
+			e("frontend", "orders", "", 8, 0), e("frontend", "orders", "alice", 2, 0), e("frontend", "orders", "feature-x", 1, 1),
+			e("orders", "payments", "", 8, 0), e("orders", "payments", "alice", 2, 1),
+		}}
+		svg := string(dashboard.GraphSVG(g, map[string][]string{"orders": {"feature-x"}}))
+		do(t, ctx, "graph page", chromedp.Navigate(w.admin+"/ui/graph"), chromedp.WaitVisible(chromedp.CSS(`svg.graph`)))
+		get(t, ctx, "synthetic graph", chromedp.Evaluate[bool](`document.querySelector("svg.graph").outerHTML = `+strconv.Quote(svg)+`; true`))
+		if hits := get(t, ctx, "label overlaps", chromedp.Evaluate[[]string](labelOverlaps)); len(hits) > 0 {
+			t.Errorf("graph labels over curves: %q", hits)
+		}
 	})
 
 	t.Run("axe-core", func(t *testing.T) {
@@ -446,3 +486,21 @@ func TestScreenshot(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// labelOverlaps lists, in the page's svg.graph, the edge labels whose box
+// (on a 1 px grid) has a point in the stroke of an edge's curve, as
+// Chromium draws them.
+const labelOverlaps = `(() => {
+			const svg = document.querySelector("svg.graph"), out = [];
+			const paths = Array.from(svg.querySelectorAll("g.edge path"));
+			for (const text of svg.querySelectorAll("g.edge text")) {
+				const bb = text.getBBox();
+				for (let x = bb.x; x <= bb.x + bb.width + 0.5; x += 1)
+					for (let y = bb.y; y <= bb.y + bb.height + 0.5; y += 1) {
+						const pt = svg.createSVGPoint(); pt.x = x; pt.y = y;
+						for (const p of paths)
+							if (p.isPointInStroke(pt)) { out.push(text.textContent + " covers the curve " + p.parentNode.dataset.from + "→" + p.parentNode.dataset.to + "@" + p.parentNode.dataset.lane); x = Infinity; y = Infinity; break; }
+					}
+			}
+			return out;
+		})()`

@@ -3,6 +3,8 @@ package dashboard
 import (
 	"strings"
 	"testing"
+
+	"github.com/lanesdev/lanes/policy"
 )
 
 // FuzzSafeNext: a redirect target after login never leaves the dashboard.
@@ -41,4 +43,28 @@ func FuzzDiffLines(f *testing.F) {
 			t.Fatalf("diff of %q and %q does not give them back", a, b)
 		}
 	})
+}
+
+// TestStarterPolicyValidates: the editor's starting document parses as it
+// stands and with its settings uncommented, and the uncommented example sets
+// what its comments say.
+func TestStarterPolicyValidates(t *testing.T) {
+	if _, err := policy.Parse("starter", []byte(StarterPolicy)); err != nil {
+		t.Fatalf("the starter as offered: %v", err)
+	}
+	var lines []string
+	for _, l := range strings.Split(StarterPolicy, "\n") {
+		if !strings.HasPrefix(l, "##") {
+			l = strings.TrimPrefix(l, "# ")
+		}
+		lines = append(lines, l)
+	}
+	uncommented := strings.Join(lines, "\n")
+	p, err := policy.Parse("starter", []byte(uncommented))
+	if err != nil {
+		t.Fatalf("the starter uncommented: %v\n%s", err, uncommented)
+	}
+	if got := p.Lanes["alice"].Fallback; len(got) != 1 || got[0] != "team-a" {
+		t.Errorf("uncommented, alice falls back to %v, want [team-a]:\n%s", got, uncommented)
+	}
 }

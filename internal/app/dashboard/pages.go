@@ -286,6 +286,9 @@ func (s *Server) policyData(v *view) (policyData, error) {
 		return policyData{}, err
 	}
 	d := policyData{Doc: doc, Text: doc.Raw}
+	if strings.TrimSpace(doc.Raw) == "" {
+		d.Text = StarterPolicy
+	}
 	hist, err := v.c.PolicyHistory(v.ctx)
 	if err != nil {
 		d.HistErr = err.Error()
@@ -532,3 +535,26 @@ func (s *Server) graph(w http.ResponseWriter, r *http.Request, v *view) error {
 	s.render(w, http.StatusOK, "graph", v)
 	return nil
 }
+
+// StarterPolicy is what the policy editor offers while no document is in
+// force: an example that changes nothing as it stands (every setting is
+// commented out) and that validates once its settings are uncommented
+// (remove "# " from the lines that do not start with "##"), as
+// docs/policy.md shows.
+const StarterPolicy = `## No policy document is in force: every lane falls back to the baseline.
+## An example, after docs/policy.md: remove the "# " in front of the settings
+## you want, edit them, then Validate and Apply.
+# lanes:
+#   alice:
+#     fallback: [team-a]        # tried in order after alice, before the baseline
+#     strict: false             # true: never fall back to the baseline
+#     expires: 2030-01-01T00:00:00Z   # after this the lane takes no traffic
+# canary:
+#   - service: orders
+#     lane: canary
+#     percent: 10               # 0..100
+# outlier:
+#   errors: 5                   # failures within the window that eject an instance
+#   window: 30s
+#   ejection: 30s
+`

@@ -132,7 +132,7 @@ func graphSVG(g adminapi.Graph, laneInstances map[string][]string) template.HTML
 			x2, y2 = float64(z[0]+nodeW/2), float64(z[1]+nodeH)
 		}
 		for i, e := range es {
-			off := (float64(i) - float64(len(es)-1)/2) * 34
+			off := (float64(i) - float64(len(es)-1)/2) * fanGap
 			mx, my := (x1+x2)/2, (y1+y2)/2+off
 			col := laneColour(e.Lane)
 			sw := 2 + math.Min(6, math.Log1p(e.Rate)*2)
@@ -143,7 +143,7 @@ func graphSVG(g adminapi.Graph, laneInstances map[string][]string) template.HTML
 			fmt.Fprintf(&b, `<g class="edge" data-from="%s" data-to="%s" data-lane="%s"><path d="M%.0f,%.0f Q%.0f,%.0f %.0f,%.0f" fill="none" stroke="%s" stroke-width="%.1f"%s/>`,
 				esc(e.From), esc(e.To), esc(e.Lane), x1, y1, mx, my+off, x2, y2, col, sw, dash)
 			label := fmt.Sprintf("%s %s", laneName(e.Lane), rateText(e))
-			fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" text-anchor="middle" font-size="12" fill="%s" stroke="#fff" stroke-width="3" paint-order="stroke">%s</text></g>`, mx, my+off/2-4, col, esc(label))
+			fmt.Fprintf(&b, `<text x="%.0f" y="%.0f" text-anchor="middle" font-size="12" fill="%s" stroke="#fff" stroke-width="3" paint-order="stroke">%s</text></g>`, mx, labelY(x1, y1, x2, y2, (y1+y2)/2, off, i, len(es), label), col, esc(label))
 		}
 	}
 	for _, s := range names {
@@ -241,4 +241,31 @@ func splitLines(s string) []string {
 		return nil
 	}
 	return strings.Split(s, "\n")
+}
+
+// fanGap is the distance between the apexes of the curves of one pair.
+const fanGap = 34
+
+// labelY is the baseline of the label of the i-th of n curves between two
+// services (offset off from the chord, whose middle is at height ymid),
+// clear of every curve of the bundle: the labels of the upper half (the
+// middle curve's included) are stacked above the top curve's apex, the
+// others below the bottom curve's, nearest the curve they belong to. Each
+// stays past the widest stroke and the rise of the tangent at the apex
+// (parallel to the chord) under half the label's width; the quadratic
+// curves bend towards their chord, away from the labels, so the tangent
+// bounds them.
+func labelY(x1, y1, x2, y2, ymid, off float64, i, n int, label string) float64 {
+	const ascent, descent, charW, halo, row, maxSW = 10, 3, 7, 3, 14, 8 // 12 px sans-serif, roughly
+	halfW := float64(len([]rune(label)))*charW/2 + halo
+	slope := 4.0 // a near-vertical curve: the label's box must clear it too
+	if dx := x2 - x1; math.Abs(dx) > 1 {
+		slope = (y2 - y1) / dx
+	}
+	gap := maxSW/2 + halo + math.Abs(slope)*halfW
+	spread := float64(n-1) / 2 * fanGap // the outer curves' offset
+	if off > 0 {
+		return ymid + spread + gap + ascent + float64(n-1-i)*row
+	}
+	return ymid - spread - gap - descent - float64(i)*row
 }

@@ -116,6 +116,19 @@ func (p *proc) stop(t *testing.T) {
 	}
 }
 
+// programs returns the complete programs (package main, not fragments) of a
+// Markdown file, in order.
+func programs(t *testing.T, file string) []block {
+	t.Helper()
+	var out []block
+	for _, b := range readBlocks(t) {
+		if b.file == file && !b.fragment() && b.pkgName() == "main" {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
 // program returns the first Go block of a Markdown file, which must be a
 // complete program.
 func program(t *testing.T, file string) block {
@@ -140,7 +153,8 @@ var gatewayLine = regexp.MustCompile(`(?m)^gateway\s+http://(\S+)`)
 // TestProgramsRun runs the complete programs of README.md, docs/http.md and
 // docs/grpc.md as written against `lanes up`, with the environment that
 // `lanes up` prints, a baseline and an alice instance of each: a request in
-// lane alice reaches the alice instance, a baseline request never does.
+// lane alice reaches the alice instance, a baseline request never does; the
+// client program of docs/grpc.md gets its answers from the same instances.
 func TestProgramsRun(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds and runs programs")
@@ -176,6 +190,21 @@ func TestProgramsRun(t *testing.T) {
 		t.Logf("%s not run: it needs grpc-go's examples from the Go module proxy, which cannot be reached: %s", grpcProg.where(), out)
 	case err != nil:
 		t.Fatalf("build %s: %v\n%s", grpcProg.where(), err, out)
+	}
+	// The client of docs/grpc.md: its second complete program.
+	var clientBin string
+	if grpcOK {
+		ps := programs(t, "docs/grpc.md")
+		if len(ps) < 2 {
+			t.Fatal("docs/grpc.md shows no client program (a second complete program)")
+		}
+		cdir := filepath.Join(tmp, "greeter-client")
+		os.MkdirAll(cdir, 0o755)
+		os.WriteFile(filepath.Join(cdir, "main.go"), []byte(ps[1].code), 0o644)
+		if out, err := buildOwnModule(t, cdir, ps[1].code); err != nil {
+			t.Fatalf("build %s: %v\n%s", ps[1].where(), err, out)
+		}
+		clientBin = filepath.Join(cdir, "bin")
 	}
 
 	up := start(t, "lanes up", nil, lanes, "up",
@@ -420,6 +449,37 @@ func TestProgramsRun(t *testing.T) {
 		if got := say("alice"); got != aliceGRPC {
 			t.Fatalf("gRPC alice call: %q", got)
 		}
+	}
+	runClient(t, clientBin, env)
+}
+
+// runClient runs the client program of docs/grpc.md (bin) as documented,
+// with the environment that `lanes up` printed: a call in lane alice is
+// answered by alice's greeter, a call without a lane by the baseline one,
+// and a lane name that breaks the rules is refused, naming -lane, at ERROR.
+func runClient(t *testing.T, bin string, env []string) {
+	t.Helper()
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-lane", "alice", "-name", "docs"}, `hello docs from lane "alice", serving a request in lane "alice"`},
+		{[]string{"-name", "docs"}, `hello docs from lane "", serving a request in lane ""`},
+	} {
+		for i := 0; i < 3; i++ { // each run is a new process with a new engine
+			p := start(t, "greeter-client "+strings.Join(c.args, " "), env, bin, c.args...)
+			p.waitExit(t)
+			out := p.out.String()
+			if p.cmd.ProcessState.ExitCode() != 0 || !strings.Contains(out, c.want+"\n") {
+				t.Fatalf("greeter-client %s: exit %d, want 0 and %q:\n%s", strings.Join(c.args, " "), p.cmd.ProcessState.ExitCode(), c.want, out)
+			}
+		}
+	}
+	bad := start(t, "greeter-client -lane 'al ice'", env, bin, "-lane", "al ice")
+	bad.waitExit(t)
+	out := bad.out.String()
+	if bad.cmd.ProcessState.ExitCode() != 1 || !regexp.MustCompile(`ERROR.*greeter-client stopped.*-lane: .*al ice`).MatchString(out) {
+		t.Errorf("greeter-client -lane 'al ice': exit %d, want 1 and the flag and value named at ERROR:\n%s", bad.cmd.ProcessState.ExitCode(), out)
 	}
 }
 
