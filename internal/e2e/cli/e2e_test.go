@@ -344,9 +344,14 @@ func testUp(t *testing.T, prefix string, etcdArgs []string) {
 		if code != 0 || !strings.Contains(out, "decision: serve from alice, reason lane, eligible web-alice") {
 			t.Errorf("route explain: exit %d:\n%s", code, out)
 		}
-		code, out, _ = u.cli(t, "route", "explain", "web", "--lane", "team-a")
+		// team-a is in no instance, policy entry or claim: a name that
+		// matches nothing is refused, unless --force explains it anyway.
+		if code, out, _ = u.cli(t, "route", "explain", "web", "--lane", "team-a"); code != 1 {
+			t.Errorf("route explain of a lane that matches nothing: exit %d, want 1:\n%s", code, out)
+		}
+		code, out, _ = u.cli(t, "route", "explain", "web", "--lane", "team-a", "--force")
 		if code != 0 || !strings.Contains(out, "2. baseline") || !strings.Contains(out, "reason lane-empty") {
-			t.Errorf("route explain of an empty lane: exit %d:\n%s", code, out)
+			t.Errorf("route explain --force of an empty lane: exit %d:\n%s", code, out)
 		}
 	})
 
