@@ -1,6 +1,7 @@
 package sidecar
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -49,6 +50,14 @@ func (s *Sidecar) inbound() http.Handler {
 				return // the caller went away
 			}
 			s.log.Warn("lanes sidecar: the app did not answer", "app", s.cfg.App, "method", r.Method, "path", r.URL.Path, "err", err)
+			if op := (*net.OpError)(nil); errors.As(err, &op) && op.Op == "dial" {
+				// The app is not there: the instance is down, and the caller
+				// hears it as from a dead instance (the connection closed
+				// without an answer), so that a lanes caller moves the call
+				// on to another instance, as it would a 502 it does not
+				// retry. The call never reached the app.
+				panic(http.ErrAbortHandler)
+			}
 			plain(w, http.StatusBadGateway, fmt.Sprintf("lanes sidecar: the app of %q at %s did not answer: %v\n", s.cfg.Service, s.cfg.App, err))
 		},
 		ErrorLog: nil,
