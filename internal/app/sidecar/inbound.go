@@ -11,6 +11,7 @@ import (
 
 	"go.opentelemetry.io/otel/propagation"
 
+	"github.com/lanesdev/lanes/internal/app/gateway"
 	"github.com/lanesdev/lanes/internal/lib/routedcall"
 	"github.com/lanesdev/lanes/lane"
 	"github.com/lanesdev/lanes/laneshttp"
@@ -29,6 +30,7 @@ func (s *Sidecar) inbound() http.Handler {
 	app := &url.URL{Scheme: "http", Host: s.cfg.App}
 	var prop lane.Propagator
 	rp := &httputil.ReverseProxy{
+		BufferPool: gateway.CopyBuffers,
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(app)
 			pr.Out.Host = pr.In.Host
@@ -60,7 +62,6 @@ func (s *Sidecar) inbound() http.Handler {
 			}
 			plain(w, http.StatusBadGateway, fmt.Sprintf("lanes sidecar: the app of %q at %s did not answer: %v\n", s.cfg.Service, s.cfg.App, err))
 		},
-		ErrorLog: nil,
 	}
 	return laneshttp.Handler(rp, laneshttp.WithGuard(s.guard), laneshttp.WithLogger(s.log),
 		laneshttp.WithTracerProvider(s.cfg.TracerProvider))

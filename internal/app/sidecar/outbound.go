@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"go.opentelemetry.io/otel/propagation"
 
+	"github.com/lanesdev/lanes/internal/app/gateway"
 	"github.com/lanesdev/lanes/lane"
 	"github.com/lanesdev/lanes/laneshttp"
 )
@@ -36,6 +37,7 @@ func (s *Sidecar) outbound() http.Handler {
 		opts = append(opts, laneshttp.WithRefuseOthers())
 	}
 	rp := &httputil.ReverseProxy{
+		BufferPool: gateway.CopyBuffers,
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			target := pr.In.Context().Value(targetKey{}).(string)
 			pr.Out.URL.Scheme = "http"
