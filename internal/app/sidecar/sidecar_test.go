@@ -10,7 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/lanesdev/lanes/lane"
+	"github.com/lanesdev/lanes/lanesmetrics"
 	"github.com/lanesdev/lanes/laneshttp"
 	"github.com/lanesdev/lanes/registry"
 	"github.com/lanesdev/lanes/routing"
@@ -95,7 +98,12 @@ func TestOutbound(t *testing.T) {
 	m.register("back", "b-1", "", base.addr())
 	m.register("back", "b-alice", "alice", alice.addr())
 	front := newApp(t, "front", nil)
-	s := m.sidecar(Config{Service: "front", App: front.addr()})
+	pr := prometheus.NewRegistry()
+	metrics, err := lanesmetrics.New(pr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := m.sidecar(Config{Service: "front", App: front.addr(), Metrics: metrics, Gatherer: pr})
 	s.waitRegistered(t)
 	c := s.proxyClient(t)
 	for _, tc := range []struct {
@@ -116,13 +124,27 @@ func TestOutbound(t *testing.T) {
 	if h := alice.header(); h.Get("X-Lane") != "alice" {
 		t.Errorf("the alice instance got x-lane %q", h.Get("X-Lane"))
 	}
+	// The routing decisions, counted as the SDK's transports count them.
+	code, _, body := get(t, http.DefaultClient, "http://"+s.ProxyAddr().String()+"/metrics")
+	if code != 200 {
+		t.Errorf("/metrics: %d", code)
+	}
+	for _, want := range []string{
+		`lanes_requests_total{lane_requested="alice",lane_served="alice",reason="none",service="back"}`,
+		`lanes_requests_total{lane_requested="baseline",lane_served="baseline",reason="none",service="back"}`,
+		`lanes_requests_total{lane_requested="bob",lane_served="baseline",reason="no_instance_in_lane",service="back"}`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %s:\n%s", want, body)
+		}
+	}
 
 	// An unknown service: a routing failure as laneshttp answers it.
 	if code, xerr, body := get(t, c, "http://nosuch/"); code != http.StatusServiceUnavailable || xerr != "no_instance" {
 		t.Errorf("unknown service: %d %q %q", code, xerr, body)
 	}
 	// Not a lanes service.
-	code, _, body := get(t, c, "http://"+base.addr()+"/")
+	code, _, body = get(t, c, "http://"+base.addr()+"/")
 	if code != http.StatusBadGateway || !strings.Contains(body, "is not a lanes service") || !strings.Contains(body, "--pass-through") {
 		t.Errorf("other host: %d %q", code, body)
 	}
