@@ -13,8 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/lanesdev/lanes/lane"
-	"github.com/lanesdev/lanes/lanesmetrics"
 	"github.com/lanesdev/lanes/laneshttp"
+	"github.com/lanesdev/lanes/lanesmetrics"
 	"github.com/lanesdev/lanes/registry"
 	"github.com/lanesdev/lanes/routing"
 )
