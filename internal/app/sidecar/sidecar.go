@@ -184,7 +184,9 @@ func (s *Sidecar) Run(ctx context.Context) error {
 	serve(s.proxySrv, s.accepting("outbound", s.proxyLn))
 
 	rctx, cancel := context.WithCancel(ctx)
-	go func() { // ends with Run: a listener that fails stops the sidecar
+	wg.Add(1)
+	go func() { // owned by Run, which waits for it: a listener that fails stops the sidecar
+		defer wg.Done()
 		select {
 		case err := <-served:
 			s.log.Error("lanes sidecar: a listener failed; stopping", "err", err)

@@ -83,8 +83,13 @@ func TestGuard(t *testing.T) {
 	if code != http.StatusOK || body != "orders-alice" || h.Get("X-Lane") != "alice" || !strings.Contains(h.Get("Baggage"), "lane=alice") || !strings.Contains(h.Get("Baggage"), "k=v") {
 		t.Errorf("alice request: %d %q; the app got x-lane %q, baggage %q", code, body, h.Get("X-Lane"), h.Get("Baggage"))
 	}
-	if h.Get("X-Forwarded-For") == "" {
-		t.Errorf("the app got no X-Forwarded-For: %v", h)
+	if h.Get("X-Forwarded-For") != "127.0.0.1" {
+		t.Errorf("the app got X-Forwarded-For %q", h.Get("X-Forwarded-For"))
+	}
+	// Behind the gateway: its forwarding headers are kept, the caller appended.
+	get(t, http.DefaultClient, in+"/x", "x-lane", "alice", "X-Forwarded-For", "203.0.113.7", "X-Forwarded-Proto", "https", "X-Forwarded-Host", "shop.example")
+	if h := a.header(); h.Get("X-Forwarded-For") != "203.0.113.7, 127.0.0.1" || h.Get("X-Forwarded-Proto") != "https" || h.Get("X-Forwarded-Host") != "shop.example" {
+		t.Errorf("the app got X-Forwarded-For %q, -Proto %q, -Host %q", h.Get("X-Forwarded-For"), h.Get("X-Forwarded-Proto"), h.Get("X-Forwarded-Host"))
 	}
 }
 
