@@ -25,25 +25,46 @@ import (
 	"github.com/lanesdev/lanes/internal/lib/xdsroute"
 )
 
-// nodeHash groups clients by their locality: the clients of one zone and
-// host share one set of resources. A locality that is too long or not
-// printable counts as unknown; once MaxGroups are kept, a new locality
-// gets the resources of none.
+// nodeHash groups clients by their variant (gRPC proxyless or Envoy, and
+// Envoy's listener address) and locality: the clients of one variant, zone
+// and host share one set of resources. A locality that is too long or not
+// printable counts as unknown; once MaxGroups are kept, a new group gets
+// the resources of no locality for its variant (Envoy's on its default
+// address).
 type nodeHash struct{ s *Server }
 
+// group is what a set of resources is made for.
+type group struct {
+	caller  xdsroute.Caller
+	variant xdsroute.Variant
+	egress  netip.AddrPort // Envoy's listener
+}
+
+func (g group) key() string {
+	k := g.variant.String() + "|" + g.caller.Zone + "|" + g.caller.Host
+	if g.variant == xdsroute.Envoy {
+		k += "|" + g.egress.String()
+	}
+	return k
+}
+
 func (h nodeHash) ID(node *corev3.Node) string {
-	c := xdsroute.Caller{Zone: localityPart(node.GetLocality().GetZone()), Host: localityPart(node.GetLocality().GetSubZone())}
-	key := c.Zone + "|" + c.Host
+	g := groupOf(node)
+	key := g.key()
 	s := h.s
 	s.mu.Lock()
 	_, known := s.groups[key]
 	if !known {
 		if len(s.groups) >= MaxGroups {
-			key, c = "|", xdsroute.Caller{}
+			g = group{variant: g.variant}
+			if g.variant == xdsroute.Envoy {
+				g.egress = xdsroute.DefaultEgress
+			}
+			key = g.key()
 			_, known = s.groups[key]
 		}
 		if !known {
-			s.groups[key] = c
+			s.groups[key] = g
 		}
 	}
 	s.mu.Unlock()
@@ -51,6 +72,32 @@ func (h nodeHash) ID(node *corev3.Node) string {
 		s.poke() // its resources are made at the next push
 	}
 	return key
+}
+
+// Node metadata that chooses the variant and Envoy's listener.
+const (
+	// MetaVariant names the variant: "grpc" or "envoy". Without it, a
+	// node whose user_agent_name is "envoy" gets the Envoy variant, any
+	// other the gRPC one.
+	MetaVariant = "lanes.variant"
+	// MetaEgress is the address ("127.0.0.1:15001") of the Envoy
+	// variant's listener; without it, or when it is not an IP address
+	// and port, xdsroute.DefaultEgress.
+	MetaEgress = "lanes.egress"
+)
+
+func groupOf(node *corev3.Node) group {
+	g := group{caller: xdsroute.Caller{Zone: localityPart(node.GetLocality().GetZone()), Host: localityPart(node.GetLocality().GetSubZone())}}
+	md := node.GetMetadata().GetFields()
+	switch v := md[MetaVariant].GetStringValue(); {
+	case v == "envoy", v == "" && node.GetUserAgentName() == "envoy":
+		g.variant = xdsroute.Envoy
+		g.egress = xdsroute.DefaultEgress
+		if a, err := netip.ParseAddrPort(md[MetaEgress].GetStringValue()); err == nil && a.Port() != 0 {
+			g.egress = a
+		}
+	}
+	return g
 }
 
 func localityPart(v string) string {

@@ -1,0 +1,106 @@
+package xds_test
+
+import (
+	"context"
+	"net/netip"
+	"testing"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	discoverygrpc "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/lanesdev/lanes/internal/app/xds"
+	"github.com/lanesdev/lanes/internal/lib/xdsroute"
+	"github.com/lanesdev/lanes/registry"
+)
+
+// TestEnvoyVariant: a node that says it is Envoy (by its user agent, or by
+// lanes.variant) gets the Envoy variant, with its listener where
+// lanes.egress says; a gRPC node, and an Envoy node that asks for the gRPC
+// variant, get the gRPC one. No Envoy runs here: the resources' reading is
+// checked by internal/lib/xdsroute's evaluator, and their validity by the
+// protos' rules there.
+func TestEnvoyVariant(t *testing.T) {
+	f := start(t, xds.Config{})
+	f.register(t, registry.Instance{ID: "b1", Service: "orders", Addr: "127.0.0.1:7001"})
+	f.register(t, registry.Instance{ID: "a1", Service: "orders", Addr: "127.0.0.1:7002", Lane: "alice"})
+
+	meta := func(kv map[string]any) *structpb.Struct {
+		s, err := structpb.NewStruct(kv)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	for name, tc := range map[string]struct {
+		node   *corev3.Node
+		envoy  bool
+		egress string
+	}{
+		"envoy by user agent": {node: &corev3.Node{Id: "e1", UserAgentName: "envoy"}, envoy: true, egress: "127.0.0.1:15001"},
+		"envoy with egress": {node: &corev3.Node{Id: "e2", UserAgentName: "envoy",
+			Metadata: meta(map[string]any{xds.MetaEgress: "[::1]:15006"})}, envoy: true, egress: "[::1]:15006"},
+		"envoy by metadata, bad egress": {node: &corev3.Node{Id: "e3",
+			Metadata: meta(map[string]any{xds.MetaVariant: "envoy", xds.MetaEgress: "localhost:1"})}, envoy: true, egress: "127.0.0.1:15001"},
+		"grpc":              {node: &corev3.Node{Id: "g1", UserAgentName: "gRPC Go"}},
+		"envoy asking grpc": {node: &corev3.Node{Id: "g2", UserAgentName: "envoy", Metadata: meta(map[string]any{xds.MetaVariant: "grpc"})}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			st := f.ads(t, ctx)
+			// Envoy asks for every listener and cluster (wildcard); gRPC
+			// for its target's, then the chain's.
+			var lnames, cnames []string
+			if !tc.envoy {
+				lnames, cnames = []string{"orders"}, []string{"orders/chain/alice"}
+			}
+			if err := st.Send(&discoverygrpc.DiscoveryRequest{Node: tc.node, TypeUrl: resource.ListenerType, ResourceNames: lnames}); err != nil {
+				t.Fatal(err)
+			}
+			resp := recv(t, st)
+			if len(resp.Resources) != 1 {
+				t.Fatalf("%d listeners, want 1", len(resp.Resources))
+			}
+			l := &listenerv3.Listener{}
+			if err := resp.Resources[0].UnmarshalTo(l); err != nil {
+				t.Fatal(err)
+			}
+			if tc.envoy {
+				sa := l.GetAddress().GetSocketAddress()
+				if l.Name != xdsroute.EgressName || l.GetApiListener() != nil || sa == nil {
+					t.Fatalf("listener %s (api listener %v), want Envoy's %s on a socket", l.Name, l.GetApiListener() != nil, xdsroute.EgressName)
+				}
+				if got := netip.AddrPortFrom(netip.MustParseAddr(sa.GetAddress()), uint16(sa.GetPortValue())).String(); got != tc.egress {
+					t.Errorf("listener on %s, want %s", got, tc.egress)
+				}
+			} else if l.Name != "orders" || l.GetApiListener() == nil {
+				t.Fatalf("listener %s, want the API listener orders", l.Name)
+			}
+			if err := st.Send(&discoverygrpc.DiscoveryRequest{Node: tc.node, TypeUrl: resource.ClusterType, ResourceNames: cnames}); err != nil {
+				t.Fatal(err)
+			}
+			resp = recv(t, st)
+			aggregates := 0
+			for _, a := range resp.Resources {
+				c := &clusterv3.Cluster{}
+				if err := a.UnmarshalTo(c); err != nil {
+					t.Fatal(err)
+				}
+				if c.GetClusterType() == nil {
+					continue
+				}
+				aggregates++
+				if provided := c.LbPolicy == clusterv3.Cluster_CLUSTER_PROVIDED; provided != tc.envoy {
+					t.Errorf("aggregate cluster %s: lb_policy %v", c.Name, c.LbPolicy)
+				}
+			}
+			if aggregates == 0 {
+				t.Errorf("no aggregate cluster among %d", len(resp.Resources))
+			}
+		})
+	}
+}
