@@ -158,6 +158,9 @@ func (s *Server) callbacks() serverv3.Callbacks {
 				s.m.refused.WithLabelValues("bad_request").Inc()
 				return err
 			}
+			if req.GetTypeUrl() == resource.ListenerType {
+				s.subscribe(id, req.GetNode(), req.GetResourceNames(), nil, true)
+			}
 			if req.GetErrorDetail() == nil {
 				return nil
 			}
@@ -195,14 +198,23 @@ func (s *Server) callbacks() serverv3.Callbacks {
 					delete(s.sent, k)
 				}
 			}
+			delete(s.subs, id)
+			s.mu.Unlock()
+		},
+		DeltaStreamClosedFunc: func(id int64, _ *corev3.Node) {
+			s.mu.Lock()
+			delete(s.subs, id)
 			s.mu.Unlock()
 		},
 		DeltaStreamOpenFunc: func(context.Context, int64, string) error { return nil },
-		StreamDeltaRequestFunc: func(_ int64, req *discoverygrpc.DeltaDiscoveryRequest) error {
+		StreamDeltaRequestFunc: func(id int64, req *discoverygrpc.DeltaDiscoveryRequest) error {
 			names := slices.Concat(req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe())
 			if err := checkRequest(req.GetNode(), names); err != nil {
 				s.m.refused.WithLabelValues("bad_request").Inc()
 				return err
+			}
+			if req.GetTypeUrl() == resource.ListenerType {
+				s.subscribe(id, req.GetNode(), req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe(), false)
 			}
 			if req.GetErrorDetail() != nil {
 				s.nack(&discoverygrpc.DiscoveryRequest{Node: req.GetNode(), TypeUrl: req.GetTypeUrl(),
@@ -211,6 +223,65 @@ func (s *Server) callbacks() serverv3.Callbacks {
 			return nil
 		},
 	}
+}
+
+// MaxSubscribedNames bounds the listener names kept per stream for
+// Callers: a stream that asks for more counts as asking for every one.
+const MaxSubscribedNames = 256
+
+// subscription is what a stream asks for of the listeners: which services
+// its client calls (nil names: every one, as Envoy asks).
+type subscription struct {
+	variant xdsroute.Variant
+	names   map[string]bool
+}
+
+// subscribe keeps the listeners a stream asks for: a state-of-the-world
+// request names them all (none: every one); an incremental one adds and
+// removes ("*": every one).
+func (s *Server) subscribe(id int64, node *corev3.Node, add, remove []string, sotw bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sub := s.subs[id]
+	if sub == nil || sotw {
+		sub = &subscription{variant: groupOf(node).variant, names: map[string]bool{}}
+		s.subs[id] = sub
+		if sotw && len(add) == 0 {
+			sub.names = nil
+		}
+	}
+	if sub.names == nil {
+		return
+	}
+	for _, n := range remove {
+		delete(sub.names, n)
+	}
+	for _, n := range add {
+		if n == "*" || len(sub.names) >= MaxSubscribedNames {
+			sub.names = nil
+			return
+		}
+		sub.names[n] = true
+	}
+}
+
+// Callers counts the streams open now whose clients call service, by
+// variant: a gRPC client's stream asks for its listener (xds:///service);
+// an Envoy's asks for every listener, and counts for every service.
+func (s *Server) Callers(service string) (grpc, envoy int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, sub := range s.subs {
+		if sub.names != nil && !sub.names[service] {
+			continue
+		}
+		if sub.variant == xdsroute.Envoy {
+			envoy++
+		} else {
+			grpc++
+		}
+	}
+	return grpc, envoy
 }
 
 // nack logs and counts a client's refusal of resources, bounded.
