@@ -12,6 +12,9 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/types/known/structpb"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
 	"github.com/lanesdev/lanes/internal/app/xds"
 	"github.com/lanesdev/lanes/internal/lib/xdsroute"
 	"github.com/lanesdev/lanes/registry"
@@ -102,5 +105,61 @@ func TestEnvoyVariant(t *testing.T) {
 				t.Errorf("no aggregate cluster among %d", len(resp.Resources))
 			}
 		})
+	}
+}
+
+// TestCallers: the server counts the streams that ask for a service's
+// listener, by variant; Envoy's asks for every one; a delta stream's
+// subscriptions count as they are added and removed.
+func TestCallers(t *testing.T) {
+	f := start(t, xds.Config{})
+	f.register(t, registry.Instance{ID: "b1", Service: "orders", Addr: "127.0.0.1:7001"})
+	f.register(t, registry.Instance{ID: "p1", Service: "payments", Addr: "127.0.0.1:7002"})
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	g := f.ads(t, ctx)
+	if err := g.Send(&discoverygrpc.DiscoveryRequest{Node: &corev3.Node{Id: "g"}, TypeUrl: resource.ListenerType, ResourceNames: []string{"orders"}}); err != nil {
+		t.Fatal(err)
+	}
+	recv(t, g)
+	e := f.ads(t, ctx)
+	if err := e.Send(&discoverygrpc.DiscoveryRequest{Node: &corev3.Node{Id: "e", UserAgentName: "envoy"}, TypeUrl: resource.ListenerType}); err != nil {
+		t.Fatal(err)
+	}
+	recv(t, e)
+	cc, err := grpc.NewClient(f.addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	d, err := discoverygrpc.NewAggregatedDiscoveryServiceClient(cc).DeltaAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Send(&discoverygrpc.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "d"}, TypeUrl: resource.ListenerType, ResourceNamesSubscribe: []string{"payments", "orders"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	for svc, want := range map[string][2]int{"orders": {2, 1}, "payments": {1, 1}, "ledger": {0, 1}} {
+		if grpc, envoy := f.srv.Callers(svc); grpc != want[0] || envoy != want[1] {
+			t.Errorf("callers of %s: %d gRPC, %d Envoy; want %v", svc, grpc, envoy, want)
+		}
+	}
+	if err := d.Send(&discoverygrpc.DeltaDiscoveryRequest{TypeUrl: resource.ListenerType, ResourceNamesUnsubscribe: []string{"orders"}}); err != nil {
+		t.Fatal(err)
+	}
+	// The unsubscription is taken in before the next request is read:
+	// a second one, answered, orders them.
+	if err := d.Send(&discoverygrpc.DeltaDiscoveryRequest{TypeUrl: resource.ClusterType, ResourceNamesSubscribe: []string{"payments/baseline"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Recv(); err != nil {
+		t.Fatal(err)
+	}
+	if grpc, _ := f.srv.Callers("orders"); grpc != 1 {
+		t.Errorf("callers of orders after the delta stream left it: %d gRPC, want 1", grpc)
 	}
 }

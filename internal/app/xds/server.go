@@ -118,8 +118,8 @@ type Server struct {
 	m     metrics
 
 	mu     sync.Mutex
-	groups map[string]group        // by node-hash key
-	subs   map[int64]*subscription // by stream: the listeners it asks for
+	groups map[string]group           // by node-hash key
+	subs   map[streamID]*subscription // by stream: the listeners it asks for
 	sent   map[streamType]sentResponse
 	state  registry.State
 	ready  bool // the registry was listed
@@ -169,7 +169,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxConns <= 0 {
 		cfg.MaxConns = 1000
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger.With("component", "xds"), groups: map[string]group{}, subs: map[int64]*subscription{},
+	s := &Server{cfg: cfg, log: cfg.Logger.With("component", "xds"), groups: map[string]group{}, subs: map[streamID]*subscription{},
 		sent: map[streamType]sentResponse{}, retired: map[string]retiredCluster{}, followed: map[string]bool{}, wake: make(chan struct{}, 1), pushed: make(chan struct{})}
 	s.m = newMetrics(cfg.Metrics)
 	// Not ADS-consistent: gRPC clients subscribe to clusters one by one,

@@ -159,7 +159,7 @@ func (s *Server) callbacks() serverv3.Callbacks {
 				return err
 			}
 			if req.GetTypeUrl() == resource.ListenerType {
-				s.subscribe(id, req.GetNode(), req.GetResourceNames(), nil, true)
+				s.subscribe(streamID{id: id}, req.GetNode(), req.GetResourceNames(), nil, true)
 			}
 			if req.GetErrorDetail() == nil {
 				return nil
@@ -198,12 +198,12 @@ func (s *Server) callbacks() serverv3.Callbacks {
 					delete(s.sent, k)
 				}
 			}
-			delete(s.subs, id)
+			delete(s.subs, streamID{id: id})
 			s.mu.Unlock()
 		},
 		DeltaStreamClosedFunc: func(id int64, _ *corev3.Node) {
 			s.mu.Lock()
-			delete(s.subs, id)
+			delete(s.subs, streamID{id: id, delta: true})
 			s.mu.Unlock()
 		},
 		DeltaStreamOpenFunc: func(context.Context, int64, string) error { return nil },
@@ -214,7 +214,7 @@ func (s *Server) callbacks() serverv3.Callbacks {
 				return err
 			}
 			if req.GetTypeUrl() == resource.ListenerType {
-				s.subscribe(id, req.GetNode(), req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe(), false)
+				s.subscribe(streamID{id: id, delta: true}, req.GetNode(), req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe(), false)
 			}
 			if req.GetErrorDetail() != nil {
 				s.nack(&discoverygrpc.DiscoveryRequest{Node: req.GetNode(), TypeUrl: req.GetTypeUrl(),
@@ -229,6 +229,13 @@ func (s *Server) callbacks() serverv3.Callbacks {
 // Callers: a stream that asks for more counts as asking for every one.
 const MaxSubscribedNames = 256
 
+// streamID names a stream: the state-of-the-world and the incremental
+// streams are numbered apart.
+type streamID struct {
+	id    int64
+	delta bool
+}
+
 // subscription is what a stream asks for of the listeners: which services
 // its client calls (nil names: every one, as Envoy asks).
 type subscription struct {
@@ -239,7 +246,7 @@ type subscription struct {
 // subscribe keeps the listeners a stream asks for: a state-of-the-world
 // request names them all (none: every one); an incremental one adds and
 // removes ("*": every one).
-func (s *Server) subscribe(id int64, node *corev3.Node, add, remove []string, sotw bool) {
+func (s *Server) subscribe(id streamID, node *corev3.Node, add, remove []string, sotw bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sub := s.subs[id]
