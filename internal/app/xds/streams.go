@@ -128,6 +128,15 @@ func (s *Server) authenticate(srv any, ss grpc.ServerStream, info *grpc.StreamSe
 			s.m.refused.WithLabelValues("no_token").Inc()
 			return status.Error(codes.Unauthenticated, `this xDS server needs a token: send "authorization: Bearer <token>" in the stream's metadata`)
 		}
+		// gRPC's bootstrap sends a token by itself only as a JWT: in the
+		// envelope of lanes token envelope.
+		if inner, isEnvelope, err := bearer.Unwrap(tok, time.Now()); isEnvelope {
+			if err != nil {
+				s.m.refused.WithLabelValues("bad_token").Inc()
+				return status.Error(codes.Unauthenticated, err.Error())
+			}
+			tok = inner
+		}
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		_, _, err := s.cfg.Tokens.Check(cctx, tok)
 		cancel()

@@ -2,6 +2,8 @@ package cli
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -13,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/lanesdev/lanes/internal/lib/bearer"
 	"github.com/lanesdev/lanes/registry"
 )
 
@@ -72,5 +75,36 @@ func TestRouteExplainPaths(t *testing.T) {
 			t.Fatal("the closed stream still counts as a caller")
 		}
 		time.Sleep(50 * time.Millisecond) // a poll of the control plane's answer, not a bound
+	}
+}
+
+// TestTokenEnvelope: lanes token envelope writes the token in the envelope
+// gRPC's xDS bootstrap sends by itself, readable by its owner only.
+func TestTokenEnvelope(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "xds.jwt")
+	code, out, errOut := run(t, "", "token", "envelope", "--out", file, "--token", "lt_secret", "--expires-in", "2h")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	if !strings.Contains(out, "wrote the token of --token into "+file) {
+		t.Errorf("output: %s", out)
+	}
+	fi, err := os.Stat(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o600 {
+		t.Errorf("mode %v, want 0600", fi.Mode().Perm())
+	}
+	data, _ := os.ReadFile(file)
+	tok, is, err := bearer.Unwrap(strings.TrimSpace(string(data)), time.Now().Add(time.Hour))
+	if tok != "lt_secret" || !is || err != nil {
+		t.Errorf("the envelope holds %q (%v, %v)", tok, is, err)
+	}
+	if _, _, err := bearer.Unwrap(strings.TrimSpace(string(data)), time.Now().Add(3*time.Hour)); err == nil {
+		t.Error("the envelope is taken past --expires-in")
+	}
+	if code, _, errOut := run(t, "", "token", "envelope", "--token", "x"); code != 2 || !strings.Contains(errOut, "--out") {
+		t.Errorf("without --out: exit %d: %s", code, errOut)
 	}
 }
