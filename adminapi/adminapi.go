@@ -284,7 +284,24 @@ type Explanation struct {
 	// instance may serve the request.
 	Decision *Decision `json:"decision,omitempty"`
 	Error    *Error    `json:"error,omitempty"`
-	Notes    []string  `json:"notes,omitempty"`
+	// Paths are the data paths the service is on: how its instances
+	// joined (by the SDK, behind lanes sidecar, through lanes dev), and
+	// how its callers route to it (the SDK and the sidecar by this
+	// decision; xDS clients by the resources, with the differences of
+	// routing.md's table).
+	Paths []ExplainPath `json:"paths,omitempty"`
+	Notes []string      `json:"notes,omitempty"`
+}
+
+// ExplainPath is one data path of a service.
+type ExplainPath struct {
+	// Side is "instances" (how they joined) or "callers" (how calls reach
+	// the service).
+	Side string `json:"side"`
+	// Path is "sdk", "sidecar", "dev" or "unknown" for instances, "xds"
+	// or "envoy" for callers.
+	Path  string `json:"path"`
+	Count int    `json:"count"`
 }
 
 // ExplainStep is one lane of the chain.

@@ -96,7 +96,7 @@ func TestServe(t *testing.T) {
 		t.Fatalf("the server did not answer when Serve registered it: %v", err)
 	}
 	in := <-reg.registered
-	if in.Lane != "env-lane" || in.Zone != "az-code" || in.Version != "v7" || in.Labels["team"] != "x" {
+	if in.Lane != "env-lane" || in.Zone != "az-code" || in.Version != "v7" || in.Labels["team"] != "x" || in.Labels[registry.LabelPath] != registry.PathSDK {
 		t.Fatalf("placed as %+v", in)
 	}
 	if in.Addr != lis.Addr().String() || !strings.HasPrefix(in.ID, in.Host) {

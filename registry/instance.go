@@ -42,6 +42,19 @@ type Instance struct {
 	Scope string `json:"scope,omitempty"`
 }
 
+// LabelPath is the label that says how an instance joined lanes: its
+// data path, PathSDK (the Serve helpers set it), PathSidecar (lanes
+// sidecar) or PathDev (lanes dev). Like every label it is the instance's
+// own word: it informs (lanes route explain shows it) and decides nothing.
+const LabelPath = "lanes.path"
+
+// The values of LabelPath.
+const (
+	PathSDK     = "sdk"
+	PathSidecar = "sidecar"
+	PathDev     = "dev"
+)
+
 // ScopeBaseline is the Scope of an instance registered with a baseline
 // token. It is no lane name, so that it matches no lane.
 const ScopeBaseline = "@baseline"

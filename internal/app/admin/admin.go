@@ -81,10 +81,19 @@ type Config struct {
 	// Reserved are the control plane's own listeners: no instance address
 	// may reach one, whoever registers it (addrpolicy).
 	Reserved *addrpolicy.Reserved
+	// XDS, when set, counts the clients of the xDS server that call a
+	// service (route explain shows them): the xDS server of lanes up.
+	XDS XDSCallers
 	// AllowLinkLocal lets the admin token, and the tokens whose addresses
 	// allow it, register link-local and cloud metadata addresses; without
 	// it nobody may.
 	AllowLinkLocal bool
+}
+
+// XDSCallers counts the xDS server's clients that call a service now, by
+// variant (xds.Server).
+type XDSCallers interface {
+	Callers(service string) (grpc, envoy int)
 }
 
 // DefaultClaimNets are the addresses a registration token may claim when

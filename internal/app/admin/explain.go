@@ -48,6 +48,7 @@ func (s *Server) explain(w http.ResponseWriter, r *http.Request, _ *principal) e
 	for i, reg := range regs {
 		insts[i] = reg.Instance
 	}
+	ex.Paths = s.paths(svc, insts)
 	pol := s.engine.Policy()
 	if pol == nil {
 		pol = &policy.Policy{}
@@ -242,4 +243,36 @@ func hasCanary(p *policy.Policy, svc string) bool {
 		}
 	}
 	return false
+}
+
+// paths are the data paths of service svc: how its instances joined (their
+// registry.LabelPath, in the order of routing.md's table), and the xDS
+// clients that call it.
+func (s *Server) paths(svc string, insts []registry.Instance) []adminapi.ExplainPath {
+	n := map[string]int{}
+	for _, in := range insts {
+		p := in.Labels[registry.LabelPath]
+		switch p {
+		case registry.PathSDK, registry.PathSidecar, registry.PathDev:
+		default:
+			p = "unknown" // an older SDK, or a registration by hand
+		}
+		n[p]++
+	}
+	var out []adminapi.ExplainPath
+	for _, p := range []string{registry.PathSDK, registry.PathSidecar, registry.PathDev, "unknown"} {
+		if n[p] > 0 {
+			out = append(out, adminapi.ExplainPath{Side: "instances", Path: p, Count: n[p]})
+		}
+	}
+	if s.cfg.XDS != nil {
+		grpc, envoy := s.cfg.XDS.Callers(svc)
+		if grpc > 0 {
+			out = append(out, adminapi.ExplainPath{Side: "callers", Path: "xds", Count: grpc})
+		}
+		if envoy > 0 {
+			out = append(out, adminapi.ExplainPath{Side: "callers", Path: "envoy", Count: envoy})
+		}
+	}
+	return out
 }

@@ -48,6 +48,7 @@ type apiClient struct {
 	addrFrom  string // "--admin", "LANES_ADMIN", the admin-addr file or "the default"
 	tokenFrom string // "--token", "LANES_TOKEN" or the admin-token file
 	tokenFile string // the admin-token file looked at when no token was given
+	token     string
 	fields    map[string]string
 }
 
@@ -112,7 +113,7 @@ func (f *clientFlags) client() (*apiClient, error) {
 		}
 		return nil, &exitError{code: ExitUsage, err: fmt.Errorf("%s: %v", from, err)}
 	}
-	c.Client = ac
+	c.Client, c.token = ac, tok
 	return c, nil
 }
 

@@ -68,6 +68,9 @@ token of a local 'lanes up'.`,
 				}
 				lbl[k] = v
 			}
+			if _, ok := lbl[registry.LabelPath]; !ok {
+				lbl[registry.LabelPath] = registry.PathDev
+			}
 			host, _ := os.Hostname()
 			if id == "" {
 				_, port, _ := net.SplitHostPort(addr)

@@ -158,6 +158,18 @@ func printExplanation(w io.Writer, ex adminapi.Explanation) {
 	if ex.Error != nil {
 		fmt.Fprintf(w, "decision: %s (%s)\n", ex.Error.Code, ex.Error.Message)
 	}
+	if len(ex.Paths) > 0 {
+		var parts []string
+		for _, p := range ex.Paths {
+			parts = append(parts, fmt.Sprintf("%s %s %d", p.Side, p.Path, p.Count))
+		}
+		fmt.Fprintln(w, "paths: "+strings.Join(parts, ", "))
+		for _, p := range ex.Paths {
+			if p.Side == "callers" {
+				fmt.Fprintf(w, "note: the %s callers route by lanes' xDS resources, where some rules do not hold (canary stickiness by key, retries along the chain, the half-open probe): docs/routing.md, \"Each data path\"\n", p.Path)
+			}
+		}
+	}
 	for _, n := range ex.Notes {
 		fmt.Fprintln(w, "note: "+n)
 	}

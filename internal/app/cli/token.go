@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/lanesdev/lanes/adminapi"
+	"github.com/lanesdev/lanes/internal/lib/bearer"
 )
 
 func newToken() *cobra.Command {
@@ -21,7 +24,7 @@ A token is scoped to one lane, or to the baseline: a lane token registers
 instances of its lane only, never of another lane or of the baseline; the
 baseline needs a baseline token. etcd keeps only a hash of each token.`,
 	}
-	cmd.AddCommand(newTokenCreate(), newTokenLs(), newTokenRevoke())
+	cmd.AddCommand(newTokenCreate(), newTokenLs(), newTokenRevoke(), newTokenEnvelope())
 	return cmd
 }
 
@@ -212,5 +215,49 @@ likely typo (exit 1), unless --force.`,
 	expire.Flags().BoolVar(&force, "force", false, "set the expiry even when no instance or policy entry has that lane")
 	cf.fields = map[string]string{"expires_in": "--in", "expires": "--at", "no_expiry": "--never", "lane": "LANE"}
 	cmd.AddCommand(expire)
+	return cmd
+}
+
+func newTokenEnvelope() *cobra.Command {
+	var cf clientFlags
+	var out string
+	var in time.Duration
+	cmd := &cobra.Command{
+		Use:   "envelope --out FILE [--expires-in DURATION]",
+		Short: "Write the token in the envelope that gRPC's xDS bootstrap sends by itself",
+		Long: `envelope writes the token (from --token, LANES_TOKEN, ...) into FILE as an
+unsigned JSON Web Token whose exp claim is --expires-in from now: the form that
+gRPC's xDS bootstrap sends as a bearer token by itself (call credentials
+"jwt_token_file", over TLS). The xDS server of 'lanes up' (xds.auth: token)
+takes the token out of the envelope and checks it as it checks any token. The
+envelope proves nothing by itself: keep FILE as secret as the token.`,
+		Example: `  LANES_TOKEN=... lanes token envelope --out /etc/lanes/xds-token.jwt`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if strings.TrimSpace(out) == "" {
+				return &exitError{code: ExitUsage, err: errors.New("--out: give the file to write")}
+			}
+			if in <= 0 {
+				return &exitError{code: ExitUsage, err: fmt.Errorf("--expires-in %s: must be positive", in)}
+			}
+			c, err := cf.client()
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			if c.token == "" {
+				return &exitError{code: ExitUsage, err: errors.New("no token: give --token, --token-file, LANES_TOKEN or LANES_TOKEN_FILE")}
+			}
+			exp := time.Now().Add(in)
+			if err := os.WriteFile(out, []byte(bearer.Envelope(c.token, exp)+"\n"), 0o600); err != nil {
+				return fmt.Errorf("--out %q: %v", out, err)
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "wrote the token of %s into %s, in an envelope that expires at %s\n", c.tokenFrom, out, exp.UTC().Format(time.RFC3339))
+			return nil
+		},
+	}
+	cf.add(cmd)
+	cmd.Flags().StringVar(&out, "out", "", "the file to write (mode 0600)")
+	cmd.Flags().DurationVar(&in, "expires-in", 30*24*time.Hour, "how long the envelope is taken (its exp claim); the token inside keeps its own limits")
 	return cmd
 }

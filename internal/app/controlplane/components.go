@@ -273,7 +273,7 @@ type adminComponent struct {
 
 func (*adminComponent) Name() string { return "admin" }
 func (*adminComponent) Needs() []Dep {
-	return []Dep{DataDirKey, StoreKey, EtcdKey, EngineKey, ClaimsKey, GatewayKey, TracesKey}
+	return []Dep{DataDirKey, StoreKey, EtcdKey, EngineKey, ClaimsKey, GatewayKey, TracesKey, XDSKey}
 }
 func (*adminComponent) Provides() []Dep { return []Dep{AdminKey} }
 
@@ -329,8 +329,8 @@ func (c *adminComponent) Provision(ctx context.Context, rt *Runtime) error {
 	}
 	api, err := admin.New(admin.Config{Store: st, Engine: Need(rt, EngineKey), AdminToken: token, Info: info,
 		Claims: Need(rt, ClaimsKey), Traces: Need(rt, TracesKey).Collector, Logger: rt.Log, Gatherer: gatherers(rt),
-		ClaimNets: claimNets,
-		Reserved:  rt.Reserved(), AllowLinkLocal: rt.Config.AllowLinkLocal})
+		ClaimNets: claimNets, XDS: Need(rt, XDSKey).Callers,
+		Reserved: rt.Reserved(), AllowLinkLocal: rt.Config.AllowLinkLocal})
 	if err != nil {
 		return err
 	}

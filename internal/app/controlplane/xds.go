@@ -27,7 +27,12 @@ type XDSConfig struct {
 const XDSOff = "off"
 
 // XDSInfo is what the xDS component provides: its address ("" when off).
-type XDSInfo struct{ Addr string }
+type XDSInfo struct {
+	Addr string
+	// Callers counts the server's clients by the service they call; nil
+	// when the server is off.
+	Callers admin.XDSCallers
+}
 
 // XDSKey is the xDS server's address.
 var XDSKey = Key[XDSInfo]{"xds"}
@@ -95,7 +100,7 @@ func (c *xdsComponent) Provision(ctx context.Context, rt *Runtime) error {
 		return err
 	}
 	addr := c.ln.Addr().String()
-	Provide(rt, XDSKey, XDSInfo{Addr: addr})
+	Provide(rt, XDSKey, XDSInfo{Addr: addr, Callers: srv})
 	note := "gRPC clients dial xds:///<service>; from loopback only, no token"
 	if x.Auth == xds.AuthToken {
 		note = "gRPC clients dial xds:///<service> with a token"

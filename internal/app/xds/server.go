@@ -118,7 +118,8 @@ type Server struct {
 	m     metrics
 
 	mu     sync.Mutex
-	groups map[string]xdsroute.Caller // by node-hash key
+	groups map[string]group           // by node-hash key
+	subs   map[streamID]*subscription // by stream: the listeners it asks for
 	sent   map[streamType]sentResponse
 	state  registry.State
 	ready  bool // the registry was listed
@@ -168,7 +169,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxConns <= 0 {
 		cfg.MaxConns = 1000
 	}
-	s := &Server{cfg: cfg, log: cfg.Logger.With("component", "xds"), groups: map[string]xdsroute.Caller{},
+	s := &Server{cfg: cfg, log: cfg.Logger.With("component", "xds"), groups: map[string]group{}, subs: map[streamID]*subscription{},
 		sent: map[streamType]sentResponse{}, retired: map[string]retiredCluster{}, followed: map[string]bool{}, wake: make(chan struct{}, 1), pushed: make(chan struct{})}
 	s.m = newMetrics(cfg.Metrics)
 	// Not ADS-consistent: gRPC clients subscribe to clusters one by one,
@@ -338,9 +339,9 @@ func (s *Server) push(ctx context.Context) time.Time {
 	for name := range s.state.Services {
 		names[name] = true
 	}
-	groups := make(map[string]xdsroute.Caller, len(s.groups))
-	for k, c := range s.groups {
-		groups[k] = c
+	groups := make(map[string]group, len(s.groups))
+	for k, g := range s.groups {
+		groups[k] = g
 	}
 	s.mu.Unlock()
 	for _, name := range s.cfg.Engine.Services() {
@@ -382,20 +383,34 @@ func (s *Server) push(ctx context.Context) time.Time {
 			emptied = append(emptied, &endpointv3.ClusterLoadAssignment{ClusterName: rc.c.Name})
 		}
 	}
-	listenersR, clustersR := typed(base.Listeners), typed(clusters)
-	endpoints := make(map[string]cachev3.Resources, len(groups))
-	for key, caller := range groups {
-		endpoints[key] = typed(append(pr.For(caller).Endpoints, emptied...))
+	// The endpoints of each locality, shared by its variants.
+	endpoints := make(map[xdsroute.Caller]cachev3.Resources, len(groups))
+	for _, g := range groups {
+		if _, ok := endpoints[g.caller]; !ok {
+			endpoints[g.caller] = typed(append(pr.For(g.caller).Endpoints, emptied...))
+		}
 	}
 	routesChanged := s.lastRoutes != nil && !equalAll(s.lastRoutes, base.Routes)
 	set := func(routes []*routev3.RouteConfiguration) {
-		routesR := typed(routes)
-		for key, eps := range endpoints {
+		// The listeners, routes and clusters of each variant (and
+		// Envoy's listener address), made once for its groups.
+		shared := map[group]*[3]cachev3.Resources{}
+		for key, g := range groups {
+			v := group{variant: g.variant, egress: g.egress}
+			sh := shared[v]
+			if sh == nil {
+				r := &xdsroute.Resources{Listeners: base.Listeners, Routes: routes, Clusters: clusters}
+				if g.variant == xdsroute.Envoy {
+					r = xdsroute.ForEnvoy(r, g.egress)
+				}
+				sh = &[3]cachev3.Resources{typed(r.Listeners), typed(r.Routes), typed(r.Clusters)}
+				shared[v] = sh
+			}
 			snap := &cachev3.Snapshot{}
-			snap.Resources[types.Listener] = listenersR
-			snap.Resources[types.Route] = routesR
-			snap.Resources[types.Cluster] = clustersR
-			snap.Resources[types.Endpoint] = eps
+			snap.Resources[types.Listener] = sh[0]
+			snap.Resources[types.Route] = sh[1]
+			snap.Resources[types.Cluster] = sh[2]
+			snap.Resources[types.Endpoint] = endpoints[g.caller]
 			if err := s.cache.SetSnapshot(ctx, key, snap); err != nil {
 				s.log.Error("setting the xDS snapshot", "group", key, "err", err)
 			}

@@ -25,25 +25,46 @@ import (
 	"github.com/lanesdev/lanes/internal/lib/xdsroute"
 )
 
-// nodeHash groups clients by their locality: the clients of one zone and
-// host share one set of resources. A locality that is too long or not
-// printable counts as unknown; once MaxGroups are kept, a new locality
-// gets the resources of none.
+// nodeHash groups clients by their variant (gRPC proxyless or Envoy, and
+// Envoy's listener address) and locality: the clients of one variant, zone
+// and host share one set of resources. A locality that is too long or not
+// printable counts as unknown; once MaxGroups are kept, a new group gets
+// the resources of no locality for its variant (Envoy's on its default
+// address).
 type nodeHash struct{ s *Server }
 
+// group is what a set of resources is made for.
+type group struct {
+	caller  xdsroute.Caller
+	variant xdsroute.Variant
+	egress  netip.AddrPort // Envoy's listener
+}
+
+func (g group) key() string {
+	k := g.variant.String() + "|" + g.caller.Zone + "|" + g.caller.Host
+	if g.variant == xdsroute.Envoy {
+		k += "|" + g.egress.String()
+	}
+	return k
+}
+
 func (h nodeHash) ID(node *corev3.Node) string {
-	c := xdsroute.Caller{Zone: localityPart(node.GetLocality().GetZone()), Host: localityPart(node.GetLocality().GetSubZone())}
-	key := c.Zone + "|" + c.Host
+	g := groupOf(node)
+	key := g.key()
 	s := h.s
 	s.mu.Lock()
 	_, known := s.groups[key]
 	if !known {
 		if len(s.groups) >= MaxGroups {
-			key, c = "|", xdsroute.Caller{}
+			g = group{variant: g.variant}
+			if g.variant == xdsroute.Envoy {
+				g.egress = xdsroute.DefaultEgress
+			}
+			key = g.key()
 			_, known = s.groups[key]
 		}
 		if !known {
-			s.groups[key] = c
+			s.groups[key] = g
 		}
 	}
 	s.mu.Unlock()
@@ -51,6 +72,32 @@ func (h nodeHash) ID(node *corev3.Node) string {
 		s.poke() // its resources are made at the next push
 	}
 	return key
+}
+
+// Node metadata that chooses the variant and Envoy's listener.
+const (
+	// MetaVariant names the variant: "grpc" or "envoy". Without it, a
+	// node whose user_agent_name is "envoy" gets the Envoy variant, any
+	// other the gRPC one.
+	MetaVariant = "lanes.variant"
+	// MetaEgress is the address ("127.0.0.1:15001") of the Envoy
+	// variant's listener; without it, or when it is not an IP address
+	// and port, xdsroute.DefaultEgress.
+	MetaEgress = "lanes.egress"
+)
+
+func groupOf(node *corev3.Node) group {
+	g := group{caller: xdsroute.Caller{Zone: localityPart(node.GetLocality().GetZone()), Host: localityPart(node.GetLocality().GetSubZone())}}
+	md := node.GetMetadata().GetFields()
+	switch v := md[MetaVariant].GetStringValue(); {
+	case v == "envoy", v == "" && node.GetUserAgentName() == "envoy":
+		g.variant = xdsroute.Envoy
+		g.egress = xdsroute.DefaultEgress
+		if a, err := netip.ParseAddrPort(md[MetaEgress].GetStringValue()); err == nil && a.Port() != 0 {
+			g.egress = a
+		}
+	}
+	return g
 }
 
 func localityPart(v string) string {
@@ -81,6 +128,15 @@ func (s *Server) authenticate(srv any, ss grpc.ServerStream, info *grpc.StreamSe
 			s.m.refused.WithLabelValues("no_token").Inc()
 			return status.Error(codes.Unauthenticated, `this xDS server needs a token: send "authorization: Bearer <token>" in the stream's metadata`)
 		}
+		// gRPC's bootstrap sends a token by itself only as a JWT: in the
+		// envelope of lanes token envelope.
+		if inner, isEnvelope, err := bearer.Unwrap(tok, time.Now()); isEnvelope {
+			if err != nil {
+				s.m.refused.WithLabelValues("bad_token").Inc()
+				return status.Error(codes.Unauthenticated, err.Error())
+			}
+			tok = inner
+		}
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		_, _, err := s.cfg.Tokens.Check(cctx, tok)
 		cancel()
@@ -110,6 +166,9 @@ func (s *Server) callbacks() serverv3.Callbacks {
 			if err := checkRequest(req.GetNode(), req.GetResourceNames()); err != nil {
 				s.m.refused.WithLabelValues("bad_request").Inc()
 				return err
+			}
+			if req.GetTypeUrl() == resource.ListenerType {
+				s.subscribe(streamID{id: id}, req.GetNode(), req.GetResourceNames(), nil, true)
 			}
 			if req.GetErrorDetail() == nil {
 				return nil
@@ -148,14 +207,23 @@ func (s *Server) callbacks() serverv3.Callbacks {
 					delete(s.sent, k)
 				}
 			}
+			delete(s.subs, streamID{id: id})
+			s.mu.Unlock()
+		},
+		DeltaStreamClosedFunc: func(id int64, _ *corev3.Node) {
+			s.mu.Lock()
+			delete(s.subs, streamID{id: id, delta: true})
 			s.mu.Unlock()
 		},
 		DeltaStreamOpenFunc: func(context.Context, int64, string) error { return nil },
-		StreamDeltaRequestFunc: func(_ int64, req *discoverygrpc.DeltaDiscoveryRequest) error {
+		StreamDeltaRequestFunc: func(id int64, req *discoverygrpc.DeltaDiscoveryRequest) error {
 			names := slices.Concat(req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe())
 			if err := checkRequest(req.GetNode(), names); err != nil {
 				s.m.refused.WithLabelValues("bad_request").Inc()
 				return err
+			}
+			if req.GetTypeUrl() == resource.ListenerType {
+				s.subscribe(streamID{id: id, delta: true}, req.GetNode(), req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe(), false)
 			}
 			if req.GetErrorDetail() != nil {
 				s.nack(&discoverygrpc.DiscoveryRequest{Node: req.GetNode(), TypeUrl: req.GetTypeUrl(),
@@ -164,6 +232,72 @@ func (s *Server) callbacks() serverv3.Callbacks {
 			return nil
 		},
 	}
+}
+
+// MaxSubscribedNames bounds the listener names kept per stream for
+// Callers: a stream that asks for more counts as asking for every one.
+const MaxSubscribedNames = 256
+
+// streamID names a stream: the state-of-the-world and the incremental
+// streams are numbered apart.
+type streamID struct {
+	id    int64
+	delta bool
+}
+
+// subscription is what a stream asks for of the listeners: which services
+// its client calls (nil names: every one, as Envoy asks).
+type subscription struct {
+	variant xdsroute.Variant
+	names   map[string]bool
+}
+
+// subscribe keeps the listeners a stream asks for: a state-of-the-world
+// request names them all (none: every one); an incremental one adds and
+// removes ("*": every one).
+func (s *Server) subscribe(id streamID, node *corev3.Node, add, remove []string, sotw bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	sub := s.subs[id]
+	if sub == nil || sotw {
+		sub = &subscription{variant: groupOf(node).variant, names: map[string]bool{}}
+		s.subs[id] = sub
+		if sotw && len(add) == 0 {
+			sub.names = nil
+		}
+	}
+	if sub.names == nil {
+		return
+	}
+	for _, n := range remove {
+		delete(sub.names, n)
+	}
+	for _, n := range add {
+		if n == "*" || len(sub.names) >= MaxSubscribedNames {
+			sub.names = nil
+			return
+		}
+		sub.names[n] = true
+	}
+}
+
+// Callers counts the streams open now whose clients call service, by
+// variant: a gRPC client's stream asks for its listener (xds:///service);
+// an Envoy's asks for every listener, and counts for every service.
+func (s *Server) Callers(service string) (grpc, envoy int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, sub := range s.subs {
+		if sub.names != nil && !sub.names[service] {
+			continue
+		}
+		if sub.variant == xdsroute.Envoy {
+			envoy++
+		} else {
+			grpc++
+		}
+	}
+	return grpc, envoy
 }
 
 // nack logs and counts a client's refusal of resources, bounded.

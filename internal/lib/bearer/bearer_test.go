@@ -1,7 +1,11 @@
 package bearer_test
 
 import (
+	"encoding/base64"
+	"errors"
+	"strings"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
@@ -29,4 +33,43 @@ func TestToken(t *testing.T) {
 			t.Errorf("Token(%q) = %q, %v; want %q", h, got, ok, want)
 		}
 	}
+}
+
+func TestEnvelope(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0)
+	env := bearer.Envelope("lt_abc.def", now.Add(time.Hour))
+	if got, is, err := bearer.Unwrap(env, now); got != "lt_abc.def" || !is || err != nil {
+		t.Fatalf("Unwrap(Envelope) = %q, %v, %v", got, is, err)
+	}
+	if _, is, err := bearer.Unwrap(env, now.Add(time.Hour)); !is || !errors.Is(err, bearer.ErrEnvelope) {
+		t.Errorf("an expired envelope: %v, %v", is, err)
+	}
+	for _, s := range []string{"lt_abc", "a.b.", "", "eyJhbGciOiJSUzI1NiJ9.e30.sig"} {
+		if got, is, err := bearer.Unwrap(s, now); is || err != nil || got != "" {
+			t.Errorf("Unwrap(%q) = %q, %v, %v: not an envelope", s, got, is, err)
+		}
+	}
+	head := strings.SplitN(env, ".", 2)[0]
+	for name, s := range map[string]string{
+		"signed":     env + "sig",
+		"bad claims": head + ".!!.",
+		"no token":   head + "." + base64.RawURLEncoding.EncodeToString([]byte(`{"exp":1900000000}`)) + ".",
+		"no exp":     head + "." + base64.RawURLEncoding.EncodeToString([]byte(`{"lanes_token":"x"}`)) + ".",
+		"huge":       head + "." + strings.Repeat("A", bearer.MaxEnvelopeBytes) + ".",
+	} {
+		if _, is, err := bearer.Unwrap(s, now); !is || !errors.Is(err, bearer.ErrEnvelope) {
+			t.Errorf("%s: %v, %v; want an envelope error", name, is, err)
+		}
+	}
+}
+
+func FuzzUnwrap(f *testing.F) {
+	f.Add(bearer.Envelope("t", time.Unix(2_000_000_000, 0)))
+	f.Add("a.b.c")
+	f.Fuzz(func(t *testing.T, s string) {
+		tok, is, err := bearer.Unwrap(s, time.Unix(1_800_000_000, 0))
+		if !is && (tok != "" || err != nil) || err != nil && tok != "" {
+			t.Fatalf("Unwrap(%q) = %q, %v, %v", s, tok, is, err)
+		}
+	})
 }

@@ -51,6 +51,9 @@ type Options struct {
 	TTL    time.Duration // the lease of the registration
 	Drain  time.Duration // how long to serve on after deregistering
 	Logger *slog.Logger
+	// Path is the instance's data path (registry.LabelPath), set when the
+	// instance does not say it: "" is registry.PathSDK.
+	Path string
 	// Guard, when set, is the provider-side guard of the server: Run
 	// tells it the instance before serving. A lane instance without one
 	// is logged.
@@ -71,6 +74,7 @@ func Run(ctx context.Context, reg registry.Registry, inst registry.Instance, lis
 		zone = o.Zone
 	}
 	addr, from := advertised(reg, inst, o.Getenv, lis.Addr())
+	inst = withPath(inst, o.Path)
 	inst, err := registry.Place(inst, o.Lane, zone, o.Getenv, addr)
 	if err != nil {
 		lis.Close()
@@ -165,4 +169,22 @@ func advertised(reg registry.Registry, inst registry.Instance, getenv func(strin
 		}
 	}
 	return lis, "the host's first address"
+}
+
+// withPath labels inst with its data path unless it says one itself (its
+// Labels are copied: the caller's map is left alone).
+func withPath(inst registry.Instance, path string) registry.Instance {
+	if _, ok := inst.Labels[registry.LabelPath]; ok {
+		return inst
+	}
+	if path == "" {
+		path = registry.PathSDK
+	}
+	labels := make(map[string]string, len(inst.Labels)+1)
+	for k, v := range inst.Labels {
+		labels[k] = v
+	}
+	labels[registry.LabelPath] = path
+	inst.Labels = labels
+	return inst
 }

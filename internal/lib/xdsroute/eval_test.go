@@ -28,7 +28,14 @@ import (
 // evaluator picks by the request key's bucket over the weights in order, as
 // the model splits keys, so that a split with the right weights in the
 // right order answers each key as the model does.
+//
+// The Envoy variant is read as Envoy reads it: its one listener's
+// connection manager, the virtual host whose domains hold the authority the
+// service calls (S), then the same. An aggregate cluster must carry
+// CLUSTER_PROVIDED there, and must not for gRPC.
 type evaluator struct {
+	variant   xdsroute.Variant
+	egress    *hcmv3.HttpConnectionManager // the Envoy variant's listener's
 	listeners map[string]*hcmv3.HttpConnectionManager
 	routes    map[string]*routev3.RouteConfiguration
 	clusters  map[string]*clusterv3.Cluster
@@ -40,6 +47,17 @@ func newEvaluator(r *xdsroute.Resources) (*evaluator, error) {
 		clusters: map[string]*clusterv3.Cluster{}, endpoints: map[string]*endpointv3.ClusterLoadAssignment{}}
 	for _, l := range r.Listeners {
 		hcm := &hcmv3.HttpConnectionManager{}
+		if l.GetApiListener() == nil {
+			// Envoy's: a socket listener, one filter chain, one filter.
+			if len(r.Listeners) != 1 || len(l.FilterChains) != 1 || len(l.FilterChains[0].Filters) != 1 {
+				return nil, fmt.Errorf("listener %s: want Envoy's one listener with one filter", l.Name)
+			}
+			if err := l.FilterChains[0].Filters[0].GetTypedConfig().UnmarshalTo(hcm); err != nil {
+				return nil, fmt.Errorf("listener %s: %v", l.Name, err)
+			}
+			e.variant, e.egress = xdsroute.Envoy, hcm
+			continue
+		}
 		if err := l.GetApiListener().GetApiListener().UnmarshalTo(hcm); err != nil {
 			return nil, fmt.Errorf("listener %s: %v", l.Name, err)
 		}
@@ -49,6 +67,9 @@ func newEvaluator(r *xdsroute.Resources) (*evaluator, error) {
 		e.routes[rc.Name] = rc
 	}
 	for _, c := range r.Clusters {
+		if provided := c.LbPolicy == clusterv3.Cluster_CLUSTER_PROVIDED; c.GetClusterType() != nil && provided != (e.variant == xdsroute.Envoy) {
+			return nil, fmt.Errorf("aggregate cluster %s of the %s variant has lb_policy %v", c.Name, e.variant, c.LbPolicy)
+		}
 		e.clusters[c.Name] = c
 	}
 	for _, a := range r.Endpoints {
@@ -61,15 +82,11 @@ func newEvaluator(r *xdsroute.Resources) (*evaluator, error) {
 type headers map[string][]string
 
 func (e *evaluator) eval(target string, h headers, key string) (oracle.Answer, error) {
-	hcm := e.listeners[target]
-	if hcm == nil {
-		return oracle.Answer{}, fmt.Errorf("no listener %q", target)
+	vh, err := e.virtualHost(target)
+	if err != nil {
+		return oracle.Answer{}, err
 	}
-	rc := e.routes[hcm.GetRds().GetRouteConfigName()]
-	if rc == nil || len(rc.VirtualHosts) != 1 {
-		return oracle.Answer{}, fmt.Errorf("no route configuration with one virtual host for %q", target)
-	}
-	for _, rt := range rc.VirtualHosts[0].Routes {
+	for _, rt := range vh.Routes {
 		ok, err := matches(rt.GetMatch(), h)
 		if err != nil {
 			return oracle.Answer{}, err
@@ -103,6 +120,40 @@ func (e *evaluator) eval(target string, h headers, key string) (oracle.Answer, e
 		return e.serve(name)
 	}
 	return oracle.Answer{}, fmt.Errorf("no route matched %v", h)
+}
+
+// virtualHost is the virtual host a call to target takes: gRPC's, the one
+// of the listener named target; Envoy's, the one of its listener's route
+// configuration whose domains hold target (exactly, or with a port).
+func (e *evaluator) virtualHost(target string) (*routev3.VirtualHost, error) {
+	if e.variant == xdsroute.Envoy {
+		rc := e.routes[e.egress.GetRds().GetRouteConfigName()]
+		if rc == nil {
+			return nil, fmt.Errorf("no route configuration %q", e.egress.GetRds().GetRouteConfigName())
+		}
+		var found *routev3.VirtualHost
+		for _, vh := range rc.VirtualHosts {
+			if slices.Contains(vh.Domains, target) && slices.Contains(vh.Domains, target+":*") {
+				if found != nil {
+					return nil, fmt.Errorf("two virtual hosts for %q", target)
+				}
+				found = vh
+			}
+		}
+		if found == nil {
+			return nil, fmt.Errorf("no virtual host for %q", target)
+		}
+		return found, nil
+	}
+	hcm := e.listeners[target]
+	if hcm == nil {
+		return nil, fmt.Errorf("no listener %q", target)
+	}
+	rc := e.routes[hcm.GetRds().GetRouteConfigName()]
+	if rc == nil || len(rc.VirtualHosts) != 1 {
+		return nil, fmt.Errorf("no route configuration with one virtual host for %q", target)
+	}
+	return rc.VirtualHosts[0], nil
 }
 
 func matches(m *routev3.RouteMatch, h headers) (bool, error) {

@@ -88,15 +88,24 @@ func xdsPath(t testing.TB) oracle.Path {
 			}
 			res := xdsroute.Translate(xdsroute.Fleet{Policy: s.Policy, Instances: s.Instances, Now: scenario.Epoch.Add(st.At)},
 				xdsroute.Caller{Zone: r.Zone, Host: r.Host})
-			e, err := newEvaluator(res)
-			if err != nil {
-				t.Fatal(err)
+			// Both variants answer; they must agree (the model then judges
+			// the answer).
+			var answers [2]oracle.Answer
+			for v, res := range []*xdsroute.Resources{res, xdsroute.ForEnvoy(res, xdsroute.DefaultEgress)} {
+				e, err := newEvaluator(res)
+				if err != nil {
+					t.Fatal(err)
+				}
+				a, err := e.eval(r.Service, laneHeaders(r.Lane, i), r.Key)
+				if err != nil {
+					t.Fatalf("%s, step %d, %s variant: %v", s.Name, i+1, e.variant, err)
+				}
+				answers[v] = a
 			}
-			a, err := e.eval(r.Service, laneHeaders(r.Lane, i), r.Key)
-			if err != nil {
-				t.Fatalf("%s, step %d: %v", s.Name, i+1, err)
+			if answers[0].String() != answers[1].String() {
+				t.Fatalf("%s, step %d: the gRPC variant answered %s, the Envoy variant %s", s.Name, i+1, answers[0], answers[1])
 			}
-			out[i] = a
+			out[i] = answers[0]
 		}
 		return out
 	}
@@ -155,41 +164,43 @@ func TestExamples(t *testing.T) {
 			r := st.Request
 			res := xdsroute.Translate(xdsroute.Fleet{Policy: s.Policy, Instances: s.Instances, Now: scenario.Epoch.Add(st.At)},
 				xdsroute.Caller{Zone: r.Zone, Host: r.Host})
-			e, err := newEvaluator(res)
-			if err != nil {
-				t.Fatal(err)
-			}
-			where := fmt.Sprintf("%s:%d", filepath.Base(f), st.Line)
-			if sh := st.ExpectShare; sh != nil {
-				rng := rand.New(rand.NewPCG(uint64(i), 2))
-				served := 0
-				for range sh.Samples {
-					a, err := e.eval(r.Service, laneHeaders(r.Lane, 0), "k"+strconv.FormatUint(rng.Uint64(), 36))
+			for _, res := range []*xdsroute.Resources{res, xdsroute.ForEnvoy(res, xdsroute.DefaultEgress)} {
+				e, err := newEvaluator(res)
+				if err != nil {
+					t.Fatal(err)
+				}
+				where := fmt.Sprintf("%s:%d (%s)", filepath.Base(f), st.Line, e.variant)
+				if sh := st.ExpectShare; sh != nil {
+					rng := rand.New(rand.NewPCG(uint64(i), 2))
+					served := 0
+					for range sh.Samples {
+						a, err := e.eval(r.Service, laneHeaders(r.Lane, 0), "k"+strconv.FormatUint(rng.Uint64(), 36))
+						if err != nil {
+							t.Fatalf("%s: %v", where, err)
+						}
+						if a.Error == "" && a.Lane == sh.Lane {
+							served++
+						}
+					}
+					if got := 100 * float64(served) / float64(sh.Samples); got < sh.Percent-sh.Tolerance || got > sh.Percent+sh.Tolerance {
+						t.Errorf("%s: %.2f%% served in %q, want %g%% ± %g", where, got, sh.Lane, sh.Percent, sh.Tolerance)
+					}
+					continue
+				}
+				for turn := range 3 {
+					a, err := e.eval(r.Service, laneHeaders(r.Lane, turn), r.Key)
 					if err != nil {
 						t.Fatalf("%s: %v", where, err)
 					}
-					if a.Error == "" && a.Lane == sh.Lane {
-						served++
+					if st.ExpectError != "" && a.Error != string(st.ExpectError) {
+						t.Errorf("%s (turn %d): answered %s, want %s", where, turn, a, st.ExpectError)
 					}
-				}
-				if got := 100 * float64(served) / float64(sh.Samples); got < sh.Percent-sh.Tolerance || got > sh.Percent+sh.Tolerance {
-					t.Errorf("%s: %.2f%% served in %q, want %g%% ± %g", where, got, sh.Lane, sh.Percent, sh.Tolerance)
-				}
-				continue
-			}
-			for turn := range 3 {
-				a, err := e.eval(r.Service, laneHeaders(r.Lane, turn), r.Key)
-				if err != nil {
-					t.Fatalf("%s: %v", where, err)
-				}
-				if st.ExpectError != "" && a.Error != string(st.ExpectError) {
-					t.Errorf("%s (turn %d): answered %s, want %s", where, turn, a, st.ExpectError)
-				}
-				if st.Expect != nil && !slices.Equal(a.Eligible, slices.Sorted(slices.Values(st.Expect))) {
-					t.Errorf("%s (turn %d): answered %s, want %v", where, turn, a, st.Expect)
-				}
-				if st.ExpectLane != nil && (a.Error != "" || a.Lane != *st.ExpectLane) {
-					t.Errorf("%s (turn %d): answered %s, want lane %q", where, turn, a, *st.ExpectLane)
+					if st.Expect != nil && !slices.Equal(a.Eligible, slices.Sorted(slices.Values(st.Expect))) {
+						t.Errorf("%s (turn %d): answered %s, want %v", where, turn, a, st.Expect)
+					}
+					if st.ExpectLane != nil && (a.Error != "" || a.Lane != *st.ExpectLane) {
+						t.Errorf("%s (turn %d): answered %s, want lane %q", where, turn, a, *st.ExpectLane)
+					}
 				}
 			}
 		}

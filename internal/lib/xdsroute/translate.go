@@ -1,7 +1,8 @@
 // Package xdsroute translates the fleet (the registry's instances) and the
 // policy into xDS resources for gRPC's proxyless clients: per service a
 // Listener, a RouteConfiguration, the clusters of its lanes and of its lane
-// chains, and their endpoints. It is a pure function, apart from serving
+// chains, and their endpoints; and, from those, the variant an Envoy proxy
+// takes (ForEnvoy). It is a pure function, apart from serving
 // (internal/app/xds serves what it makes): the same fleet, policy, caller
 // and time make the same resources.
 //
@@ -520,7 +521,7 @@ func (t *serviceTranslation) edsCluster(name, l string, ejectionPercent uint32) 
 
 // aggregate is an aggregate cluster of members, tried in order. Its
 // lb_policy stays unset (ROUND_ROBIN): gRPC clients refuse
-// CLUSTER_PROVIDED, which Envoy wants there.
+// CLUSTER_PROVIDED, which Envoy wants there (ForEnvoy sets it).
 func aggregate(name, svc, l string, members []string) *clusterv3.Cluster {
 	kind := "chain"
 	if strings.Contains(name, "/canary/") {

@@ -1,13 +1,17 @@
 package xdsroute_test
 
 import (
+	"fmt"
+	"net/netip"
 	"regexp"
 	"testing"
 	"time"
 
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/lanesdev/lanes/internal/lib/scenario"
 	"github.com/lanesdev/lanes/internal/lib/xdsroute"
+	"github.com/lanesdev/lanes/internal/testkit/oracle"
 	"github.com/lanesdev/lanes/policy"
 	"github.com/lanesdev/lanes/registry"
 )
@@ -82,32 +86,9 @@ func TestResourcesValid(t *testing.T) {
 		registry.Instance{ID: "g1", Service: "orders", Addr: "127.0.0.1:2", Lane: "gray", Weight: registry.MaxWeight},
 		registry.Instance{ID: "a1", Service: "payments", Addr: "[::1]:4", Lane: "alice"})
 	r := xdsroute.Translate(f, xdsroute.Caller{Zone: "az1", Host: "h1"})
-	type validator interface{ ValidateAll() error }
-	var all []validator
-	for _, x := range r.Listeners {
-		all = append(all, x)
-	}
-	for _, x := range r.Routes {
-		all = append(all, x)
-		for _, rt := range x.VirtualHosts[0].Routes {
-			for _, h := range rt.GetMatch().GetHeaders() {
-				if re := h.GetStringMatch().GetSafeRegex().GetRegex(); re != "" {
-					if _, err := regexp.Compile(re); err != nil {
-						t.Errorf("route %q: %v", rt.Name, err)
-					}
-				}
-			}
-		}
-	}
-	for _, x := range r.Clusters {
-		all = append(all, x)
-	}
-	for _, x := range r.Endpoints {
-		all = append(all, x)
-	}
-	for _, v := range all {
-		if err := v.ValidateAll(); err != nil {
-			t.Errorf("%T: %v", v, err)
+	for _, r := range []*xdsroute.Resources{r, xdsroute.ForEnvoy(r, xdsroute.DefaultEgress)} {
+		if err := validate(r); err != nil {
+			t.Error(err)
 		}
 	}
 	if len(r.Listeners) != 2 || len(r.Routes) != 2 {
@@ -133,4 +114,65 @@ func TestLaneCaseSpelledOut(t *testing.T) {
 			t.Errorf("x-lane %q served by %s, want lane %q", v, a, want)
 		}
 	}
+}
+
+// TestRandomResourcesValid holds every resource of both variants, for random
+// fleets and policies, to the constraints that Envoy and go-control-plane
+// check on receipt (protoc-gen-validate's rules): Envoy refuses a whole
+// response for one resource that breaks them. No Envoy runs here; this
+// check, and the evaluator's reading of the Envoy variant in
+// TestDifferential, stand for it.
+func TestRandomResourcesValid(t *testing.T) {
+	n := 60
+	if testing.Short() {
+		n = 15
+	}
+	for seed := range uint64(n) {
+		c := oracle.Generate(oracle.Seeded(seed), fmt.Sprintf("seed %d", seed), 2+int(seed%7))
+		s, err := scenario.Parse(c.Name+".yaml", c.YAML())
+		if err != nil {
+			t.Fatalf("seed %d: %v", seed, err)
+		}
+		res := xdsroute.Translate(xdsroute.Fleet{Policy: s.Policy, Instances: s.Instances, Now: scenario.Epoch}, xdsroute.Caller{Zone: "az1", Host: "h1"})
+		for _, r := range []*xdsroute.Resources{res, xdsroute.ForEnvoy(res, netip.MustParseAddrPort("[::1]:15001"))} {
+			if err := validate(r); err != nil {
+				t.Fatalf("seed %d: %v", seed, err)
+			}
+		}
+	}
+}
+
+// validate checks each resource of r by its own rules (the xDS protos'),
+// and that each regular expression of its routes compiles.
+func validate(r *xdsroute.Resources) error {
+	var all []interface{ ValidateAll() error }
+	for _, x := range r.Listeners {
+		all = append(all, x)
+	}
+	for _, x := range r.Routes {
+		all = append(all, x)
+		for _, vh := range x.VirtualHosts {
+			for _, rt := range vh.Routes {
+				for _, h := range rt.GetMatch().GetHeaders() {
+					if re := h.GetStringMatch().GetSafeRegex().GetRegex(); re != "" {
+						if _, err := regexp.Compile(re); err != nil {
+							return fmt.Errorf("route %q: %v", rt.Name, err)
+						}
+					}
+				}
+			}
+		}
+	}
+	for _, x := range r.Clusters {
+		all = append(all, x)
+	}
+	for _, x := range r.Endpoints {
+		all = append(all, x)
+	}
+	for _, v := range all {
+		if err := v.ValidateAll(); err != nil {
+			return fmt.Errorf("%T: %v", v, err)
+		}
+	}
+	return nil
 }
