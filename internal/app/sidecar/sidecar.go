@@ -284,11 +284,17 @@ func (s *Sidecar) registered(ctx context.Context) error {
 	if s.cfg.Direct && inst.Addr == "" {
 		inst.Addr = s.cfg.App
 	}
+	path, g := registry.PathSidecar, s.guard
+	if s.cfg.Direct {
+		// No inbound traffic crosses the sidecar: no guard applies (serving.Run
+		// says so of a lane instance).
+		g = nil
+	}
 	srv := &holding{stop: make(chan struct{})}
 	defer s.setRegistered("")
 	return serving.Run(rctx, announcing{Registry: s.reg, s: s}, inst, lis, srv, serving.Options{
-		Name: "lanes sidecar", Stop: srv.Stop, Closed: http.ErrServerClosed,
-		Lane: s.cfg.Lane, Getenv: s.getenv, TTL: s.cfg.TTL, Drain: s.cfg.Drain, Logger: s.log, Guard: s.guard,
+		Name: "lanes sidecar", Stop: srv.Stop, Closed: http.ErrServerClosed, Path: path,
+		Lane: s.cfg.Lane, Getenv: s.getenv, TTL: s.cfg.TTL, Drain: s.cfg.Drain, Logger: s.log, Guard: g,
 	})
 }
 
