@@ -22,31 +22,23 @@ const KeyMember = "lanes-key"
 // hashes longer ones.
 const MaxKeyLen = 64
 
-type keyCtxKey struct{}
-
-// keyValue is the request key in a context, with its baggage member.
-type keyValue struct {
-	member string // KeyMember + "=" + key
-}
-
-func (k *keyValue) key() string { return k.member[len(KeyMember)+1:] }
-
 // WithKey returns a copy of ctx that carries the request key of canary
 // splits, normalised with [NormalizeKey]; "" removes it. The lanes clients
 // carry it on, for baseline calls, as the baggage member [KeyMember], so
 // that the next hops split the request as this one did; the OpenTelemetry
 // baggage of the context gets the member too when it has members, so that
-// OpenTelemetry's propagators write it as well.
+// OpenTelemetry's propagators write it as well. The lane of ctx is kept.
 func WithKey(ctx context.Context, key string) context.Context {
 	key = NormalizeKey(key)
-	if KeyFromContext(ctx) == key {
+	cur := Carry(ctx)
+	if cur.Key() == key {
 		return ctx
 	}
-	var v *keyValue
+	km := ""
 	if key != "" {
-		v = &keyValue{member: KeyMember + "=" + key}
+		km = KeyMember + "=" + key
 	}
-	ctx = context.WithValue(ctx, keyCtxKey{}, v)
+	ctx = store(ctx, cur, cur.with(cur.name, km))
 	if bag := baggage.FromContext(ctx); bag.Len() > 0 {
 		ctx = syncKey(ctx, bag, key)
 	}
@@ -56,18 +48,7 @@ func WithKey(ctx context.Context, key string) context.Context {
 // KeyFromContext returns the request key in ctx, or "". It does not
 // allocate.
 func KeyFromContext(ctx context.Context) string {
-	if v, _ := ctx.Value(keyCtxKey{}).(*keyValue); v != nil {
-		return v.key()
-	}
-	return ""
-}
-
-// keyMember returns the baggage member of the request key in ctx, or "".
-func keyMember(ctx context.Context) string {
-	if v, _ := ctx.Value(keyCtxKey{}).(*keyValue); v != nil {
-		return v.member
-	}
-	return ""
+	return Carry(ctx).Key()
 }
 
 // NewKey returns a new random request key: 16 hex digits.
@@ -127,10 +108,11 @@ func (p Propagator) ExtractKeyContext(ctx context.Context, c Carrier) context.Co
 	if k := p.ExtractKey(c); k != "" {
 		return WithKey(ctx, k)
 	}
-	v := &keyValue{member: newKeyMember()}
-	ctx = context.WithValue(ctx, keyCtxKey{}, v)
+	cur := Carry(ctx)
+	v := cur.with(cur.name, newKeyMember())
+	ctx = store(ctx, cur, v)
 	if bag := baggage.FromContext(ctx); bag.Len() > 0 {
-		ctx = syncKey(ctx, bag, v.key())
+		ctx = syncKey(ctx, bag, v.Key())
 	}
 	return ctx
 }

@@ -256,20 +256,21 @@ func (c *timedCall) Value(key any) any {
 
 // outgoing returns the context of the call with the lane in its metadata.
 func (ci *clientInterceptor) outgoing(ctx context.Context, method string) context.Context {
-	l := lane.FromContext(ctx)
+	v := lane.Carry(ctx) // the lane, the key and their headers, read once
+	l := v.Lane()
 	md, ok := metadata.FromOutgoingContext(ctx) // a copy; no allocation when there is none
 	if !ok && l != "" {
-		if e := lane.Encode(l); e != nil {
+		if e := v.Encoded(); e != nil {
 			// The common case: the metadata of the lane alone, built once
 			// per lane (gRPC does not modify the metadata of a context).
 			return ci.finish(metadata.NewOutgoingContext(ctx, metadata.MD(e.Metadata)), l, method)
 		}
 	}
-	if l != "" || ok && ci.hasLaneKeys(md) || lane.KeyFromContext(ctx) != "" {
+	if l != "" || ok && ci.hasLaneKeys(md) || v.Key() != "" {
 		if !ok {
 			md = metadata.MD{}
 		}
-		ci.prop.InjectCall(ctx, l, lane.Metadata(md)) // an invalid lane is written as the baseline; a baseline call carries the request key
+		ci.prop.InjectCarried(v, l, lane.Metadata(md)) // an invalid lane is written as the baseline; a baseline call carries the request key
 		ctx = metadata.NewOutgoingContext(ctx, md)
 	}
 	return ci.finish(ctx, l, method)
