@@ -3,6 +3,7 @@ package lane
 import (
 	"context"
 	"net/http"
+	"strings"
 
 	"go.opentelemetry.io/otel/baggage"
 
@@ -130,6 +131,7 @@ const maxEncoded = 256
 var encoded cowmap.Map[string, *Encoded]
 
 func encodeSlow(name string) *Encoded {
+	name = strings.Clone(name) // kept: it may be in a request's buffer
 	mem, err := baggage.NewMemberRaw(BaggageKey, name)
 	if err != nil {
 		panic("lane: " + err.Error()) // a valid lane name is a valid member
