@@ -160,6 +160,7 @@ func startTimed(ctx context.Context, d time.Duration) *timedCall {
 	if c.cs = callStateFrom(ctx); c.cs == nil {
 		c.own.last.Store(nil)
 		c.own.svc.Store(nil)
+		c.own.attempts.Store(0) // a pooled timedCall served other calls before
 		c.cs = &c.own
 	}
 	return c
