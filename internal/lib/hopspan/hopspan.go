@@ -113,8 +113,8 @@ func (k serverKey) attributes() []attribute.KeyValue {
 // with d's attribute set made once (see attrSets): recording the decision of a call like one
 // recorded before allocates nothing.
 func RecordDecision(span trace.Span, d lanestrace.Decision) {
-	if d.Instance == "" {
-		d.Record(span) // no instance: the span fails, with its message
+	if d.Instance == "" || d.Retries != 0 {
+		d.Record(span) // no instance: the span fails, with its message; a retry is rare
 		return
 	}
 	span.SetAttributes(decisionSets.get(d, d.Attributes, func(d lanestrace.Decision) lanestrace.Decision {
