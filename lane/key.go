@@ -4,6 +4,7 @@ import (
 	"context"
 	"hash/fnv"
 	"math/rand/v2"
+	"unsafe"
 
 	"go.opentelemetry.io/otel/baggage"
 )
@@ -59,7 +60,17 @@ func NewKey() string {
 // newKeyMember returns the baggage member of a new random key, in one
 // allocation.
 func newKeyMember() string {
-	var b [len(KeyMember) + 1 + 16]byte
+	var b keyMemberBytes
+	b.fill()
+	return string(b[:])
+}
+
+// keyMemberBytes is the baggage member of a random key: KeyMember, '=' and
+// 16 hex digits.
+type keyMemberBytes [len(KeyMember) + 1 + 16]byte
+
+// fill writes a new random member into b.
+func (b *keyMemberBytes) fill() {
 	copy(b[:], KeyMember+"=")
 	const hex = "0123456789abcdef"
 	n := rand.Uint64()
@@ -67,7 +78,19 @@ func newKeyMember() string {
 		b[i] = hex[n&15]
 		n >>= 4
 	}
-	return string(b[:])
+}
+
+// newKeyed returns what a context that carries lane name carries once it
+// is given a new random key: the value and its member in one allocation.
+// The member's bytes are never written again once filled.
+func newKeyed(name string, enc *Encoded) *Carried {
+	k := &struct {
+		Carried
+		b keyMemberBytes
+	}{Carried: Carried{name: name, enc: enc}}
+	k.b.fill()
+	k.member = unsafe.String(&k.b[0], len(k.b))
+	return &k.Carried
 }
 
 // NormalizeKey returns key as it travels in baggage: unchanged when it is 1
@@ -109,8 +132,8 @@ func (p Propagator) ExtractKeyContext(ctx context.Context, c Carrier) context.Co
 		return WithKey(ctx, k)
 	}
 	cur := Carry(ctx)
-	v := cur.with(cur.name, newKeyMember())
-	ctx = store(ctx, cur, v)
+	v := newKeyed(cur.name, cur.enc)
+	ctx = context.WithValue(ctx, carriedKey{}, v)
 	if bag := baggage.FromContext(ctx); bag.Len() > 0 {
 		ctx = syncKey(ctx, bag, v.Key())
 	}

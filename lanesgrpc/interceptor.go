@@ -409,7 +409,9 @@ func (si *serverInterceptor) stream(srv any, ss grpc.ServerStream, info *grpc.St
 
 // incoming returns the handler's context, or the guard's refusal.
 func (si *serverInterceptor) incoming(ctx context.Context, method string) (context.Context, error) {
-	c := &incomingCarrier{ctx: ctx} // one carrier for every read
+	c := carriers.Get().(*incomingCarrier) // one carrier for every read
+	*c = incomingCarrier{ctx: ctx}
+	defer func() { *c = incomingCarrier{}; carriers.Put(c) }()
 	name, _, err := si.prop.Extract(c)
 	if err != nil {
 		si.invalidLane(ctx, method, err)
@@ -469,13 +471,16 @@ func (si *serverInterceptor) invalidLane(ctx context.Context, method string, err
 // incomingCarrier is a read-only lane.Carrier over the incoming metadata of
 // a server call. It reads the keys the propagator asks for, one by one,
 // instead of copying the whole metadata: a request without a lane costs no
-// allocation but the carrier's own. The baggage values, which several reads
-// look at, are copied once.
+// allocation. The baggage values, which several reads look at, are copied
+// once. Carriers are pooled: nothing holds one after the call's incoming
+// returns (what it returned, the metadata's strings, outlives it).
 type incomingCarrier struct {
 	ctx     context.Context
 	bag     []string
 	bagRead bool
 }
+
+var carriers = sync.Pool{New: func() any { return new(incomingCarrier) }}
 
 func (c *incomingCarrier) Get(key string) string {
 	if v := c.Values(key); len(v) > 0 {
