@@ -6,10 +6,6 @@ import (
 	"go.opentelemetry.io/otel/baggage"
 )
 
-// ctxKey is the context key of the lane. Being an unexported type, no other
-// package can read or overwrite the value behind it.
-type ctxKey struct{}
-
 // WithLane returns a copy of ctx that carries the lane name.
 //
 // name must be normalised: "" for the baseline, or a value that [Valid]
@@ -17,45 +13,32 @@ type ctxKey struct{}
 // check it; [Propagator.Inject] normalises what it writes and treats an
 // invalid name as the baseline.
 //
-// The empty name is stored too, not skipped: a request that a hop decided to
-// serve as baseline explicitly clears a lane set further up the context.
+// The baseline clears a lane set further up the context: a request that a
+// hop decided to serve as baseline is a baseline request from there on. The
+// request key of ctx ([KeyFromContext]) is kept.
 //
 // The OpenTelemetry baggage of the copy (go.opentelemetry.io/otel/baggage)
 // agrees with it: its member "lane" is name, or absent for the baseline, and
 // its other members are kept. So OpenTelemetry's propagators, which write
 // the baggage of the context whole, carry the same lane as lanes' headers,
 // whichever runs last. A baseline context without baggage gets none.
+//
+// It does not allocate for a context that carries no request key and the
+// baseline or a lane of the fleet (see [Encode]), beyond the context itself.
 func WithLane(ctx context.Context, name string) context.Context {
 	bag := baggage.FromContext(ctx)
-	if v, ok := ctx.Value(ctxKey{}).(string); !ok || v != name {
-		ctx = context.WithValue(ctx, ctxKey{}, boxed(name))
-	}
+	cur := Carry(ctx)
+	ctx = store(ctx, cur, cur.with(name, cur.member))
 	if bag.Len() == 0 && name == "" {
 		return ctx
 	}
 	return syncBaggage(ctx, bag, name)
 }
 
-// baselineValue is the baseline as a context value, boxed once.
-var baselineValue any = ""
-
-// boxed returns name as an interface value, without allocating for the
-// baseline and the lanes that Encode caches.
-func boxed(name string) any {
-	if name == "" {
-		return baselineValue
-	}
-	if e := cached(name); e != nil {
-		return e.boxed
-	}
-	return name
-}
-
 // FromContext returns the lane stored in ctx by [WithLane], or "" (the
 // baseline) when there is none. It does not allocate.
 func FromContext(ctx context.Context) string {
-	name, _ := ctx.Value(ctxKey{}).(string)
-	return name
+	return Carry(ctx).name
 }
 
 // Detach returns a context for work that outlives the request, such as a

@@ -17,6 +17,12 @@
 // keeps the lane (and every other value, such as the trace) but not the
 // caller's cancellation.
 //
+// The lane, the request key of a baseline request ([WithKey]) and the
+// header values that carry them are one value in the context, a [Carried],
+// encoded once when the context gets them: a transport reads it with
+// [Carry], once per call, and writes its headers from it
+// ([Propagator.InjectCarried]) without parsing or encoding them again.
+//
 // # Propagation
 //
 // Between processes the lane travels in request headers, read and written

@@ -4,6 +4,7 @@ import (
 	"context"
 	"hash/fnv"
 	"math/rand/v2"
+	"unsafe"
 
 	"go.opentelemetry.io/otel/baggage"
 )
@@ -22,31 +23,23 @@ const KeyMember = "lanes-key"
 // hashes longer ones.
 const MaxKeyLen = 64
 
-type keyCtxKey struct{}
-
-// keyValue is the request key in a context, with its baggage member.
-type keyValue struct {
-	member string // KeyMember + "=" + key
-}
-
-func (k *keyValue) key() string { return k.member[len(KeyMember)+1:] }
-
 // WithKey returns a copy of ctx that carries the request key of canary
 // splits, normalised with [NormalizeKey]; "" removes it. The lanes clients
 // carry it on, for baseline calls, as the baggage member [KeyMember], so
 // that the next hops split the request as this one did; the OpenTelemetry
 // baggage of the context gets the member too when it has members, so that
-// OpenTelemetry's propagators write it as well.
+// OpenTelemetry's propagators write it as well. The lane of ctx is kept.
 func WithKey(ctx context.Context, key string) context.Context {
 	key = NormalizeKey(key)
-	if KeyFromContext(ctx) == key {
+	cur := Carry(ctx)
+	if cur.Key() == key {
 		return ctx
 	}
-	var v *keyValue
+	km := ""
 	if key != "" {
-		v = &keyValue{member: KeyMember + "=" + key}
+		km = KeyMember + "=" + key
 	}
-	ctx = context.WithValue(ctx, keyCtxKey{}, v)
+	ctx = store(ctx, cur, cur.with(cur.name, km))
 	if bag := baggage.FromContext(ctx); bag.Len() > 0 {
 		ctx = syncKey(ctx, bag, key)
 	}
@@ -56,18 +49,7 @@ func WithKey(ctx context.Context, key string) context.Context {
 // KeyFromContext returns the request key in ctx, or "". It does not
 // allocate.
 func KeyFromContext(ctx context.Context) string {
-	if v, _ := ctx.Value(keyCtxKey{}).(*keyValue); v != nil {
-		return v.key()
-	}
-	return ""
-}
-
-// keyMember returns the baggage member of the request key in ctx, or "".
-func keyMember(ctx context.Context) string {
-	if v, _ := ctx.Value(keyCtxKey{}).(*keyValue); v != nil {
-		return v.member
-	}
-	return ""
+	return Carry(ctx).Key()
 }
 
 // NewKey returns a new random request key: 16 hex digits.
@@ -78,7 +60,17 @@ func NewKey() string {
 // newKeyMember returns the baggage member of a new random key, in one
 // allocation.
 func newKeyMember() string {
-	var b [len(KeyMember) + 1 + 16]byte
+	var b keyMemberBytes
+	b.fill()
+	return string(b[:])
+}
+
+// keyMemberBytes is the baggage member of a random key: KeyMember, '=' and
+// 16 hex digits.
+type keyMemberBytes [len(KeyMember) + 1 + 16]byte
+
+// fill writes a new random member into b.
+func (b *keyMemberBytes) fill() {
 	copy(b[:], KeyMember+"=")
 	const hex = "0123456789abcdef"
 	n := rand.Uint64()
@@ -86,7 +78,19 @@ func newKeyMember() string {
 		b[i] = hex[n&15]
 		n >>= 4
 	}
-	return string(b[:])
+}
+
+// newKeyed returns what a context that carries lane name carries once it
+// is given a new random key: the value and its member in one allocation.
+// The member's bytes are never written again once filled.
+func newKeyed(name string, enc *Encoded) *Carried {
+	k := &struct {
+		Carried
+		b keyMemberBytes
+	}{Carried: Carried{name: name, enc: enc}}
+	k.b.fill()
+	k.member = unsafe.String(&k.b[0], len(k.b))
+	return &k.Carried
 }
 
 // NormalizeKey returns key as it travels in baggage: unchanged when it is 1
@@ -127,10 +131,11 @@ func (p Propagator) ExtractKeyContext(ctx context.Context, c Carrier) context.Co
 	if k := p.ExtractKey(c); k != "" {
 		return WithKey(ctx, k)
 	}
-	v := &keyValue{member: newKeyMember()}
-	ctx = context.WithValue(ctx, keyCtxKey{}, v)
+	cur := Carry(ctx)
+	v := newKeyed(cur.name, cur.enc)
+	ctx = context.WithValue(ctx, carriedKey{}, v)
 	if bag := baggage.FromContext(ctx); bag.Len() > 0 {
-		ctx = syncKey(ctx, bag, v.key())
+		ctx = syncKey(ctx, bag, v.Key())
 	}
 	return ctx
 }

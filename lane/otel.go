@@ -3,6 +3,7 @@ package lane
 import (
 	"context"
 	"net/http"
+	"strings"
 
 	"go.opentelemetry.io/otel/baggage"
 
@@ -35,7 +36,7 @@ func SyncBaggage(ctx context.Context, name string) context.Context {
 	}
 	ctx = syncBaggage(ctx, bag, name)
 	if name == "" {
-		if k := KeyFromContext(ctx); k != "" {
+		if k := Carry(ctx).Key(); k != "" {
 			ctx = syncKey(ctx, baggage.FromContext(ctx), k)
 		}
 	}
@@ -90,9 +91,9 @@ type Encoded struct {
 	// (convert it to metadata.MD).
 	Metadata map[string][]string
 
-	member baggage.Member
-	bag    baggage.Baggage
-	boxed  any // the name, as a context value
+	member  baggage.Member
+	bag     baggage.Baggage
+	carried *Carried // the lane without a request key, as a context carries it
 }
 
 // Encode returns the headers of lane name, which must be valid (see
@@ -130,6 +131,7 @@ const maxEncoded = 256
 var encoded cowmap.Map[string, *Encoded]
 
 func encodeSlow(name string) *Encoded {
+	name = strings.Clone(name) // kept: it may be in a request's buffer
 	mem, err := baggage.NewMemberRaw(BaggageKey, name)
 	if err != nil {
 		panic("lane: " + err.Error()) // a valid lane name is a valid member
@@ -143,8 +145,8 @@ func encodeSlow(name string) *Encoded {
 		Baggage: []string{BaggageKey + "=" + name},
 		member:  mem,
 		bag:     bag,
-		boxed:   name,
 	}
+	e.carried = &Carried{name: name, enc: e}
 	e.HTTP = http.Header{"X-Lane": e.Header, "Baggage": e.Baggage}
 	e.Metadata = map[string][]string{Header: e.Header, BaggageHeader: e.Baggage}
 	// Another goroutine may have stored name meanwhile: its encoding wins.

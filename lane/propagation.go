@@ -96,7 +96,8 @@ func (p Propagator) ExtractContext(ctx context.Context, c Carrier) context.Conte
 // Inject writes the lane of ctx (see [FromContext]) to the outgoing headers
 // in c, as [Propagator.InjectCall] does.
 func (p Propagator) Inject(ctx context.Context, c Carrier) {
-	p.inject(FromContext(ctx), keyMember(ctx), c)
+	v := Carry(ctx)
+	p.inject(v.name, v.member, c)
 }
 
 // InjectCall writes the lane name of one outgoing call (the lane of its
@@ -106,7 +107,15 @@ func (p Propagator) Inject(ctx context.Context, c Carrier) {
 // member [KeyMember], replacing any other, so that the next hops split the
 // request as this one did.
 func (p Propagator) InjectCall(ctx context.Context, name string, c Carrier) {
-	p.inject(name, keyMember(ctx), c)
+	p.inject(name, Carry(ctx).member, c)
+}
+
+// InjectCarried is [Propagator.InjectCall] for a transport that has read
+// what the call's context carries already ([Carry]): it writes the lane
+// name of the call, and for a baseline call the request key of v, without
+// looking them up again.
+func (p Propagator) InjectCarried(v *Carried, name string, c Carrier) {
+	p.inject(name, v.member, c)
 }
 
 // InjectLane writes the lane name to the outgoing headers in c.

@@ -39,6 +39,9 @@ func (emptyServer) EmptyCall(context.Context, *testpb.Empty) (*testpb.Empty, err
 // the same run (round_robin's chunks untimed), so that the ratio holds on a
 // loaded machine; and x_round_robin_cpu, the same ratio of the process's CPU
 // time, which a loaded machine disturbs least.
+//
+// "traced/..." are the same calls with tracing on, against plain otelgrpc:
+// see benchTracedUnary.
 func BenchmarkUnary(b *testing.B) {
 	addr := serveEmpty(b, lanesgrpc.ServerOptions()...)
 
@@ -85,6 +88,8 @@ func BenchmarkUnary(b *testing.B) {
 	b.Run("round_robin_with_lane_metadata", func(b *testing.B) {
 		benchCalls(b, rr, metadata.NewOutgoingContext(bg, laneMD), rr)
 	})
+	// With tracing on: lanes against plain otelgrpc (benchTracedUnary).
+	b.Run("traced", benchTracedUnary)
 }
 
 // benchCalls makes b.N timed calls with client, after one that connects.

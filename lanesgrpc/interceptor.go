@@ -160,6 +160,7 @@ func startTimed(ctx context.Context, d time.Duration) *timedCall {
 	if c.cs = callStateFrom(ctx); c.cs == nil {
 		c.own.last.Store(nil)
 		c.own.svc.Store(nil)
+		c.own.attempts.Store(0) // a pooled timedCall served other calls before
 		c.cs = &c.own
 	}
 	return c
@@ -256,20 +257,21 @@ func (c *timedCall) Value(key any) any {
 
 // outgoing returns the context of the call with the lane in its metadata.
 func (ci *clientInterceptor) outgoing(ctx context.Context, method string) context.Context {
-	l := lane.FromContext(ctx)
+	v := lane.Carry(ctx) // the lane, the key and their headers, read once
+	l := v.Lane()
 	md, ok := metadata.FromOutgoingContext(ctx) // a copy; no allocation when there is none
 	if !ok && l != "" {
-		if e := lane.Encode(l); e != nil {
+		if e := v.Encoded(); e != nil {
 			// The common case: the metadata of the lane alone, built once
 			// per lane (gRPC does not modify the metadata of a context).
 			return ci.finish(metadata.NewOutgoingContext(ctx, metadata.MD(e.Metadata)), l, method)
 		}
 	}
-	if l != "" || ok && ci.hasLaneKeys(md) || lane.KeyFromContext(ctx) != "" {
+	if l != "" || ok && ci.hasLaneKeys(md) || v.Key() != "" {
 		if !ok {
 			md = metadata.MD{}
 		}
-		ci.prop.InjectCall(ctx, l, lane.Metadata(md)) // an invalid lane is written as the baseline; a baseline call carries the request key
+		ci.prop.InjectCarried(v, l, lane.Metadata(md)) // an invalid lane is written as the baseline; a baseline call carries the request key
 		ctx = metadata.NewOutgoingContext(ctx, md)
 	}
 	return ci.finish(ctx, l, method)
@@ -407,7 +409,9 @@ func (si *serverInterceptor) stream(srv any, ss grpc.ServerStream, info *grpc.St
 
 // incoming returns the handler's context, or the guard's refusal.
 func (si *serverInterceptor) incoming(ctx context.Context, method string) (context.Context, error) {
-	c := &incomingCarrier{ctx: ctx} // one carrier for every read
+	c := carriers.Get().(*incomingCarrier) // one carrier for every read
+	*c = incomingCarrier{ctx: ctx}
+	defer func() { *c = incomingCarrier{}; carriers.Put(c) }()
 	name, _, err := si.prop.Extract(c)
 	if err != nil {
 		si.invalidLane(ctx, method, err)
@@ -467,13 +471,16 @@ func (si *serverInterceptor) invalidLane(ctx context.Context, method string, err
 // incomingCarrier is a read-only lane.Carrier over the incoming metadata of
 // a server call. It reads the keys the propagator asks for, one by one,
 // instead of copying the whole metadata: a request without a lane costs no
-// allocation but the carrier's own. The baggage values, which several reads
-// look at, are copied once.
+// allocation. The baggage values, which several reads look at, are copied
+// once. Carriers are pooled: nothing holds one after the call's incoming
+// returns (what it returned, the metadata's strings, outlives it).
 type incomingCarrier struct {
 	ctx     context.Context
 	bag     []string
 	bagRead bool
 }
+
+var carriers = sync.Pool{New: func() any { return new(incomingCarrier) }}
 
 func (c *incomingCarrier) Get(key string) string {
 	if v := c.Values(key); len(v) > 0 {

@@ -5,10 +5,12 @@ import (
 	"testing"
 
 	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	"go.opentelemetry.io/otel/propagation"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	testpb "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/resolver"
 	"google.golang.org/grpc/resolver/manual"
 
@@ -19,17 +21,31 @@ import (
 	"github.com/lanesdev/lanes/routing"
 )
 
-// BenchmarkTracedUnary measures what tracing through lanes costs: a unary call traced by lanes
-// (client and server spans with the routing decision, on otelgrpc's stats handlers) against the
-// same call through grpc-go's round_robin traced by plain otelgrpc (x_otelgrpc, x_otelgrpc_cpu),
-// and the untraced lanes call against the untraced round_robin one (x_round_robin). The spans are
-// sampled and dropped (no exporter), so the figures are the instrumentation's own.
-func BenchmarkTracedUnary(b *testing.B) {
+// benchTracedUnary is BenchmarkUnary's "traced" cases: what tracing through lanes costs. A unary
+// call traced by lanes (otelgrpc's client and server spans, with the routing decision and the
+// server's side of the hop) against the same call through grpc-go's round_robin traced by plain
+// otelgrpc, client and server. Both sides propagate the trace context (W3C traceparent), as a
+// traced fleet does: otelgrpc's default propagator is OpenTelemetry's global one, which writes
+// nothing until a program sets one. The spans are sampled and dropped (no exporter), so the
+// figures are the instrumentation's own.
+//
+//   - plain-otel, lanes-traced, lanes-traced-lane: each alone, for its allocations;
+//   - cpu-vs-plain-otel/lanes-traced: a baseline call against the plain otelgrpc call, in
+//     alternating chunks (x_otelgrpc: wall time; x_otelgrpc_cpu: the process's CPU time, which a
+//     loaded machine disturbs least);
+//   - cpu-vs-plain-otel/lanes-traced-lane: a call in lane alice (which falls back to the
+//     baseline) against the plain otelgrpc call;
+//   - cpu-vs-plain-otel-with-lane-metadata/lanes-traced-lane: the same against a plain otelgrpc
+//     call that carries the same lane metadata, written by hand: what lanes itself costs;
+//   - cpu-vs-round-robin/lanes-untraced: the untraced lanes call against the untraced
+//     round_robin one, on the same servers' untraced twins.
+func benchTracedUnary(b *testing.B) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))
 	defer tp.Shutdown(context.Background())
+	tc := otelgrpc.WithPropagators(propagation.TraceContext{})
 	lanesAddr := serveEmpty(b, lanesgrpc.ServerOptions(lanesgrpc.WithTracerProvider(tp))...)
 	plainLanesAddr := serveEmpty(b, lanesgrpc.ServerOptions()...)
-	otelAddr := serveEmpty(b, grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(tp))))
+	otelAddr := serveEmpty(b, grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(tp), tc)))
 	plainAddr := serveEmpty(b)
 
 	reg := registry.NewMemory()
@@ -63,38 +79,47 @@ func BenchmarkTracedUnary(b *testing.B) {
 		b.Cleanup(func() { cc.Close() })
 		return testpb.NewTestServiceClient(cc)
 	}
-	otel := rrClient(otelAddr, grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithTracerProvider(tp))))
+	otel := rrClient(otelAddr, grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithTracerProvider(tp), tc)))
 	plain := rrClient(plainAddr)
 	traced := lanesClient("traced", lanesgrpc.WithTracerProvider(tp))
 	untraced := lanesClient("untraced")
 	bg := context.Background()
+	inLane := lane.WithLane(bg, "alice")
+	laneMD := metadata.NewOutgoingContext(bg, metadata.Pairs("x-lane", "alice", "baggage", "lane=alice")) //lanes:ignore the reference calls are plain gRPC calls, without lanes, on purpose
 	in := &testpb.Empty{}
-	compare := func(b *testing.B, c testpb.TestServiceClient, ctx context.Context, ref testpb.TestServiceClient, name string) {
-		call := func(c testpb.TestServiceClient, ctx context.Context) {
-			if _, err := c.EmptyCall(ctx, in); err != nil {
-				b.Fatal(err)
-			}
-		}
-		call(c, ctx)
-		call(ref, bg)
-		b.ReportAllocs()
-		b.ResetTimer()
-		wall, cpu := benchcpu.Compare(b, 256, func() { call(c, ctx) }, func() { call(ref, bg) })
-		b.StopTimer()
-		b.ReportMetric(wall, "x_"+name)
-		if cpu > 0 {
-			b.ReportMetric(cpu, "x_"+name+"_cpu")
+	call := func(b *testing.B, c testpb.TestServiceClient, ctx context.Context) {
+		if _, err := c.EmptyCall(ctx, in); err != nil {
+			b.Fatal(err)
 		}
 	}
-	b.Run("otelgrpc", func(b *testing.B) {
-		b.ReportAllocs()
-		for range b.N {
-			if _, err := otel.EmptyCall(bg, in); err != nil {
-				b.Fatal(err)
+	alone := func(c testpb.TestServiceClient, ctx context.Context) func(*testing.B) {
+		return func(b *testing.B) {
+			call(b, c, ctx)
+			b.ReportAllocs()
+			for b.Loop() {
+				call(b, c, ctx)
 			}
 		}
-	})
-	b.Run("lanes_traced", func(b *testing.B) { compare(b, traced, bg, otel, "otelgrpc") })
-	b.Run("lanes_traced_in_lane", func(b *testing.B) { compare(b, traced, lane.WithLane(bg, "alice"), otel, "otelgrpc") })
-	b.Run("lanes_untraced", func(b *testing.B) { compare(b, untraced, bg, plain, "round_robin") })
+	}
+	compare := func(c testpb.TestServiceClient, ctx context.Context, ref testpb.TestServiceClient, refCtx context.Context, name string) func(*testing.B) {
+		return func(b *testing.B) {
+			call(b, c, ctx)
+			call(b, ref, refCtx)
+			b.ReportAllocs()
+			b.ResetTimer()
+			wall, cpu := benchcpu.Compare(b, 256, func() { call(b, c, ctx) }, func() { call(b, ref, refCtx) })
+			b.StopTimer()
+			b.ReportMetric(wall, "x_"+name)
+			if cpu > 0 {
+				b.ReportMetric(cpu, "x_"+name+"_cpu")
+			}
+		}
+	}
+	b.Run("plain-otel", alone(otel, bg))
+	b.Run("lanes-traced", alone(traced, bg))
+	b.Run("lanes-traced-lane", alone(traced, inLane))
+	b.Run("cpu-vs-plain-otel/lanes-traced", compare(traced, bg, otel, bg, "otelgrpc"))
+	b.Run("cpu-vs-plain-otel/lanes-traced-lane", compare(traced, inLane, otel, bg, "otelgrpc"))
+	b.Run("cpu-vs-plain-otel-with-lane-metadata/lanes-traced-lane", compare(traced, inLane, otel, laneMD, "otelgrpc"))
+	b.Run("cpu-vs-round-robin/lanes-untraced", compare(untraced, bg, plain, bg, "round_robin"))
 }

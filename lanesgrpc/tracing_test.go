@@ -14,6 +14,7 @@ import (
 
 	testpb "google.golang.org/grpc/interop/grpc_testing"
 
+	"github.com/lanesdev/lanes/lane"
 	"github.com/lanesdev/lanes/lanesgrpc"
 	"github.com/lanesdev/lanes/lanesmetrics"
 	"github.com/lanesdev/lanes/lanestrace"
@@ -113,4 +114,32 @@ func counterVec(t *testing.T, reg *prometheus.Registry) prometheus.Collector {
 		t.Fatalf("labels %v", labels)
 	}
 	return reg
+}
+
+// Each call's client span counts its own attempts: the calls that share a pooled attempt timer
+// (a context that cannot be cancelled) do not add up each other's.
+func TestTracingRetriesPerCall(t *testing.T) {
+	m := newMesh(t)
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { tp.Shutdown(context.Background()) })
+	m.start("orders", "orders-1", "", withServerOptions(lanesgrpc.WithTracerProvider(tp)))
+	c := m.client("orders", lanesgrpc.WithTracerProvider(tp))
+	ctx := lane.WithLane(context.Background(), "alice") // no Done: the attempt timer is pooled; the response-header timeout bounds each call
+	for range 5 {
+		if _, err := c.UnaryCall(ctx, &testpb.SimpleRequest{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "ten spans", func() bool { return len(rec.Ended()) >= 10 })
+	for _, s := range rec.Ended() {
+		if s.SpanKind() != trace.SpanKindClient {
+			continue
+		}
+		for _, kv := range s.Attributes() {
+			if kv.Key == lanestrace.Retries && kv.Value.AsInt64() != 0 {
+				t.Errorf("a call without retries has lane.retries %d", kv.Value.AsInt64())
+			}
+		}
+	}
 }

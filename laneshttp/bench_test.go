@@ -73,7 +73,9 @@ func do(tb testing.TB, c *http.Client, req *http.Request) {
 //   - interleaved: one of each per iteration, each timed on its own; it
 //     reports the ratios x-plain-baseline and x-plain-lane (lanes time over
 //     plain time), which stay meaningful on a busy machine since the three
-//     share its noise.
+//     share its noise;
+//   - traced/...: the same GETs with tracing on, against plain otelhttp (see
+//     benchTracedRoundTrip).
 func BenchmarkRoundTrip(b *testing.B) {
 	srv := okServer(b)
 	e := benchEngine(b, srv.Listener.Addr().String())
@@ -168,6 +170,8 @@ func BenchmarkRoundTrip(b *testing.B) {
 		b.ReportMetric(float64(spent[1])/float64(spent[0]), "x-plain-baseline")
 		b.ReportMetric(float64(spent[2])/float64(spent[0]), "x-plain-lane")
 	})
+	// With tracing on: lanes against plain otelhttp (benchTracedRoundTrip).
+	b.Run("traced", benchTracedRoundTrip)
 }
 
 // stubBase answers every request with the same response, without a network:

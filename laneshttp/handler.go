@@ -1,6 +1,7 @@
 package laneshttp
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
@@ -93,17 +94,19 @@ func (m *Middleware) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		m.traced.ServeHTTP(w, r)
 		return
 	}
-	m.serve(w, r)
+	m.serve(w, r, r.Context())
 }
 
 // serveTraced serves r inside lanes' own server span, which it offers to an
 // inner otelhttp handler (see shareSpan).
 func (m *Middleware) serveTraced(w http.ResponseWriter, r *http.Request) {
-	m.serve(w, r.WithContext(shareSpan(r.Context())))
+	m.serve(w, r, shareSpan(r.Context()))
 }
 
-func (m *Middleware) serve(w http.ResponseWriter, r *http.Request) {
-	span := trace.SpanFromContext(r.Context()) // lanes' server span, or an outer handler's
+// serve serves r, whose context is ctx: the request's, or a child of it
+// that the request is given once, with the lane, before next serves it.
+func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, ctx context.Context) {
+	span := trace.SpanFromContext(ctx) // lanes' server span, or an outer handler's
 	traced := span.IsRecording()
 	name, _, err := m.prop.Extract(lane.HTTPHeader(r.Header))
 	if err != nil {
@@ -124,7 +127,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request) {
 	} else if traced {
 		hopspan.RecordServer(span, name, "", true, false)
 	}
-	ctx := lane.WithLane(r.Context(), name)
+	ctx = lane.WithLane(ctx, name)
 	if name == "" {
 		// The entry of a baseline request gives it a request key, which its
 		// next hops carry on, so that every hop splits it alike.

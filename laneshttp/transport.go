@@ -217,10 +217,11 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		closeBody(req)
 		return nil, err
 	}
+	carried := lane.Carry(ctx) // the lane and key, read once for the pick and the headers
 	rt := roundTrips.Get().(*roundTrip)
-	*rt = roundTrip{t: t, req: req, base: t.baseFor(true), body: req.Body}
+	*rt = roundTrip{t: t, req: req, carried: carried, base: t.baseFor(true), body: req.Body}
 	defer rt.release()
-	sp := routedcall.Spec{Service: svc, Request: routing.RequestFromContext(ctx, t.zone, t.host), Method: req.Method, Idempotent: t.isIdempotent(req)}
+	sp := routedcall.Spec{Service: svc, Request: routing.RequestOf(carried, t.zone, t.host), Method: req.Method, Idempotent: t.isIdempotent(req)}
 	var c routedcall.Call // on the stack: the sender does not hold it
 	if err := c.Run(ctx, &t.call, sp, rt); err != nil {
 		closeBody(req)
@@ -237,13 +238,14 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 // returns, so that the request allocates only the copies it sends
 // (outbound).
 type roundTrip struct {
-	t    *Transport
-	req  *http.Request
-	base http.RoundTripper
-	body io.ReadCloser // the body of the next attempt
-	next bool          // body is a fresh copy, made by Replayable, not sent yet
-	res  *http.Response
-	err  error
+	t       *Transport
+	req     *http.Request
+	carried *lane.Carried // what the request's context carries
+	base    http.RoundTripper
+	body    io.ReadCloser // the body of the next attempt
+	next    bool          // body is a fresh copy, made by Replayable, not sent yet
+	res     *http.Response
+	err     error
 }
 
 var roundTrips = sync.Pool{New: func() any { return new(roundTrip) }}
@@ -257,7 +259,7 @@ func (rt *roundTrip) release() {
 func (rt *roundTrip) Send(ctx context.Context, pick routing.Result) routedcall.Attempt {
 	rt.next = false
 	req := rt.req
-	rt.res, rt.err = rt.base.RoundTrip(rt.t.outbound(ctx, req, pick, rt.body))
+	rt.res, rt.err = rt.base.RoundTrip(rt.t.outbound(ctx, req, rt.carried, pick, rt.body))
 	a := attempt(req, rt.res, rt.err)
 	if rt.t.classify != nil {
 		a.Classified, a.Outcome = true, rt.t.classify(req, rt.res, rt.err)
@@ -385,12 +387,12 @@ func (t *Transport) waitReady(ctx context.Context, svc *routing.Service) error {
 // outbound returns the request to send to the picked instance: a shallow copy
 // of req with its own URL, the given body, and headers that carry the pick's
 // request lane, made with ctx (the call's context: its client span when it
-// is traced). req is not modified.
+// is traced), whose lane and key v holds. req is not modified.
 //
 // When ctx has OpenTelemetry baggage that says otherwise, the copy's
 // context has it rewritten to the pick's lane (lane.SyncBaggage), so that an
 // otelhttp transport under this one writes the same lane.
-func (t *Transport) outbound(ctx context.Context, req *http.Request, pick routing.Result, body io.ReadCloser) *http.Request {
+func (t *Transport) outbound(ctx context.Context, req *http.Request, v *lane.Carried, pick routing.Result, body io.ReadCloser) *http.Request {
 	var out *http.Request
 	var u *url.URL
 	if sc := lane.SyncBaggage(ctx, pick.RequestLane); sc != req.Context() {
@@ -409,12 +411,10 @@ func (t *Transport) outbound(ctx context.Context, req *http.Request, pick routin
 		out.Host = req.URL.Host
 	}
 	out.Body = body
-	out.Header = t.headers(ctx, req.Header, pick.RequestLane)
-	if t.call.Tracer != nil {
-		if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
-			out.Header = out.Header.Clone() // it may be the caller's, or shared by every request of the lane
-			traceContext.Inject(ctx, propagation.HeaderCarrier(out.Header))
-		}
+	traced := t.call.Tracer != nil && trace.SpanContextFromContext(ctx).IsValid()
+	out.Header = t.headers(req.Header, v, pick.RequestLane, traced)
+	if traced {
+		traceContext.Inject(ctx, inPlace(out.Header)) // into the slot headers made for it
 	}
 	return out
 }
@@ -428,41 +428,48 @@ type outRequest struct {
 // traceContext writes the W3C traceparent header of a traced request.
 var traceContext propagation.TraceContext
 
-// headers returns h with the lane l written, as a copy when that changes
-// anything: always for a lane, and for the baseline only when h has lane
-// headers to remove or ctx has a request key to carry on.
-func (t *Transport) headers(ctx context.Context, h http.Header, l string) http.Header {
-	key := l == "" && lane.KeyFromContext(ctx) != ""
-	if l == "" && !key && !t.hasLaneHeaders(h) {
+// headers returns h with the lane l written, and v's request key for a
+// baseline call, as a copy when that changes anything: always for a lane,
+// and for the baseline only when h has lane headers to remove or v has a
+// request key to carry on. A traced call (traced) always gets a copy, with
+// room for the trace context.
+func (t *Transport) headers(h http.Header, v *lane.Carried, l string, traced bool) http.Header {
+	key := l == "" && v.Key() != ""
+	write := l != "" || key || t.hasLaneHeaders(h) // the lane headers change
+	if !write && !traced {
 		return h
 	}
-	if len(h) == 0 && l != "" {
-		if e := lane.Encode(l); e != nil {
+	if len(h) == 0 && l != "" && !traced {
+		e := v.Encoded()
+		if l != v.Lane() {
+			e = lane.Encode(l) // a canary split chose another lane
+		}
+		if e != nil {
 			return e.HTTP // built once per lane; RoundTrippers do not modify headers
 		}
 	}
 	// A copy as http.Header.Clone makes it: one backing array for all the
 	// values, each slice capped so that appending to it copies; plus two
 	// slots for the lane headers, so that the propagator writes them in
-	// place.
+	// place, and a third for the trace context.
 	n := 0
-	for _, v := range h {
-		n += len(v)
+	for _, vs := range h {
+		n += len(vs)
 	}
-	sv := make([]string, n+2)
-	c := make(http.Header, len(h)+2)
-	for k, v := range h {
+	sv := make([]string, n+3)
+	c := make(http.Header, len(h)+3)
+	for k, vs := range h {
 		if ck := t.laneKey(k); ck != "" && ck != k {
 			// A lane header set under a spelling that is not canonical
 			// would go out as a second header: merge it.
-			c[ck] = append(c[ck], v...)
+			c[ck] = append(c[ck], vs...)
 			continue
 		}
-		if v == nil {
+		if vs == nil {
 			c[k] = nil
 			continue
 		}
-		m := copy(sv, v)
+		m := copy(sv, vs)
 		if prev, ok := c[k]; ok { // merged into from another spelling
 			c[k] = append(prev, sv[:m:m]...)
 		} else {
@@ -477,16 +484,27 @@ func (t *Transport) headers(ctx context.Context, h http.Header, l string) http.H
 			}
 		}
 	} else if key && len(c["Baggage"]) == 0 {
-		c["Baggage"] = sv[:1:1]
+		c["Baggage"], sv = sv[:1:1], sv[1:]
 	}
-	t.prop.InjectCall(ctx, l, inPlace(c))
+	if traced && len(c[traceparent]) == 0 {
+		c[traceparent] = sv[:1:1]
+	}
+	if write {
+		t.prop.InjectCarried(v, l, inPlace(c))
+	}
 	return c
 }
 
-// inPlace is a lane.Carrier over headers that the transport owns: Set
-// overwrites the first value of a header that has one, instead of allocating
-// a new slice.
+// inPlace is a lane.Carrier, and an OpenTelemetry TextMapCarrier, over
+// headers that the transport owns: Set overwrites the first value of a
+// header that has one, instead of allocating a new slice.
 type inPlace http.Header
+
+// traceparent is the canonical key of the W3C trace context header.
+const traceparent = "Traceparent"
+
+// Keys returns the header names, for OpenTelemetry's propagators.
+func (h inPlace) Keys() []string { return propagation.HeaderCarrier(h).Keys() }
 
 func (h inPlace) Get(key string) string      { return lane.HTTPHeader(h).Get(key) }
 func (h inPlace) Values(key string) []string { return lane.HTTPHeader(h).Values(key) }
@@ -498,6 +516,8 @@ func (h inPlace) Set(key, value string) {
 		key = "X-Lane"
 	case lane.BaggageHeader:
 		key = "Baggage"
+	case "traceparent":
+		key = traceparent
 	default:
 		key = http.CanonicalHeaderKey(key)
 	}

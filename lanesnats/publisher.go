@@ -103,15 +103,16 @@ func (p *Publisher) Publish(ctx context.Context, subject string, data []byte, op
 // lane headers. A Nats-Msg-Id in msg's header, or given with
 // jetstream.WithMsgID, deduplicates retries.
 func (p *Publisher) PublishMsg(ctx context.Context, msg *nats.Msg, opts ...jetstream.PublishOpt) (*jetstream.PubAck, error) {
-	out, err := p.stamp(ctx, msg)
+	v := lane.Carry(ctx) // the lane and its headers, read once
+	out, err := p.stamp(v, msg)
 	if err != nil {
 		return nil, err
 	}
 	if p.tracer != nil {
 		var span trace.Span
-		if ctx, span = p.startSpan(ctx, out); span.IsRecording() {
+		if ctx, span = p.startSpan(ctx, v, out); span.IsRecording() {
 			defer span.End()
-			ack, err := p.js.PublishMsg(lane.SyncBaggage(ctx, lane.FromContext(ctx)), out, opts...)
+			ack, err := p.js.PublishMsg(lane.SyncBaggage(ctx, v.Lane()), out, opts...)
 			if err != nil {
 				span.SetStatus(codes.Error, err.Error())
 			}
@@ -120,7 +121,7 @@ func (p *Publisher) PublishMsg(ctx context.Context, msg *nats.Msg, opts ...jetst
 	}
 	// A JetStream that injects the context's OpenTelemetry baggage into the
 	// message (a tracing wrapper) must write the lane stamped here.
-	return p.js.PublishMsg(lane.SyncBaggage(ctx, lane.FromContext(ctx)), out, opts...)
+	return p.js.PublishMsg(lane.SyncBaggage(ctx, v.Lane()), out, opts...)
 }
 
 // PublishMsgAsync is PublishMsg without waiting: the returned future
@@ -129,21 +130,23 @@ func (p *Publisher) PublishMsg(ctx context.Context, msg *nats.Msg, opts ...jetst
 // when it fails. ctx gives the lane; the wait is bounded by the
 // JetStream context's async options, not by ctx.
 func (p *Publisher) PublishMsgAsync(ctx context.Context, msg *nats.Msg, opts ...jetstream.PublishOpt) (jetstream.PubAckFuture, error) {
-	out, err := p.stamp(ctx, msg)
+	v := lane.Carry(ctx)
+	out, err := p.stamp(v, msg)
 	if err != nil {
 		return nil, err
 	}
 	if p.tracer != nil {
-		if _, span := p.startSpan(ctx, out); span.IsRecording() {
+		if _, span := p.startSpan(ctx, v, out); span.IsRecording() {
 			span.End() // the span of the publish, not of its acknowledgement
 		}
 	}
 	return p.js.PublishMsgAsync(out, opts...)
 }
 
-// startSpan starts the producer span of out and writes its traceparent into out's header.
-func (p *Publisher) startSpan(ctx context.Context, out *nats.Msg) (context.Context, trace.Span) {
-	l := normLane(lane.FromContext(ctx))
+// startSpan starts the producer span of out, published in the lane of v, and writes its
+// traceparent into out's header.
+func (p *Publisher) startSpan(ctx context.Context, v *lane.Carried, out *nats.Msg) (context.Context, trace.Span) {
+	l := carriedLane(v)
 	ctx, span := p.tracer.Start(ctx, "publish "+p.topic, trace.WithSpanKind(trace.SpanKindProducer),
 		trace.WithAttributes(lanestrace.Requested.String(l), lanestrace.Served.String(l), lanestrace.Service.String(p.topic),
 			lanestrace.FallbackReason.String(lanestrace.ReasonNone),
@@ -162,16 +165,24 @@ func (p *Publisher) startSpan(ctx context.Context, out *nats.Msg) (context.Conte
 // traceContext writes and reads the W3C traceparent header of traced messages.
 var traceContext propagation.TraceContext
 
-// stamp returns the message to publish: a copy of msg on the lane's subject,
-// with the lane headers and a message id.
-func (p *Publisher) stamp(ctx context.Context, msg *nats.Msg) (*nats.Msg, error) {
+// carriedLane returns the lane of v, normalised ("" for the baseline or an invalid lane).
+func carriedLane(v *lane.Carried) string {
+	if v.Encoded() != nil {
+		return v.Lane() // normalised already
+	}
+	return normLane(v.Lane())
+}
+
+// stamp returns the message to publish: a copy of msg on the subject of the lane of v (what
+// the publishing context carries), with the lane headers and a message id.
+func (p *Publisher) stamp(v *lane.Carried, msg *nats.Msg) (*nats.Msg, error) {
 	if msg == nil {
 		return nil, fmt.Errorf("%w: nil message", ErrInvalidSubject)
 	}
 	if err := checkSubject(msg.Subject); err != nil {
 		return nil, err
 	}
-	l := normLane(lane.FromContext(ctx))
+	l := carriedLane(v)
 	var h nats.Header
 	switch {
 	case len(msg.Header) > 0:
@@ -182,8 +193,13 @@ func (p *Publisher) stamp(ctx context.Context, msg *nats.Msg) (*nats.Msg, error)
 		p.prop.InjectLane(l, lane.MessageHeader(h))
 	case l != "":
 		// The common case, without the propagator's merging: a lane message
-		// with no headers of its own.
-		h = nats.Header{lane.Header: {l}, lane.BaggageHeader: {lane.BaggageKey + "=" + l}}
+		// with no headers of its own. The values are the lane's encoded
+		// ones, shared: nothing modifies them.
+		e := v.Encoded()
+		if e == nil || e.Header[0] != l {
+			e = lane.Encode(l)
+		}
+		h = nats.Header{lane.Header: e.Header, lane.BaggageHeader: e.Baggage}
 	}
 	if p.autoID && len(h[MsgIDHeader]) == 0 {
 		if h == nil {

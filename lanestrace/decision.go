@@ -19,21 +19,28 @@ type Decision struct {
 	Retries   int // moves to another instance within the call
 }
 
-// Attributes returns d as span attributes.
+// Attributes returns d as span attributes. Those at the value that a reader of the span takes
+// for an absent attribute are left out: lane.served for the baseline (""), lane.retries for a
+// call that did not move (0), lane.eligible for none (0). lane.requested is always there: it
+// marks a span that lanes wrote.
 func (d Decision) Attributes() []attribute.KeyValue {
-	return []attribute.KeyValue{
-		Service.String(d.Service),
-		Requested.String(d.Requested),
-		Served.String(d.Served),
-		FallbackReason.String(d.Reason),
-		InstanceID.String(d.Instance),
-		InstanceAddr.String(d.Addr),
-		Eligible.Int(d.Eligible),
-		Retries.Int(d.Retries),
+	kv := make([]attribute.KeyValue, 0, 8)
+	kv = append(kv, Service.String(d.Service), Requested.String(d.Requested))
+	if d.Served != "" {
+		kv = append(kv, Served.String(d.Served))
 	}
+	kv = append(kv, FallbackReason.String(d.Reason), InstanceID.String(d.Instance), InstanceAddr.String(d.Addr))
+	if d.Eligible != 0 {
+		kv = append(kv, Eligible.Int(d.Eligible))
+	}
+	if d.Retries != 0 {
+		kv = append(kv, Retries.Int(d.Retries))
+	}
+	return kv
 }
 
-// Record sets d on span, and marks the span failed when no instance was chosen.
+// Record sets d on span (its Attributes), and marks the span failed when no instance was
+// chosen.
 func (d Decision) Record(span trace.Span) {
 	span.SetAttributes(d.Attributes()...)
 	if d.Instance == "" {

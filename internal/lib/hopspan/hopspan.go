@@ -7,12 +7,15 @@ import (
 	"errors"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/lanesdev/lanes/internal/lib/cowmap"
 	"github.com/lanesdev/lanes/lanestrace"
 	"github.com/lanesdev/lanes/routing"
 )
@@ -75,14 +78,80 @@ func ReasonFor(e *routing.Engine, service, requested, served string) string {
 
 // RecordServer sets the server side of a hop on span: the lane the request carried, the lane of
 // the instance serving it, whether the lane guard admitted it, and whether only because the path
-// or method is exempt (exempt: then the request is not lane traffic).
+// or method is exempt (exempt: then the request is not lane traffic). The attribute set of each
+// combination is made once (see attrSets), so that recording it allocates nothing.
 func RecordServer(span trace.Span, requested, instanceLane string, admitted, exempt bool) {
-	if exempt {
-		span.SetAttributes(lanestrace.Requested.String(requested), lanestrace.InstanceLane.String(instanceLane), lanestrace.GuardAdmitted.Bool(admitted), lanestrace.GuardExempt.Bool(true))
+	k := serverKey{requested, instanceLane, admitted, exempt}
+	span.SetAttributes(serverSets.get(k, k.attributes, func(k serverKey) serverKey {
+		k.requested, k.instanceLane = strings.Clone(k.requested), strings.Clone(k.instanceLane)
+		return k
+	})...)
+}
+
+// serverKey is the server side of a hop, as RecordServer records it.
+type serverKey struct {
+	requested, instanceLane string
+	admitted, exempt        bool
+}
+
+// attributes returns k as span attributes, leaving out those at the value a reader takes for an
+// absent one (lane.instance.lane for the baseline, lane.guard.exempt when false).
+func (k serverKey) attributes() []attribute.KeyValue {
+	kv := make([]attribute.KeyValue, 0, 4)
+	kv = append(kv, lanestrace.Requested.String(k.requested))
+	if k.instanceLane != "" {
+		kv = append(kv, lanestrace.InstanceLane.String(k.instanceLane))
+	}
+	kv = append(kv, lanestrace.GuardAdmitted.Bool(k.admitted))
+	if k.exempt {
+		kv = append(kv, lanestrace.GuardExempt.Bool(true))
+	}
+	return kv
+}
+
+// RecordDecision sets the routing decision d on the client span of a call, as d.Record does,
+// with d's attribute set made once (see attrSets): recording the decision of a call like one
+// recorded before allocates nothing.
+func RecordDecision(span trace.Span, d lanestrace.Decision) {
+	if d.Instance == "" || d.Retries != 0 {
+		d.Record(span) // no instance: the span fails, with its message; a retry is rare
 		return
 	}
-	span.SetAttributes(lanestrace.Requested.String(requested), lanestrace.InstanceLane.String(instanceLane), lanestrace.GuardAdmitted.Bool(admitted))
+	span.SetAttributes(decisionSets.get(d, d.Attributes, func(d lanestrace.Decision) lanestrace.Decision {
+		d.Requested = strings.Clone(d.Requested) // read from a request; the rest is the engine's
+		return d
+	})...)
 }
+
+// attrSets caches attribute sets by what they describe: the decisions of the routes and lanes
+// that a process calls, and the server sides of the hops it serves, are few, and each is made
+// once. The attributes are shared: the span SDK copies what SetAttributes is given. Lane names
+// and instances come from outside, so an attrSets holds at most maxSets entries; past that,
+// a set is made for each call, as it was before there was a cache.
+type attrSets[K comparable] struct {
+	m cowmap.Map[K, []attribute.KeyValue]
+}
+
+// maxSets bounds each cache of attribute sets.
+const maxSets = 1024
+
+// get returns the set of k, made by make; own returns a copy of k that holds none of the request's
+// memory, to keep.
+func (c *attrSets[K]) get(k K, make func() []attribute.KeyValue, own func(K) K) []attribute.KeyValue {
+	if kv, ok := c.m.Load(k); ok {
+		return kv
+	}
+	if c.m.Len() >= maxSets {
+		return make()
+	}
+	kv, _ := c.m.LoadOrStore(own(k), make, maxSets)
+	return kv
+}
+
+var (
+	serverSets   attrSets[serverKey]
+	decisionSets attrSets[lanestrace.Decision]
+)
 
 // EndHTTP records on the client span of an HTTP call its routing decision d and its outcome (err,
 // or the status of res), and ends the span. The gateway and laneshttp.Transport end their spans
@@ -98,7 +167,7 @@ func EndHTTP(span trace.Span, d lanestrace.Decision, res *http.Response, err err
 // EndStatus is EndHTTP for an answer known by its status code alone (0: no
 // answer), as a client other than net/http's gives it.
 func EndStatus(span trace.Span, d lanestrace.Decision, status int, err error) {
-	d.Record(span)
+	RecordDecision(span, d)
 	switch {
 	case err != nil:
 		span.SetStatus(codes.Error, err.Error())

@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace/noop"
 	"go.uber.org/goleak"
 
 	"github.com/lanesdev/lanes/internal/lib/hopspan"
@@ -81,5 +83,60 @@ outlier: {errors: 1}
 	res.Report(false)
 	if d := decide("orders", "alice"); d.Reason != lanestrace.ReasonEjected || d.Served != "" {
 		t.Errorf("alice ejected: %+v", d)
+	}
+}
+
+// attrSpan keeps the attributes it is given, in a slice it reuses.
+type attrSpan struct {
+	noop.Span
+	kv []attribute.KeyValue
+}
+
+func (s *attrSpan) SetAttributes(kv ...attribute.KeyValue) { s.kv = append(s.kv[:0], kv...) }
+func (s *attrSpan) IsRecording() bool                      { return true }
+
+func (s *attrSpan) attrs() map[attribute.Key]attribute.Value {
+	m := map[attribute.Key]attribute.Value{}
+	for _, kv := range s.kv {
+		m[kv.Key] = kv.Value
+	}
+	return m
+}
+
+// A decision and a server side are recorded from attribute sets made once: recording one like
+// it again allocates nothing. The attributes at the value a reader takes for an absent one are
+// left out, the others are all there.
+func TestRecordSets(t *testing.T) {
+	span := &attrSpan{kv: make([]attribute.KeyValue, 0, 16)}
+	d := lanestrace.Decision{Service: "orders", Requested: "alice", Reason: lanestrace.ReasonNoInstanceInLane, Instance: "o1", Addr: "127.0.0.1:1", Eligible: 2}
+	hopspan.RecordDecision(span, d)
+	got := span.attrs()
+	if len(got) != 6 || got[lanestrace.Service].AsString() != "orders" || got[lanestrace.Requested].AsString() != "alice" ||
+		got[lanestrace.InstanceAddr].AsString() != "127.0.0.1:1" || got[lanestrace.Eligible].AsInt64() != 2 {
+		t.Errorf("decision attributes %v", got)
+	}
+	if _, ok := got[lanestrace.Served]; ok {
+		t.Error("lane.served written for the baseline")
+	}
+	if n := testing.AllocsPerRun(100, func() { hopspan.RecordDecision(span, d) }); n != 0 {
+		t.Errorf("RecordDecision allocates %v times", n)
+	}
+	d.Served, d.Retries = "alice", 1
+	hopspan.RecordDecision(span, d)
+	if got := span.attrs(); got[lanestrace.Served].AsString() != "alice" || got[lanestrace.Retries].AsInt64() != 1 {
+		t.Errorf("decision attributes %v", got)
+	}
+
+	hopspan.RecordServer(span, "alice", "", true, false)
+	got = span.attrs()
+	if len(got) != 2 || got[lanestrace.Requested].AsString() != "alice" || !got[lanestrace.GuardAdmitted].AsBool() {
+		t.Errorf("server attributes %v", got)
+	}
+	if n := testing.AllocsPerRun(100, func() { hopspan.RecordServer(span, "alice", "", true, false) }); n != 0 {
+		t.Errorf("RecordServer allocates %v times", n)
+	}
+	hopspan.RecordServer(span, "", "bob", false, true)
+	if got := span.attrs(); got[lanestrace.InstanceLane].AsString() != "bob" || got[lanestrace.GuardAdmitted].AsBool() || !got[lanestrace.GuardExempt].AsBool() {
+		t.Errorf("server attributes %v", got)
 	}
 }
