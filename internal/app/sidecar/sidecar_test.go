@@ -273,6 +273,18 @@ func TestOutboundPickIsTheEngines(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	waitBody(t, c, "http://back/", "c1", "x-lane", "carol") // the sidecar's engine sees the fleet
+	// The test's engine, which judges, has the policy in force too.
+	for {
+		changed := e.Engine.PolicyChanged()
+		if p := e.Engine.Policy(); p != nil && p.Lanes["solo"].Strict {
+			break
+		}
+		select {
+		case <-changed:
+		case <-time.After(time.Until(deadline)):
+			t.Fatal("the test's engine never took the policy in")
+		}
+	}
 	for _, l := range []string{"", "alice", "bob", "carol", "dave", "solo", "Alice", "not a lane"} {
 		d, err := svc.Resolve(requestIn(l))
 		for range 6 {
