@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace"
 
@@ -176,4 +177,53 @@ func producerAttrs(topic, system, dest, l string) []attribute.KeyValue {
 	return []attribute.KeyValue{lanestrace.Requested.String(l), lanestrace.Served.String(l), lanestrace.Service.String(topic),
 		lanestrace.FallbackReason.String(lanestrace.ReasonNone),
 		semconv.MessagingSystemKey.String(system), semconv.MessagingDestinationName(dest)}
+}
+
+// Stamp returns the headers of a message published in lane l (normalised
+// with Norm): a copy of h with the lane in the x-lane header and the lane
+// member of the W3C baggage header, as prop writes them (prop's aliases and
+// stale lane headers are removed from a baseline message). It returns nil
+// for a baseline message without headers.
+func Stamp(prop lane.Propagator, l string, h map[string][]string) map[string][]string {
+	switch {
+	case len(h) > 0:
+		out := make(lane.MessageHeader, len(h)+2)
+		for k, v := range h {
+			out[k] = v
+		}
+		prop.InjectLane(l, out)
+		return out
+	case l != "":
+		return map[string][]string{lane.Header: {l}, lane.BaggageHeader: {lane.BaggageKey + "=" + l}}
+	}
+	return nil
+}
+
+// traceContext writes and reads the W3C traceparent header of messages.
+var traceContext propagation.TraceContext
+
+// InjectTrace writes the span context of ctx into h (traceparent,
+// tracestate), when it has one. h must not be nil.
+func InjectTrace(ctx context.Context, h map[string][]string) {
+	traceContext.Inject(ctx, textMap(h))
+}
+
+// ExtractTrace returns ctx with the remote span context of h's
+// traceparent, if any.
+func ExtractTrace(ctx context.Context, h map[string][]string) context.Context {
+	return traceContext.Extract(ctx, textMap(h))
+}
+
+// textMap is message headers as a propagation.TextMapCarrier, keys matched
+// without regard to case (lane.MessageHeader).
+type textMap map[string][]string
+
+func (m textMap) Get(key string) string { return lane.MessageHeader(m).Get(key) }
+func (m textMap) Set(key, v string)     { lane.MessageHeader(m).Set(key, v) }
+func (m textMap) Keys() []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
 }

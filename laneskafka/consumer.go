@@ -1,0 +1,399 @@
+package laneskafka
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/lanesdev/lanes/internal/lib/mqlane"
+	"github.com/lanesdev/lanes/lanestrace"
+	"github.com/lanesdev/lanes/registry"
+	"github.com/lanesdev/lanes/routing"
+)
+
+// Label keys that NewConsumer adds to the instance it registers.
+const (
+	LabelService = mqlane.LabelService
+	LabelGroup   = mqlane.LabelGroup
+	LabelTopic   = mqlane.LabelTopic
+)
+
+// apiTimeout bounds one admin request or commit.
+const apiTimeout = 5 * time.Second
+
+// ConsumerConfig says what a Consumer consumes and where it registers.
+type ConsumerConfig struct {
+	// Service is the consuming service, such as "billing". Required.
+	Service string
+	// Group is the consumer group within the service: every message of the
+	// topic is handled once per group. Required; see CheckGroup.
+	Group string
+	// Topic is the topic consumed. Required; see CheckTopic.
+	Topic string
+	// ClientOpts are the options of the Kafka clients the consumer makes:
+	// the seed brokers (kgo.SeedBrokers, required), TLS, SASL, and group
+	// settings such as kgo.SessionTimeout (how soon the group notices a
+	// dead member). The consumer adds the group, the topic, manual commits
+	// and kgo.BlockRebalanceOnPoll.
+	ClientOpts []kgo.Opt
+	// Registry is where the consumer registers (under the service
+	// "mq.<Service>.<Group>"), with a lease that keeps it alive. Required.
+	Registry registry.Registry
+	// Engine decides which consumers handle which lane; it must follow
+	// Registry and, for fallback chains, strict lanes and tag rules, the
+	// policy store. Required.
+	Engine *routing.Engine
+	// Instance holds the fields of the registration that code sets, as in
+	// lanesnats; Addr defaults to LANES_ADDR, then to the first seed
+	// broker.
+	Instance registry.Instance
+}
+
+// A Handler handles the messages a Consumer delivers. ctx carries the lane
+// of the message. Returning nil marks the record handled: its offset is
+// committed after the handlers of the records polled with it have returned.
+// Returning an error handles it again after a delay (WithRetryDelays),
+// until WithMaxDeliver attempts failed; it then goes to the dead-letter
+// topic. A record is handled again after a consumer died before committing
+// it: deduplicate on (Topic, Partition, Offset) when that matters.
+type Handler interface {
+	HandleMessage(ctx context.Context, d *Delivery) error
+}
+
+// HandlerFunc adapts a function to a Handler.
+type HandlerFunc func(ctx context.Context, d *Delivery) error
+
+// HandleMessage calls f(ctx, d).
+func (f HandlerFunc) HandleMessage(ctx context.Context, d *Delivery) error { return f(ctx, d) }
+
+// Delivery is one handling of a record.
+type Delivery struct {
+	// Lane is the lane of the record ("" the baseline): the lane of its
+	// topic. It is also the lane of the handler's context.
+	Lane string
+	// Key, Value and Header are the record's; Header holds the record
+	// headers by key (the last value last).
+	Key, Value []byte
+	Header     map[string][]string
+	// Topic, Partition and Offset identify the record.
+	Topic     string
+	Partition int32
+	Offset    int64
+	// Attempt counts this consumer's attempts at the record, this one
+	// included.
+	Attempt int
+	// Record is the record as received. Do not commit it: the Consumer does.
+	Record *kgo.Record
+}
+
+// Stats counts what a Consumer did.
+type Stats struct {
+	Handled      uint64 // records handled and committed
+	Failed       uint64 // handler errors
+	DeadLettered uint64 // records sent to the dead-letter topic
+}
+
+// A Consumer handles the messages of one topic for one consumer group of a
+// service, in the lanes the routing engine gives it (internal/lib/mqlane),
+// each lane's topic in that lane's Kafka consumer group. See docs/mq.md.
+type Consumer struct {
+	cfg     ConsumerConfig
+	o       consumerOptions
+	h       Handler
+	log     *slog.Logger
+	engine  *routing.Engine
+	svc     *routing.Service
+	inst    registry.Instance
+	lease   registry.Lease
+	meta    *kgo.Client // discovery and dead letters
+	adm     *kadm.Client
+	tracer  trace.Tracer
+	regName string
+
+	ctx     context.Context
+	cancel  context.CancelFunc
+	done    chan struct{}
+	aborted atomic.Bool // abort: no commits, no goodbye
+
+	known map[string]bool // lanes discovered; coordinator only
+
+	mu        sync.Mutex
+	readers   map[string]*reader
+	err       error
+	closeOnce sync.Once
+
+	handled, failed, deadLettered atomic.Uint64
+}
+
+// NewConsumer registers a consumer instance of cfg.Service for cfg.Group and
+// starts handling the lanes the routing engine gives it, with h. It returns
+// once registered; Close stops it.
+func NewConsumer(ctx context.Context, cfg ConsumerConfig, h Handler, opts ...ConsumerOpt) (*Consumer, error) {
+	o := defaultConsumerOptions()
+	for _, opt := range opts {
+		if opt == nil {
+			continue
+		}
+		if err := opt(&o); err != nil {
+			return nil, err
+		}
+	}
+	switch {
+	case h == nil:
+		return nil, fmt.Errorf("%w: nil Handler", ErrInvalidOption)
+	case cfg.Registry == nil:
+		return nil, fmt.Errorf("%w: ConsumerConfig.Registry is required", ErrInvalidOption)
+	case cfg.Engine == nil:
+		return nil, fmt.Errorf("%w: ConsumerConfig.Engine is required", ErrInvalidOption)
+	}
+	if err := registry.CheckService(cfg.Service); err != nil {
+		return nil, fmt.Errorf("%w: ConsumerConfig.Service: %w", ErrInvalidOption, err)
+	}
+	if err := CheckGroup(cfg.Group); err != nil {
+		return nil, err
+	}
+	if err := CheckTopic(cfg.Topic); err != nil {
+		return nil, err
+	}
+	regName := mqlane.RegistryService(cfg.Service, cfg.Group)
+	if s := cfg.Instance.Service; s != "" && s != regName {
+		return nil, fmt.Errorf("%w: ConsumerConfig.Instance.Service %q: leave it empty (the consumer registers as %q)", ErrInvalidOption, s, regName)
+	}
+	if o.log == nil {
+		o.log = slog.Default()
+	}
+	meta, err := kgo.NewClient(cfg.ClientOpts...)
+	if err != nil {
+		return nil, fmt.Errorf("%w: ConsumerConfig.ClientOpts: %w", ErrInvalidOption, err)
+	}
+	c := &Consumer{cfg: cfg, o: o, h: h, engine: cfg.Engine, meta: meta, adm: kadm.NewClient(meta), regName: regName,
+		tracer: lanestrace.Tracer(o.tp), done: make(chan struct{}), known: map[string]bool{}, readers: map[string]*reader{},
+		log: o.log.With("service", cfg.Service, "group", cfg.Group, "topic", cfg.Topic)}
+	in := cfg.Instance
+	in.Service = regName
+	in.Labels = mqlane.Labels(in.Labels, cfg.Service, cfg.Group, cfg.Topic)
+	var seed net.Addr
+	if seeds := meta.OptValues(kgo.SeedBrokers); len(seeds) > 0 {
+		if ss, ok := seeds[0].([]string); ok && len(ss) > 0 {
+			if a, err := net.ResolveTCPAddr("tcp", ss[0]); err == nil {
+				seed = a
+			}
+		}
+	}
+	c.inst, err = registry.Place(in, o.lane, "", o.getenv, seed)
+	if err != nil {
+		meta.Close()
+		return nil, fmt.Errorf("laneskafka: instance: %w", err)
+	}
+	c.lease, err = cfg.Registry.Register(ctx, c.inst, o.ttl)
+	if err != nil {
+		meta.Close()
+		return nil, fmt.Errorf("laneskafka: register %s/%s: %w", regName, c.inst.ID, err)
+	}
+	c.inst = c.lease.Instance()
+	c.svc = c.engine.Service(regName)
+	if err := mqlane.WaitVisible(ctx, c.svc, c.inst.ID); err != nil {
+		c.lease.Close()
+		meta.Close()
+		return nil, fmt.Errorf("laneskafka: %w", err)
+	}
+	c.ctx, c.cancel = context.WithCancel(context.Background())
+	c.log = c.log.With("id", c.inst.ID, "lane", c.inst.Lane)
+	go c.run() // owned by c: Close waits for done
+	return c, nil
+}
+
+// Instance returns the instance the consumer registered.
+func (c *Consumer) Instance() registry.Instance { return c.inst.Clone() }
+
+// Owned returns the lanes whose topics the consumer consumes now, sorted
+// ("" the baseline).
+func (c *Consumer) Owned() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []string
+	for l, r := range c.readers {
+		if r.wanted() {
+			out = append(out, l)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Stats returns the consumer's counters.
+func (c *Consumer) Stats() Stats {
+	return Stats{Handled: c.handled.Load(), Failed: c.failed.Load(), DeadLettered: c.deadLettered.Load()}
+}
+
+// Done is closed once the consumer has stopped.
+func (c *Consumer) Done() <-chan struct{} { return c.done }
+
+// Err returns nil while the consumer runs, ErrClosed after Close, or why it
+// stopped by itself (an error wrapping ErrRegistrationLost).
+func (c *Consumer) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+func (c *Consumer) setErr(err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.err == nil {
+		c.err = err
+	}
+}
+
+// Close stops the consumer: it deregisters, so that the others take its
+// lanes over, stops polling, waits for the records already polled to be
+// handled and committed (WithDrainTimeout), leaves the lanes' groups and
+// waits for every goroutine it started. It is safe to call more than once.
+func (c *Consumer) Close() error {
+	c.closeOnce.Do(func() {
+		c.setErr(ErrClosed)
+		c.cancel()
+		if err := c.lease.Close(); err != nil && !errors.Is(err, registry.ErrClosed) {
+			c.log.Warn("lanes: deregistering the consumer", "err", err)
+		}
+		<-c.done
+		c.meta.Close()
+	})
+	if err := c.Err(); !errors.Is(err, ErrClosed) {
+		return err
+	}
+	return nil
+}
+
+// abort stops the consumer as a crash would: nothing more is committed and
+// no group is left; the handlers' contexts are cancelled at once.
+func (c *Consumer) abort() {
+	c.aborted.Store(true)
+	c.Close()
+}
+
+// run is the coordinator: it decides which lanes the consumer consumes,
+// again whenever the instances, the policy or the topic's lanes change.
+func (c *Consumer) run() {
+	defer c.shutdown()
+	disc := time.NewTimer(0)
+	defer disc.Stop()
+	for {
+		changed, polChanged := c.svc.Changed(), c.engine.PolicyChanged()
+		c.reconcile()
+		for dirty := false; !dirty; {
+			select {
+			case <-c.ctx.Done():
+				return
+			case <-c.lease.Done():
+				if c.ctx.Err() != nil {
+					return
+				}
+				err := fmt.Errorf("%w: %s/%s: %v", ErrRegistrationLost, c.regName, c.inst.ID, c.lease.Err())
+				c.log.Error("lanes: consumer registration lost; stopping", "err", err)
+				c.setErr(err)
+				return
+			case <-changed:
+				dirty = true
+			case <-disc.C:
+				c.discover()
+				disc.Reset(c.o.discovery)
+				dirty = true // also catches a lane's expiry
+			case <-polChanged:
+				dirty = true
+			}
+		}
+	}
+}
+
+// shutdown stops every reader and waits for them.
+func (c *Consumer) shutdown() {
+	c.mu.Lock()
+	rs := make([]*reader, 0, len(c.readers))
+	for _, r := range c.readers {
+		rs = append(rs, r)
+	}
+	c.mu.Unlock()
+	for _, r := range rs {
+		r.stop()
+	}
+	for _, r := range rs {
+		<-r.done
+	}
+	c.cancel()
+	c.setErr(ErrClosed)
+	close(c.done)
+}
+
+// reconcile starts consuming the lanes the consumer owns and stops the
+// others.
+func (c *Consumer) reconcile() {
+	want := mqlane.Want(c.engine, c.svc, c.inst.ID, c.known)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ctx.Err() != nil {
+		return
+	}
+	for l, r := range c.readers {
+		if r.finished() {
+			delete(c.readers, l)
+			continue
+		}
+		if !want[l] && r.stop() {
+			c.log.Info("lanes: lane released", "lane_topic", LaneTopic(c.cfg.Topic, l))
+		}
+	}
+	for l := range want {
+		if r := c.readers[l]; r != nil && r.wanted() {
+			continue
+		}
+		// A lane taken back while its previous reader stops: the new one
+		// waits for it to commit and leave the group first.
+		c.readers[l] = c.newReader(l, c.readers[l])
+		c.log.Info("lanes: lane owned", "lane_topic", LaneTopic(c.cfg.Topic, l))
+	}
+}
+
+// discover adds the lanes of the topic's lane topics to the known ones.
+func (c *Consumer) discover() {
+	ctx, cancel := context.WithTimeout(c.ctx, apiTimeout)
+	defer cancel()
+	topics, err := c.adm.ListTopics(ctx)
+	if err != nil {
+		if c.ctx.Err() == nil {
+			c.log.Warn("lanes: cannot list the lane topics", "err", err)
+		}
+		return
+	}
+	for _, kt := range topics.Names() {
+		if !strings.HasPrefix(kt, c.cfg.Topic) {
+			continue
+		}
+		if l, ok := topicLane(c.cfg.Topic, kt); ok && !c.known[l] && len(c.known) < maxKnownTopics {
+			c.known[l] = true
+		}
+	}
+}
+
+// delay is the delay after failed attempt n.
+func (c *Consumer) delay(n int) time.Duration {
+	d := c.o.retryDelays
+	if n < 1 {
+		n = 1
+	}
+	if n > len(d) {
+		return d[len(d)-1]
+	}
+	return d[n-1]
+}
