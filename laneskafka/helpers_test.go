@@ -118,3 +118,11 @@ func (c *cutter) cutAll() {
 	}
 	c.conns = nil
 }
+
+// brokerKind names what the tests run on.
+func brokerKind() string {
+	if os.Getenv(brokerEnv) != "" {
+		return "broker " + os.Getenv(brokerEnv)
+	}
+	return "kfake"
+}

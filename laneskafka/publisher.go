@@ -103,39 +103,76 @@ func (p *Publisher) Publish(ctx context.Context, key, value []byte) error {
 // the lane of ctx, with the lane headers, and waits for the brokers'
 // acknowledgement.
 func (p *Publisher) PublishRecord(ctx context.Context, r *kgo.Record) error {
+	out, span, err := p.stamp(ctx, r)
+	if err != nil {
+		return err
+	}
+	if span != nil {
+		defer span.End()
+	}
+	if err := p.cl.ProduceSync(ctx, out).FirstErr(); err != nil {
+		if span != nil {
+			span.SetStatus(codes.Error, err.Error())
+		}
+		return fmt.Errorf("laneskafka: publish to %s: %w", out.Topic, err)
+	}
+	return nil
+}
+
+// PublishRecordAsync is PublishRecord without waiting: promise (which may be
+// nil) is called with the record as published and the brokers' answer,
+// from the client's goroutine, as kgo.Client.Produce does. ctx gives the
+// lane, and bounds the creation of the lane's topic, the first time.
+func (p *Publisher) PublishRecordAsync(ctx context.Context, r *kgo.Record, promise func(*kgo.Record, error)) error {
+	out, span, err := p.stamp(ctx, r)
+	if err != nil {
+		return err
+	}
+	if span != nil {
+		span.End() // the span of the publish, not of its acknowledgement
+	}
+	p.cl.Produce(ctx, out, promise)
+	return nil
+}
+
+// stamp returns the record to publish: a copy of r on the lane's topic,
+// with the lane headers, and the producer span when traced (the caller
+// ends it).
+func (p *Publisher) stamp(ctx context.Context, r *kgo.Record) (*kgo.Record, trace.Span, error) {
 	if r == nil {
-		return fmt.Errorf("%w: nil record", ErrInvalidOption)
+		return nil, nil, fmt.Errorf("%w: nil record", ErrInvalidOption)
 	}
 	l := mqlane.Norm(lane.FromContext(ctx))
 	kt := LaneTopic(p.topic, l)
 	if err := p.ensure(ctx, kt); err != nil {
-		return err
+		return nil, nil, err
 	}
-	h := make(map[string][]string, len(r.Headers)+2)
-	for _, rh := range r.Headers {
-		h[rh.Key] = append(h[rh.Key], string(rh.Value))
+	var h map[string][]string
+	if len(r.Headers) > 0 {
+		h = make(map[string][]string, len(r.Headers)+2)
+		for _, rh := range r.Headers {
+			h[rh.Key] = append(h[rh.Key], string(rh.Value))
+		}
 	}
 	var span trace.Span
 	if p.tracer != nil {
-		ctx, span = mqlane.StartProducerSpan(ctx, p.tracer, p.topic, "kafka", kt, l)
-		defer span.End()
+		var sctx context.Context
+		sctx, span = mqlane.StartProducerSpan(ctx, p.tracer, p.topic, "kafka", kt, l)
+		if !span.IsRecording() {
+			span.End()
+			span = nil
+		} else {
+			ctx = sctx
+		}
 	}
 	h = mqlane.Stamp(p.prop, l, h)
-	if span != nil && span.IsRecording() {
+	if span != nil {
 		if h == nil {
 			h = map[string][]string{}
 		}
 		mqlane.InjectTrace(ctx, h)
 	}
-	out := &kgo.Record{Topic: kt, Key: r.Key, Value: r.Value, Headers: recordHeaders(h), Timestamp: r.Timestamp}
-	err := p.cl.ProduceSync(ctx, out).FirstErr()
-	if err != nil {
-		if span != nil {
-			span.SetStatus(codes.Error, err.Error())
-		}
-		return fmt.Errorf("laneskafka: publish to %s: %w", kt, err)
-	}
-	return nil
+	return &kgo.Record{Topic: kt, Key: r.Key, Value: r.Value, Headers: recordHeaders(h), Timestamp: r.Timestamp}, span, nil
 }
 
 // recordHeaders turns a header map into record headers.

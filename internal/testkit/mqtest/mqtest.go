@@ -151,6 +151,7 @@ type suite struct {
 type got struct {
 	Handled
 	by Spec
+	at time.Time
 }
 
 func newSuite(t *testing.T) *suite {
@@ -200,7 +201,7 @@ func (s *suite) start(id, l string, hold func(ctx context.Context, h Handled)) C
 		if hold != nil {
 			hold(ctx, h)
 		}
-		s.record(got{Handled: h, by: spec})
+		s.record(got{Handled: h, by: spec, at: time.Now()})
 	})
 	if err != nil {
 		s.t.Fatalf("start consumer %s in lane %q: %v", id, l, err)
