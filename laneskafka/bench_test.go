@@ -23,6 +23,7 @@ import (
 //
 //   - raw: kgo Produce with no headers, and a group consumer that polls
 //     batches of 256, handles each record and commits the batch;
+//   - raw-headers: raw, with the two lane headers on every record;
 //   - lanes: a Publisher in lane alice (PublishRecordAsync: the x-lane and
 //     baggage headers, the lane's topic), and a Consumer in lane alice
 //     (batches of 256, committed after the handler returns).
@@ -53,7 +54,7 @@ func BenchmarkThroughput(b *testing.B) {
 		b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
 	}
 
-	b.Run("raw", func(b *testing.B) {
+	rawRun := func(b *testing.B, headers []kgo.RecordHeader) {
 		t := topic()
 		pcl := newClient(b)
 		if err := laneskafka.CreateTopic(context.Background(), kadm.NewClient(pcl), t, 1); err != nil {
@@ -86,13 +87,17 @@ func BenchmarkThroughput(b *testing.B) {
 		b.ResetTimer()
 		start := time.Now()
 		for range b.N {
-			pcl.Produce(context.Background(), &kgo.Record{Topic: t, Value: payload}, nil)
+			pcl.Produce(context.Background(), &kgo.Record{Topic: t, Value: payload, Headers: headers}, nil)
 		}
 		wait(b, done)
 		report(b, start)
 		b.StopTimer()
 		cancel()
 		<-exited
+	}
+	b.Run("raw", func(b *testing.B) { rawRun(b, nil) })
+	b.Run("raw-headers", func(b *testing.B) {
+		rawRun(b, []kgo.RecordHeader{{Key: lane.Header, Value: []byte("alice")}, {Key: lane.BaggageHeader, Value: []byte(lane.BaggageKey + "=alice")}})
 	})
 
 	b.Run("lanes", func(b *testing.B) {

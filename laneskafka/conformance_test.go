@@ -63,7 +63,11 @@ func (b *kafkaBackend) Start(ctx context.Context, spec mqtest.Spec, handle mqtes
 		Service: spec.Service, Group: spec.Group, Topic: b.env.Topic, ClientOpts: opts,
 		Registry: b.env.Registry, Engine: b.env.Engine, Instance: registry.Instance{ID: spec.ID, Lane: spec.Lane},
 	}, laneskafka.HandlerFunc(func(ctx context.Context, d *laneskafka.Delivery) error {
-		handle(ctx, mqtest.Handled{ID: string(d.Value), Lane: d.Lane, CtxLane: lane.FromContext(ctx), Header: d.Header,
+		h := map[string][]string{}
+		for _, rh := range d.Headers {
+			h[rh.Key] = append(h[rh.Key], string(rh.Value))
+		}
+		handle(ctx, mqtest.Handled{ID: string(d.Value), Lane: d.Lane, CtxLane: lane.FromContext(ctx), Header: h,
 			TraceID: trace.SpanContextFromContext(ctx).TraceID()})
 		return ctx.Err()
 	}), testOpts(laneskafka.WithConsumerTracerProvider(b.env.TracerProvider))...)

@@ -82,10 +82,9 @@ type Delivery struct {
 	// Lane is the lane of the record ("" the baseline): the lane of its
 	// topic. It is also the lane of the handler's context.
 	Lane string
-	// Key, Value and Header are the record's; Header holds the record
-	// headers by key (the last value last).
+	// Key, Value and Headers are the record's (Header reads one).
 	Key, Value []byte
-	Header     map[string][]string
+	Headers    []kgo.RecordHeader
 	// Topic, Partition and Offset identify the record.
 	Topic     string
 	Partition int32
@@ -396,4 +395,28 @@ func (c *Consumer) delay(n int) time.Duration {
 		return d[len(d)-1]
 	}
 	return d[n-1]
+}
+
+// Header returns the value of the first record header named key, matched
+// without regard to case, or "".
+func (d *Delivery) Header(key string) string {
+	for _, h := range d.Headers {
+		if strings.EqualFold(h.Key, key) {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
+
+// recordCarrier reads record headers as a propagation.TextMapCarrier.
+type recordCarrier []kgo.RecordHeader
+
+func (c recordCarrier) Get(key string) string { return (&Delivery{Headers: c}).Header(key) }
+func (c recordCarrier) Set(string, string)    {}
+func (c recordCarrier) Keys() []string {
+	out := make([]string, len(c))
+	for i, h := range c {
+		out[i] = h.Key
+	}
+	return out
 }

@@ -37,7 +37,7 @@ type Publisher struct {
 	tracer     trace.Tracer // nil: no spans
 
 	mu    sync.Mutex
-	known map[string]bool // lane topics created or seen
+	known map[string][]kgo.RecordHeader // lane topics created, with the lane headers of a record without headers of its own
 }
 
 // PublisherOpt configures NewPublisher.
@@ -78,7 +78,7 @@ func NewPublisher(cl *kgo.Client, topic string, opts ...PublisherOpt) (*Publishe
 		return nil, err
 	}
 	p := &Publisher{cl: cl, adm: kadm.NewClient(cl), topic: topic, partitions: DefaultPartitions,
-		tracer: lanestrace.Tracer(nil), known: map[string]bool{}}
+		tracer: lanestrace.Tracer(nil), known: map[string][]kgo.RecordHeader{}}
 	for _, o := range opts {
 		if o == nil {
 			continue
@@ -144,7 +144,8 @@ func (p *Publisher) stamp(ctx context.Context, r *kgo.Record) (*kgo.Record, trac
 	}
 	l := mqlane.Norm(lane.FromContext(ctx))
 	kt := LaneTopic(p.topic, l)
-	if err := p.ensure(ctx, kt); err != nil {
+	laneHeaders, err := p.ensure(ctx, kt, l)
+	if err != nil {
 		return nil, nil, err
 	}
 	var h map[string][]string
@@ -164,6 +165,10 @@ func (p *Publisher) stamp(ctx context.Context, r *kgo.Record) (*kgo.Record, trac
 		} else {
 			ctx = sctx
 		}
+	}
+	if h == nil && span == nil {
+		// The common case: a record with no headers of its own, untraced.
+		return &kgo.Record{Topic: kt, Key: r.Key, Value: r.Value, Headers: laneHeaders, Timestamp: r.Timestamp}, nil, nil
 	}
 	h = mqlane.Stamp(p.prop, l, h)
 	if span != nil {
@@ -189,24 +194,27 @@ func recordHeaders(h map[string][]string) []kgo.RecordHeader {
 	return out
 }
 
-// ensure creates the Kafka topic kt once, with the publisher's partitions.
-func (p *Publisher) ensure(ctx context.Context, kt string) error {
+// ensure creates the Kafka topic kt of lane l once, with the publisher's
+// partitions, and returns the lane headers of a record without headers of
+// its own (shared: not to be modified).
+func (p *Publisher) ensure(ctx context.Context, kt, l string) ([]kgo.RecordHeader, error) {
 	p.mu.Lock()
-	ok := p.known[kt]
+	hs, ok := p.known[kt]
 	p.mu.Unlock()
 	if ok {
-		return nil
+		return hs, nil
 	}
 	if err := CreateTopic(ctx, p.adm, kt, p.partitions); err != nil {
-		return err
+		return nil, err
 	}
+	hs = recordHeaders(mqlane.Stamp(p.prop, l, nil))
 	p.mu.Lock()
 	if len(p.known) >= maxKnownTopics {
 		clear(p.known)
 	}
-	p.known[kt] = true
+	p.known[kt] = hs
 	p.mu.Unlock()
-	return nil
+	return hs, nil
 }
 
 // CreateTopic creates the Kafka topic kt with partitions partitions and the

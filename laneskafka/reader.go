@@ -160,11 +160,7 @@ func (r *reader) leave(cl *kgo.Client) {
 // the last allowed attempt. It returns false when draining timed out first.
 func (r *reader) handle(rec *kgo.Record) bool {
 	c := r.c
-	h := make(map[string][]string, len(rec.Headers))
-	for _, rh := range rec.Headers {
-		h[rh.Key] = append(h[rh.Key], string(rh.Value))
-	}
-	d := &Delivery{Lane: r.lane, Key: rec.Key, Value: rec.Value, Header: h, Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Record: rec}
+	d := &Delivery{Lane: r.lane, Key: rec.Key, Value: rec.Value, Headers: rec.Headers, Topic: rec.Topic, Partition: rec.Partition, Offset: rec.Offset, Record: rec}
 	for attempt := 1; ; attempt++ {
 		if r.hctx.Err() != nil {
 			return false
@@ -196,7 +192,7 @@ func (r *reader) call(d *Delivery) (err error) {
 	c := r.c
 	ctx := r.hctx
 	if c.tracer != nil {
-		sctx, sp := mqlane.StartConsumerSpan(mqlane.ExtractTrace(ctx, d.Header), c.tracer, c.engine, c.inst, c.cfg.Topic, "kafka", d.Topic, d.Lane, int64(d.Attempt))
+		sctx, sp := mqlane.StartConsumerSpan(mqlane.ExtractTraceFrom(ctx, recordCarrier(d.Headers)), c.tracer, c.engine, c.inst, c.cfg.Topic, "kafka", d.Topic, d.Lane, int64(d.Attempt))
 		ctx = sctx
 		defer func() {
 			if err != nil {

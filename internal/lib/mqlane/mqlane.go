@@ -214,6 +214,11 @@ func ExtractTrace(ctx context.Context, h map[string][]string) context.Context {
 	return traceContext.Extract(ctx, textMap(h))
 }
 
+// ExtractTraceFrom is ExtractTrace for headers of another shape.
+func ExtractTraceFrom(ctx context.Context, c propagation.TextMapCarrier) context.Context {
+	return traceContext.Extract(ctx, c)
+}
+
 // textMap is message headers as a propagation.TextMapCarrier, keys matched
 // without regard to case (lane.MessageHeader).
 type textMap map[string][]string
