@@ -112,7 +112,7 @@ type Consumer struct {
 	h       Handler
 	log     *slog.Logger
 	engine  *routing.Engine
-	svc     *routing.Service
+	m       *mqlane.Member
 	inst    registry.Instance
 	lease   registry.Lease
 	meta    *kgo.Client // discovery and dead letters
@@ -195,18 +195,12 @@ func NewConsumer(ctx context.Context, cfg ConsumerConfig, h Handler, opts ...Con
 		meta.Close()
 		return nil, fmt.Errorf("laneskafka: instance: %w", err)
 	}
-	c.lease, err = cfg.Registry.Register(ctx, c.inst, o.ttl)
+	c.m, err = mqlane.Join(ctx, cfg.Registry, cfg.Engine, c.inst, o.ttl)
 	if err != nil {
-		meta.Close()
-		return nil, fmt.Errorf("laneskafka: register %s/%s: %w", regName, c.inst.ID, err)
-	}
-	c.inst = c.lease.Instance()
-	c.svc = c.engine.Service(regName)
-	if err := mqlane.WaitVisible(ctx, c.svc, c.inst.ID); err != nil {
-		c.lease.Close()
 		meta.Close()
 		return nil, fmt.Errorf("laneskafka: %w", err)
 	}
+	c.inst, c.lease = c.m.Inst, c.m.Lease
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.log = c.log.With("id", c.inst.ID, "lane", c.inst.Lane)
 	go c.run() // owned by c: Close waits for done
@@ -283,36 +277,14 @@ func (c *Consumer) abort() {
 }
 
 // run is the coordinator: it decides which lanes the consumer consumes,
-// again whenever the instances, the policy or the topic's lanes change.
+// again whenever the instances, the policy or the topic's lanes change
+// (mqlane.Member.Run).
 func (c *Consumer) run() {
 	defer c.shutdown()
-	disc := time.NewTimer(0)
-	defer disc.Stop()
-	for {
-		changed, polChanged := c.svc.Changed(), c.engine.PolicyChanged()
-		c.reconcile()
-		for dirty := false; !dirty; {
-			select {
-			case <-c.ctx.Done():
-				return
-			case <-c.lease.Done():
-				if c.ctx.Err() != nil {
-					return
-				}
-				err := fmt.Errorf("%w: %s/%s: %v", ErrRegistrationLost, c.regName, c.inst.ID, c.lease.Err())
-				c.log.Error("lanes: consumer registration lost; stopping", "err", err)
-				c.setErr(err)
-				return
-			case <-changed:
-				dirty = true
-			case <-disc.C:
-				c.discover()
-				disc.Reset(c.o.discovery)
-				dirty = true // also catches a lane's expiry
-			case <-polChanged:
-				dirty = true
-			}
-		}
+	if err := c.m.Run(c.ctx, c.o.discovery, c.known, maxKnownTopics, c.discover, c.reconcile); err != nil {
+		err = fmt.Errorf("%w: %w", ErrRegistrationLost, err)
+		c.log.Error("lanes: consumer registration lost; stopping", "err", err)
+		c.setErr(err)
 	}
 }
 
@@ -337,8 +309,7 @@ func (c *Consumer) shutdown() {
 
 // reconcile starts consuming the lanes the consumer owns and stops the
 // others.
-func (c *Consumer) reconcile() {
-	want := mqlane.Want(c.engine, c.svc, c.inst.ID, c.known)
+func (c *Consumer) reconcile(want map[string]bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.ctx.Err() != nil {
@@ -365,8 +336,8 @@ func (c *Consumer) reconcile() {
 }
 
 // discover adds the lanes of the topic's lane topics to the known ones.
-func (c *Consumer) discover() {
-	ctx, cancel := context.WithTimeout(c.ctx, apiTimeout)
+func (c *Consumer) discover(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, apiTimeout)
 	defer cancel()
 	topics, err := c.adm.ListTopics(ctx)
 	if err != nil {

@@ -232,3 +232,71 @@ func (m textMap) Keys() []string {
 	}
 	return out
 }
+
+// A Member is a consumer instance registered in the registry, as the
+// engine sees it: what a backend's consumer runs its lanes by.
+type Member struct {
+	Engine *routing.Engine
+	Svc    *routing.Service
+	Inst   registry.Instance // as registered
+	Lease  registry.Lease
+}
+
+// Join registers inst (placed and labelled by the caller) with ttl and
+// waits for the engine to see it.
+func Join(ctx context.Context, reg registry.Registry, e *routing.Engine, inst registry.Instance, ttl time.Duration) (*Member, error) {
+	lease, err := reg.Register(ctx, inst, ttl)
+	if err != nil {
+		return nil, fmt.Errorf("register %s/%s: %w", inst.Service, inst.ID, err)
+	}
+	m := &Member{Engine: e, Svc: e.Service(inst.Service), Inst: lease.Instance(), Lease: lease}
+	if err := WaitVisible(ctx, m.Svc, m.Inst.ID); err != nil {
+		lease.Close()
+		return nil, err
+	}
+	return m, nil
+}
+
+// ErrLeaseLost: the member's registration was lost.
+var ErrLeaseLost = errors.New("registration lost")
+
+// Run decides the member's lanes until ctx is done (it returns nil) or the
+// registration is lost (an error wrapping ErrLeaseLost): it calls reconcile
+// with the lanes the member owns among the baseline, the known lanes and
+// those of the group's instances, at start and whenever the instances or
+// the policy change, and every interval after calling discover (which also
+// catches time-driven changes, such as a lane's expiry). known is read in
+// Run's goroutine only, between discover and reconcile; every lane an
+// instance had is remembered in it, up to maxKnown lanes.
+func (m *Member) Run(ctx context.Context, interval time.Duration, known map[string]bool, maxKnown int, discover func(context.Context), reconcile func(want map[string]bool)) error {
+	disc := time.NewTimer(0)
+	defer disc.Stop()
+	for {
+		changed, polChanged := m.Svc.Changed(), m.Engine.PolicyChanged()
+		for l := range Candidates(m.Engine, m.Svc, nil) {
+			if l != "" && !known[l] && len(known) < maxKnown {
+				known[l] = true // the lane of a consumer that may go: its messages stay
+			}
+		}
+		reconcile(Want(m.Engine, m.Svc, m.Inst.ID, known))
+		for dirty := false; !dirty; {
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-m.Lease.Done():
+				if ctx.Err() != nil {
+					return nil
+				}
+				return fmt.Errorf("%w: %s/%s: %v", ErrLeaseLost, m.Inst.Service, m.Inst.ID, m.Lease.Err())
+			case <-changed:
+				dirty = true
+			case <-disc.C:
+				discover(ctx)
+				disc.Reset(interval)
+				dirty = true
+			case <-polChanged:
+				dirty = true
+			}
+		}
+	}
+}
