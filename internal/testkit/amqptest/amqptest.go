@@ -102,6 +102,9 @@ func Start(t testing.TB) *Broker {
 		"RABBITMQ_CONFIG_FILE=" + conf,
 		"RABBITMQ_ENABLED_PLUGINS_FILE=" + plugins,
 		"RABBITMQ_PLUGINS_EXPAND_DIR=" + filepath.Join(dir, "plugins"),
+		// The script then execs the Erlang VM instead of running it in the
+		// background: the process is the broker, and SIGKILL kills it.
+		"RUNNING_UNDER_SYSTEMD=true",
 	}
 	b.Proc = proctest.New(t, proctest.Spec{
 		Name: "rabbitmq-server", Bin: bin, LogPath: filepath.Join(dir, "rabbitmq.log"),
@@ -111,7 +114,7 @@ func Start(t testing.TB) *Broker {
 				c, err := amqp.DialConfig(b.URL(), amqp.Config{Dial: amqp.DefaultDial(time.Second)})
 				if err == nil {
 					c.Close()
-					return nil
+					return proctest.WaitOwner(ctx, pid, b.addr, exited)
 				}
 				select {
 				case <-exited:

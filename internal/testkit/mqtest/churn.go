@@ -72,7 +72,14 @@ func Churn(t *testing.T, newBackend NewBackend, cfg ChurnConfig) ChurnResult {
 		go func() {
 			defer wg.Done()
 			for n := 0; ; n++ {
-				c := s.start(fmt.Sprintf("%s-%d", l, n), l, nil)
+				c, err := s.tryStart(fmt.Sprintf("%s-%d", l, n), l, nil)
+				if err != nil {
+					// The broker is restarting: try again.
+					if stopped(stop, 200*time.Millisecond) {
+						return
+					}
+					continue
+				}
 				up := stopped(stop, time.Duration(500+rng.IntN(1500))*time.Millisecond)
 				kill := rng.IntN(2) == 0
 				if kill {

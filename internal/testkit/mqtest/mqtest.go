@@ -196,6 +196,15 @@ func (s *suite) setPolicy(doc string) {
 // the handler.
 func (s *suite) start(id, l string, hold func(ctx context.Context, h Handled)) Consumer {
 	s.t.Helper()
+	c, err := s.tryStart(id, l, hold)
+	if err != nil {
+		s.t.Fatalf("start consumer %s in lane %q: %v", id, l, err)
+	}
+	return c
+}
+
+// tryStart is start, returning the error.
+func (s *suite) tryStart(id, l string, hold func(ctx context.Context, h Handled)) (Consumer, error) {
 	spec := Spec{Service: "billing", Group: "invoices", Lane: l, ID: id}
 	c, err := s.b.Start(s.ctx(), spec, func(ctx context.Context, h Handled) {
 		if hold != nil {
@@ -204,7 +213,7 @@ func (s *suite) start(id, l string, hold func(ctx context.Context, h Handled)) C
 		s.record(got{Handled: h, by: spec, at: time.Now()})
 	})
 	if err != nil {
-		s.t.Fatalf("start consumer %s in lane %q: %v", id, l, err)
+		return nil, err
 	}
 	stopped := false
 	s.t.Cleanup(func() {
@@ -212,7 +221,7 @@ func (s *suite) start(id, l string, hold func(ctx context.Context, h Handled)) C
 			c.Stop()
 		}
 	})
-	return stoppable{c, &stopped}
+	return stoppable{c, &stopped}, nil
 }
 
 type stoppable struct {
