@@ -24,9 +24,9 @@ import (
 
 // Label keys that NewConsumer adds to the instance it registers.
 const (
-	LabelService = mqlane.LabelService
-	LabelGroup   = mqlane.LabelGroup
-	LabelTopic   = mqlane.LabelTopic
+	LabelService = "lanes.mq/service"
+	LabelGroup   = "lanes.mq/group"
+	LabelTopic   = "lanes.mq/topic"
 )
 
 // apiTimeout bounds one broker operation.
