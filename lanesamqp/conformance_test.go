@@ -42,7 +42,7 @@ func (b *amqpBackend) Publish(ctx context.Context, id string) error {
 }
 
 func (b *amqpBackend) Start(ctx context.Context, spec mqtest.Spec, handle mqtest.Handle) (mqtest.Consumer, error) {
-	cut := &cutter{}
+	cut := &mqtest.Cutter{}
 	c, err := lanesamqp.NewConsumer(ctx, lanesamqp.ConsumerConfig{
 		Service: spec.Service, Group: spec.Group, Topic: b.env.Topic, Dial: dialer(b.url, cut), Addr: lanesamqp.BrokerAddr(b.url),
 		Registry: b.env.Registry, Engine: b.env.Engine, Instance: registry.Instance{ID: spec.ID, Lane: spec.Lane},
@@ -65,13 +65,13 @@ func (b *amqpBackend) Start(ctx context.Context, spec mqtest.Spec, handle mqtest
 
 type amqpConsumer struct {
 	c   *lanesamqp.Consumer
-	cut *cutter
+	cut *mqtest.Cutter
 }
 
 func (c *amqpConsumer) Stop() error { return c.c.Close() }
 
 // Kill cuts the consumer's connections: the broker gives back what it held.
 func (c *amqpConsumer) Kill() {
-	c.cut.cutAll()
+	c.cut.Cut()
 	c.c.Abort()
 }

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -114,17 +113,15 @@ type Consumer struct {
 	inst   registry.Instance
 	tracer trace.Tracer
 
-	ctx     context.Context
-	cancel  context.CancelFunc
-	done    chan struct{}
-	aborted atomic.Bool
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{}
+	runs   *mqlane.Runs // one per lane consumed
 
 	known map[string]bool // lanes; the coordinator's
 
 	mu        sync.Mutex
-	readers   map[string]*reader
 	announced map[string]bool // lanes written to the index by this consumer
-	err       error
 	closeOnce sync.Once
 	meta      *amqp.Connection // the coordinator's, for discovery
 
@@ -170,7 +167,7 @@ func NewConsumer(ctx context.Context, cfg ConsumerConfig, h Handler, opts ...Con
 		o.log = slog.Default()
 	}
 	c := &Consumer{cfg: cfg, o: o, h: h, engine: cfg.Engine, tracer: lanestrace.Tracer(o.tp), done: make(chan struct{}),
-		known: map[string]bool{}, readers: map[string]*reader{}, announced: map[string]bool{},
+		known: map[string]bool{}, announced: map[string]bool{},
 		log: o.log.With("service", cfg.Service, "group", cfg.Group, "topic", cfg.Topic)}
 	in := cfg.Instance
 	in.Service = regName
@@ -202,6 +199,7 @@ func NewConsumer(ctx context.Context, cfg ConsumerConfig, h Handler, opts ...Con
 	c.inst = c.m.Inst
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.log = c.log.With("id", c.inst.ID, "lane", c.inst.Lane)
+	c.runs = mqlane.NewRuns(o.drain, c.log, func(l string) string { return "queue " + Queue(cfg.Topic, cfg.Service, cfg.Group, l) }, c.consume)
 	go c.run() // owned by c: Close waits for done
 	return c, nil
 }
@@ -260,18 +258,7 @@ func (c *Consumer) announce(ch *amqp.Channel, l string) error {
 func (c *Consumer) Instance() registry.Instance { return c.inst.Clone() }
 
 // Owned returns the lanes whose queues the consumer consumes now, sorted.
-func (c *Consumer) Owned() []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var out []string
-	for l, r := range c.readers {
-		if r.wanted() {
-			out = append(out, l)
-		}
-	}
-	sort.Strings(out)
-	return out
-}
+func (c *Consumer) Owned() []string { return c.runs.Owned() }
 
 // Stats returns the consumer's counters.
 func (c *Consumer) Stats() Stats {
@@ -283,19 +270,7 @@ func (c *Consumer) Done() <-chan struct{} { return c.done }
 
 // Err returns nil while the consumer runs, ErrClosed after Close, or why it
 // stopped by itself.
-func (c *Consumer) Err() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.err
-}
-
-func (c *Consumer) setErr(err error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.err == nil {
-		c.err = err
-	}
-}
+func (c *Consumer) Err() error { return c.runs.Err() }
 
 // Close stops the consumer: it deregisters, stops consuming, waits for the
 // messages already received to be handled and acknowledged
@@ -303,7 +278,7 @@ func (c *Consumer) setErr(err error) {
 // every goroutine it started. It is safe to call more than once.
 func (c *Consumer) Close() error {
 	c.closeOnce.Do(func() {
-		c.setErr(ErrClosed)
+		c.runs.SetErr(ErrClosed)
 		c.cancel()
 		if err := c.m.Lease.Close(); err != nil && !errors.Is(err, registry.ErrClosed) {
 			c.log.Warn("lanes: deregistering the consumer", "err", err)
@@ -318,33 +293,22 @@ func (c *Consumer) Close() error {
 
 // abort stops the consumer as a crash would: nothing more is acknowledged.
 func (c *Consumer) abort() {
-	c.aborted.Store(true)
+	c.runs.Abort()
 	c.Close()
 }
 
 // run is the coordinator (mqlane.Member.Run).
 func (c *Consumer) run() {
 	defer c.shutdown()
-	if err := c.m.Run(c.ctx, c.o.discovery, c.known, maxIndex, c.discover, c.reconcile); err != nil {
+	if err := c.m.Run(c.ctx, c.o.discovery, c.known, maxIndex, c.discover, c.runs.Reconcile); err != nil {
 		err = fmt.Errorf("%w: %w", ErrRegistrationLost, err)
 		c.log.Error("lanes: consumer registration lost; stopping", "err", err)
-		c.setErr(err)
+		c.runs.SetErr(err)
 	}
 }
 
 func (c *Consumer) shutdown() {
-	c.mu.Lock()
-	rs := make([]*reader, 0, len(c.readers))
-	for _, r := range c.readers {
-		rs = append(rs, r)
-	}
-	c.mu.Unlock()
-	for _, r := range rs {
-		r.stop()
-	}
-	for _, r := range rs {
-		<-r.done
-	}
+	c.runs.Close()
 	c.mu.Lock()
 	if c.meta != nil {
 		c.meta.Close()
@@ -352,34 +316,8 @@ func (c *Consumer) shutdown() {
 	}
 	c.mu.Unlock()
 	c.cancel()
-	c.setErr(ErrClosed)
+	c.runs.SetErr(ErrClosed)
 	close(c.done)
-}
-
-// reconcile starts consuming the lanes the consumer owns and stops the
-// others.
-func (c *Consumer) reconcile(want map[string]bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.ctx.Err() != nil {
-		return
-	}
-	for l, r := range c.readers {
-		if r.finished() {
-			delete(c.readers, l)
-			continue
-		}
-		if !want[l] && r.stop() {
-			c.log.Info("lanes: lane released", "queue", Queue(c.cfg.Topic, c.cfg.Service, c.cfg.Group, l))
-		}
-	}
-	for l := range want {
-		if r := c.readers[l]; r != nil && r.wanted() {
-			continue
-		}
-		c.readers[l] = c.newReader(l, c.readers[l])
-		c.log.Info("lanes: lane owned", "queue", Queue(c.cfg.Topic, c.cfg.Service, c.cfg.Group, l))
-	}
 }
 
 // discover reads the group's index of lane queues into the known lanes:
@@ -426,13 +364,4 @@ func (c *Consumer) discover(ctx context.Context) {
 }
 
 // delay is the delay after failed attempt n.
-func (c *Consumer) delay(n int) time.Duration {
-	d := c.o.retryDelays
-	if n < 1 {
-		n = 1
-	}
-	if n > len(d) {
-		return d[len(d)-1]
-	}
-	return d[n-1]
-}
+func (c *Consumer) delay(n int) time.Duration { return mqlane.Delay(c.o.retryDelays, n) }

@@ -1,12 +1,9 @@
 package lanesamqp_test
 
 import (
-	"context"
 	"io"
 	"log/slog"
-	"net"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +11,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/lanesdev/lanes/internal/testkit/leaktest"
+	"github.com/lanesdev/lanes/internal/testkit/mqtest"
 	"github.com/lanesdev/lanes/lanesamqp"
 )
 
@@ -30,42 +28,11 @@ func quiet() *slog.Logger {
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
 
-// cutter dials connections that it can cut all at once, as a crash cuts
-// them, and refuses to dial after that.
-type cutter struct {
-	mu    sync.Mutex
-	cut   bool
-	conns []net.Conn
-}
-
-func (c *cutter) dial(network, addr string) (net.Conn, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.cut {
-		return nil, net.ErrClosed
-	}
-	conn, err := net.DialTimeout(network, addr, 5*time.Second)
-	if err == nil {
-		c.conns = append(c.conns, conn)
-	}
-	return conn, err
-}
-
-func (c *cutter) cutAll() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.cut = true
-	for _, conn := range c.conns {
-		conn.Close()
-	}
-	c.conns = nil
-}
-
 // dialer returns the Dialer of url through cut.
-func dialer(url string, cut *cutter) lanesamqp.Dialer {
+func dialer(url string, cut *mqtest.Cutter) lanesamqp.Dialer {
 	cfg := amqp.Config{Heartbeat: 2 * time.Second}
 	if cut != nil {
-		cfg.Dial = cut.dial
+		cfg.Dial = cut.Dial
 	}
 	return lanesamqp.DialURL(url, cfg)
 }
@@ -80,5 +47,3 @@ func testOpts(extra ...lanesamqp.ConsumerOpt) []lanesamqp.ConsumerOpt {
 		lanesamqp.WithDrainTimeout(5 * time.Second),
 	}, extra...)
 }
-
-var _ = context.Background

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
-	"sync"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -23,83 +22,23 @@ import (
 // broker gives back what is left unacknowledged. A lost connection is
 // dialled again.
 type reader struct {
-	c      *Consumer
-	lane   string
-	queue  string
-	prev   *reader
-	done   chan struct{}
-	poll   context.Context // cancelled to stop consuming
-	unpoll context.CancelFunc
-	hctx   context.Context // the handlers': cancelled when draining times out
-	hstop  context.CancelFunc
-
-	mu     sync.Mutex
-	want   bool
-	drain  *time.Timer
-	exited bool
+	*mqlane.Run
+	c     *Consumer
+	queue string
 }
 
-func (c *Consumer) newReader(l string, prev *reader) *reader {
-	r := &reader{c: c, lane: l, queue: Queue(c.cfg.Topic, c.cfg.Service, c.cfg.Group, l), prev: prev, done: make(chan struct{}), want: true}
-	r.poll, r.unpoll = context.WithCancel(context.Background())
-	r.hctx, r.hstop = context.WithCancel(context.Background())
-	go r.loop() // owned by c: shutdown waits for done
-	return r
-}
-
-func (r *reader) stop() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	was := r.want
-	r.want = false
-	r.unpoll()
-	if r.c.aborted.Load() {
-		r.hstop()
-	} else if r.drain == nil && !r.exited {
-		r.drain = time.AfterFunc(r.c.o.drain, r.hstop)
-	}
-	return was
-}
-
-func (r *reader) wanted() bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.want
-}
-
-func (r *reader) finished() bool {
-	select {
-	case <-r.done:
-		return true
-	default:
-		return false
-	}
-}
-
-func (r *reader) loop() {
-	defer close(r.done)
-	defer func() {
-		r.mu.Lock()
-		r.exited = true
-		if r.drain != nil {
-			r.drain.Stop()
-		}
-		r.mu.Unlock()
-		r.hstop()
-	}()
-	if r.prev != nil {
-		<-r.prev.done
-		r.prev = nil
-	}
+// consume is the body of lane run's consumption (mqlane.Runs).
+func (c *Consumer) consume(run *mqlane.Run) {
+	r := &reader{Run: run, c: c, queue: Queue(c.cfg.Topic, c.cfg.Service, c.cfg.Group, run.Lane)}
 	const minBackoff, maxBackoff = 50 * time.Millisecond, 2 * time.Second
 	backoff := minBackoff
-	for r.poll.Err() == nil {
-		if err := r.session(); err != nil && r.poll.Err() == nil {
-			r.c.log.Warn("lanes: consuming a lane's queue failed; retrying", "queue", r.queue, "err", err)
+	for r.Poll.Err() == nil {
+		if err := r.session(); err != nil && r.Poll.Err() == nil {
+			c.log.Warn("lanes: consuming a lane's queue failed; retrying", "queue", r.queue, "err", err)
 			t := time.NewTimer(backoff)
 			select {
 			case <-t.C:
-			case <-r.poll.Done():
+			case <-r.Poll.Done():
 				t.Stop()
 			}
 			backoff = min(2*backoff, maxBackoff)
@@ -113,7 +52,7 @@ func (r *reader) loop() {
 // reader stops.
 func (r *reader) session() error {
 	c := r.c
-	dctx, cancel := context.WithTimeout(r.poll, apiTimeout)
+	dctx, cancel := context.WithTimeout(r.Poll, apiTimeout)
 	conn, err := c.cfg.Dial(dctx)
 	cancel()
 	if err != nil {
@@ -124,10 +63,10 @@ func (r *reader) session() error {
 	if err != nil {
 		return err
 	}
-	if err := declareGroup(ch, c.cfg.Topic, c.cfg.Service, c.cfg.Group, r.lane); err != nil {
+	if err := declareGroup(ch, c.cfg.Topic, c.cfg.Service, c.cfg.Group, r.Lane); err != nil {
 		return err
 	}
-	if err := c.announce(ch, r.lane); err != nil {
+	if err := c.announce(ch, r.Lane); err != nil {
 		return err
 	}
 	if err := ch.Qos(c.o.prefetch, 0, false); err != nil {
@@ -158,12 +97,12 @@ func (r *reader) session() error {
 		mover = m
 		return m, nil
 	}
-	pollDone := r.poll.Done()
+	pollDone := r.Poll.Done()
 	for {
 		select {
 		case d, ok := <-deliveries:
 			if !ok {
-				if r.poll.Err() != nil {
+				if r.Poll.Err() != nil {
 					return nil
 				}
 				return errors.New("the broker closed the consumer")
@@ -186,11 +125,11 @@ func (r *reader) session() error {
 // and moved to L's queue otherwise.
 func (r *reader) handle(ch *amqp.Channel, side func() (*amqp.Channel, error), m *amqp.Delivery) bool {
 	c := r.c
-	if r.hctx.Err() != nil || c.aborted.Load() {
+	if r.Handle.Err() != nil || r.Aborted() {
 		return false
 	}
-	l := r.lane
-	if r.lane == "" {
+	l := r.Lane
+	if r.Lane == "" {
 		if v, _ := m.Headers[laneHeader].(string); v != "" && lane.Valid(v) {
 			l = v
 			if err := r.adopt(ch, side, m, l); err != nil {
@@ -203,14 +142,14 @@ func (r *reader) handle(ch *amqp.Channel, side func() (*amqp.Channel, error), m 
 		}
 	}
 	d := &Delivery{Lane: l, Subject: m.RoutingKey, Body: m.Body, Headers: m.Headers, Redelivered: m.Redelivered, Msg: m}
-	hctx := lane.WithLane(r.hctx, l)
+	hctx := lane.WithLane(r.Handle, l)
 	for attempt := 1; ; attempt++ {
-		if r.hctx.Err() != nil {
+		if r.Handle.Err() != nil {
 			return false
 		}
 		d.Attempt = attempt
 		err := r.call(hctx, d)
-		if r.hctx.Err() != nil || c.aborted.Load() {
+		if r.Handle.Err() != nil || r.Aborted() {
 			return false
 		}
 		if err == nil {
@@ -227,7 +166,7 @@ func (r *reader) handle(ch *amqp.Channel, side func() (*amqp.Channel, error), m 
 		t := time.NewTimer(c.delay(attempt))
 		select {
 		case <-t.C:
-		case <-r.hctx.Done():
+		case <-r.Handle.Done():
 			t.Stop()
 			return false
 		}
@@ -257,7 +196,7 @@ func (r *reader) adopt(ch *amqp.Channel, side func() (*amqp.Channel, error), m *
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(r.hctx, apiTimeout)
+	ctx, cancel := context.WithTimeout(r.Handle, apiTimeout)
 	defer cancel()
 	dc, err := mc.PublishWithDeferredConfirmWithContext(ctx, "", Queue(c.cfg.Topic, c.cfg.Service, c.cfg.Group, l), false, false, publishingOf(m))
 	if err != nil {
@@ -319,7 +258,7 @@ func (r *reader) deadLetter(side func() (*amqp.Channel, error), d *Delivery, cau
 			msg.Headers[k] = v
 		}
 		msg.Headers["lanes-error"] = truncate(cause.Error(), 1024)
-		ctx, cancel := context.WithTimeout(r.hctx, apiTimeout)
+		ctx, cancel := context.WithTimeout(r.Handle, apiTimeout)
 		var dc *amqp.DeferredConfirmation
 		if dc, err = mc.PublishWithDeferredConfirmWithContext(ctx, "", q, false, false, msg); err == nil {
 			if ok, werr := dc.WaitContext(ctx); werr != nil || !ok {
@@ -390,16 +329,8 @@ func Permanent(err error) error {
 	if err == nil {
 		return nil
 	}
-	return &permanentError{err}
+	return &mqlane.Permanent{Err: err}
 }
-
-type permanentError struct{ err error }
-
-func (e *permanentError) Error() string { return "permanent: " + e.err.Error() }
-func (e *permanentError) Unwrap() error { return e.err }
 
 // IsPermanent reports whether err was wrapped with Permanent.
-func IsPermanent(err error) bool {
-	var p *permanentError
-	return errors.As(err, &p)
-}
+func IsPermanent(err error) bool { return mqlane.IsPermanent(err) }

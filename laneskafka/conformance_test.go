@@ -57,8 +57,8 @@ func (b *kafkaBackend) Publish(ctx context.Context, id string) error {
 }
 
 func (b *kafkaBackend) Start(ctx context.Context, spec mqtest.Spec, handle mqtest.Handle) (mqtest.Consumer, error) {
-	cut := &cutter{}
-	opts := append([]kgo.Opt{kgo.SeedBrokers(b.seeds...), kgo.Dialer(cut.dial)}, groupOpts()...)
+	cut := &mqtest.Cutter{}
+	opts := append([]kgo.Opt{kgo.SeedBrokers(b.seeds...), kgo.Dialer(cut.DialContext)}, groupOpts()...)
 	c, err := laneskafka.NewConsumer(ctx, laneskafka.ConsumerConfig{
 		Service: spec.Service, Group: spec.Group, Topic: b.env.Topic, ClientOpts: opts,
 		Registry: b.env.Registry, Engine: b.env.Engine, Instance: registry.Instance{ID: spec.ID, Lane: spec.Lane},
@@ -79,7 +79,7 @@ func (b *kafkaBackend) Start(ctx context.Context, spec mqtest.Spec, handle mqtes
 
 type kafkaConsumer struct {
 	c   *laneskafka.Consumer
-	cut *cutter
+	cut *mqtest.Cutter
 }
 
 func (c *kafkaConsumer) Stop() error { return c.c.Close() }
@@ -87,7 +87,7 @@ func (c *kafkaConsumer) Stop() error { return c.c.Close() }
 // Kill cuts the consumer's connections, then stops it without a commit or
 // a goodbye: its groups notice after their session timeout.
 func (c *kafkaConsumer) Kill() {
-	c.cut.cutAll()
+	c.cut.Cut()
 	c.c.Abort()
 }
 

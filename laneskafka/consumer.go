@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -120,16 +119,13 @@ type Consumer struct {
 	tracer  trace.Tracer
 	regName string
 
-	ctx     context.Context
-	cancel  context.CancelFunc
-	done    chan struct{}
-	aborted atomic.Bool // abort: no commits, no goodbye
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{}
+	runs   *mqlane.Runs // one per lane consumed
 
 	known map[string]bool // lanes discovered; coordinator only
 
-	mu        sync.Mutex
-	readers   map[string]*reader
-	err       error
 	closeOnce sync.Once
 
 	handled, failed, deadLettered atomic.Uint64
@@ -177,7 +173,7 @@ func NewConsumer(ctx context.Context, cfg ConsumerConfig, h Handler, opts ...Con
 		return nil, fmt.Errorf("%w: ConsumerConfig.ClientOpts: %w", ErrInvalidOption, err)
 	}
 	c := &Consumer{cfg: cfg, o: o, h: h, engine: cfg.Engine, meta: meta, adm: kadm.NewClient(meta), regName: regName,
-		tracer: lanestrace.Tracer(o.tp), done: make(chan struct{}), known: map[string]bool{}, readers: map[string]*reader{},
+		tracer: lanestrace.Tracer(o.tp), done: make(chan struct{}), known: map[string]bool{},
 		log: o.log.With("service", cfg.Service, "group", cfg.Group, "topic", cfg.Topic)}
 	in := cfg.Instance
 	in.Service = regName
@@ -203,6 +199,7 @@ func NewConsumer(ctx context.Context, cfg ConsumerConfig, h Handler, opts ...Con
 	c.inst, c.lease = c.m.Inst, c.m.Lease
 	c.ctx, c.cancel = context.WithCancel(context.Background())
 	c.log = c.log.With("id", c.inst.ID, "lane", c.inst.Lane)
+	c.runs = mqlane.NewRuns(o.drain, c.log, func(l string) string { return "topic " + LaneTopic(cfg.Topic, l) }, c.consume)
 	go c.run() // owned by c: Close waits for done
 	return c, nil
 }
@@ -212,18 +209,7 @@ func (c *Consumer) Instance() registry.Instance { return c.inst.Clone() }
 
 // Owned returns the lanes whose topics the consumer consumes now, sorted
 // ("" the baseline).
-func (c *Consumer) Owned() []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var out []string
-	for l, r := range c.readers {
-		if r.wanted() {
-			out = append(out, l)
-		}
-	}
-	sort.Strings(out)
-	return out
-}
+func (c *Consumer) Owned() []string { return c.runs.Owned() }
 
 // Stats returns the consumer's counters.
 func (c *Consumer) Stats() Stats {
@@ -235,19 +221,7 @@ func (c *Consumer) Done() <-chan struct{} { return c.done }
 
 // Err returns nil while the consumer runs, ErrClosed after Close, or why it
 // stopped by itself (an error wrapping ErrRegistrationLost).
-func (c *Consumer) Err() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.err
-}
-
-func (c *Consumer) setErr(err error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.err == nil {
-		c.err = err
-	}
-}
+func (c *Consumer) Err() error { return c.runs.Err() }
 
 // Close stops the consumer: it deregisters, so that the others take its
 // lanes over, stops polling, waits for the records already polled to be
@@ -255,7 +229,7 @@ func (c *Consumer) setErr(err error) {
 // waits for every goroutine it started. It is safe to call more than once.
 func (c *Consumer) Close() error {
 	c.closeOnce.Do(func() {
-		c.setErr(ErrClosed)
+		c.runs.SetErr(ErrClosed)
 		c.cancel()
 		if err := c.lease.Close(); err != nil && !errors.Is(err, registry.ErrClosed) {
 			c.log.Warn("lanes: deregistering the consumer", "err", err)
@@ -272,7 +246,7 @@ func (c *Consumer) Close() error {
 // abort stops the consumer as a crash would: nothing more is committed and
 // no group is left; the handlers' contexts are cancelled at once.
 func (c *Consumer) abort() {
-	c.aborted.Store(true)
+	c.runs.Abort()
 	c.Close()
 }
 
@@ -281,58 +255,19 @@ func (c *Consumer) abort() {
 // (mqlane.Member.Run).
 func (c *Consumer) run() {
 	defer c.shutdown()
-	if err := c.m.Run(c.ctx, c.o.discovery, c.known, maxKnownTopics, c.discover, c.reconcile); err != nil {
+	if err := c.m.Run(c.ctx, c.o.discovery, c.known, maxKnownTopics, c.discover, c.runs.Reconcile); err != nil {
 		err = fmt.Errorf("%w: %w", ErrRegistrationLost, err)
 		c.log.Error("lanes: consumer registration lost; stopping", "err", err)
-		c.setErr(err)
+		c.runs.SetErr(err)
 	}
 }
 
-// shutdown stops every reader and waits for them.
+// shutdown stops every run and waits for them.
 func (c *Consumer) shutdown() {
-	c.mu.Lock()
-	rs := make([]*reader, 0, len(c.readers))
-	for _, r := range c.readers {
-		rs = append(rs, r)
-	}
-	c.mu.Unlock()
-	for _, r := range rs {
-		r.stop()
-	}
-	for _, r := range rs {
-		<-r.done
-	}
+	c.runs.Close()
 	c.cancel()
-	c.setErr(ErrClosed)
+	c.runs.SetErr(ErrClosed)
 	close(c.done)
-}
-
-// reconcile starts consuming the lanes the consumer owns and stops the
-// others.
-func (c *Consumer) reconcile(want map[string]bool) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.ctx.Err() != nil {
-		return
-	}
-	for l, r := range c.readers {
-		if r.finished() {
-			delete(c.readers, l)
-			continue
-		}
-		if !want[l] && r.stop() {
-			c.log.Info("lanes: lane released", "lane_topic", LaneTopic(c.cfg.Topic, l))
-		}
-	}
-	for l := range want {
-		if r := c.readers[l]; r != nil && r.wanted() {
-			continue
-		}
-		// A lane taken back while its previous reader stops: the new one
-		// waits for it to commit and leave the group first.
-		c.readers[l] = c.newReader(l, c.readers[l])
-		c.log.Info("lanes: lane owned", "lane_topic", LaneTopic(c.cfg.Topic, l))
-	}
 }
 
 // discover adds the lanes of the topic's lane topics to the known ones.
@@ -357,16 +292,7 @@ func (c *Consumer) discover(ctx context.Context) {
 }
 
 // delay is the delay after failed attempt n.
-func (c *Consumer) delay(n int) time.Duration {
-	d := c.o.retryDelays
-	if n < 1 {
-		n = 1
-	}
-	if n > len(d) {
-		return d[len(d)-1]
-	}
-	return d[n-1]
-}
+func (c *Consumer) delay(n int) time.Duration { return mqlane.Delay(c.o.retryDelays, n) }
 
 // Header returns the value of the first record header named key, matched
 // without regard to case, or "".

@@ -1,12 +1,9 @@
 package laneskafka_test
 
 import (
-	"context"
 	"io"
 	"log/slog"
-	"net"
 	"os"
-	"sync"
 	"testing"
 	"time"
 
@@ -85,38 +82,6 @@ func fakeBrokers(t testing.TB) []string {
 func groupOpts() []kgo.Opt {
 	return []kgo.Opt{kgo.SessionTimeout(time.Second), kgo.HeartbeatInterval(200 * time.Millisecond),
 		kgo.FetchMaxWait(200 * time.Millisecond), kgo.MetadataMinAge(100 * time.Millisecond), kgo.RetryTimeout(5 * time.Second)}
-}
-
-// cutter dials connections that it can cut all at once, as a crash cuts
-// them, and refuses to dial after that.
-type cutter struct {
-	mu    sync.Mutex
-	cut   bool
-	conns []net.Conn
-}
-
-func (c *cutter) dial(ctx context.Context, network, host string) (net.Conn, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.cut {
-		return nil, net.ErrClosed
-	}
-	var d net.Dialer
-	conn, err := d.DialContext(ctx, network, host)
-	if err == nil {
-		c.conns = append(c.conns, conn)
-	}
-	return conn, err
-}
-
-func (c *cutter) cutAll() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.cut = true
-	for _, conn := range c.conns {
-		conn.Close()
-	}
-	c.conns = nil
 }
 
 // brokerKind names what the tests run on.
