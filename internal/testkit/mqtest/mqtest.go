@@ -364,7 +364,7 @@ func testLaneCarried(s *suite) {
 			}
 			attrs := map[string]string{}
 			for _, a := range sp.Attributes() {
-				attrs[string(a.Key)] = a.Value.Emit()
+				attrs[string(a.Key)] = a.Value.AsString()
 			}
 			if attrs[string(lanestrace.Requested)] == "alice" && attrs[string(lanestrace.ConsumerLane)] == "alice" &&
 				sp.SpanContext().TraceID() == parent.SpanContext().TraceID() {
