@@ -75,3 +75,5 @@ func (c *amqpConsumer) Kill() {
 	c.cut.Cut()
 	c.c.Abort()
 }
+
+func (c *amqpConsumer) Owned() []string { return c.c.Owned() }

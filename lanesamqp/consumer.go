@@ -257,7 +257,8 @@ func (c *Consumer) announce(ch *amqp.Channel, l string) error {
 // Instance returns the instance the consumer registered.
 func (c *Consumer) Instance() registry.Instance { return c.inst.Clone() }
 
-// Owned returns the lanes whose queues the consumer consumes now, sorted.
+// Owned returns the lanes whose queues the consumer consumes now, or still
+// settles after handing them on, sorted ("" the baseline).
 func (c *Consumer) Owned() []string { return c.runs.Owned() }
 
 // Stats returns the consumer's counters.

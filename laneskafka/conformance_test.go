@@ -101,3 +101,5 @@ func testOpts(extra ...laneskafka.ConsumerOpt) []laneskafka.ConsumerOpt {
 		laneskafka.WithDrainTimeout(5 * time.Second),
 	}, extra...)
 }
+
+func (c *kafkaConsumer) Owned() []string { return c.c.Owned() }

@@ -207,8 +207,8 @@ func NewConsumer(ctx context.Context, cfg ConsumerConfig, h Handler, opts ...Con
 // Instance returns the instance the consumer registered.
 func (c *Consumer) Instance() registry.Instance { return c.inst.Clone() }
 
-// Owned returns the lanes whose topics the consumer consumes now, sorted
-// ("" the baseline).
+// Owned returns the lanes whose topics the consumer consumes now, or still
+// settles after handing them on, sorted ("" the baseline).
 func (c *Consumer) Owned() []string { return c.runs.Owned() }
 
 // Stats returns the consumer's counters.

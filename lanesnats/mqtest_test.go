@@ -84,3 +84,5 @@ func (c *natsConsumer) Kill() {
 	c.nc.Close()
 	c.c.Close()
 }
+
+func (c *natsConsumer) Owned() []string { return c.c.Owned() }

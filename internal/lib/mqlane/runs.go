@@ -142,13 +142,15 @@ func (s *Runs) Reconcile(want map[string]bool) {
 	}
 }
 
-// Owned returns the lanes of the wanted runs, sorted.
+// Owned returns the lanes of the runs that consume, or still settle what
+// they received after a stop, sorted: once a lane is not listed, nothing
+// published in it later reaches this consumer until it owns it again.
 func (s *Runs) Owned() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var out []string
 	for l, r := range s.runs {
-		if r.Wanted() {
+		if r.Wanted() || !r.Finished() {
 			out = append(out, l)
 		}
 	}

@@ -20,6 +20,7 @@ package mqtest
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -102,6 +103,9 @@ type Consumer interface {
 	// must not acknowledge anything. Kill returns once the consumer's
 	// goroutines have exited.
 	Kill()
+	// Owned returns the lanes the consumer consumes now (lane names; the
+	// baseline as the backend spells it).
+	Owned() []string
 }
 
 // NewBackend makes the backend of one subtest.
@@ -473,25 +477,26 @@ func testHandOffOnKill(s *suite) {
 
 func testHandOffOnExpiry(s *suite) {
 	s.start("base", "", nil)
-	s.start("alice", "alice", nil)
+	a := s.start("alice", "alice", nil)
 	s.expectBy(s.publish("alice", "a1", 5), "alice", "alice", false)
 	s.setPolicy("lanes:\n  alice:\n    expires: 2000-01-01T00:00:00Z\n")
-	s.handedTo("alice", "")
+	s.handedTo("alice", "", a)
 	s.expectBy(s.publish("alice", "a2", 5), "alice", "", false)
 }
 
 func testLaneComesBack(s *suite) {
-	s.start("base", "", nil)
+	base := s.start("base", "", nil)
 	s.expectBy(s.publish("alice", "a1", 5), "alice", "", false)
 	s.start("alice", "alice", nil)
-	s.handedTo("alice", "alice")
+	s.handedTo("alice", "alice", base)
 	s.expectBy(s.publish("alice", "a2", 5), "alice", "alice", false)
 }
 
-// handedTo waits until lane l's messages reach the consumers of lane by:
-// handing a lane over takes a moment, so it publishes probes until one is
-// handled there. The callers then check that every later message is.
-func (s *suite) handedTo(l, by string) {
+// handedTo waits until lane l's messages reach the consumers of lane by,
+// and from, the lane's previous owner, no longer consumes it: handing a
+// lane over takes a moment, so it publishes probes until one is handled
+// there. The callers then check that every later message is.
+func (s *suite) handedTo(l, by string, from Consumer) {
 	s.t.Helper()
 	var n int
 	s.waitFor(fmt.Sprintf("a message of lane %q handled by a consumer of lane %q", l, by), func() bool {
@@ -502,6 +507,9 @@ func (s *suite) handedTo(l, by string) {
 		}
 		gs := s.wait([]string{id})[id]
 		return gs[0].by.Lane == by
+	})
+	s.waitFor(fmt.Sprintf("the previous owner of lane %q to release it", l), func() bool {
+		return !slices.Contains(from.Owned(), l)
 	})
 }
 
