@@ -32,7 +32,10 @@
 //
 // LANES_NATS (the NATS server of lanes up, which it prints with
 // LANES_REGISTRY) connects the service to NATS JetStream: Env.NATS makes
-// lanesnats publishers and consumers.
+// lanesnats publishers and consumers. LANES_KAFKA (host:port[,host:port...]
+// of Kafka brokers) and LANES_AMQP (amqp://user:password@host:port/vhost of
+// a RabbitMQ broker) do the same for laneskafka (Env.Kafka) and lanesamqp
+// (Env.AMQP).
 //
 // LANES_TRACES (the trace collector's address, which lanes up prints with
 // LANES_REGISTRY) turns on tracing: Open sets up OpenTelemetry (Env.Tracing,
@@ -61,6 +64,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	amqp "github.com/rabbitmq/amqp091-go"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/adminclient"
@@ -68,6 +73,8 @@ import (
 	"github.com/lanesdev/lanes/internal/lib/guard"
 	"github.com/lanesdev/lanes/internal/lib/logs"
 	"github.com/lanesdev/lanes/internal/lib/tlsfiles"
+	"github.com/lanesdev/lanes/lanesamqp"
+	"github.com/lanesdev/lanes/laneskafka"
 	"github.com/lanesdev/lanes/lanesnats"
 	"github.com/lanesdev/lanes/lanestrace"
 	"github.com/lanesdev/lanes/policy"
@@ -92,7 +99,13 @@ const (
 	EnvEtcdPrefix       = "LANES_ETCD_PREFIX" // key prefix of the installation (default /lanes/)
 	// EnvNats is the NATS server's URL (nats://host:port, comma-separated
 	// for several), as lanes up prints it: Open connects and sets Env.NATS.
-	EnvNats      = "LANES_NATS"
+	EnvNats = "LANES_NATS"
+	// EnvKafka is the Kafka brokers' host:port list (comma-separated):
+	// Open checks that one answers and sets Env.Kafka.
+	EnvKafka = "LANES_KAFKA"
+	// EnvAMQP is the RabbitMQ broker's URL (amqp:// or amqps://): Open
+	// connects once to check it and sets Env.AMQP.
+	EnvAMQP      = "LANES_AMQP"
 	EnvLogFormat = "LANES_LOG_FORMAT" // text (default) or json
 	EnvLogLevel  = "LANES_LOG_LEVEL"  // debug, info (default), warn or error
 )
@@ -137,6 +150,12 @@ type Env struct {
 	// and Engine. It is nil without LANES_NATS, and its methods then return
 	// lanesnats.ErrNoConnection.
 	NATS *lanesnats.Client
+	// Kafka makes laneskafka publishers and consumers, from LANES_KAFKA;
+	// nil without it (its methods then return laneskafka.ErrNoConnection).
+	Kafka *laneskafka.Client
+	// AMQP makes lanesamqp publishers and consumers, from LANES_AMQP; nil
+	// without it (its methods then return lanesamqp.ErrNoConnection).
+	AMQP *lanesamqp.Client
 	// Tracing is the service's OpenTelemetry set-up, from LANES_TRACES (the
 	// trace collector of lanes up), OTEL_EXPORTER_OTLP_* and
 	// LANES_TRACE_SAMPLE (see lanestrace.FromEnv): the transports trace with
@@ -208,6 +227,10 @@ type Settings struct {
 	Prefix   string
 	// Nats is LANES_NATS: the NATS server URLs, "" for none.
 	Nats string
+	// Kafka is LANES_KAFKA, split: the brokers' host:port, nil for none.
+	Kafka []string
+	// AMQP is LANES_AMQP: the broker's URL, "" for none.
+	AMQP string
 	// LogLevel and LogFormat as given.
 	LogLevel  string
 	LogFormat string
@@ -236,6 +259,21 @@ func Parse(getenv func(string) string) (Settings, error) {
 		pu, err := url.Parse(u)
 		if err != nil || pu.Host == "" || pu.Port() == "" {
 			return s, &Error{Var: EnvNats, Value: redactNats(s.Nats), Msg: fmt.Sprintf("server %d: want nats://host:port[,nats://host:port...] (the line lanes up prints)", i+1)}
+		}
+	}
+	if v := get(EnvKafka); v != "" {
+		for i, b := range strings.Split(v, ",") {
+			b = strings.TrimSpace(b)
+			if _, port, err := net.SplitHostPort(b); err != nil || port == "" {
+				return s, &Error{Var: EnvKafka, Value: v, Msg: fmt.Sprintf("broker %d %q: want host:port[,host:port...]", i+1, b)}
+			}
+			s.Kafka = append(s.Kafka, b)
+		}
+	}
+	if s.AMQP = get(EnvAMQP); s.AMQP != "" {
+		u, err := url.Parse(s.AMQP)
+		if err != nil || (u.Scheme != "amqp" && u.Scheme != "amqps") || u.Host == "" {
+			return s, &Error{Var: EnvAMQP, Value: redactURL(s.AMQP), Msg: "want amqp://user:password@host:port/vhost (or amqps://)"}
 		}
 	}
 	if _, err := logs.ParseLevel(s.LogLevel); err != nil {
@@ -425,6 +463,7 @@ func Open(ctx context.Context, opts ...Option) (*Env, error) {
 		if nc != nil {
 			nc.Close()
 		}
+		env.Kafka.Close()
 		env.Engine.Close()
 		err := closeReg()
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -455,10 +494,59 @@ func Open(ctx context.Context, opts ...Option) (*Env, error) {
 			return nil, &Error{Var: EnvNats, Value: redactNats(s.Nats), Msg: err.Error()}
 		}
 	}
+	if err := openMQ(ctx, env, s, o.timeout, serviceName(o.getenv)); err != nil {
+		env.Close()
+		return nil, err
+	}
 	via := "etcd"
 	if s.Admin != "" {
 		via = "admin API"
 	}
 	log.Info("lanes: connected", "registry", raw, "via", via)
 	return env, nil
+}
+
+// openMQ sets Env.Kafka and Env.AMQP from LANES_KAFKA and LANES_AMQP,
+// checking that the brokers answer within timeout.
+func openMQ(ctx context.Context, env *Env, s Settings, timeout time.Duration, name string) error {
+	if dl, ok := ctx.Deadline(); ok {
+		timeout = time.Until(dl)
+	}
+	if len(s.Kafka) > 0 {
+		c, err := laneskafka.NewClient(env.Registry, env.Engine, kgo.SeedBrokers(s.Kafka...))
+		if err != nil {
+			return &Error{Var: EnvKafka, Value: strings.Join(s.Kafka, ","), Msg: err.Error()}
+		}
+		pctx, cancel := context.WithTimeout(ctx, timeout)
+		err = c.Producer.Ping(pctx)
+		cancel()
+		if err != nil {
+			c.Close()
+			return &Error{Var: EnvKafka, Value: strings.Join(s.Kafka, ","), Msg: "no broker answers: " + err.Error()}
+		}
+		env.Kafka = c
+	}
+	if s.AMQP != "" {
+		dial := lanesamqp.DialURL(s.AMQP, amqp.Config{Properties: amqp.Table{"connection_name": name}})
+		dctx, cancel := context.WithTimeout(ctx, timeout)
+		conn, err := dial(dctx)
+		cancel()
+		if err != nil {
+			return &Error{Var: EnvAMQP, Value: redactURL(s.AMQP), Msg: "cannot connect: " + err.Error()}
+		}
+		conn.Close()
+		if env.AMQP, err = lanesamqp.NewClient(dial, lanesamqp.BrokerAddr(s.AMQP), env.Registry, env.Engine); err != nil {
+			return &Error{Var: EnvAMQP, Value: redactURL(s.AMQP), Msg: err.Error()}
+		}
+	}
+	return nil
+}
+
+// redactURL hides the password of a URL, for messages.
+func redactURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable)"
+	}
+	return u.Redacted()
 }

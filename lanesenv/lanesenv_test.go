@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	"github.com/lanesdev/lanes/lanesenv"
 	"github.com/lanesdev/lanes/registry"
 	"github.com/lanesdev/lanes/routing"
+	"github.com/twmb/franz-go/pkg/kfake"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m, leaktest.Options()...) }
@@ -54,6 +56,8 @@ func TestParseErrors(t *testing.T) {
 		{"log format", env("LANES_REGISTRY", "etcd://a:1", "LANES_LOG_FORMAT", "xml"), `LANES_LOG_FORMAT="xml": want text or json`},
 		{"log level", env("LANES_REGISTRY", "etcd://a:1", "LANES_LOG_LEVEL", "loud"), `LANES_LOG_LEVEL="loud": want debug, info, warn or error`},
 		{"nats without port", env("LANES_REGISTRY", "etcd://a:1", "LANES_NATS", "nats://a:4222,nats://u:pw@b"), `LANES_NATS="nats://a:4222,nats://xxxxx@b": server 2: want nats://host:port`},
+		{"kafka without port", env("LANES_REGISTRY", "etcd://a:1", "LANES_KAFKA", "a:9092,b"), `LANES_KAFKA="a:9092,b": broker 2 "b": want host:port`},
+		{"amqp scheme", env("LANES_REGISTRY", "etcd://a:1", "LANES_AMQP", "http://u:pw@a:5672/"), `LANES_AMQP="http://u:xxxxx@a:5672/": want amqp://user:password@host:port/vhost`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -160,6 +164,48 @@ func TestOpenEtcd(t *testing.T) {
 		var re *routing.Error
 		return errors.As(err, &re) && re.Code == routing.CodeLaneUnavailable
 	})
+}
+
+// TestOpenKafka: LANES_KAFKA gives the service a ready laneskafka client,
+// on kfake; brokers that do not answer are an error naming the variable.
+func TestOpenKafka(t *testing.T) {
+	srv := etcdtest.Embedded(t)
+	reg := strings.Replace(srv.Endpoints()[0], "http://", "etcd://", 1)
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kc.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	e, err := lanesenv.Open(ctx, lanesenv.WithLogger(quiet), lanesenv.WithGetenv(env("LANES_REGISTRY", reg, "LANES_KAFKA", strings.Join(kc.ListenAddrs(), ","))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if e.Kafka == nil || e.AMQP != nil {
+		t.Fatalf("Kafka %v, AMQP %v: want a Kafka client only", e.Kafka, e.AMQP)
+	}
+	pub, err := e.Kafka.Publisher("orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pub.Publish(ctx, nil, []byte("42")); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := l.Addr().String()
+	l.Close()
+	sctx, scancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer scancel()
+	_, err = lanesenv.Open(sctx, lanesenv.WithLogger(quiet), lanesenv.WithGetenv(env("LANES_REGISTRY", reg, "LANES_KAFKA", dead)))
+	var le *lanesenv.Error
+	if !errors.As(err, &le) || le.Var != "LANES_KAFKA" {
+		t.Fatalf("Open with a dead broker: %v, want an error naming LANES_KAFKA", err)
+	}
 }
 
 func waitFor(t *testing.T, what string, ok func() bool) {

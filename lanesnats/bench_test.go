@@ -18,7 +18,7 @@ import (
 	"github.com/lanesdev/lanes/routing"
 )
 
-// BenchmarkPublishConsume publishes b.N messages (128 bytes) asynchronously
+// BenchmarkThroughput publishes b.N messages (128 bytes) asynchronously
 // and consumes them with explicit acks, on an embedded JetStream server with
 // the stream of lanesnats.StreamConfig (file storage), a connection for the
 // producer and one for the consumer:
@@ -35,7 +35,7 @@ import (
 //
 // ns/op is the time per message from the first publish to the last ack;
 // msgs/s is its inverse. docs/mq.md quotes the ratio.
-func BenchmarkPublishConsume(b *testing.B) {
+func BenchmarkThroughput(b *testing.B) {
 	srv := natstest.Embedded(b)
 	payload := make([]byte, 128)
 	var run int

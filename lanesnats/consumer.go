@@ -4,17 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"go.opentelemetry.io/otel/trace"
 	"log/slog"
 	"net"
-	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/lanesdev/lanes/internal/lib/mqlane"
 	"github.com/lanesdev/lanes/lane"
 	"github.com/lanesdev/lanes/lanestrace"
 	"github.com/lanesdev/lanes/registry"
@@ -211,12 +212,7 @@ func lookupStream(ctx context.Context, js jetstream.JetStream, name string) (jet
 // and adds the consumer's labels.
 func (c *Consumer) place(in registry.Instance) (registry.Instance, error) {
 	in.Service = c.regName
-	labels := make(map[string]string, len(in.Labels)+3)
-	for k, v := range in.Labels {
-		labels[k] = v
-	}
-	labels[LabelService], labels[LabelGroup], labels[LabelTopic] = c.service, c.group, c.topic
-	in.Labels = labels
+	in.Labels = mqlane.Labels(in.Labels, c.service, c.group, c.topic)
 	var server net.Addr
 	if nc := c.js.Conn(); nc != nil {
 		if a, err := net.ResolveTCPAddr("tcp", nc.ConnectedAddr()); err == nil {
@@ -233,29 +229,16 @@ func (c *Consumer) place(in registry.Instance) (registry.Instance, error) {
 	return in, nil
 }
 
-// visibleTimeout bounds how long NewConsumer waits for the engine to see
-// the registration, when ctx has no deadline.
-const visibleTimeout = 30 * time.Second
-
 // waitVisible waits until the engine sees this instance: an engine that
 // does not follow the registry would never give the consumer a lane.
 func (c *Consumer) waitVisible(ctx context.Context) error {
-	t := time.NewTimer(visibleTimeout)
-	defer t.Stop()
-	for {
-		changed := c.svc.Changed()
-		if c.self() != nil {
-			return nil
+	if err := mqlane.WaitVisible(ctx, c.svc, c.inst.ID); err != nil {
+		if errors.Is(err, mqlane.ErrNotVisible) {
+			return fmt.Errorf("%w: %w", ErrInvalidOption, err)
 		}
-		select {
-		case <-changed:
-		case <-ctx.Done():
-			return fmt.Errorf("lanesnats: waiting for the engine to see %s/%s: %w", c.regName, c.inst.ID, ctx.Err())
-		case <-t.C:
-			return fmt.Errorf("%w: the engine does not see %s/%s after %v: does it follow the registry (routing.WithRegistry)?",
-				ErrInvalidOption, c.regName, c.inst.ID, visibleTimeout)
-		}
+		return fmt.Errorf("lanesnats: %w", err)
 	}
+	return nil
 }
 
 // Instance returns the instance the consumer registered.
@@ -449,46 +432,28 @@ func (c *Consumer) reconcile() bool {
 // self returns this instance as the engine sees it (with the policy's
 // effective lane applied by LaneOf where needed), or nil while it is not
 // visible.
-func (c *Consumer) self() *registry.Instance {
-	for _, in := range c.svc.Instances() {
-		if in.ID == c.inst.ID {
-			return &in
-		}
-	}
-	return nil
-}
+func (c *Consumer) self() *registry.Instance { return mqlane.Self(c.svc, c.inst.ID) }
 
 // candidates returns the lane tokens the consumer may have to fetch: the
-// baseline, the lanes discovered in the stream, and the lanes of the
-// group's instances.
+// baseline, the lanes discovered in the stream (foreign tokens included),
+// and the lanes of the group's instances (mqlane.Candidates).
 func (c *Consumer) candidates() map[string]bool {
 	out := make(map[string]bool, len(c.known)+2)
-	out[BaselineToken] = true
 	for tok := range c.known {
 		out[tok] = true
 	}
-	for _, in := range c.svc.Instances() {
-		out[laneToken(in.Lane)] = true
-		out[laneToken(c.engine.LaneOf(in))] = true
+	for l := range mqlane.Candidates(c.engine, c.svc, nil) {
+		out[laneToken(l)] = true
 	}
 	return out
 }
 
 // owns decides whether this instance (me, as the engine sees it) fetches the
-// messages of lane token tok: the routing engine's answer for a request in
-// that lane, exactly as for a call. The baseline, and tokens that are not
-// lane names, belong to the baseline consumers.
+// messages of lane token tok (mqlane.Owns); tokens that are not lane names
+// belong to the baseline consumers.
 func (c *Consumer) owns(tok string, me *registry.Instance) bool {
-	l, ok := tokenLane(tok)
-	if !ok || l == "" {
-		// Not Resolve: a canary rule would split baseline requests.
-		return !me.Drain && c.engine.LaneOf(*me) == ""
-	}
-	d, err := c.svc.Resolve(routing.Request{Lane: l})
-	if err != nil {
-		return false // strict lane without consumers, or nobody at all: the messages wait
-	}
-	return slices.Contains(d.Eligible, c.inst.ID)
+	l, _ := tokenLane(tok) // a foreign token is handled as baseline
+	return mqlane.Owns(c.engine, c.svc, me, l)
 }
 
 // discover adds the lane tokens of the stream's subjects to the known ones.

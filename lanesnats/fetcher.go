@@ -4,16 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/lanesdev/lanes/internal/lib/hopspan"
-	"github.com/lanesdev/lanes/lanestrace"
-	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/propagation"
-	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
-	"go.opentelemetry.io/otel/trace"
 	"runtime/debug"
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/lanesdev/lanes/internal/lib/mqlane"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -384,16 +383,7 @@ func (f *fetcher) handle(m jetstream.Msg) {
 func (f *fetcher) startSpan(tr trace.Tracer, d *Delivery) (context.Context, trace.Span) {
 	c := f.c
 	ctx := traceContext.Extract(f.ctx, propagation.HeaderCarrier(d.Header))
-	own := c.engine.LaneOf(c.inst)
-	ctx, span := tr.Start(ctx, "process "+c.topic, trace.WithSpanKind(trace.SpanKindConsumer))
-	if span.IsRecording() {
-		hopspan.RecordServer(span, d.Lane, own, true, false)
-		span.SetAttributes(lanestrace.ConsumerLane.String(own), lanestrace.Served.String(own),
-			lanestrace.FallbackReason.String(hopspan.ReasonFor(c.engine, c.inst.Service, d.Lane, own)),
-			lanestrace.DeliveryCount.Int64(int64(d.NumDelivered)), lanestrace.InstanceID.String(c.inst.ID),
-			semconv.MessagingSystemKey.String("nats"), semconv.MessagingDestinationName(d.Subject))
-	}
-	return ctx, span
+	return mqlane.StartConsumerSpan(ctx, tr, c.engine, c.inst, c.topic, "nats", d.Subject, d.Lane, int64(d.NumDelivered))
 }
 
 // keep runs every AckWait/6 while the fetcher runs. It pushes back the ack

@@ -3,15 +3,16 @@ package lanesnats
 import (
 	"context"
 	"fmt"
+
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
-	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
+	"github.com/lanesdev/lanes/internal/lib/mqlane"
 	"github.com/lanesdev/lanes/lane"
 	"github.com/lanesdev/lanes/lanestrace"
 )
@@ -147,10 +148,7 @@ func (p *Publisher) PublishMsgAsync(ctx context.Context, msg *nats.Msg, opts ...
 // traceparent into out's header.
 func (p *Publisher) startSpan(ctx context.Context, v *lane.Carried, out *nats.Msg) (context.Context, trace.Span) {
 	l := carriedLane(v)
-	ctx, span := p.tracer.Start(ctx, "publish "+p.topic, trace.WithSpanKind(trace.SpanKindProducer),
-		trace.WithAttributes(lanestrace.Requested.String(l), lanestrace.Served.String(l), lanestrace.Service.String(p.topic),
-			lanestrace.FallbackReason.String(lanestrace.ReasonNone),
-			semconv.MessagingSystemKey.String("nats"), semconv.MessagingDestinationName(out.Subject)))
+	ctx, span := mqlane.StartProducerSpan(ctx, p.tracer, p.topic, "nats", out.Subject, l)
 	if span.IsRecording() {
 		if out.Header == nil {
 			out.Header = nats.Header{}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/lanesdev/lanes/internal/lib/mqlane"
 	"github.com/lanesdev/lanes/lane"
 )
 
@@ -100,15 +101,7 @@ func laneToken(laneName string) string {
 
 // normLane normalises a lane as lane.Propagator.InjectLane does: an invalid
 // name is the baseline.
-func normLane(l string) string {
-	if l == "" || lane.Valid(l) {
-		return l
-	}
-	if n, err := lane.Parse(l); err == nil {
-		return n
-	}
-	return ""
-}
+func normLane(l string) string { return mqlane.Norm(l) }
 
 // Subject returns the NATS subject of a message of topic, published in
 // lane laneName ("" for the baseline), with the subject subject within the
@@ -172,7 +165,7 @@ func consumerName(group, tok string) string {
 // group register in the registry, and which the routing engine resolves to
 // decide ownership: "mq.<service>.<group>". Policy rules (tags, lane
 // settings) that should apply to the consumers name this service.
-func registryService(service, group string) string { return "mq." + service + "." + group }
+func registryService(service, group string) string { return mqlane.RegistryService(service, group) }
 
 // DeadLetterTopic is the default dead-letter topic of a topic:
 // "<topic>-dlq". It is a topic like any other, so dead letters can be

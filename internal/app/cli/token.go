@@ -232,7 +232,7 @@ gRPC's xDS bootstrap sends as a bearer token by itself (call credentials
 takes the token out of the envelope and checks it as it checks any token. The
 envelope proves nothing by itself: keep FILE as secret as the token.`,
 		Example: `  LANES_TOKEN=... lanes token envelope --out /etc/lanes/xds-token.jwt`,
-		Args: cobra.NoArgs,
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if strings.TrimSpace(out) == "" {
 				return &exitError{code: ExitUsage, err: errors.New("--out: give the file to write")}

@@ -55,6 +55,9 @@ type Config struct {
 	Etcd EtcdConfig `yaml:"etcd"`
 	// Nats says where the message queue runs.
 	Nats NatsConfig `yaml:"nats"`
+	// MQ names the users' Kafka and RabbitMQ brokers, which lanes up does
+	// not run: it prints them with the services' variables.
+	MQ MQConfig `yaml:"mq"`
 	// Traces configures the trace collector.
 	Traces TracesConfig `yaml:"traces"`
 	// AllowLinkLocal lets instances have link-local and cloud metadata
@@ -189,6 +192,15 @@ type NatsConfig struct {
 	// URL of an external NATS server (or several, comma-separated) with
 	// JetStream; when set, no embedded server runs.
 	URL string `yaml:"url"`
+}
+
+// MQConfig names the message brokers of the services that lanes up does
+// not run, for the variables it prints (LANES_KAFKA, LANES_AMQP).
+type MQConfig struct {
+	// Kafka is the Kafka brokers' host:port, comma-separated.
+	Kafka string `yaml:"kafka"`
+	// AMQP is the RabbitMQ broker's amqp:// (or amqps://) URL.
+	AMQP string `yaml:"amqp"`
 }
 
 // NatsOff is the value of NatsConfig.Addr that runs no NATS server.
@@ -394,6 +406,8 @@ var Settings = []Setting{
 	})},
 	{Flag: "xds-addr", Env: "LANES_XDS_ADDR", Key: "xds.addr", Usage: "address of the xDS server for gRPC's proxyless clients (xds:///<service>); port 0 picks one; off (the default) runs none", set: str(func(c *Config) *string { return &c.XDS.Addr })},
 	{Flag: "xds-auth", Env: "LANES_XDS_AUTH", Key: "xds.auth", Usage: "who may read the xDS routes: loopback (the default: processes on this machine, no token; xds-addr must be a loopback address) or token (a token of the admin API's token store in the stream's authorization metadata)", set: str(func(c *Config) *string { return &c.XDS.Auth })},
+	{Flag: "mq-kafka", Env: "LANES_MQ_KAFKA", Key: "mq.kafka", Usage: "Kafka brokers of the services (host:port, comma-separated), printed as LANES_KAFKA with the services' variables; lanes up runs none", set: str(func(c *Config) *string { return &c.MQ.Kafka })},
+	{Flag: "mq-amqp", Env: "LANES_MQ_AMQP", Key: "mq.amqp", Usage: "RabbitMQ broker of the services (amqp://host:port/vhost), printed as LANES_AMQP with the services' variables (its password hidden); lanes up runs none", set: str(func(c *Config) *string { return &c.MQ.AMQP })},
 	{Flag: "nats-url", Env: "LANES_NATS_URL", Key: "nats.url", Usage: "URL of an external NATS server with JetStream, such as nats://nats-1:4222 (comma-separated for several); none runs the embedded one", set: str(func(c *Config) *string { return &c.Nats.URL })},
 }
 
@@ -533,7 +547,28 @@ func (c *Config) validateOwn() error {
 	if err := logs.CheckFormat(c.LogFormat); err != nil {
 		return c.fail("log_format", c.LogFormat, "%v", err)
 	}
+	if err := c.validateMQ(); err != nil {
+		return err
+	}
 	return c.validateTLS()
+}
+
+// validateMQ checks the brokers that lanes up only names.
+func (c *Config) validateMQ() error {
+	if c.MQ.Kafka != "" {
+		for i, b := range strings.Split(c.MQ.Kafka, ",") {
+			if _, port, err := net.SplitHostPort(strings.TrimSpace(b)); err != nil || port == "" {
+				return c.fail("mq.kafka", c.MQ.Kafka, "broker %d %q: want host:port[,host:port...]", i+1, strings.TrimSpace(b))
+			}
+		}
+	}
+	if c.MQ.AMQP != "" {
+		u, err := url.Parse(c.MQ.AMQP)
+		if err != nil || (u.Scheme != "amqp" && u.Scheme != "amqps") || u.Host == "" {
+			return c.fail("mq.amqp", redactURLs(c.MQ.AMQP), "want amqp://user:password@host:port/vhost (or amqps://)")
+		}
+	}
+	return nil
 }
 
 // validateEtcd checks the etcd settings.

@@ -29,6 +29,20 @@ func (s *Server) ServiceEnv() []string {
 	if t, _ := Value(s, TracesKey); t.GRPCAddr != "" {
 		env = append(env, "LANES_TRACES="+t.GRPCAddr)
 	}
+	return append(env, mqEnv(s.cfg)...)
+}
+
+// mqEnv is LANES_KAFKA and LANES_AMQP, the users' brokers that lanes up
+// names (--mq-kafka, --mq-amqp), the AMQP password hidden: the service
+// gives its own.
+func mqEnv(cfg Config) []string {
+	var env []string
+	if k := cfg.MQ.Kafka; k != "" {
+		env = append(env, "LANES_KAFKA="+strings.ReplaceAll(k, " ", ""))
+	}
+	if a := cfg.MQ.AMQP; a != "" {
+		env = append(env, "LANES_AMQP="+redactURLs(a))
+	}
 	return env
 }
 

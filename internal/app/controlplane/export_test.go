@@ -49,3 +49,33 @@ func TestServiceEnv(t *testing.T) {
 		t.Errorf("external: %q", got)
 	}
 }
+
+// TestMQEnv: --mq-kafka and --mq-amqp (or LANES_MQ_KAFKA, LANES_MQ_AMQP)
+// name the users' brokers, printed as LANES_KAFKA and LANES_AMQP with the
+// AMQP credentials hidden; bad values are refused with the setting named.
+func TestMQEnv(t *testing.T) {
+	c := Defaults()
+	if err := c.ApplyEnv(env(map[string]string{"LANES_MQ_KAFKA": "k1:9092, k2:9092"})); err != nil {
+		t.Fatal(err)
+	}
+	c.Set("mq-amqp", []string{"amqp://app:s3cret@rabbit:5672/shop"})
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := mqEnv(c), []string{"LANES_KAFKA=k1:9092,k2:9092", "LANES_AMQP=amqp://xxxxx@rabbit:5672/shop"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("mqEnv = %q, want %q", got, want)
+	}
+	if got := mqEnv(Defaults()); len(got) != 0 {
+		t.Errorf("without brokers: %q", got)
+	}
+	for _, tc := range []struct{ flag, value, want string }{
+		{"mq-kafka", "k1:9092,k2", `--mq-kafka: "k1:9092,k2": broker 2 "k2": want host:port`},
+		{"mq-amqp", "http://app:s3cret@rabbit:5672/", `--mq-amqp: "http://xxxxx@rabbit:5672/": want amqp://`},
+	} {
+		c := Defaults()
+		c.Set(tc.flag, []string{tc.value})
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s=%s: %v, want %q", tc.flag, tc.value, err, tc.want)
+		}
+	}
+}

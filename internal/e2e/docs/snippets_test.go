@@ -137,7 +137,8 @@ var packages = map[string]string{
 	"lanesgrpc": "github.com/lanesdev/lanes/lanesgrpc", "lanesnats": "github.com/lanesdev/lanes/lanesnats",
 	"adminclient": "github.com/lanesdev/lanes/adminclient", "adminapi": "github.com/lanesdev/lanes/adminapi",
 	"lanesenv": "github.com/lanesdev/lanes/lanesenv", "lanestrace": "github.com/lanesdev/lanes/lanestrace",
-	"lanesmetrics": "github.com/lanesdev/lanes/lanesmetrics",
+	"lanesmetrics": "github.com/lanesdev/lanes/lanesmetrics", "laneskafka": "github.com/lanesdev/lanes/laneskafka",
+	"lanesamqp": "github.com/lanesdev/lanes/lanesamqp",
 
 	"grpc": "google.golang.org/grpc", "insecure": "google.golang.org/grpc/credentials/insecure",
 	"metadata": "google.golang.org/grpc/metadata", "codes": "google.golang.org/grpc/codes",
@@ -145,6 +146,7 @@ var packages = map[string]string{
 	"otelhttp": "go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp",
 	"otelgrpc": "go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc",
 	"nats":     "github.com/nats-io/nats.go", "jetstream": "github.com/nats-io/nats.go/jetstream",
+	"kgo": "github.com/twmb/franz-go/pkg/kgo", "amqp": "github.com/rabbitmq/amqp091-go",
 }
 
 // given are the variables a fragment may use without declaring them: what
