@@ -117,8 +117,8 @@ func matches(m *routev3.RouteMatch, h headers) (bool, error) {
 			if !present {
 				return false, nil
 			}
-		case hm.GetStringMatch().GetSafeRegex() != nil:
-			re, err := regexp.Compile(`^(?:` + hm.GetStringMatch().GetSafeRegex().Regex + `)$`)
+		case safeRegex(hm) != "":
+			re, err := regexp.Compile(`^(?:` + safeRegex(hm) + `)$`)
 			if err != nil {
 				return false, err
 			}
@@ -201,4 +201,10 @@ func (e *evaluator) leaves(name string, depth int) ([]*clusterv3.Cluster, error)
 		out = append(out, l...)
 	}
 	return out, nil
+}
+
+// safeRegex is the regular expression of a header matcher that headerRegex made, or "".
+func safeRegex(hm *routev3.HeaderMatcher) string {
+	//lint:ignore SA1019 the field that translate writes, for older gRPC clients
+	return hm.GetSafeRegexMatch().GetRegex()
 }
