@@ -66,6 +66,11 @@ const (
 // other listeners and files of the process.
 func DefaultMaxConns() int { return accept.Share(4, MaxConnsCeiling) }
 
+// MaxHeaderBytes is the MaxHeaderBytes of the gateway's net/http servers: the
+// same bound on a request head for every net/http server of lanes that takes
+// requests from clients (the sidecar's listeners).
+const MaxHeaderBytes = stdMaxHeaderBytes
+
 // Config is what a Gateway needs. Engine is required.
 type Config struct {
 	// Engine routes every request. The gateway does not close it.

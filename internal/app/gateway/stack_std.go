@@ -576,6 +576,11 @@ var buffers = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }
 func (bufferPool) Get() []byte  { return *buffers.Get().(*[]byte) }
 func (bufferPool) Put(b []byte) { buffers.Put(&b) }
 
+// CopyBuffers is the pool of the gateway's ReverseProxy copy buffers, for
+// every httputil.ReverseProxy of lanes (the sidecar's): without one, each
+// request allocates its own 32 KiB buffer.
+var CopyBuffers httputil.BufferPool = bufferPool{}
+
 // serve serves ln on net/http, HTTP/1.1 and h2c, each write to a client
 // bounded by the client write timeout (Gateway.Serve).
 func (s *stdStack) serve(ln net.Listener) error {
