@@ -5,19 +5,19 @@
 const { NodeSDK } = require('@opentelemetry/sdk-node');
 const { getNodeAutoInstrumentations } = require('@opentelemetry/auto-instrumentations-node');
 const { OTLPTraceExporter } = require('@opentelemetry/exporter-trace-otlp-http');
-const { BatchSpanProcessor } = require('@opentelemetry/sdk-trace');
+const { BatchSpanProcessor } = require('@opentelemetry/sdk-trace-base');
 const { propagation, SpanKind } = require('@opentelemetry/api');
 
-// What lanes reads on a span: lane.requested, the lane the request carries, and on a server span
-// lane.instance.lane, the lane of the instance serving it (LANES_LANE; "" on the baseline).
+// What lanes reads on a span: on a server span, lane.requested, the lane the request carries (the
+// baggage member "lane"), and lane.instance.lane, the lane of the instance serving it (LANES_LANE;
+// "" on the baseline). The service's other spans stay its own, without lanes' attributes.
 const laneAttributes = {
-  onStart(span, ctx) {
-    const carried = propagation.getBaggage(ctx)?.getEntry('lane')?.value;
-    if (span.kind === SpanKind.SERVER) {
-      span.setAttributes({ 'lane.requested': carried ?? '', 'lane.instance.lane': process.env.LANES_LANE ?? '' });
-    } else if (carried) {
-      span.setAttribute('lane.requested', carried);
-    }
+  onStart(span, parent) {
+    if (span.kind !== SpanKind.SERVER) return;
+    span.setAttributes({
+      'lane.requested': propagation.getBaggage(parent)?.getEntry('lane')?.value ?? '',
+      'lane.instance.lane': process.env.LANES_LANE ?? '',
+    });
   },
   onEnd() {},
   forceFlush: async () => {},
@@ -25,7 +25,7 @@ const laneAttributes = {
 };
 
 const sdk = new NodeSDK({
-  spanProcessors: [laneAttributes, new BatchSpanProcessor({ exporter: new OTLPTraceExporter() })],
+  spanProcessors: [laneAttributes, new BatchSpanProcessor(new OTLPTraceExporter())],
   instrumentations: [getNodeAutoInstrumentations({ '@opentelemetry/instrumentation-fs': { enabled: false } })],
 });
 sdk.start();

@@ -4,9 +4,9 @@ with GRPC_XDS_BOOTSTRAP naming lanes' xDS server, so that the channel routes eac
 in its metadata. orders has no OpenTelemetry: it forwards the lane (x-lane, baggage) and the trace
 (traceparent, tracestate) by hand.
 
-The messages are google.protobuf.StringValue (proto/polyglot.proto): grpc's protoc (grpc_tools) is
-not among Debian's packages, and the well-known types come with python3-protobuf, so orders calls
-the method by name with their serializers instead of generated stubs.
+The messages are google.protobuf.StringValue (proto/polyglot.proto), whose class comes with
+python3-protobuf: orders calls the method by name with its serializers, with no generated stubs and
+no code-generation step (grpc_tools is not installed with python3-grpcio).
 """
 import http.server
 import json

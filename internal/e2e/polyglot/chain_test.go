@@ -121,5 +121,9 @@ func (s *stack) checkTrace(l, id string) {
 	if len(tr.Findings) != 0 {
 		s.t.Errorf("lane %s: trace %s has integrity findings: %+v", name(l), id, tr.Findings)
 	}
-	s.t.Logf("trace: lane %s: %d hops, a server hop of web, orders, payments and ledger each carrying lane %s", name(l), len(tr.Hops), name(l))
+	text, err := exec.Command(bins.lanes, "trace", id, "--admin", s.admin, "--token", s.token).Output()
+	if err != nil {
+		s.t.Errorf("lanes trace %s: %v", id, err)
+	}
+	s.t.Logf("trace: lane %s: %d hops, a server hop of web, orders, payments and ledger each carrying lane %s:\n%s", name(l), len(tr.Hops), name(l), text)
 }
