@@ -5,7 +5,6 @@ import (
 
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -69,12 +68,6 @@ type running struct {
 	out    *buftest.Buffer
 	cancel context.CancelFunc
 	done   chan error
-}
-
-// stop ends the sidecar's run (a SIGTERM) and returns what Run returned.
-func (r *running) stop() error {
-	r.cancel()
-	return <-r.done
 }
 
 // sidecar starts a sidecar on the mesh with cfg (its Listen, Proxy and
@@ -230,14 +223,4 @@ func get(t testing.TB, c *http.Client, url string, kv ...string) (int, string, s
 	defer res.Body.Close()
 	body, _ := io.ReadAll(res.Body)
 	return res.StatusCode, res.Header.Get("X-Lanes-Error"), string(body)
-}
-
-// freePort returns an address on loopback that nothing listens on now.
-func freePort(t testing.TB) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }

@@ -23,7 +23,8 @@ var traceContext propagation.TraceContext
 // inbound is the handler of the inbound listener: laneshttp's server
 // middleware (the lane of the request, the guard and its exempt paths, the
 // server span) around a reverse proxy to the app. The app receives the
-// lane decided here (x-lane and baggage, as the transports write them) and,
+// lane decided here (x-lane and baggage, as the transports write them), the
+// forwarding headers (X-Forwarded-For with the caller appended) and,
 // when the request is traced, the traceparent of the sidecar's server span:
 // the parent of the calls the app makes with them.
 func (s *Sidecar) inbound() http.Handler {
@@ -34,7 +35,16 @@ func (s *Sidecar) inbound() http.Handler {
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.SetURL(app)
 			pr.Out.Host = pr.In.Host
+			// The forwarding headers of the hop before (the gateway's) are
+			// kept: the client's address first, the original host and scheme.
+			in := pr.In.Header
+			pr.Out.Header["X-Forwarded-For"] = in["X-Forwarded-For"]
 			pr.SetXForwarded()
+			for _, k := range [...]string{"X-Forwarded-Host", "X-Forwarded-Proto"} {
+				if v := in[k]; len(v) > 0 {
+					pr.Out.Header[k] = v
+				}
+			}
 			ctx := pr.In.Context()
 			prop.InjectCall(ctx, lane.FromContext(ctx), lane.HTTPHeader(pr.Out.Header))
 			traceContext.Inject(ctx, propagation.HeaderCarrier(pr.Out.Header))

@@ -184,7 +184,9 @@ func (s *Sidecar) Run(ctx context.Context) error {
 	serve(s.proxySrv, s.accepting("outbound", s.proxyLn))
 
 	rctx, cancel := context.WithCancel(ctx)
-	go func() { // ends with Run: a listener that fails stops the sidecar
+	wg.Add(1)
+	go func() { // owned by Run, which waits for it: a listener that fails stops the sidecar
+		defer wg.Done()
 		select {
 		case err := <-served:
 			s.log.Error("lanes sidecar: a listener failed; stopping", "err", err)
@@ -282,10 +284,6 @@ func (s *Sidecar) registered(ctx context.Context) error {
 	if s.cfg.Direct && inst.Addr == "" {
 		inst.Addr = s.cfg.App
 	}
-	if inst.ID == "" {
-		host, _ := os.Hostname()
-		inst.ID = instanceID(s.cfg.Lane, host, lis.addr)
-	}
 	srv := &holding{stop: make(chan struct{})}
 	defer s.setRegistered("")
 	return serving.Run(rctx, announcing{Registry: s.reg, s: s}, inst, lis, srv, serving.Options{
@@ -350,21 +348,6 @@ func (s *Sidecar) setRegistered(addr string) {
 	s.mu.Lock()
 	s.addr = addr
 	s.mu.Unlock()
-}
-
-// instanceID names the instance: its lane, host and advertised port.
-func instanceID(l, host string, a net.Addr) string {
-	_, port, _ := net.SplitHostPort(a.String())
-	if l == "" {
-		l = "baseline"
-	}
-	b := []byte("sidecar-" + l + "-" + host + "-" + port)
-	for i, c := range b {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
-			b[i] = '-'
-		}
-	}
-	return string(b[:min(len(b), 200)])
 }
 
 // announcing is the sidecar's registry: it prints the registered line once

@@ -10,8 +10,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/lanesdev/lanes/lane"
 	"github.com/lanesdev/lanes/laneshttp"
+	"github.com/lanesdev/lanes/lanesmetrics"
 	"github.com/lanesdev/lanes/registry"
 	"github.com/lanesdev/lanes/routing"
 )
@@ -80,8 +83,13 @@ func TestGuard(t *testing.T) {
 	if code != http.StatusOK || body != "orders-alice" || h.Get("X-Lane") != "alice" || !strings.Contains(h.Get("Baggage"), "lane=alice") || !strings.Contains(h.Get("Baggage"), "k=v") {
 		t.Errorf("alice request: %d %q; the app got x-lane %q, baggage %q", code, body, h.Get("X-Lane"), h.Get("Baggage"))
 	}
-	if h.Get("X-Forwarded-For") == "" {
-		t.Errorf("the app got no X-Forwarded-For: %v", h)
+	if h.Get("X-Forwarded-For") != "127.0.0.1" {
+		t.Errorf("the app got X-Forwarded-For %q", h.Get("X-Forwarded-For"))
+	}
+	// Behind the gateway: its forwarding headers are kept, the caller appended.
+	get(t, http.DefaultClient, in+"/x", "x-lane", "alice", "X-Forwarded-For", "203.0.113.7", "X-Forwarded-Proto", "https", "X-Forwarded-Host", "shop.example")
+	if h := a.header(); h.Get("X-Forwarded-For") != "203.0.113.7, 127.0.0.1" || h.Get("X-Forwarded-Proto") != "https" || h.Get("X-Forwarded-Host") != "shop.example" {
+		t.Errorf("the app got X-Forwarded-For %q, -Proto %q, -Host %q", h.Get("X-Forwarded-For"), h.Get("X-Forwarded-Proto"), h.Get("X-Forwarded-Host"))
 	}
 }
 
@@ -95,7 +103,12 @@ func TestOutbound(t *testing.T) {
 	m.register("back", "b-1", "", base.addr())
 	m.register("back", "b-alice", "alice", alice.addr())
 	front := newApp(t, "front", nil)
-	s := m.sidecar(Config{Service: "front", App: front.addr()})
+	pr := prometheus.NewRegistry()
+	metrics, err := lanesmetrics.New(pr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := m.sidecar(Config{Service: "front", App: front.addr(), Metrics: metrics, Gatherer: pr})
 	s.waitRegistered(t)
 	c := s.proxyClient(t)
 	for _, tc := range []struct {
@@ -116,13 +129,27 @@ func TestOutbound(t *testing.T) {
 	if h := alice.header(); h.Get("X-Lane") != "alice" {
 		t.Errorf("the alice instance got x-lane %q", h.Get("X-Lane"))
 	}
+	// The routing decisions, counted as the SDK's transports count them.
+	code, _, body := get(t, http.DefaultClient, "http://"+s.ProxyAddr().String()+"/metrics")
+	if code != 200 {
+		t.Errorf("/metrics: %d", code)
+	}
+	for _, want := range []string{
+		`lanes_requests_total{lane_requested="alice",lane_served="alice",reason="none",service="back"}`,
+		`lanes_requests_total{lane_requested="baseline",lane_served="baseline",reason="none",service="back"}`,
+		`lanes_requests_total{lane_requested="bob",lane_served="baseline",reason="no_instance_in_lane",service="back"}`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %s:\n%s", want, body)
+		}
+	}
 
 	// An unknown service: a routing failure as laneshttp answers it.
 	if code, xerr, body := get(t, c, "http://nosuch/"); code != http.StatusServiceUnavailable || xerr != "no_instance" {
 		t.Errorf("unknown service: %d %q %q", code, xerr, body)
 	}
 	// Not a lanes service.
-	code, _, body := get(t, c, "http://"+base.addr()+"/")
+	code, _, body = get(t, c, "http://"+base.addr()+"/")
 	if code != http.StatusBadGateway || !strings.Contains(body, "is not a lanes service") || !strings.Contains(body, "--pass-through") {
 		t.Errorf("other host: %d %q", code, body)
 	}

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -8,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -100,8 +102,11 @@ func (u *up) sidecar(t *testing.T, service, l string, app string, extra ...strin
 	t.Helper()
 	req := adminapi.TokenRequest{Name: service + "-" + l, Lane: l, Baseline: l == ""}
 	env := []string{"LANES_REGISTRY=" + u.admin, "LANES_TOKEN=" + u.newToken(t, req), "LANES_TRACES=" + u.traces, "LANES_LOG_LEVEL=warn"}
-	args := append([]string{"sidecar", "--service", service, "--lane", l, "--listen", "127.0.0.1:0", "--app", app, "--proxy", "127.0.0.1:0",
-		"--ready-interval", "100ms"}, extra...)
+	args := []string{"sidecar", "--service", service, "--lane", l, "--app", app, "--proxy", "127.0.0.1:0", "--ready-interval", "100ms"}
+	if !slices.Contains(extra, "--direct") {
+		args = append(args, "--listen", "127.0.0.1:0")
+	}
+	args = append(args, extra...)
 	p := startEnv(t, env, args...)
 	where := "lane " + l
 	if l == "" {
@@ -312,5 +317,65 @@ func TestSidecarChain(t *testing.T) {
 	}
 	if first < 0 {
 		t.Errorf("no request fell back to the baseline")
+	}
+}
+
+// TestSidecarCommand: the command line of lanes sidecar. Bad flags and a
+// missing LANES_REGISTRY exit 2 before anything starts, naming the flag or
+// the variable and the value as written; --direct registers the app's own
+// address, prints the documented lines, and SIGTERM deregisters it at once
+// and exits 0.
+func TestSidecarCommand(t *testing.T) {
+	base := []string{"sidecar", "--service", "orders", "--lane", "alice", "--listen", "127.0.0.1:0", "--app", "127.0.0.1:8081"}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"sidecar", "--lane", "alice", "--listen", "127.0.0.1:0", "--app", "127.0.0.1:8081"}, `--service "": required`},
+		{append(base[:len(base):len(base)], "--proxy", "0.0.0.0:3128"), `--proxy "0.0.0.0:3128": the outbound proxy listens on loopback only`},
+		{append(base[:len(base):len(base)], "--ready-path", "healthz"), `--ready-path "healthz": want an absolute path`},
+		{append(base[:len(base):len(base)], "--direct"), `--listen "127.0.0.1:0": --direct takes no inbound traffic`},
+		{[]string{"sidecar", "--service", "orders", "--listen", "127.0.0.1:0", "--app", "8081"}, `--app "8081": not host:port`},
+		{[]string{"sidecar", "--service", "orders", "--lane", "Not A Lane!", "--listen", "127.0.0.1:0", "--app", "127.0.0.1:8081"}, `--lane "Not A Lane!"`},
+		{base, "LANES_REGISTRY is not set"},
+	} {
+		code, out, errOut := run(t, "", tc.args...)
+		expect(t, strings.Join(tc.args, " "), code, out, errOut, 2, tc.want)
+	}
+
+	u := startUp(t, "up")
+	a := newLaneApp(t, "grpc-ish", nil)
+	p, _ := u.sidecar(t, "pricing", "alice", a.addr, "--direct")
+	want := regexp.MustCompile(`^sidecar: direct, app ` + regexp.QuoteMeta(a.addr) + `
+sidecar: outbound proxy 127\.0\.0\.1:\d+ \(HTTP_PROXY=http://127\.0\.0\.1:\d+\)
+sidecar: registered pricing lane alice at ` + regexp.QuoteMeta(a.addr) + `
+$`)
+	if out := p.stdout.String(); !want.MatchString(out) {
+		t.Fatalf("printed:\n%s", out)
+	}
+	c := u.client(t, u.token)
+	listed := func() int {
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		defer cancel()
+		ins, err := c.Instances(ctx, "pricing")
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, in := range ins {
+			if in.Addr == a.addr && in.Lane == "alice" {
+				n++
+			}
+		}
+		return n
+	}
+	if n := listed(); n != 1 {
+		t.Fatalf("%d instances of pricing at %s", n, a.addr)
+	}
+	if code := p.stop(syscall.SIGTERM); code != 0 {
+		t.Fatalf("exit %d after SIGTERM:\n%s", code, p.stderr.String())
+	}
+	if n := listed(); n != 0 {
+		t.Fatalf("%d instances of pricing left after the sidecar stopped", n)
 	}
 }
