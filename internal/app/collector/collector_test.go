@@ -2,7 +2,11 @@ package collector
 
 import (
 	"context"
+	"encoding/base64"
+	"encoding/hex"
 	"fmt"
+	"io"
+	"net/http"
 	"runtime"
 	"strings"
 	"testing"
@@ -239,5 +243,44 @@ func TestGraph(t *testing.T) {
 	}
 	if alice.Rate != 2.0/60 {
 		t.Errorf("rate %v", alice.Rate)
+	}
+}
+
+// TestReceiveJSON sends spans over OTLP/HTTP in JSON, their ids in hex as the OTLP specification
+// and OpenTelemetry's JavaScript exporter write them, and in base64 as protobuf's JSON mapping
+// writes them, and reads both back with their ids.
+func TestReceiveJSON(t *testing.T) {
+	c := start(t, Config{})
+	post := func(body string) {
+		t.Helper()
+		res, err := http.Post("http://"+c.HTTPAddr().String()+"/v1/traces", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer res.Body.Close()
+		out, _ := io.ReadAll(res.Body)
+		if res.StatusCode != http.StatusOK || strings.Contains(string(out), "rejected") {
+			t.Fatalf("OTLP/JSON: %s: %s", res.Status, out)
+		}
+	}
+	const span = `{"resourceSpans":[{"resource":{"attributes":[{"key":"service.name","value":{"stringValue":"web"}}]},
+		"scopeSpans":[{"spans":[{"traceId":%q,"spanId":%q,"parentSpanId":%q,"name":"GET","kind":2,
+		"startTimeUnixNano":"1","endTimeUnixNano":"2",
+		"attributes":[{"key":"lane.requested","value":{"stringValue":"alice"}}]}]}]}]}`
+	post(fmt.Sprintf(span, "5B8EFFF798038103D269B633813FC60C", "eee19b7ec3c1b174", "eee19b7ec3c1b173"))
+	hexID, _ := hex.DecodeString("00112233445566778899aabbccddeeff")
+	post(fmt.Sprintf(span, base64.StdEncoding.EncodeToString(hexID), base64.StdEncoding.EncodeToString(hexID[:8]), ""))
+
+	for trace, want := range map[string]string{
+		"5b8efff798038103d269b633813fc60c": "eee19b7ec3c1b174 parent eee19b7ec3c1b173 alice",
+		"00112233445566778899aabbccddeeff": "0011223344556677 parent  alice",
+	} {
+		spans := c.Store().Trace(trace)
+		if len(spans) != 1 {
+			t.Fatalf("trace %s: stored %d spans, want 1", trace, len(spans))
+		}
+		if got := spans[0].SpanID + " parent " + spans[0].ParentID + " " + spans[0].Requested; got != want {
+			t.Errorf("trace %s: span %q, want %q", trace, got, want)
+		}
 	}
 }

@@ -3,6 +3,8 @@ package collector
 import (
 	"compress/gzip"
 	"context"
+	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -101,7 +103,9 @@ func (c *Collector) httpReceiver() http.Handler {
 		}
 		req := &coltracepb.ExportTraceServiceRequest{}
 		if ct == "application/json" {
-			err = protojson.Unmarshal(data, req)
+			if err = protojson.Unmarshal(data, req); err == nil {
+				hexIDs(req)
+			}
 		} else {
 			err = proto.Unmarshal(data, req)
 		}
@@ -127,4 +131,37 @@ func (c *Collector) httpReceiver() http.Handler {
 		_, _ = w.Write(out)
 	})
 	return mux
+}
+
+// hexIDs reads the trace and span ids of an OTLP/JSON request as the OTLP specification writes
+// them, in hex (OpenTelemetry's JavaScript exporters, for one), where protobuf's JSON mapping,
+// which protojson follows, reads bytes in base64. protojson took a hex id for base64 and decoded
+// its 32 (16) characters to 24 (12) bytes; re-encoded in base64 they are the hex digits again. An
+// id of 16 (8) bytes was sent in base64 and is kept.
+func hexIDs(req *coltracepb.ExportTraceServiceRequest) {
+	for _, rs := range req.GetResourceSpans() {
+		for _, ss := range rs.GetScopeSpans() {
+			for _, sp := range ss.GetSpans() {
+				sp.TraceId = hexID(sp.TraceId, 16)
+				sp.SpanId = hexID(sp.SpanId, 8)
+				sp.ParentSpanId = hexID(sp.ParentSpanId, 8)
+				for _, l := range sp.GetLinks() {
+					l.TraceId = hexID(l.TraceId, 16)
+					l.SpanId = hexID(l.SpanId, 8)
+				}
+			}
+		}
+	}
+}
+
+// hexID returns the n bytes that id's base64 spells in hex, or id unchanged when it does not.
+func hexID(id []byte, n int) []byte {
+	if len(id) != n*3/2 {
+		return id
+	}
+	b, err := hex.DecodeString(base64.StdEncoding.EncodeToString(id))
+	if err != nil {
+		return id
+	}
+	return b
 }

@@ -10,6 +10,7 @@ import (
 	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	upstreamhttpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 )
@@ -28,7 +29,8 @@ const (
 	// Envoy is the variant of an Envoy proxy beside a service, as its
 	// egress: one listener on the proxy's address, whose one route
 	// configuration holds a virtual host per service (by the Host or
-	// :authority the service calls: S or S:port), aggregate clusters with
+	// :authority the service calls: S or S:port), header matchers as
+	// string_match (Envoy's current form), aggregate clusters with
 	// lb_policy CLUSTER_PROVIDED (which Envoy requires), and upstream
 	// HTTP/2 where the downstream request was HTTP/2 (gRPC), HTTP/1.1
 	// otherwise.
@@ -68,10 +70,14 @@ func ForEnvoy(r *Resources, egress netip.AddrPort) *Resources {
 			// One virtual host per service, by the authority the service
 			// calls: its name, with or without a port. Envoy refuses a
 			// domain twice, and a service's name is unique.
+			routes := make([]*routev3.Route, len(vh.Routes))
+			for i, rt := range vh.Routes {
+				routes[i] = envoyRoute(rt)
+			}
 			rc.VirtualHosts = append(rc.VirtualHosts, &routev3.VirtualHost{
 				Name:    vh.Name,
 				Domains: []string{c.Name, c.Name + ":*"},
-				Routes:  vh.Routes,
+				Routes:  routes,
 			})
 		}
 	}
@@ -93,6 +99,27 @@ func ForEnvoy(r *Resources, egress netip.AddrPort) *Resources {
 			c.TypedExtensionProtocolOptions = protocol
 		}
 		out.Clusters = append(out.Clusters, c)
+	}
+	return out
+}
+
+// envoyRoute is rt with its header matchers in the form Envoy reads
+// without a deprecation warning: string_match, where the gRPC variant
+// writes safe_regex_match for older gRPC clients (headerRegex).
+func envoyRoute(rt *routev3.Route) *routev3.Route {
+	out := rt
+	for i, h := range rt.GetMatch().GetHeaders() {
+		//lint:ignore SA1019 the field the gRPC variant writes (headerRegex)
+		re := h.GetSafeRegexMatch()
+		if re == nil {
+			continue
+		}
+		if out == rt {
+			out = proto.Clone(rt).(*routev3.Route)
+		}
+		out.Match.Headers[i] = &routev3.HeaderMatcher{Name: h.Name, HeaderMatchSpecifier: &routev3.HeaderMatcher_StringMatch{
+			StringMatch: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{Regex: re.Regex}}},
+		}}
 	}
 	return out
 }

@@ -65,6 +65,16 @@ func newEvaluator(r *xdsroute.Resources) (*evaluator, error) {
 	}
 	for _, rc := range r.Routes {
 		e.routes[rc.Name] = rc
+		for _, vh := range rc.VirtualHosts {
+			for _, rt := range vh.Routes {
+				for _, hm := range rt.GetMatch().GetHeaders() {
+					//lint:ignore SA1019 the field the gRPC variant writes, and Envoy's must not
+					if e.variant == xdsroute.Envoy && hm.GetSafeRegexMatch() != nil {
+						return nil, fmt.Errorf("route %q of the Envoy variant has a safe_regex_match", rt.Name)
+					}
+				}
+			}
+		}
 	}
 	for _, c := range r.Clusters {
 		if provided := c.LbPolicy == clusterv3.Cluster_CLUSTER_PROVIDED; c.GetClusterType() != nil && provided != (e.variant == xdsroute.Envoy) {
@@ -168,8 +178,8 @@ func matches(m *routev3.RouteMatch, h headers) (bool, error) {
 			if !present {
 				return false, nil
 			}
-		case hm.GetStringMatch().GetSafeRegex() != nil:
-			re, err := regexp.Compile(`^(?:` + hm.GetStringMatch().GetSafeRegex().Regex + `)$`)
+		case safeRegex(hm) != "":
+			re, err := regexp.Compile(`^(?:` + safeRegex(hm) + `)$`)
 			if err != nil {
 				return false, err
 			}
@@ -252,4 +262,13 @@ func (e *evaluator) leaves(name string, depth int) ([]*clusterv3.Cluster, error)
 		out = append(out, l...)
 	}
 	return out, nil
+}
+
+// safeRegex is the regular expression of a header matcher that headerRegex made, or "".
+func safeRegex(hm *routev3.HeaderMatcher) string {
+	if re := hm.GetStringMatch().GetSafeRegex(); re != nil {
+		return re.Regex // the Envoy variant's
+	}
+	//lint:ignore SA1019 the field that translate writes, for older gRPC clients
+	return hm.GetSafeRegexMatch().GetRegex()
 }

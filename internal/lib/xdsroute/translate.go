@@ -612,11 +612,11 @@ func clusterAction(name string) *routev3.Route_Route {
 }
 
 func headerRegex(name, re string) *routev3.HeaderMatcher {
-	return &routev3.HeaderMatcher{Name: name, HeaderMatchSpecifier: &routev3.HeaderMatcher_StringMatch{
-		StringMatch: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_SafeRegex{
-			SafeRegex: &matcherv3.RegexMatcher{Regex: re},
-		}},
-	}}
+	// safe_regex_match rather than string_match, its successor: gRPC C-core before 1.56 (Python's
+	// grpcio 1.51 in Debian 12, for one) refuses a route configuration with a string_match
+	// ("Invalid route header matcher specified"); every gRPC client reads safe_regex_match.
+	//lint:ignore SA1019 the field that older gRPC clients read (above)
+	return &routev3.HeaderMatcher{Name: name, HeaderMatchSpecifier: &routev3.HeaderMatcher_SafeRegexMatch{SafeRegexMatch: &matcherv3.RegexMatcher{Regex: re}}}
 }
 
 func headerPresent(name string) *routev3.HeaderMatcher {

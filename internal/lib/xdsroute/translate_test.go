@@ -154,7 +154,7 @@ func validate(r *xdsroute.Resources) error {
 		for _, vh := range x.VirtualHosts {
 			for _, rt := range vh.Routes {
 				for _, h := range rt.GetMatch().GetHeaders() {
-					if re := h.GetStringMatch().GetSafeRegex().GetRegex(); re != "" {
+					if re := safeRegex(h); re != "" {
 						if _, err := regexp.Compile(re); err != nil {
 							return fmt.Errorf("route %q: %v", rt.Name, err)
 						}
