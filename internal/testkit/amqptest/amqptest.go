@@ -66,6 +66,22 @@ func Start(t testing.TB) *Broker {
 	if bin == "" {
 		t.Skip(SkipMessage)
 	}
+	// The ports are chosen free, then handed to the broker: another process
+	// (a test package running beside this one) may take one meanwhile, and
+	// the broker stops at once ("eaddrinuse"). Then other ports are tried.
+	for attempt := 1; ; attempt++ {
+		b, err := start(t, bin)
+		if err == nil {
+			return b
+		}
+		if attempt == 4 || !b.LogContains("eaddrinuse") {
+			t.Fatal(err)
+		}
+		t.Logf("rabbitmq-server: a port was taken before it bound; trying others (%v)", err)
+	}
+}
+
+func start(t testing.TB, bin string) (*Broker, error) {
 	dir := t.TempDir()
 	ports := make([]int, 3)
 	for i := range ports {
@@ -134,8 +150,5 @@ func Start(t testing.TB) *Broker {
 			exec.Command(epmd, "-port", strconv.Itoa(b.epmdPort), "-kill").Run()
 		}
 	})
-	if err := b.Start(); err != nil {
-		t.Fatal(err)
-	}
-	return b
+	return b, b.Start()
 }
