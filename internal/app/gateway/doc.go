@@ -9,7 +9,10 @@
 // by ALPN ([Gateway.ServeTLS], on net/http whatever Config.HTTP1 says), and
 // passes gRPC through: a request with
 // content-type application/grpc goes to the upstream over h2c, streams in both
-// directions and brings its trailers back.
+// directions and brings its trailers back. An instance that answers the h2c
+// connection with HTTP/1 (it speaks HTTP/1 only) fails the call with
+// Unavailable and x-lanes-error upstream_http1, saying so; outlier detection
+// ignores it (h2c.go).
 //
 // # Two HTTP/1.1 stacks
 //

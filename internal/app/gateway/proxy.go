@@ -42,6 +42,9 @@ const (
 	codeClosed      = "closed"
 	codeNotReady    = "not_ready"
 	codeBadBody     = "bad_request_body"
+	// codeHTTP1Only answers a gRPC call whose instance speaks HTTP/1 only
+	// (errHTTP1Only).
+	codeHTTP1Only = "upstream_http1"
 	// codeOverloaded answers a connection over Config.MaxConns (shed).
 	codeOverloaded = "overloaded"
 	// The fast stack's answers to requests that its server refuses (see
@@ -280,8 +283,16 @@ func (g *Gateway) callFailed(out responder, st *reqState, err error, clientGone 
 		out.writeHeader(http.StatusBadGateway)
 		return
 	}
-	g.m.errors(codeUpstream)
 	inst := st.pick().Instance
+	if errors.Is(err, errHTTP1Only) {
+		g.m.errors(codeHTTP1Only)
+		g.log.Warn("lanes gateway: a gRPC call reached an instance that speaks HTTP/1 only", "service", st.route.Service,
+			"instance", inst.ID, "addr", inst.Addr, "lane", st.pick().RequestLane)
+		msg := fmt.Sprintf("lanes: service %q, instance %q speaks HTTP/1 only: a gRPC call needs HTTP/2 (h2c); route gRPC to a gRPC instance", st.route.Service, inst.ID)
+		g.fail(out, st.grpc, http.StatusBadGateway, codeHTTP1Only, msg)
+		return
+	}
+	g.m.errors(codeUpstream)
 	g.log.Warn("lanes gateway: upstream call failed", "service", st.route.Service, "instance", inst.ID, "addr", inst.Addr,
 		"lane", st.pick().RequestLane, "retried", st.call.Retried(), "err", err)
 	msg := fmt.Sprintf("lanes: service %q, instance %q: %v", st.route.Service, inst.ID, err)
