@@ -217,9 +217,15 @@
 //     split to one); absent for a baseline request;
 //   - x-lane-served: the lane of the instance that served this hop, or
 //     "baseline"; on a 502, the lane of the instance that failed; absent when
-//     no instance was picked (400, 404, 503).
+//     no instance was picked (400, 404, 503);
+//   - x-lane-fallback, on a lane request served by another lane than its
+//     own, says why (the lane.fallback_reason of the gateway's span):
+//     unknown_lane (the lane exists nowhere: no instance of any service in
+//     the registry is in it and the policy does not name it, as a typo),
+//     no_instance_in_lane (a known lane without an instance of this
+//     service), ejected, expired or failover.
 //
-// An x-lane or x-lane-served header of the upstream response is replaced by
+// An x-lane, x-lane-served or x-lane-fallback header of the upstream response is replaced by
 // the gateway's own (the client learns about the gateway's hop only).
 //
 // Errors of the gateway itself carry x-lanes-error with a code:
