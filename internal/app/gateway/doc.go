@@ -241,6 +241,8 @@
 //	503 no_instance       the routing engine found no instance (routing.Error)
 //	503 lane_unavailable  a strict lane chain has no instance (routing.Error)
 //	502 upstream          the instance could not be reached or failed mid-call
+//	502 upstream_http1    a gRPC call's instance speaks HTTP/1 only (gRPC
+//	                      Unavailable); the instance not blamed
 //	503 not_ready         the engine had not read the policy or the service's
 //	                      instances within Config.ReadyTimeout (first requests only)
 //	503 closed            the gateway is closing
