@@ -76,22 +76,21 @@ tags:
 // changes on its own goroutine.
 func waitKnown(t *testing.T, e *Engine, l string, want bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for e.KnownLane(l) != want {
-		if time.Now().After(deadline) {
-			t.Fatalf("lane %s known: %v after 30s, want %v", l, !want, want)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitFor(t, "lane "+l+" known", want, func() bool { return e.KnownLane(l) })
 }
 
 // waitUnknown waits until e.UnknownLane(l) is want.
 func waitUnknown(t *testing.T, e *Engine, l string, want bool) {
 	t.Helper()
+	waitFor(t, "lane "+l+" unknown", want, func() bool { return e.UnknownLane(l) })
+}
+
+func waitFor(t *testing.T, what string, want bool, f func() bool) {
+	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
-	for e.UnknownLane(l) != want {
+	for f() != want {
 		if time.Now().After(deadline) {
-			t.Fatalf("lane %s unknown: %v after 30s, want %v", l, !want, want)
+			t.Fatalf("%s: %v after 30s, want %v", what, !want, want)
 		}
 		time.Sleep(time.Millisecond)
 	}
