@@ -19,6 +19,7 @@ import (
 
 	"github.com/lanesdev/lanes/etcdstore"
 	"github.com/lanesdev/lanes/internal/testkit/etcdtest"
+	"github.com/lanesdev/lanes/internal/testkit/timing"
 	"github.com/lanesdev/lanes/registry"
 )
 
@@ -188,7 +189,9 @@ func TestLeaseReestablished(t *testing.T) {
 		w := watchStore(t, s, "orders")
 		w.Next(ctx) // the reset
 		a := inst("orders", "a", 1)
-		l, err := s.Register(ctx, a, 2*time.Second)
+		// A short TTL, so that the revoke is noticed soon; scaled, so that a
+		// process starved under -race does not lose the lease on its own.
+		l, err := s.Register(ctx, a, timing.Bound(2*time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/lanesdev/lanes/internal/testkit/timing"
 	"github.com/lanesdev/lanes/lane"
 	"github.com/lanesdev/lanes/lanesgrpc"
 	"github.com/lanesdev/lanes/routing"
@@ -636,7 +637,8 @@ func TestHungInstanceEjected(t *testing.T) {
 	hung := m.start("orders", "hung", "")
 	m.start("orders", "ok", "")
 	hang(hung)
-	timeout := lanesgrpc.WithResponseHeaderTimeout(500 * time.Millisecond) // the live instance answers well within it
+	hdr := timing.Bound(500 * time.Millisecond) // the live instance answers well within it
+	timeout := lanesgrpc.WithResponseHeaderTimeout(hdr)
 	orders := m.client("orders", timeout, lanesgrpc.WithIdempotent("/grpc.testing.TestService/UnaryCall"))
 	svc := m.engine.Service("orders")
 	start := time.Now()
@@ -661,7 +663,7 @@ func TestHungInstanceEjected(t *testing.T) {
 		if err != nil {
 			t.Fatalf("idempotent call %d failed: %v", i, err)
 		}
-		if time.Since(began) >= 500*time.Millisecond {
+		if time.Since(began) >= hdr {
 			cut++
 		}
 	}
@@ -717,7 +719,7 @@ func TestRetryFollowsTheLaneChain(t *testing.T) {
 		a := m.start("orders", "a", "alice")
 		m.start("orders", "b", "")
 		hang(a)
-		orders := m.client("orders", idem, lanesgrpc.WithResponseHeaderTimeout(300*time.Millisecond))
+		orders := m.client("orders", idem, lanesgrpc.WithResponseHeaderTimeout(timing.Bound(300*time.Millisecond)))
 		for i := range 2 {
 			if got := mustServe(t, orders, "alice"); got != "b" {
 				t.Fatalf("call %d in lane alice: served by %s, want b on the retry", i, got)

@@ -15,6 +15,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/lanesdev/lanes/internal/testkit/timing"
 	"github.com/lanesdev/lanes/laneshttp"
 	"github.com/lanesdev/lanes/policy"
 	"github.com/lanesdev/lanes/registry"
@@ -24,8 +25,10 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // patience bounds every wait for something asynchronous (a registry watch
-// reaching the engine): generous, for a loaded 2-core machine under -race.
-const patience = 30 * time.Second
+// reaching the engine) and every call (bg): generous, for a loaded 2-core
+// machine, and scaled under -race, where a call that moves a 48 MB body
+// past a paused instance can take half a minute.
+var patience = timing.Bound(30 * time.Second)
 
 // noEnv is a getenv that sees no LANES_* variable, so that tests do not
 // depend on the environment they run in.

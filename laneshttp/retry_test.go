@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lanesdev/lanes/internal/testkit/timing"
 	"github.com/lanesdev/lanes/lane"
 	"github.com/lanesdev/lanes/laneshttp"
 	"github.com/lanesdev/lanes/registry"
@@ -281,7 +282,8 @@ func TestHungInstanceEjected(t *testing.T) {
 	f.start("alive orders")
 	f.await("orders", 2)
 	// The default base, which enforces the timeout.
-	c := laneshttp.NewClient(f.e, laneshttp.WithEnv(noEnv), laneshttp.WithResponseHeaderTimeout(300*time.Millisecond)) // the live instance answers well within it, even on a loaded machine
+	hdr := timing.Bound(300 * time.Millisecond) // the live instance answers well within it, even on a loaded machine
+	c := laneshttp.NewClient(f.e, laneshttp.WithEnv(noEnv), laneshttp.WithResponseHeaderTimeout(hdr))
 	t.Cleanup(c.CloseIdleConnections)
 	delayed := 0
 	for i := range 10 {
@@ -289,7 +291,7 @@ func TestHungInstanceEjected(t *testing.T) {
 		if code, body := get(t, bg(t), c, "http://orders/"); code != 200 || body != "alive" {
 			t.Fatalf("GET %d: %d %q", i, code, body)
 		}
-		if time.Since(start) >= 300*time.Millisecond {
+		if time.Since(start) >= hdr {
 			delayed++
 		}
 		if got := eligible(t, f); got != "alive" && delayed > 0 {
@@ -362,7 +364,7 @@ func TestPausedInstanceEjected(t *testing.T) {
 	f.startPaused("paused orders")
 	f.start("alive orders")
 	f.await("orders", 2)
-	c := laneshttp.NewClient(f.e, laneshttp.WithEnv(noEnv), laneshttp.WithResponseHeaderTimeout(300*time.Millisecond))
+	c := laneshttp.NewClient(f.e, laneshttp.WithEnv(noEnv), laneshttp.WithResponseHeaderTimeout(timing.Bound(300*time.Millisecond)))
 	t.Cleanup(c.CloseIdleConnections)
 	start := time.Now()
 	for i := 0; eligible(t, f) != "alive"; i++ {
@@ -410,7 +412,7 @@ func TestRetryFollowsTheLaneChain(t *testing.T) {
 		f.start("base orders")
 		f.await("orders", 2)
 		// The default base, which enforces the timeout.
-		c := laneshttp.NewClient(f.e, laneshttp.WithEnv(noEnv), laneshttp.WithResponseHeaderTimeout(300*time.Millisecond))
+		c := laneshttp.NewClient(f.e, laneshttp.WithEnv(noEnv), laneshttp.WithResponseHeaderTimeout(timing.Bound(300*time.Millisecond)))
 		t.Cleanup(c.CloseIdleConnections)
 		ctx := lane.WithLane(bg(t), "alice")
 		for i := range 2 {
@@ -436,8 +438,13 @@ func TestUploadToPausedInstance(t *testing.T) {
 	// The live instance must read every write within the write timeout:
 	// 1 s held alone, but not always in the whole suite under -race on a
 	// loaded 2-core machine, where the process can get no CPU for that long.
-	const writeTimeout = 3 * time.Second
-	c := laneshttp.NewClient(f.e, laneshttp.WithEnv(noEnv), laneshttp.WithWriteTimeout(writeTimeout))
+	writeTimeout := timing.Bound(3 * time.Second)
+	// And the live instance must answer within the response-header timeout
+	// once the whole body is written: the default 10 s, scaled, as reading
+	// the last megabytes of the body can take that long on a starved
+	// process under -race. The paused instance never gets that far.
+	headerTimeout := timing.Bound(laneshttp.DefaultResponseHeaderTimeout)
+	c := laneshttp.NewClient(f.e, laneshttp.WithEnv(noEnv), laneshttp.WithWriteTimeout(writeTimeout), laneshttp.WithResponseHeaderTimeout(headerTimeout))
 	t.Cleanup(c.CloseIdleConnections)
 	body := bytes.Repeat([]byte("x"), 48<<20) // well over what loopback sockets buffer
 	for i := range 2 {                        // round robin: one of them goes to the paused instance first

@@ -50,6 +50,7 @@ const (
 const (
 	ReasonNone             = "none"                // served by the lane requested (or a baseline request by the baseline)
 	ReasonNoInstanceInLane = "no_instance_in_lane" // the lane (and its chain) has no instance of the service
+	ReasonUnknownLane      = "unknown_lane"        // the lane exists nowhere: no instance of any service the caller knows is in it, and the policy does not name it
 	ReasonEjected          = "ejected"             // the lane's instances are registered but ejected by outlier detection
 	ReasonStrict           = "strict"              // a strict lane with no instance: the request failed rather than fall back
 	ReasonExpired          = "expired"             // the lane's lifetime ended: it routes as the baseline

@@ -125,6 +125,11 @@ type Engine struct {
 
 	expiry expiryGuard // tells a mass expiry across the watched services (hold.go)
 
+	// regLanes: follow the lanes of every instance in reg (WithRegistryLanes).
+	regLanes bool
+	known    atomic.Pointer[knownLanes] // KnownLane's set (known.go)
+	kn       known
+
 	invalidLanes  atomic.Uint64
 	policyReady   chan struct{}
 	policyOnce    sync.Once
@@ -141,6 +146,12 @@ func New(opts ...Option) *Engine {
 	e.g = gogroup.New()
 	_, e.timed = e.clock.(systemClock)
 	e.policy.Store(compile(nil))
+	e.refreshKnown()
+	if e.reg != nil && e.regLanes {
+		e.kn.reg = map[string]int{}
+		f := watchRegistryLanes(e.reg, e.log, e)
+		e.g.Go(func() { f.run(e.g.Context()) })
+	}
 	if e.store != nil {
 		f := followPolicy(e.store, e.log, e)
 		e.g.Go(func() { f.run(e.g.Context()) })
@@ -171,6 +182,7 @@ func (e *Engine) SetPolicy(p *policy.Policy) {
 		s.rebuild()
 		s.mu.Unlock()
 	}
+	e.refreshKnown()
 	close(e.policyChanged)
 	e.policyChanged = make(chan struct{})
 }

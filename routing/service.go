@@ -81,7 +81,9 @@ func (s *Service) now() int64 { return s.e.clock.Now().UnixNano() }
 // service must not be published yet.
 func (s *Service) rebuild() {
 	sn := build(s.name, s.insts, &s.det, s.e.policy.Load(), s.now(), s.e.timed)
-	s.snap.Store(sn)
+	if old := s.snap.Swap(sn); !sameLanes(old, sn) {
+		s.e.refreshKnown()
+	}
 	if s.e.timed {
 		s.armDue(sn.due)
 	}

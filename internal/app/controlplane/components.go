@@ -210,7 +210,7 @@ func (*engineComponent) Provides() []Dep { return []Dep{EngineKey} }
 
 func (c *engineComponent) Provision(ctx context.Context, rt *Runtime) error {
 	st := Need(rt, StoreKey)
-	c.engine = routing.New(routing.WithRegistry(st), routing.WithPolicyStore(st.Policy()), routing.WithLogger(rt.Log))
+	c.engine = routing.New(routing.WithRegistry(st), routing.WithRegistryLanes(), routing.WithPolicyStore(st.Policy()), routing.WithLogger(rt.Log))
 	Provide(rt, EngineKey, c.engine)
 	select {
 	case <-c.engine.PolicyReady():

@@ -324,21 +324,32 @@ func fastCtx(header http.Header) benchReq {
 // configured by cfg (Engine and Routes are filled in).
 func fastGateway(tb testing.TB, cfg Config) *Gateway {
 	tb.Helper()
-	e := routing.New()
-	tb.Cleanup(func() { e.Close() })
-	var insts []registry.Instance
+	reg := registry.NewMemory()
+	tb.Cleanup(func() { reg.Close() })
+	// dave is a known lane (an instance of another service), without an
+	// instance of orders; bob exists nowhere.
 	for _, in := range []registry.Instance{
 		{ID: "base", Service: "orders", Addr: cannedBackend(tb, "")},
-		{ID: "alice", Service: "orders", Addr: cannedBackend(tb, "alice")},
+		{ID: "alice", Service: "orders", Addr: cannedBackend(tb, "alice"), Lane: "alice"},
+		{ID: "p-dave", Service: "payments", Addr: "127.0.0.1:1", Lane: "dave"},
 	} {
-		n, err := registry.Normalize(in)
-		if err != nil {
+		if _, err := reg.Register(context.Background(), in, 0); err != nil {
 			tb.Fatal(err)
 		}
-		insts = append(insts, n)
 	}
-	insts[1].Lane = "alice"
-	e.SetInstances("orders", insts)
+	e := routing.New(routing.WithRegistry(reg), routing.WithRegistryLanes())
+	tb.Cleanup(func() { e.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	if err := e.Service("orders").WaitReady(ctx); err != nil {
+		tb.Fatal(err)
+	}
+	for !e.KnownLane("dave") || !e.UnknownLane("bob") {
+		if ctx.Err() != nil {
+			tb.Fatal("the registry's lanes were not listed")
+		}
+		time.Sleep(time.Millisecond)
+	}
 	cfg.Engine, cfg.Routes = e, []Route{{Prefix: "/", Service: "orders"}}
 	g, err := New(cfg)
 	if err != nil {
@@ -351,7 +362,10 @@ func fastGateway(tb testing.TB, cfg Config) *Gateway {
 // fastCases are the requests of the fast path's benchmark and allocation
 // test: a lane request, and a baseline request with its request key, whose
 // baggage member lane.Propagator builds (one allocation, on either stack; a
-// request without a key gets a new one, which allocates too).
+// request without a key gets a new one, which allocates too); and lane
+// requests that fall back to the baseline, with their X-Lane-Fallback
+// reason: a known lane without an instance of the service, and a lane that
+// exists nowhere.
 var fastCases = []struct {
 	name   string
 	header http.Header
@@ -361,6 +375,19 @@ var fastCases = []struct {
 	{"request=baseline", http.Header{"X-Lanes-Key": {"user-1"}}, "", 1},
 	{"request=lane", http.Header{"X-Lane": {"alice"}}, "alice", 0},
 	{"request=baseline-newkey", http.Header{}, "", 2},
+	{"request=no-instance-in-lane", http.Header{"X-Lane": {"dave"}}, "", 0},
+	{"request=unknown-lane", http.Header{"X-Lane": {"bob"}}, "", 0},
+}
+
+// fallbackOf is the X-Lane-Fallback that the fast case named name gets.
+func fallbackOf(name string) string {
+	switch name {
+	case "request=no-instance-in-lane":
+		return "no_instance_in_lane"
+	case "request=unknown-lane":
+		return "unknown_lane"
+	}
+	return ""
 }
 
 // serveFastOnce runs one request through the fast path's handler and

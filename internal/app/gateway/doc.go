@@ -9,7 +9,10 @@
 // by ALPN ([Gateway.ServeTLS], on net/http whatever Config.HTTP1 says), and
 // passes gRPC through: a request with
 // content-type application/grpc goes to the upstream over h2c, streams in both
-// directions and brings its trailers back.
+// directions and brings its trailers back. An instance that answers the h2c
+// connection with HTTP/1 (it speaks HTTP/1 only) fails the call with
+// Unavailable and x-lanes-error upstream_http1, saying so; outlier detection
+// ignores it (h2c.go).
 //
 // # Two HTTP/1.1 stacks
 //
@@ -214,9 +217,15 @@
 //     split to one); absent for a baseline request;
 //   - x-lane-served: the lane of the instance that served this hop, or
 //     "baseline"; on a 502, the lane of the instance that failed; absent when
-//     no instance was picked (400, 404, 503).
+//     no instance was picked (400, 404, 503);
+//   - x-lane-fallback, on a lane request served by another lane than its
+//     own, says why (the lane.fallback_reason of the gateway's span):
+//     unknown_lane (the lane exists nowhere: no instance of any service in
+//     the registry is in it and the policy does not name it, as a typo),
+//     no_instance_in_lane (a known lane without an instance of this
+//     service), ejected, expired or failover.
 //
-// An x-lane or x-lane-served header of the upstream response is replaced by
+// An x-lane, x-lane-served or x-lane-fallback header of the upstream response is replaced by
 // the gateway's own (the client learns about the gateway's hop only).
 //
 // Errors of the gateway itself carry x-lanes-error with a code:
@@ -232,6 +241,8 @@
 //	503 no_instance       the routing engine found no instance (routing.Error)
 //	503 lane_unavailable  a strict lane chain has no instance (routing.Error)
 //	502 upstream          the instance could not be reached or failed mid-call
+//	502 upstream_http1    a gRPC call's instance speaks HTTP/1 only (gRPC
+//	                      Unavailable); the instance not blamed
 //	503 not_ready         the engine had not read the policy or the service's
 //	                      instances within Config.ReadyTimeout (first requests only)
 //	503 closed            the gateway is closing

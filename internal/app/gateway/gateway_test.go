@@ -967,3 +967,37 @@ func testIdleClientConnClosed(t *testing.T) {
 		t.Errorf("closed %v after the answer, before the idle timeout (%v)", d, idle)
 	}
 }
+
+// TestLaneFallbackHeader: a lane request served by another lane says why
+// in X-Lane-Fallback: unknown_lane for a lane that exists nowhere,
+// no_instance_in_lane for a known lane (here named by the policy) without
+// an instance of the service; a request served in its lane has none.
+func TestLaneFallbackHeader(t *testing.T) { onStacks(t, testLaneFallbackHeader) }
+
+func testLaneFallbackHeader(t *testing.T) {
+	w := newWorld(t, "lanes:\n  team-b: {fallback: [team-a]}\n", Config{})
+	twoLanes(t, w)
+	deadline := time.Now().Add(waitFor)
+	for !w.engine.UnknownLane("bob") || !w.engine.KnownLane("team-a") {
+		if time.Now().After(deadline) {
+			t.Fatal("the registry's lanes and the policy's were not known in time")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	for _, c := range []struct{ lane, served, fallback string }{
+		{"bob", "baseline", "unknown_lane"},
+		{"team-a", "baseline", "no_instance_in_lane"},
+		{"team-b", "baseline", "no_instance_in_lane"},
+		{"alice", "alice", ""},
+		{"", "baseline", ""},
+	} {
+		h := map[string]string{}
+		if c.lane != "" {
+			h["x-lane"] = c.lane
+		}
+		r := w.get(t, "/", h)
+		if r.status != http.StatusOK || r.header.Get(hLaneServed) != c.served || r.header.Get(hLaneFallback) != c.fallback {
+			t.Errorf("x-lane %q: %d, served %q, fallback %q; want 200, %q, %q", c.lane, r.status, r.header.Get(hLaneServed), r.header.Get(hLaneFallback), c.served, c.fallback)
+		}
+	}
+}

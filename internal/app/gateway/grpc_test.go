@@ -2,12 +2,15 @@ package gateway
 
 import (
 	"context"
+	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync/atomic"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -254,5 +257,57 @@ func testGRPCRefusedMovesOn(t *testing.T) {
 	}
 	if d, _ := w.engine.Service("health").Resolve(routing.Request{}); len(d.Eligible) != 1 || d.Eligible[0] != good.id {
 		t.Fatalf("eligible %v, want %s alone", d.Eligible, good.id)
+	}
+}
+
+// TestGRPCToHTTP1Only: a gRPC call routed to an instance that speaks
+// HTTP/1 only fails with Unavailable naming the service and saying so, is
+// counted (x-lanes-error upstream_http1), and does not count against the
+// instance: it is never ejected.
+func TestGRPCToHTTP1Only(t *testing.T) { onStacks(t, testGRPCToHTTP1Only) }
+
+func testGRPCToHTTP1Only(t *testing.T) {
+	w := newWorld(t, "outlier: {errors: 2, window: 1m, ejection: 10m}\n", Config{Routes: []Route{{Prefix: "/", Service: "hello"}}})
+	h1 := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "hello") }))
+	t.Cleanup(h1.Close)
+	good := newGRPCBackend(t, "good", "")
+	w.register(t, "hello", "hello-1", h1.Listener.Addr().String(), "")
+	w.register(t, "hello", good.id, good.addr, "")
+	hc := grpcClient(t, w.addr)
+	const want = 4 // twice the outlier threshold
+	fails := 0
+	for i := 0; fails < want; i++ {
+		if i == 200 {
+			t.Fatalf("%d of %d calls reached the HTTP/1-only instance; want %d", fails, i, want)
+		}
+		var tr metadata.MD
+		_, err := hc.Check(context.Background(), &healthpb.HealthCheckRequest{}, grpc.Trailer(&tr))
+		if err == nil {
+			continue
+		}
+		fails++
+		msg := status.Convert(err).Message()
+		if status.Code(err) != codes.Unavailable || !strings.Contains(msg, `service "hello"`) || !strings.Contains(msg, "HTTP/1 only") {
+			t.Fatalf("call %d: %v; want Unavailable naming service hello and HTTP/1 only", i, err)
+		}
+		if got := tr.Get("x-lanes-error"); len(got) != 1 || got[0] != codeHTTP1Only {
+			t.Errorf("call %d: x-lanes-error = %q, want %s", i, got, codeHTTP1Only)
+		}
+	}
+	if n := testutil.ToFloat64(w.gw.m.errorsV.WithLabelValues(codeHTTP1Only)); n != want {
+		t.Errorf("lanes_gateway_errors_total{code=%s} = %v, want %d", codeHTTP1Only, n, want)
+	}
+	if d, _ := w.engine.Service("hello").Resolve(routing.Request{}); len(d.Eligible) != 2 {
+		t.Errorf("eligible %v after %d HTTP/1 answers: the HTTP/1-only instance was ejected", d.Eligible, want)
+	}
+	// Its HTTP/1.1 traffic goes on.
+	resp, err := http.Get("http://" + w.addr + "/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("HTTP/1.1 GET: %d %q, want 200", resp.StatusCode, body)
 	}
 }

@@ -229,7 +229,7 @@ func newWorldOn(t testing.TB, doc string, cfg Config, prep func(*Gateway), wrap 
 			t.Fatalf("policy: %v", err)
 		}
 	}
-	w.engine = routing.New(routing.WithRegistry(w.reg), routing.WithPolicyStore(w.store))
+	w.engine = routing.New(routing.WithRegistry(w.reg), routing.WithRegistryLanes(), routing.WithPolicyStore(w.store))
 	t.Cleanup(func() { w.engine.Close() })
 	cfg.Engine = w.engine
 	if cfg.HTTP1 == "" {

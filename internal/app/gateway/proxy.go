@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/lanesdev/lanes/internal/lib/hopspan"
 	"github.com/lanesdev/lanes/internal/lib/routedcall"
 	"github.com/lanesdev/lanes/lane"
 	"github.com/lanesdev/lanes/laneshttp"
@@ -26,12 +27,15 @@ import (
 const (
 	hLane       = "X-Lane"
 	hLaneServed = "X-Lane-Served"
-	hError      = "X-Lanes-Error"
-	hBaggage    = "Baggage"
-	hXFF        = "X-Forwarded-For"
-	hXFHost     = "X-Forwarded-Host"
-	hXFProto    = "X-Forwarded-Proto"
-	hRealIP     = "X-Real-Ip"
+	// hLaneFallback says why a lane request was served by another lane
+	// than its own (a lanestrace fallback reason).
+	hLaneFallback = "X-Lane-Fallback"
+	hError        = "X-Lanes-Error"
+	hBaggage      = "Baggage"
+	hXFF          = "X-Forwarded-For"
+	hXFHost       = "X-Forwarded-Host"
+	hXFProto      = "X-Forwarded-Proto"
+	hRealIP       = "X-Real-Ip"
 )
 
 // Error codes of the x-lanes-error header, besides the routing codes.
@@ -42,6 +46,9 @@ const (
 	codeClosed      = "closed"
 	codeNotReady    = "not_ready"
 	codeBadBody     = "bad_request_body"
+	// codeHTTP1Only answers a gRPC call whose instance speaks HTTP/1 only
+	// (errHTTP1Only).
+	codeHTTP1Only = "upstream_http1"
 	// codeOverloaded answers a connection over Config.MaxConns (shed).
 	codeOverloaded = "overloaded"
 	// The fast stack's answers to requests that its server refuses (see
@@ -226,6 +233,7 @@ func (g *Gateway) writeLane(h fields, l, key string) {
 func interimHeaders(h fields) {
 	h.Del(hLane)
 	h.Del(hLaneServed)
+	h.Del(hLaneFallback)
 }
 
 // laneHeaders sets the response headers x-lane and x-lane-served of a
@@ -234,6 +242,7 @@ func interimHeaders(h fields) {
 // the header map after a 1xx response.
 func (g *Gateway) laneHeaders(st *reqState, h fields) {
 	h.Del(hLaneServed)
+	h.Del(hLaneFallback)
 	if !st.picked {
 		if l := st.req.Lane; l != "" {
 			h.setVals(hLane, g.lanes.get(l).lane)
@@ -249,7 +258,27 @@ func (g *Gateway) laneHeaders(st *reqState, h fields) {
 		h.Del(hLane)
 	}
 	h.setVals(hLaneServed, g.servedValue(res.Lane))
+	if res.RequestLane != "" && res.Lane != res.RequestLane {
+		reason := lanestrace.ReasonFailover
+		if res.Reason != routing.ReasonFailover {
+			reason = hopspan.ReasonFor(g.engine, st.route.Service, res.RequestLane, res.Lane)
+		}
+		if v, ok := fallbackValues[reason]; ok {
+			h.setVals(hLaneFallback, v)
+		}
+	}
 }
+
+// fallbackValues are the X-Lane-Fallback values, by reason, written
+// without allocating.
+var fallbackValues = func() map[string][]string {
+	m := map[string][]string{}
+	for _, r := range []string{lanestrace.ReasonNoInstanceInLane, lanestrace.ReasonUnknownLane, lanestrace.ReasonEjected,
+		lanestrace.ReasonExpired, lanestrace.ReasonFailover} {
+		m[r] = []string{r}[:1:1]
+	}
+	return m
+}()
 
 const grpcUnavailable = "14"
 
@@ -280,8 +309,16 @@ func (g *Gateway) callFailed(out responder, st *reqState, err error, clientGone 
 		out.writeHeader(http.StatusBadGateway)
 		return
 	}
-	g.m.errors(codeUpstream)
 	inst := st.pick().Instance
+	if errors.Is(err, errHTTP1Only) {
+		g.m.errors(codeHTTP1Only)
+		g.log.Warn("lanes gateway: a gRPC call reached an instance that speaks HTTP/1 only", "service", st.route.Service,
+			"instance", inst.ID, "addr", inst.Addr, "lane", st.pick().RequestLane)
+		msg := fmt.Sprintf("lanes: service %q, instance %q speaks HTTP/1 only: a gRPC call needs HTTP/2 (h2c); route gRPC to a gRPC instance", st.route.Service, inst.ID)
+		g.fail(out, st.grpc, http.StatusBadGateway, codeHTTP1Only, msg)
+		return
+	}
+	g.m.errors(codeUpstream)
 	g.log.Warn("lanes gateway: upstream call failed", "service", st.route.Service, "instance", inst.ID, "addr", inst.Addr,
 		"lane", st.pick().RequestLane, "retried", st.call.Retried(), "err", err)
 	msg := fmt.Sprintf("lanes: service %q, instance %q: %v", st.route.Service, inst.ID, err)

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/http/httputil"
 	"net/netip"
 	"strconv"
@@ -300,6 +301,41 @@ type stdSend struct {
 	bodyless bool
 	res      *http.Response
 	err      error
+	// conn, for a gRPC call, tells the h2c connection of the attempt.
+	conn *connTrace
+}
+
+// connTrace tells the h2c connection of an attempt (a gRPC call's), so that
+// an error on a connection to an instance that speaks HTTP/1 only is told as
+// such whatever error the transport returns (it returns a generic one when
+// the connection failed before the attempt's stream was on it). One for
+// each attempt, never reused: the transport may read its trace after the
+// attempt.
+type connTrace struct {
+	trace httptrace.ClientTrace
+	conn  atomic.Pointer[h2cConn]
+}
+
+func newConnTrace() *connTrace {
+	t := new(connTrace)
+	t.trace.GotConn = func(info httptrace.GotConnInfo) {
+		c, _ := info.Conn.(*h2cConn)
+		t.conn.Store(c)
+	}
+	return t
+}
+
+// http1Only reports whether the attempt's error, s.err, is that of an
+// instance that speaks HTTP/1 only (errHTTP1Only).
+func (s *stdSend) http1Only() bool {
+	if errors.Is(s.err, errHTTP1Only) {
+		return true
+	}
+	if s.conn == nil {
+		return false
+	}
+	c := s.conn.conn.Load()
+	return c != nil && c.http1.Load()
 }
 
 func (t *stdTransport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -432,15 +468,20 @@ func (b *stallBody) Close() error {
 func (s *stdSend) Send(ctx context.Context, pick routing.Result) routedcall.Attempt {
 	traced := ctx != s.req.Context() // the client span's
 	s.g.attempting(s.st, pick, s.out == nil, s.err)
+	rctx := ctx
+	if s.st.grpc {
+		s.conn = newConnTrace()
+		rctx = httptrace.WithClientTrace(ctx, &s.conn.trace)
+	}
 	if s.out == nil {
 		s.out = s.req
-		if traced {
-			s.out = s.req.WithContext(ctx)
+		if rctx != s.req.Context() {
+			s.out = s.req.WithContext(rctx)
 		}
 	} else {
 		// A new request for the next attempt: the transport may still hold
 		// the previous one.
-		r2 := s.req.WithContext(ctx)
+		r2 := s.req.WithContext(rctx)
 		u2 := *s.req.URL
 		r2.URL = &u2
 		r2.Header = s.req.Header.Clone()
@@ -467,6 +508,12 @@ func (s *stdSend) Send(ctx context.Context, pick routing.Result) routedcall.Atte
 		return routedcall.Attempt{Status: s.res.StatusCode, Final: true}
 	}
 	if s.err != nil {
+		if s.st.grpc && s.http1Only() {
+			// The instance cannot serve gRPC, which says nothing about
+			// its health: its HTTP/1.1 traffic goes on.
+			s.err = errHTTP1Only
+			return routedcall.Attempt{Err: s.err, Classified: true, Outcome: routedcall.Ignore}
+		}
 		if strings.Contains(s.err.Error(), "server response headers exceeded") {
 			// net/http's transport found the head over
 			// MaxResponseHeaderBytes: an error without a type of its
@@ -555,7 +602,7 @@ func newTransports(idle int, idleTimeout, headerTimeout, writeTimeout time.Durat
 	}
 	h2c = &http.Transport{
 		Proxy:              nil,
-		DialContext:        dialer.DialContext,
+		DialContext:        dialH2C(dialer.DialContext),
 		IdleConnTimeout:    idleTimeout,
 		DisableCompression: true,
 		Protocols:          &p2,

@@ -402,6 +402,9 @@ func testFastPathAllocs(t *testing.T) {
 	for _, c := range fastCases {
 		ctx := fastCtx(c.header)
 		serveFastOnce(t, g, ctx, c.want)
+		if got := string(ctx.ctx.Response.Header.Peek(hLaneFallback)); got != fallbackOf(c.name) {
+			t.Errorf("%s: X-Lane-Fallback %q, want %q", c.name, got, fallbackOf(c.name))
+		}
 		if n := testing.AllocsPerRun(200, func() { serveFastOnce(t, g, ctx, c.want) }); n > c.allocs {
 			t.Errorf("%s: %.1f allocations per request, want %.0f", c.name, n, c.allocs)
 		}

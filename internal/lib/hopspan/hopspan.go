@@ -58,7 +58,8 @@ func DecisionOf(e *routing.Engine, service, requested string, res routing.Result
 
 // ReasonFor says why a request of service in lane requested was served by lane served instead
 // (a lanestrace.Reason* value): ReasonNone when it was not; ReasonExpired when the requested
-// lane's lifetime has ended; ReasonEjected when the lane has instances of the service, but none
+// lane's lifetime has ended; ReasonUnknownLane when the lane exists nowhere, for an engine that
+// follows the lanes of the whole registry (routing.Engine.UnknownLane); ReasonEjected when the lane has instances of the service, but none
 // was ready (outlier detection ejected them); ReasonNoInstanceInLane otherwise. It reads the
 // engine's snapshot (routing.Service.LaneSize) and allocates nothing.
 func ReasonFor(e *routing.Engine, service, requested, served string) string {
@@ -69,6 +70,8 @@ func ReasonFor(e *routing.Engine, service, requested, served string) string {
 		return lanestrace.ReasonNoInstanceInLane
 	case e.Policy().Expired(requested, time.Now()):
 		return lanestrace.ReasonExpired
+	case requested != "" && e.UnknownLane(requested):
+		return lanestrace.ReasonUnknownLane
 	}
 	if _, members := e.Service(service).LaneSize(requested); members > 0 {
 		return lanestrace.ReasonEjected

@@ -1,6 +1,7 @@
 package hopspan_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -24,6 +25,7 @@ lanes:
   gone: {expires: "`+past+`"}
   locked: {strict: true}
   team-b: {fallback: [team-a]}
+  team-c: {fallback: [team-x]}
 canary:
   - {service: payments, lane: canary, percent: 100}
 outlier: {errors: 1}
@@ -44,6 +46,7 @@ outlier: {errors: 1}
 	e.SetInstances("payments", []registry.Instance{
 		{Service: "payments", ID: "p1", Addr: "127.0.0.1:6"},
 		{Service: "payments", ID: "p-canary", Addr: "127.0.0.1:7", Lane: "canary"},
+		{Service: "payments", ID: "p-dave", Addr: "127.0.0.1:8", Lane: "dave"},
 	})
 	decide := func(service, lane string) lanestrace.Decision {
 		res, err := e.Pick(service, routing.Request{Lane: lane, Key: "k"})
@@ -55,7 +58,12 @@ outlier: {errors: 1}
 	}{
 		{"orders", "alice", lanestrace.ReasonNone, "alice", 1},
 		{"orders", "", lanestrace.ReasonNone, "", 2},
+		// An engine that does not follow the registry's lanes does not call bob unknown
+		// (TestUnknownLane); dave has an instance of payments only, team-x is named by the
+		// policy only.
 		{"orders", "bob", lanestrace.ReasonNoInstanceInLane, "", 2},
+		{"orders", "dave", lanestrace.ReasonNoInstanceInLane, "", 2},
+		{"orders", "team-x", lanestrace.ReasonNoInstanceInLane, "", 2},
 		{"orders", "team-b", lanestrace.ReasonNoInstanceInLane, "team-a", 1},
 		{"orders", "gone", lanestrace.ReasonExpired, "", 2},
 		{"orders", "locked", lanestrace.ReasonStrict, "", 0},
@@ -138,5 +146,45 @@ func TestRecordSets(t *testing.T) {
 	hopspan.RecordServer(span, "", "bob", false, true)
 	if got := span.attrs(); got[lanestrace.InstanceLane].AsString() != "bob" || got[lanestrace.GuardAdmitted].AsBool() || !got[lanestrace.GuardExempt].AsBool() {
 		t.Errorf("server attributes %v", got)
+	}
+}
+
+// TestUnknownLane: with an engine that follows the lanes of the whole registry, a lane request
+// in a lane that exists nowhere falls back with unknown_lane; one in a lane with instances of
+// another service only, with no_instance_in_lane.
+func TestUnknownLane(t *testing.T) {
+	reg := registry.NewMemory()
+	defer reg.Close()
+	ctx := context.Background()
+	for _, in := range []registry.Instance{
+		{Service: "orders", ID: "o1", Addr: "127.0.0.1:1"},
+		{Service: "payments", ID: "p-dave", Addr: "127.0.0.1:2", Lane: "dave"},
+	} {
+		l, err := reg.Register(ctx, in, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+	}
+	e := routing.New(routing.WithRegistry(reg), routing.WithRegistryLanes())
+	defer e.Close()
+	if err := e.Service("orders").WaitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !e.KnownLane("dave") || !e.UnknownLane("bob") {
+		if time.Now().After(deadline) {
+			t.Fatal("the registry's lanes were not listed within 30s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	for lane, want := range map[string]string{"bob": lanestrace.ReasonUnknownLane, "dave": lanestrace.ReasonNoInstanceInLane} {
+		res, err := e.Pick("orders", routing.Request{Lane: lane})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := hopspan.DecisionOf(e, "orders", lane, res, nil, 0); d.Reason != want || d.Served != "" {
+			t.Errorf("orders in lane %s: %+v, want reason %s", lane, d, want)
+		}
 	}
 }
