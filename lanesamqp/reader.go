@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
@@ -292,7 +293,7 @@ var _ propagation.TextMapCarrier = tableCarrier(nil)
 
 func (t tableCarrier) Get(key string) string {
 	for k, v := range t {
-		if s, ok := v.(string); ok && len(k) == len(key) && equalFold(k, key) {
+		if s, ok := v.(string); ok && strings.EqualFold(k, key) {
 			return s
 		}
 	}
@@ -305,22 +306,6 @@ func (t tableCarrier) Keys() []string {
 		out = append(out, k)
 	}
 	return out
-}
-
-func equalFold(a, b string) bool {
-	for i := 0; i < len(a); i++ {
-		x, y := a[i], b[i]
-		if 'A' <= x && x <= 'Z' {
-			x += 'a' - 'A'
-		}
-		if 'A' <= y && y <= 'Z' {
-			y += 'a' - 'A'
-		}
-		if x != y {
-			return false
-		}
-	}
-	return true
 }
 
 // Permanent wraps err so that the handler's failure sends the message to
