@@ -18,9 +18,10 @@ import (
 )
 
 // maxKnownTopics bounds the publisher's memory of the lane topics it has
-// created: lanes come from callers' contexts. Past it the memory starts
-// again (creating an existing topic is a cheap no-op).
-const maxKnownTopics = 4096
+// created: lanes come from callers' contexts. Past it the topic remembered
+// longest is forgotten first (creating an existing topic again is a cheap
+// no-op), and counted (Publisher.Forgotten).
+var maxKnownTopics = 4096 // a variable for the tests
 
 // A Publisher publishes the messages of one topic in the lane of the
 // context: to the lane's topic (LaneTopic), with the lane in the x-lane
@@ -36,8 +37,19 @@ type Publisher struct {
 	partitions int32
 	tracer     trace.Tracer // nil: no spans
 
-	mu    sync.Mutex
-	known map[string][]kgo.RecordHeader // lane topics created, with the lane headers of a record without headers of its own
+	mu        sync.Mutex
+	known     map[string][]kgo.RecordHeader // lane topics created, with the lane headers of a record without headers of its own
+	order     []string                      // the keys of known, oldest first
+	forgotten int64
+}
+
+// Forgotten counts the lane topics the publisher has forgotten having
+// created, past the bound of its memory (4,096): each is asked for again
+// at its next message.
+func (p *Publisher) Forgotten() int64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.forgotten
 }
 
 // PublisherOpt configures NewPublisher.
@@ -209,8 +221,13 @@ func (p *Publisher) ensure(ctx context.Context, kt, l string) ([]kgo.RecordHeade
 	}
 	hs = recordHeaders(mqlane.Stamp(p.prop, l, nil))
 	p.mu.Lock()
-	if len(p.known) >= maxKnownTopics {
-		clear(p.known)
+	if _, ok := p.known[kt]; !ok {
+		if len(p.order) >= maxKnownTopics {
+			delete(p.known, p.order[0])
+			p.order = append(p.order[:0], p.order[1:]...)
+			p.forgotten++
+		}
+		p.order = append(p.order, kt)
 	}
 	p.known[kt] = hs
 	p.mu.Unlock()
