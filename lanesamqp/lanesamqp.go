@@ -23,6 +23,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/lanesdev/lanes/internal/lib/mqlane"
 )
 
 // Errors. Calls wrap them with details; test with errors.Is.
@@ -43,10 +45,6 @@ var (
 	ErrNoConnection = errors.New("lanesamqp: no RabbitMQ broker: set LANES_AMQP to the broker's amqp:// URL")
 )
 
-// maxNameLen bounds topic, service and group names: queue names stay within
-// AMQP's 255 bytes.
-const maxNameLen = 64
-
 // BaselineQueueSuffix ends the name of a group's baseline queue ("_" is not
 // a valid lane name).
 const BaselineQueueSuffix = "_"
@@ -54,14 +52,8 @@ const BaselineQueueSuffix = "_"
 // CheckName checks a topic or group name: 1 to 64 characters of A-Z, a-z,
 // 0-9, '-' and '_' ('.' separates the parts of exchange and queue names).
 func CheckName(what, s string) error {
-	if s == "" || len(s) > maxNameLen {
-		return fmt.Errorf("%w: %s %q: must be 1 to %d characters", ErrInvalidName, what, s, maxNameLen)
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_') {
-			return fmt.Errorf("%w: %s %q: character %q at %d: only A-Z a-z 0-9 - _", ErrInvalidName, what, s, c, i)
-		}
+	if err := mqlane.CheckName(s, true); err != nil {
+		return fmt.Errorf("%w: %s %q: %s", ErrInvalidName, what, s, err)
 	}
 	return nil
 }

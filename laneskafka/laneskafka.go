@@ -39,10 +39,6 @@ var (
 	ErrNoConnection = errors.New("laneskafka: no Kafka brokers: set LANES_KAFKA to the brokers' host:port list")
 )
 
-// maxNameLen bounds topic and group names: a lane's topic, "<topic>.<lane>",
-// stays within Kafka's 249 characters.
-const maxNameLen = 64
-
 // BaselineGroupSuffix names the baseline's consumer group of a group:
 // "<service>.<group>._" ("_" is not a valid lane name).
 const BaselineGroupSuffix = "_"
@@ -50,7 +46,7 @@ const BaselineGroupSuffix = "_"
 // CheckTopic checks a topic name: 1 to 64 characters of A-Z, a-z, 0-9, '-'
 // and '_' ('.' separates the lane).
 func CheckTopic(topic string) error {
-	if err := checkName(topic, true); err != nil {
+	if err := mqlane.CheckName(topic, true); err != nil {
 		return fmt.Errorf("%w %q: %s", ErrInvalidTopic, topic, err)
 	}
 	return nil
@@ -59,24 +55,8 @@ func CheckTopic(topic string) error {
 // CheckGroup checks a consumer group name: 1 to 64 characters of A-Z, a-z,
 // 0-9 and '-'.
 func CheckGroup(group string) error {
-	if err := checkName(group, false); err != nil {
+	if err := mqlane.CheckName(group, false); err != nil {
 		return fmt.Errorf("%w %q: %s", ErrInvalidGroup, group, err)
-	}
-	return nil
-}
-
-func checkName(s string, underscore bool) error {
-	if s == "" || len(s) > maxNameLen {
-		return fmt.Errorf("must be 1 to %d characters", maxNameLen)
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-':
-		case c == '_' && underscore:
-		default:
-			return fmt.Errorf("character %q at %d: only A-Z a-z 0-9 -%s", c, i, map[bool]string{true: " _", false: ""}[underscore])
-		}
 	}
 	return nil
 }

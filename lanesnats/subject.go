@@ -17,15 +17,11 @@ import (
 // names. It is not a valid lane name, so no lane can take it.
 const BaselineToken = "_"
 
-// maxNameLen bounds topic and group names, so that consumer names stay
-// well within JetStream's limits.
-const maxNameLen = 64
-
 // CheckTopic checks a topic name: 1 to 64 characters of A-Z, a-z, 0-9, '-'
 // and '_'. A topic is one subject token; it is also the default stream
 // name.
 func CheckTopic(topic string) error {
-	if err := checkToken(topic, true); err != nil {
+	if err := mqlane.CheckName(topic, true); err != nil {
 		return fmt.Errorf("%w %q: %s", ErrInvalidTopic, topic, err)
 	}
 	return nil
@@ -35,27 +31,8 @@ func CheckTopic(topic string) error {
 // 0-9 and '-'. ('_' is kept out: it separates the group from the lane in
 // consumer names.)
 func CheckGroup(group string) error {
-	if err := checkToken(group, false); err != nil {
+	if err := mqlane.CheckName(group, false); err != nil {
 		return fmt.Errorf("%w %q: %s", ErrInvalidGroup, group, err)
-	}
-	return nil
-}
-
-func checkToken(s string, underscore bool) error {
-	if s == "" || len(s) > maxNameLen {
-		return fmt.Errorf("must be 1 to %d characters", maxNameLen)
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-':
-		case c == '_' && underscore:
-		default:
-			if underscore {
-				return fmt.Errorf("only letters, digits, '-' and '_' are allowed")
-			}
-			return fmt.Errorf("only letters, digits and '-' are allowed")
-		}
 	}
 	return nil
 }
