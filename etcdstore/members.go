@@ -128,7 +128,7 @@ type members struct {
 	// (ErrUnreachable rather than ErrNoQuorum).
 	unreachable bool
 	client      *grpc.ClientConn      // the Store's client's, to reconnect at once to a member back
-	outages     *registry.OutageClock // the Store's: marked while no member answers, and when one is back
+	outages     *registry.OutageClock // the Store's: marked while a member does not answer, and when one is back
 	logins      int                   // log-ins sent on the checks' connections, to take turns
 }
 
@@ -280,10 +280,11 @@ func (m *members) report(p *probe, state string, err error) {
 		err = nil
 	}
 	p.state, p.err = state, err
-	anyUp, anyAnswer := false, false
+	anyUp, anyAnswer, anyTrouble := false, false, false
 	for _, q := range m.probes {
 		anyUp = anyUp || q.state == MemberUp
 		anyAnswer = anyAnswer || q.state == MemberUp || q.state == MemberNoLeader
+		anyTrouble = anyTrouble || q.state == MemberDown || q.state == MemberNoLeader
 	}
 	// Avoid the members that do not answer (or answer without a leader)
 	// while another answers with one: the trouble is theirs, not ours.
@@ -309,7 +310,13 @@ func (m *members) report(p *probe, state string, err error) {
 		}
 	}
 	now := time.Now()
-	if !anyUp || !m.noLeader.IsZero() { // none answers with a leader, or one is back
+	// An outage while none answers with a leader, or one is back; and
+	// while any member does not answer: a leader paused past the leases'
+	// TTL revokes them as it resumes, before it learns that another was
+	// elected (etcd-io/etcd#15247, fixed in 3.4.31 and 3.5.13), and the
+	// check that finds it back may come after the deletions do. Routing
+	// holds what is deleted then, for a grace (routing.WithExpiryGrace).
+	if !anyUp || !m.noLeader.IsZero() || anyTrouble {
 		m.markOutage()
 	}
 	switch {
