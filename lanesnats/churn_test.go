@@ -47,6 +47,11 @@ const (
 	churnDiscovery = 500 * time.Millisecond
 	churnPerLane   = 5000
 	churnPublish   = 15 * time.Second // how long the producers take
+	// churnSettle is how long the producers go on after the faults of a
+	// run with faults are over (the last server back, the stream taking
+	// publishes again): the rest of the workload proves nothing more, and
+	// on a three-server cluster it took minutes on a loaded machine.
+	churnSettle = 3 * time.Second
 	// churnPatience is how long a producer publishes one message again
 	// while the stream has no leader, and how long a server kill may take
 	// to recover from.
@@ -323,7 +328,8 @@ func TestChurn(t *testing.T) {
 // TestChurnClusterKill: the workload of TestChurn on a cluster of three
 // NATS servers with R3 streams, while the servers are killed with SIGKILL
 // one at a time: the stream's leader about 4s in, restarted 3s later, then
-// again whichever member leads it then. No message is lost; besides the
+// again whichever member leads it then; the producers stop churnSettle
+// after the stream takes publishes again. No message is lost; besides the
 // duplicates of killed consumers, a message may be handled again when a
 // server died with its ack, within the hand-off window of the server kill.
 func TestChurnClusterKill(t *testing.T) {
@@ -402,6 +408,7 @@ func runChurn(t *testing.T, natsURL string, replicas int, faults func(ch *churn,
 	var longestPublish time.Duration // guarded by pmu
 	var wg sync.WaitGroup
 	begin := time.Now()
+	enough := make(chan struct{}) // closed churnSettle after the faults end
 	for i, l := range append([]string{""}, churnLanes...) {
 		wg.Add(1)
 		go func() {
@@ -418,6 +425,11 @@ func runChurn(t *testing.T, natsURL string, replicas int, faults func(ch *churn,
 			for k := range churnPerLane {
 				if k > 0 && k%(churnPerLane/steps+1) == 0 {
 					<-tick.C
+				}
+				select {
+				case <-enough:
+					return
+				default:
 				}
 				id := fmt.Sprintf("p%d-%d", i, k)
 				var ack *jetstream.PubAck
@@ -455,6 +467,10 @@ func runChurn(t *testing.T, natsURL string, replicas int, faults func(ch *churn,
 		go func() {
 			defer cwg.Done()
 			faults(ch, js, producing)
+			if !sleepOr(producing, churnSettle) {
+				ch.t.Logf("faults over; the producers stop")
+			}
+			close(enough)
 		}()
 	}
 	for i, l := range churnLanes {
