@@ -32,6 +32,9 @@ func TestMain(m *testing.M) {
 	// Make idle watches check that they are alive every half second, so
 	// that every test exercises that path (5s in production).
 	etcdstore.SetProgressTimes(500*time.Millisecond, 2*time.Second)
+	// The parallel tests (the cluster's faults) wait out TTLs, elections
+	// and pauses of etcd processes; at one per CPU they took two minutes.
+	timing.WaitingTests(4)
 	goleak.VerifyTestMain(m, leaktest.Options()...)
 }
 

@@ -22,6 +22,7 @@ import (
 // engine holds what the Store's outage tells it were expired by the stall,
 // while the instances register again.
 func TestClusterStallKeepsRouting(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
 		name            string
 		members, paused int

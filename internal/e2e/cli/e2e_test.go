@@ -66,8 +66,14 @@ func TestMain(m *testing.M) {
 // TestUp runs the whole control plane twice: on its embedded etcd, and on
 // an external etcd server process (skipped when there is no etcd binary).
 func TestUp(t *testing.T) {
-	t.Run("embedded", func(t *testing.T) { testUp(t, "/lanes/", nil) })
+	// Two control planes of their own, side by side: most of a run is
+	// waiting on the lanes commands and their processes.
+	t.Run("embedded", func(t *testing.T) {
+		t.Parallel()
+		testUp(t, "/lanes/", nil)
+	})
 	t.Run("external", func(t *testing.T) {
+		t.Parallel()
 		srv := etcdtest.Process(t)
 		testUp(t, "/lanes-e2e/", []string{"--external-etcd", srv.Endpoints()[0], "--etcd-prefix", "/lanes-e2e/"})
 	})

@@ -8,7 +8,11 @@
 // timeout) costs that much more time under -race, and no more otherwise.
 package timing
 
-import "time"
+import (
+	"flag"
+	"strconv"
+	"time"
+)
 
 // Factor is how much longer a bound is under the race detector, which
 // slows a program by 2 to 10 times: 3, or 1 without it.
@@ -16,3 +20,18 @@ const Factor = raceFactor
 
 // Bound is d scaled by Factor.
 func Bound(d time.Duration) time.Duration { return d * Factor }
+
+// WaitingTests lets n of a package's parallel tests run at once (go test's
+// -parallel), unless the command line chose: for a TestMain whose
+// parallel tests spend their time waiting (for leases to run out, for an
+// election, for a paused process) rather than computing, so that the
+// default of one per CPU would leave the machine idle while they wait.
+// It parses the command line, as testing.M.Run would.
+func WaitingTests(n int) {
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		flag.Set("test.parallel", strconv.Itoa(n))
+	}
+}
