@@ -93,11 +93,7 @@ func (r *reader) session() error {
 		}
 	}()
 	defer func() {
-		// Before the connection closes: the messages handled are settled
-		// (unless the consumer was aborted, as a crash would leave them).
-		if !r.Aborted() {
-			r.flushAcks()
-		}
+		r.flushAcks() // before the connection closes: the messages handled are settled
 		r.held, r.last = 0, nil
 	}()
 	side := func() (*amqp.Channel, error) {
@@ -235,9 +231,10 @@ func (r *reader) ack(m *amqp.Delivery) error {
 	return r.flushAcks()
 }
 
-// flushAcks sends the ack of the messages held back.
+// flushAcks sends the ack of the messages held back, unless the consumer
+// was aborted: as a crash would, it then leaves them to the broker.
 func (r *reader) flushAcks() error {
-	if r.held == 0 {
+	if r.held == 0 || r.Aborted() {
 		return nil
 	}
 	err := r.last.Ack(true)
