@@ -10,6 +10,7 @@ import (
 	amqp "github.com/rabbitmq/amqp091-go"
 
 	"github.com/lanesdev/lanes/internal/testkit/amqptest"
+	"github.com/lanesdev/lanes/internal/testkit/benchcpu"
 	"github.com/lanesdev/lanes/lane"
 	"github.com/lanesdev/lanes/lanesamqp"
 	"github.com/lanesdev/lanes/registry"
@@ -23,12 +24,18 @@ import (
 //
 //   - raw: amqp091 to a durable queue through the default exchange, and a
 //     consumer that acks each message;
+//   - raw-headers: the same, the messages carrying the three headers of a
+//     lanes message in lane alice (x-lane, baggage, lanes-lane);
+//   - raw-topology: raw-headers through the exchanges lanes routes by (the
+//     topic's fanout exchange, the group's headers exchange) to the lane's
+//     queue: the broker's share of what lanes costs;
 //   - lanes: a Publisher in lane alice (the topic's fanout exchange, the
 //     group's headers exchange, the lane's queue), and a Consumer in lane
 //     alice.
 //
-// ns/op is the time per message from the first publish to the last ack;
-// docs/mq.md quotes the ratio.
+// ns/op is the time per message from the first publish to the last ack,
+// cpu-ns/msg the CPU time of the benchmark's process per message,
+// broker-cpu-ns/msg the broker's; docs/mq.md quotes the ratios.
 func BenchmarkThroughput(b *testing.B) {
 	broker := amqptest.Start(b)
 	payload := make([]byte, 128)
@@ -63,61 +70,107 @@ func BenchmarkThroughput(b *testing.B) {
 		}
 		flush()
 	}
-	report := func(b *testing.B, start time.Time) {
-		b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
+	// started is when the clock started: the time, the CPU time of this
+	// process and the broker's.
+	type started struct {
+		at          time.Time
+		cpu, broker time.Duration
+	}
+	start := func() started {
+		bcpu, _ := broker.CPUTime()
+		return started{at: time.Now(), cpu: benchcpu.Process(), broker: bcpu}
+	}
+	// report reports the messages per second; the CPU time of this process
+	// per message (cpu-ns/msg), the client's own work, producer and
+	// consumer; and the broker's (broker-cpu-ns/msg), which runs in a
+	// process of its own.
+	report := func(b *testing.B, s started) {
+		b.ReportMetric(float64(b.N)/time.Since(s.at).Seconds(), "msgs/s")
+		if s.cpu > 0 {
+			b.ReportMetric(float64(benchcpu.Process()-s.cpu)/float64(b.N), "cpu-ns/msg")
+		}
+		if bcpu, err := broker.CPUTime(); err == nil && s.broker > 0 {
+			b.ReportMetric(float64(bcpu-s.broker)/float64(b.N), "broker-cpu-ns/msg")
+		}
 	}
 
-	b.Run("raw", func(b *testing.B) {
-		run++
-		q := fmt.Sprintf("bench-raw-%d", run)
-		dial := dialer(broker.URL(), nil)
-		pc, err := dial(context.Background())
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer pc.Close()
-		cc, err := dial(context.Background())
-		if err != nil {
-			b.Fatal(err)
-		}
-		defer cc.Close()
-		pch, _ := pc.Channel()
-		if err := pch.Confirm(false); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := pch.QueueDeclare(q, true, false, false, false, nil); err != nil {
-			b.Fatal(err)
-		}
-		cch, _ := cc.Channel()
-		cch.Qos(256, 0, false)
-		deliveries, err := cch.Consume(q, "raw", false, false, false, false, nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		var n atomic.Int64
-		done := make(chan struct{})
-		exited := make(chan struct{})
-		go func() {
-			defer close(exited)
-			for d := range deliveries {
-				d.Ack(false)
-				if n.Add(1) == int64(b.N) {
-					close(done)
-				}
+	// rawCase publishes with amqp091 to exchange x with routing key key and
+	// headers h, and consumes queue q; declare makes them.
+	rawCase := func(declare func(b *testing.B, ch *amqp.Channel) (x, key, q string), h amqp.Table) func(b *testing.B) {
+		return func(b *testing.B) {
+			run++
+			dial := dialer(broker.URL(), nil)
+			pc, err := dial(context.Background())
+			if err != nil {
+				b.Fatal(err)
 			}
-		}()
-		b.ResetTimer()
-		start := time.Now()
-		publish(b, func() (*amqp.DeferredConfirmation, error) {
-			return pch.PublishWithDeferredConfirmWithContext(context.Background(), "", q, false, false,
-				amqp.Publishing{DeliveryMode: amqp.Persistent, Body: payload})
-		})
-		wait(b, done)
-		report(b, start)
-		b.StopTimer()
-		cch.Cancel("raw", false)
-		<-exited
-	})
+			defer pc.Close()
+			cc, err := dial(context.Background())
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer cc.Close()
+			pch, _ := pc.Channel()
+			if err := pch.Confirm(false); err != nil {
+				b.Fatal(err)
+			}
+			x, key, q := declare(b, pch)
+			cch, _ := cc.Channel()
+			cch.Qos(256, 0, false)
+			deliveries, err := cch.Consume(q, "raw", false, false, false, false, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			var n atomic.Int64
+			done := make(chan struct{})
+			exited := make(chan struct{})
+			go func() {
+				defer close(exited)
+				for d := range deliveries {
+					d.Ack(false)
+					if n.Add(1) == int64(b.N) {
+						close(done)
+					}
+				}
+			}()
+			b.ResetTimer()
+			s := start()
+			publish(b, func() (*amqp.DeferredConfirmation, error) {
+				return pch.PublishWithDeferredConfirmWithContext(context.Background(), x, key, false, false,
+					amqp.Publishing{DeliveryMode: amqp.Persistent, Headers: h, Body: payload})
+			})
+			wait(b, done)
+			report(b, s)
+			b.StopTimer()
+			cch.Cancel("raw", false)
+			<-exited
+		}
+	}
+	// toQueue declares a durable queue, published to through the default
+	// exchange.
+	toQueue := func(b *testing.B, ch *amqp.Channel) (string, string, string) {
+		q := fmt.Sprintf("bench-raw-%d", run)
+		if _, err := ch.QueueDeclare(q, true, false, false, false, nil); err != nil {
+			b.Fatal(err)
+		}
+		return "", q, q
+	}
+	// The headers a lanes publisher writes for lane alice.
+	laneHeaders := amqp.Table{lane.Header: "alice", lane.BaggageHeader: "lane=alice", lanesamqp.RouteHeader: "alice"}
+
+	b.Run("raw", rawCase(toQueue, nil))
+	b.Run("raw-headers", rawCase(toQueue, laneHeaders))
+	// raw-topology: the exchanges and queue a lanes consumer of lane alice
+	// declares (the topic's fanout exchange, the group's headers exchange,
+	// the lane's queue bound by its header), and lanes' headers: what the
+	// broker's routing costs, without lanes' code.
+	b.Run("raw-topology", rawCase(func(b *testing.B, ch *amqp.Channel) (string, string, string) {
+		topic := fmt.Sprintf("benchraw%d", run)
+		if err := lanesamqp.DeclareGroup(ch, topic, "billing", "invoices", "alice"); err != nil {
+			b.Fatal(err)
+		}
+		return lanesamqp.Exchange(topic), "created", lanesamqp.Queue(topic, "billing", "invoices", "alice")
+	}, laneHeaders))
 
 	b.Run("lanes", func(b *testing.B) {
 		run++
@@ -152,13 +205,13 @@ func BenchmarkThroughput(b *testing.B) {
 		}
 		ctx := lane.WithLane(context.Background(), "alice")
 		b.ResetTimer()
-		start := time.Now()
+		s := start()
 		publish(b, func() (*amqp.DeferredConfirmation, error) {
 			dc, _, err := pub.PublishMsgAsync(ctx, "created", amqp.Publishing{Body: payload})
 			return dc, err
 		})
 		wait(b, done)
-		report(b, start)
+		report(b, s)
 		b.StopTimer()
 	})
 }

@@ -94,7 +94,7 @@ type Delivery struct {
 
 // Stats counts what a Consumer did.
 type Stats struct {
-	Handled      uint64 // messages handled and acknowledged
+	Handled      uint64 // messages handled and acknowledged (the ack may still wait for the batch it goes in)
 	Failed       uint64 // handler errors
 	DeadLettered uint64 // messages sent to the dead-letter queue
 	Moved        uint64 // messages of a lane moved from the baseline queue to the lane's queue

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	amqp "github.com/rabbitmq/amqp091-go"
 	"go.opentelemetry.io/otel/codes"
@@ -35,6 +36,8 @@ type Publisher struct {
 	topic  string
 	prop   lane.Propagator
 	tracer trace.Tracer
+
+	tables laneTables
 
 	mu   sync.Mutex
 	conn *amqp.Connection
@@ -122,16 +125,8 @@ func (p *Publisher) PublishMsg(ctx context.Context, subject string, msg amqp.Pub
 // (Acked) or refused it. The span, when not nil, is the producer span: the
 // caller ends it.
 func (p *Publisher) PublishMsgAsync(ctx context.Context, subject string, msg amqp.Publishing) (*amqp.DeferredConfirmation, trace.Span, error) {
-	l := mqlane.Norm(lane.FromContext(ctx))
-	var h map[string][]string
-	if len(msg.Headers) > 0 {
-		h = make(map[string][]string, len(msg.Headers)+2)
-		for k, v := range msg.Headers {
-			if s, ok := v.(string); ok {
-				h[k] = []string{s}
-			}
-		}
-	}
+	carried := lane.Carry(ctx)
+	l := mqlane.Norm(carried.Lane())
 	var span trace.Span
 	if p.tracer != nil {
 		var sctx context.Context
@@ -142,27 +137,8 @@ func (p *Publisher) PublishMsgAsync(ctx context.Context, subject string, msg amq
 			span = nil
 		}
 	}
-	h = mqlane.Stamp(p.prop, l, h)
-	if span != nil {
-		if h == nil {
-			h = map[string][]string{}
-		}
-		mqlane.InjectTrace(ctx, h)
-	}
 	out := msg
-	out.Headers = make(amqp.Table, len(msg.Headers)+len(h))
-	for k, v := range msg.Headers {
-		if _, ok := v.(string); !ok {
-			out.Headers[k] = v // other types pass unchanged
-		}
-	}
-	for k, vs := range h {
-		out.Headers[k] = strings.Join(vs, ",")
-	}
-	delete(out.Headers, RouteHeader)
-	if l != "" {
-		out.Headers[RouteHeader] = l
-	}
+	out.Headers = p.messageHeaders(ctx, carried, l, msg.Headers, span != nil)
 	out.DeliveryMode = amqp.Persistent
 	ch, err := p.channel(ctx)
 	if err != nil {
@@ -174,6 +150,90 @@ func (p *Publisher) PublishMsgAsync(ctx context.Context, subject string, msg amq
 		return nil, span, fmt.Errorf("lanesamqp: publish to %s: %w", Exchange(p.topic), err)
 	}
 	return dc, span, nil
+}
+
+// messageHeaders returns the headers of a message of lane l (carried's,
+// normalised) whose own headers are mh, with the trace context of ctx when
+// traced. The common message, of a lane, untraced and without headers of
+// its own, gets its lane's table, made once (laneTables).
+func (p *Publisher) messageHeaders(ctx context.Context, carried *lane.Carried, l string, mh amqp.Table, traced bool) amqp.Table {
+	switch {
+	case len(mh) > 0 || traced:
+		return p.headers(ctx, l, mh, traced)
+	case l == "":
+		return nil // a baseline message without headers: none to write or remove
+	}
+	return p.tables.of(carried.Encoded(), l)
+}
+
+// headers returns the headers of a message of lane l (normalised) whose own
+// headers are mh, with the trace context of ctx when traced.
+func (p *Publisher) headers(ctx context.Context, l string, mh amqp.Table, traced bool) amqp.Table {
+	var h map[string][]string
+	if len(mh) > 0 {
+		h = make(map[string][]string, len(mh)+2)
+		for k, v := range mh {
+			if s, ok := v.(string); ok {
+				h[k] = []string{s}
+			}
+		}
+	}
+	h = mqlane.Stamp(p.prop, l, h)
+	if traced {
+		if h == nil {
+			h = map[string][]string{}
+		}
+		mqlane.InjectTrace(ctx, h)
+	}
+	out := make(amqp.Table, len(mh)+len(h))
+	for k, v := range mh {
+		if _, ok := v.(string); !ok {
+			out[k] = v // other types pass unchanged
+		}
+	}
+	for k, vs := range h {
+		out[k] = strings.Join(vs, ",")
+	}
+	delete(out, RouteHeader)
+	if l != "" {
+		out[RouteHeader] = l
+	}
+	return out
+}
+
+// laneTables holds, per lane, the headers of a message published without
+// headers of its own and untraced: x-lane, baggage and RouteHeader, made
+// once, as lane.Encode makes the lane's headers of a call. amqp091 only
+// reads a message's headers, while it writes them out within the publish,
+// so one table serves every publish of the lane. It holds up to
+// maxLaneTables lanes; a message of a lane past them gets a table of its
+// own.
+type laneTables struct {
+	m sync.Map // lane name -> amqp.Table
+	n atomic.Int32
+}
+
+const maxLaneTables = 256
+
+// of returns the headers of lane l (normalised with mqlane.Norm), written
+// from enc, the lane's encoding that the publish's context carries, when
+// there is one.
+func (t *laneTables) of(enc *lane.Encoded, l string) amqp.Table {
+	if v, ok := t.m.Load(l); ok {
+		return v.(amqp.Table)
+	}
+	var tab amqp.Table
+	if enc != nil {
+		tab = amqp.Table{laneHeader: enc.Header[0], lane.BaggageHeader: enc.Baggage[0], RouteHeader: l}
+	} else {
+		tab = amqp.Table{laneHeader: l, lane.BaggageHeader: lane.BaggageKey + "=" + l, RouteHeader: l}
+	}
+	if t.n.Load() < maxLaneTables {
+		if _, loaded := t.m.LoadOrStore(l, tab); !loaded {
+			t.n.Add(1)
+		}
+	}
+	return tab
 }
 
 // channel returns the publisher's confirm channel, dialling and declaring

@@ -26,7 +26,15 @@ type reader struct {
 	*mqlane.Run
 	c     *Consumer
 	queue string
+
+	// The handled messages whose ack is held back (see ack): held of them,
+	// the last of which is last.
+	held int
+	last *amqp.Delivery
 }
+
+// maxHeldAcks bounds how many handled messages one ack settles.
+const maxHeldAcks = 64
 
 // consume is the body of lane run's consumption (mqlane.Runs).
 func (c *Consumer) consume(run *mqlane.Run) {
@@ -84,6 +92,10 @@ func (r *reader) session() error {
 			mover.Close()
 		}
 	}()
+	defer func() {
+		r.flushAcks() // before the connection closes: the messages handled are settled
+		r.held, r.last = 0, nil
+	}()
 	side := func() (*amqp.Channel, error) {
 		if mover != nil && !mover.IsClosed() {
 			return mover, nil
@@ -99,23 +111,43 @@ func (r *reader) session() error {
 		return m, nil
 	}
 	pollDone := r.Poll.Done()
+	stopConsuming := func() {
+		pollDone = nil
+		// Deliveries closes once the broker has confirmed the cancel;
+		// what it sent before is handled first.
+		ch.Cancel(tag, false)
+	}
 	for {
+		var (
+			d  amqp.Delivery
+			ok bool
+		)
 		select {
-		case d, ok := <-deliveries:
-			if !ok {
-				if r.Poll.Err() != nil {
-					return nil
-				}
-				return errors.New("the broker closed the consumer")
-			}
-			if !r.handle(ch, side, &d) {
-				return nil // draining timed out, or aborted: closing gives the rest back
-			}
+		case d, ok = <-deliveries:
 		case <-pollDone:
-			pollDone = nil
-			// Deliveries closes once the broker has confirmed the cancel;
-			// what it sent before is handled first.
-			ch.Cancel(tag, false)
+			stopConsuming()
+			continue
+		default:
+			// Nothing waits: the messages handled are acknowledged before
+			// the reader waits for more (see ack).
+			if err := r.flushAcks(); err != nil {
+				return err
+			}
+			select {
+			case d, ok = <-deliveries:
+			case <-pollDone:
+				stopConsuming()
+				continue
+			}
+		}
+		if !ok {
+			if r.Poll.Err() != nil {
+				return nil
+			}
+			return errors.New("the broker closed the consumer")
+		}
+		if !r.handle(ch, side, &d) {
+			return nil // draining timed out, or aborted: closing gives the rest back
 		}
 	}
 }
@@ -143,7 +175,10 @@ func (r *reader) handle(ch *amqp.Channel, side func() (*amqp.Channel, error), m 
 		}
 	}
 	d := &Delivery{Lane: l, Subject: m.RoutingKey, Body: m.Body, Headers: m.Headers, Redelivered: m.Redelivered, Msg: m}
-	hctx := lane.WithLane(r.Handle, l)
+	hctx := r.Handle // in the run's lane
+	if l != r.Lane {
+		hctx = lane.WithLane(r.Handle, l)
+	}
 	for attempt := 1; ; attempt++ {
 		if r.Handle.Err() != nil {
 			return false
@@ -154,13 +189,16 @@ func (r *reader) handle(ch *amqp.Channel, side func() (*amqp.Channel, error), m 
 			return false
 		}
 		if err == nil {
-			if err := m.Ack(false); err != nil {
+			if err := r.ack(m); err != nil {
 				return false // the connection is gone: the message comes back
 			}
 			c.handled.Add(1)
 			return true
 		}
 		c.failed.Add(1)
+		if r.flushAcks() != nil { // the messages before this one are not held back by its retries
+			return false
+		}
 		if IsPermanent(err) || attempt >= c.o.maxDeliver {
 			return r.deadLetter(side, d, err)
 		}
@@ -172,6 +210,36 @@ func (r *reader) handle(ch *amqp.Channel, side func() (*amqp.Channel, error), m 
 			return false
 		}
 	}
+}
+
+// ack acknowledges m, handled. The ack is held back while the next
+// deliveries are there at once (up to the prefetch): one ack of the last
+// message handled then settles it and those before it (AMQP's multiple
+// ack), up to maxHeldAcks of them, sent when no delivery waits, before a
+// handler's retry, and when the session ends. A consumer that keeps up
+// sends one ack a message, as before; one that falls behind, one a batch.
+// The messages are handled in order, so every delivery up to the last is
+// settled when the multiple ack goes: acknowledged here, moved or
+// dead-lettered (each acknowledged alone), or given back, which ends the
+// session.
+func (r *reader) ack(m *amqp.Delivery) error {
+	r.held++
+	r.last = m
+	if r.held < maxHeldAcks {
+		return nil
+	}
+	return r.flushAcks()
+}
+
+// flushAcks sends the ack of the messages held back, unless the consumer
+// was aborted: as a crash would, it then leaves them to the broker.
+func (r *reader) flushAcks() error {
+	if r.held == 0 || r.Aborted() {
+		return nil
+	}
+	err := r.last.Ack(true)
+	r.held, r.last = 0, nil
+	return err
 }
 
 // ownsLane reports whether this consumer owns lane l now.

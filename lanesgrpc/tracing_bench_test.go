@@ -38,7 +38,11 @@ import (
 //   - cpu-vs-plain-otel-with-lane-metadata/lanes-traced-lane: the same against a plain otelgrpc
 //     call that carries the same lane metadata, written by hand: what lanes itself costs;
 //   - cpu-vs-round-robin/lanes-untraced: the untraced lanes call against the untraced
-//     round_robin one, on the same servers' untraced twins.
+//     round_robin one, on the same servers' untraced twins;
+//   - cpu-vs-plain-otel/lanes-traced-no-header-timeout: the baseline call with the
+//     response-header timeout off, against the plain otelgrpc call: what the timeout costs;
+//   - cpu-vs-plain-otel-no-retry/lanes-traced-no-retry: both with gRPC's retry off
+//     (grpc.WithDisableRetry): what grpc-go's retry path costs either.
 func benchTracedUnary(b *testing.B) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))
 	defer tp.Shutdown(context.Background())
@@ -122,4 +126,9 @@ func benchTracedUnary(b *testing.B) {
 	b.Run("cpu-vs-plain-otel/lanes-traced-lane", compare(traced, inLane, otel, bg, "otelgrpc"))
 	b.Run("cpu-vs-plain-otel-with-lane-metadata/lanes-traced-lane", compare(traced, inLane, otel, laneMD, "otelgrpc"))
 	b.Run("cpu-vs-round-robin/lanes-untraced", compare(untraced, bg, plain, bg, "round_robin"))
+	noTimeout := lanesClient("traced", lanesgrpc.WithTracerProvider(tp), lanesgrpc.WithResponseHeaderTimeout(-1))
+	b.Run("cpu-vs-plain-otel/lanes-traced-no-header-timeout", compare(noTimeout, bg, otel, bg, "otelgrpc"))
+	noRetry := lanesClient("traced", lanesgrpc.WithTracerProvider(tp), lanesgrpc.WithDialOptions(grpc.WithDisableRetry()))
+	otelNoRetry := rrClient(otelAddr, grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithTracerProvider(tp), tc)), grpc.WithDisableRetry())
+	b.Run("cpu-vs-plain-otel-no-retry/lanes-traced-no-retry", compare(noRetry, bg, otelNoRetry, bg, "otelgrpc"))
 }

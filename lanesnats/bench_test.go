@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/lanesdev/lanes/internal/testkit/benchcpu"
 	"github.com/lanesdev/lanes/internal/testkit/natstest"
 	"github.com/lanesdev/lanes/lane"
 	"github.com/lanesdev/lanes/lanesnats"
@@ -34,7 +35,8 @@ import (
 //     (WithMsgIDs), to show what the stream's deduplication costs.
 //
 // ns/op is the time per message from the first publish to the last ack;
-// msgs/s is its inverse. docs/mq.md quotes the ratio.
+// msgs/s is its inverse; cpu-ns/msg the CPU time of the process (server and
+// clients) per message. docs/mq.md quotes the ratios.
 func BenchmarkThroughput(b *testing.B) {
 	srv := natstest.Embedded(b)
 	payload := make([]byte, 128)
@@ -48,8 +50,15 @@ func BenchmarkThroughput(b *testing.B) {
 		b.Cleanup(func() { js.DeleteStream(context.Background(), topic) })
 		return topic
 	}
-	report := func(b *testing.B, start time.Time) {
+	// report reports the messages per second, and the CPU time of the
+	// process per message (cpu-ns/msg): the server's, the producer's and
+	// the consumer's work, which a loaded machine disturbs less than the
+	// wall time.
+	report := func(b *testing.B, start time.Time, cpu time.Duration) {
 		b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "msgs/s")
+		if cpu > 0 {
+			b.ReportMetric(float64(benchcpu.Process()-cpu)/float64(b.N), "cpu-ns/msg")
+		}
 	}
 	wait := func(b *testing.B, js jetstream.JetStream, done <-chan struct{}) {
 		select {
@@ -96,7 +105,7 @@ func BenchmarkThroughput(b *testing.B) {
 		ctx := lane.WithLane(context.Background(), "alice")
 		b.ReportAllocs()
 		b.ResetTimer()
-		start := time.Now()
+		start, cpu := time.Now(), benchcpu.Process()
 		for range b.N {
 			publishAsync(b, pjs, func() error {
 				_, err := pub.PublishMsgAsync(ctx, &nats.Msg{Subject: "msg", Data: payload})
@@ -105,7 +114,7 @@ func BenchmarkThroughput(b *testing.B) {
 		}
 		wait(b, pjs, done)
 		b.StopTimer()
-		report(b, start)
+		report(b, start, cpu)
 	}
 
 	b.Run("lanes", func(b *testing.B) { lanesRun(b) })
@@ -135,7 +144,7 @@ func BenchmarkThroughput(b *testing.B) {
 		subject := topic + ".alice.msg"
 		b.ReportAllocs()
 		b.ResetTimer()
-		start := time.Now()
+		start, cpu := time.Now(), benchcpu.Process()
 		for range b.N {
 			publishAsync(b, pjs, func() error {
 				_, err := pjs.PublishMsgAsync(&nats.Msg{Subject: subject, Data: payload, Header: header})
@@ -144,7 +153,7 @@ func BenchmarkThroughput(b *testing.B) {
 		}
 		wait(b, pjs, done)
 		b.StopTimer()
-		report(b, start)
+		report(b, start, cpu)
 	}
 
 	b.Run("raw", func(b *testing.B) { rawRun(b, nil) })

@@ -15,7 +15,7 @@ import (
 // inbound is what the lane and trust rules read of a client's request,
 // whichever server parsed it. Its header reads follow lane.Carrier
 // (case-insensitive keys); it is only read. Strings it returns may live only
-// as long as the request: what outlives it is copied (see laneVals.name).
+// as long as the request: what outlives it is copied (see laneVals).
 type inbound interface {
 	lane.Carrier
 	// hostHeader is the request's host (the Host header), as sent.

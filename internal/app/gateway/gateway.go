@@ -271,9 +271,8 @@ type Gateway struct {
 	shedAnswer []byte
 	tracer     trace.Tracer
 
-	view  atomic.Pointer[policyView]
-	lanes laneCache
-	m     *metrics
+	view atomic.Pointer[policyView]
+	m    *metrics
 	// std is the net/http stack: HTTP/2 (h2c, gRPC, TLS) on every
 	// gateway, the http.Handler (ServeHTTP), and HTTP/1.1 with
 	// Config.HTTP1 std. http1 is the stack that Serve serves HTTP/1.1 on:

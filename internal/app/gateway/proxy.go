@@ -117,7 +117,7 @@ func (g *Gateway) admit(ctx context.Context, st *reqState, in inbound, path stri
 		return false
 	}
 	if l != "" {
-		l = g.lanes.get(l).name // a name that outlives the request, shared
+		l = laneVals(l).Header[0] // a name that outlives the request, shared
 	}
 	st.req = routing.Request{Lane: l, Zone: g.zone, Host: g.host}
 	if l == "" {
@@ -161,7 +161,7 @@ func (g *Gateway) servedValue(l string) []string {
 	if l == "" {
 		return baselineServed
 	}
-	return g.lanes.get(l).lane
+	return laneVals(l).Header
 }
 
 // ready waits, the first time, for the engine to have read the policy and
@@ -219,9 +219,9 @@ func (g *Gateway) key(in inbound) string {
 // any lane the client sent, and for a baseline request its request key.
 func (g *Gateway) writeLane(h fields, l, key string) {
 	if l != "" && len(h.Values(hBaggage)) == 0 {
-		v := g.lanes.get(l) // the common case, without allocating
-		h.setVals(hLane, v.lane)
-		h.setVals(hBaggage, v.baggage)
+		v := laneVals(l) // the common case, without allocating
+		h.setVals(hLane, v.Header)
+		h.setVals(hBaggage, v.Baggage)
 		return
 	}
 	g.prop.InjectLaneKey(l, key, h)
@@ -245,7 +245,7 @@ func (g *Gateway) laneHeaders(st *reqState, h fields) {
 	h.Del(hLaneFallback)
 	if !st.picked {
 		if l := st.req.Lane; l != "" {
-			h.setVals(hLane, g.lanes.get(l).lane)
+			h.setVals(hLane, laneVals(l).Header)
 		} else {
 			h.Del(hLane)
 		}
@@ -253,7 +253,7 @@ func (g *Gateway) laneHeaders(st *reqState, h fields) {
 	}
 	res := st.pick()
 	if l := res.RequestLane; l != "" {
-		h.setVals(hLane, g.lanes.get(l).lane)
+		h.setVals(hLane, laneVals(l).Header)
 	} else {
 		h.Del(hLane)
 	}

@@ -118,6 +118,9 @@ func start(t testing.TB, bin string) (*Broker, error) {
 		"RABBITMQ_CONFIG_FILE=" + conf,
 		"RABBITMQ_ENABLED_PLUGINS_FILE=" + plugins,
 		"RABBITMQ_PLUGINS_EXPAND_DIR=" + filepath.Join(dir, "plugins"),
+		// A VM that fails to start writes its crash dump here, not into
+		// the test's working directory (the package's source folder).
+		"ERL_CRASH_DUMP=" + filepath.Join(dir, "erl_crash.dump"),
 		// The script then execs the Erlang VM instead of running it in the
 		// background: the process is the broker, and SIGKILL kills it.
 		"RUNNING_UNDER_SYSTEMD=true",
