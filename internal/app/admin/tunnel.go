@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -72,7 +71,7 @@ func (s *Server) Tunnels() int {
 // a tunnel from a developer's machine (`lanes dev --tunnel`, docs/dev.md).
 // The control plane listens on a relay address of its own, registers the
 // instance there in the token's lane, relays each connection to the relay
-// through the tunnel, and dials the lane's and the baseline's instances (and
+// through the tunnel, and dials registered instances (and
 // NATS) for the machine. The registration lives as long as the tunnel.
 func (s *Server) openTunnel(w http.ResponseWriter, r *http.Request) {
 	p, err := s.authenticate(r)
@@ -163,7 +162,7 @@ func (s *Server) tunnel(w http.ResponseWriter, r *http.Request, p *principal) er
 	s.metrics.registrations.WithLabelValues("created").Inc()
 	hello.Registration = regid.Format(reg.Lease)
 	ts.Relay(rl, tunnel.RelayOptions{Name: "tunnel relay " + inst.Service + "/" + inst.ID, Logger: s.log})
-	ts.Serve(s.tunnelDial(inst.Lane))
+	ts.Serve(s.tunnelDial())
 	s.log.Info("tunnel opened", "service", inst.Service, "id", inst.ID, "lane", inst.Lane, "relay", inst.Addr,
 		"from", hello.From, "registration", hello.Registration, "by", p.String())
 	ended := ts.Ended()
@@ -209,11 +208,10 @@ func (s *Server) holdTunnel(ctx context.Context, ts *tunnel.Server, ended <-chan
 }
 
 // tunnelDial answers the streams that a tunnel's machine opens: "dial
-// host:port" to an instance of the lane's chain or of the baseline, as
-// registered now (any other address is refused: a tunnel is no way into
-// the environment's network), through the address rules; "nats" to the
-// environment's NATS server.
-func (s *Server) tunnelDial(l string) func(ctx context.Context, req string) (net.Conn, error) {
+// host:port" to a registered instance (tunnel.Dialable), through the address
+// rules, which keep the control plane's own listeners out of reach; "nats"
+// to the environment's NATS server.
+func (s *Server) tunnelDial() func(ctx context.Context, req string) (net.Conn, error) {
 	rules, _ := s.addressRules(nil)
 	d := rules.Dialer(&net.Dialer{KeepAlive: 30 * time.Second})
 	return func(ctx context.Context, req string) (net.Conn, error) {
@@ -227,21 +225,16 @@ func (s *Server) tunnelDial(l string) func(ctx context.Context, req string) (net
 		if !ok {
 			return nil, fmt.Errorf("unknown request %q", req)
 		}
-		chain, _ := s.engine.Policy().Chain(l)
-		chain = append(chain, "")
 		regs, err := s.regs.List(ctx, "")
 		if err != nil {
 			return nil, fmt.Errorf("list instances: %v", err)
 		}
-		found := false
-		for _, reg := range regs {
-			if reg.Instance.Addr == addr && slices.Contains(chain, s.engine.LaneOf(reg.Instance)) {
-				found = true
-				break
-			}
+		insts := make([]registry.Instance, len(regs))
+		for i, r := range regs {
+			insts[i] = r.Instance
 		}
-		if !found {
-			return nil, fmt.Errorf("%s is no instance of lane %s, its fallbacks or the baseline", strconv.Quote(addr), l)
+		if !tunnel.Dialable(addr, insts) {
+			return nil, fmt.Errorf("%s is no registered instance's address", strconv.Quote(addr))
 		}
 		return d.DialContext(ctx, "tcp", addr)
 	}

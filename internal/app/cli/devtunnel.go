@@ -376,35 +376,9 @@ func (d *devTunnel) open(request string) (net.Conn, error) {
 	}
 }
 
-// connect serves one connection of the dial proxy: an HTTP CONNECT to an
-// instance's address, made through the tunnel.
+// connect serves one connection of the dial proxy.
 func (d *devTunnel) connect(c net.Conn) {
-	c.SetDeadline(time.Now().Add(awaitTunnel + 10*time.Second))
-	br := bufio.NewReader(c)
-	req, err := http.ReadRequest(br)
-	if err != nil {
-		c.Close()
-		return
-	}
-	if req.Method != http.MethodConnect {
-		io.WriteString(c, "HTTP/1.1 405 Method Not Allowed\r\nConnection: close\r\nContent-Type: text/plain\r\n\r\nlanes dev: this proxy takes CONNECT host:port to an instance (LANES_DIAL)\n")
-		c.Close()
-		return
-	}
-	st, err := d.open("dial " + req.Host)
-	if err != nil {
-		msg := strings.ReplaceAll(err.Error(), "\n", " ")
-		fmt.Fprintf(c, "HTTP/1.1 502 Bad Gateway\r\nConnection: close\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n%s", len(msg), msg)
-		c.Close()
-		return
-	}
-	if _, err := io.WriteString(c, "HTTP/1.1 200 OK\r\n\r\n"); err != nil {
-		c.Close()
-		st.Close()
-		return
-	}
-	c.SetDeadline(time.Time{})
-	tunnel.Pipe(tunnel.Buffered(c, br), st)
+	tunnel.ServeConnect(c, awaitTunnel+10*time.Second, func(addr string) (net.Conn, error) { return d.open("dial " + addr) })
 }
 
 // nats forwards one connection to the environment's NATS server.

@@ -38,11 +38,14 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/hashicorp/yamux"
+
+	"github.com/lanesdev/lanes/registry"
 )
 
 // The labels of an instance that the control plane registers for a tunnel
@@ -233,4 +236,53 @@ func copyHalf(dst, src net.Conn) int64 {
 		}
 	}
 	return n
+}
+
+// ServeConnect serves one connection of the machine's dial proxy
+// (LANES_DIAL): an HTTP CONNECT host:port, answered 200 and piped to what
+// open returns for the address, or 502 with open's error. Any other request
+// is answered 405. timeout bounds the request and its answer.
+func ServeConnect(c net.Conn, timeout time.Duration, open func(addr string) (net.Conn, error)) {
+	c.SetDeadline(time.Now().Add(timeout))
+	br := bufio.NewReader(c)
+	req, err := http.ReadRequest(br)
+	if err != nil {
+		c.Close()
+		return
+	}
+	if req.Method != http.MethodConnect {
+		io.WriteString(c, "HTTP/1.1 405 Method Not Allowed\r\nConnection: close\r\nContent-Type: text/plain\r\n\r\nlanes dev: this proxy takes CONNECT host:port to an instance (LANES_DIAL)\n")
+		c.Close()
+		return
+	}
+	st, err := open(req.Host)
+	if err != nil {
+		msg := strings.ReplaceAll(err.Error(), "\n", " ")
+		fmt.Fprintf(c, "HTTP/1.1 502 Bad Gateway\r\nConnection: close\r\nContent-Type: text/plain\r\nContent-Length: %d\r\n\r\n%s", len(msg), msg)
+		c.Close()
+		return
+	}
+	if _, err := io.WriteString(c, "HTTP/1.1 200 OK\r\n\r\n"); err != nil {
+		c.Close()
+		st.Close()
+		return
+	}
+	c.SetDeadline(time.Time{})
+	Pipe(Buffered(c, br), st)
+}
+
+// Dialable reports whether a tunnel's machine may reach addr ("dial
+// host:port"): only the address of a registered instance, of any service
+// and lane (the machine's calls are routed by its own engine, and a lane
+// that falls back to the machine's sends calls in its own lane). The
+// control plane's listeners stay out of reach by the address rules of the
+// dialer. A tunnel is no way into the environment's network beyond its
+// instances.
+func Dialable(addr string, instances []registry.Instance) bool {
+	for i := range instances {
+		if instances[i].Addr == addr {
+			return true
+		}
+	}
+	return false
 }

@@ -115,6 +115,7 @@ func startServer(t *testing.T, allowed string) (*httptest.Server, *server) {
 			why = "dropped"
 		}
 		ts.Goodbye()
+		ts.Close() // waits for the relay's listener to close
 		s.closed <- why
 	}))
 	t.Cleanup(hs.Close)
