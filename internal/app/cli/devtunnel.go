@@ -529,7 +529,7 @@ func parseRequests(br *bufio.Reader, print func(proto, method, path, lane, trace
 				continue
 			}
 			proto := "HTTP/2"
-			if strings.HasPrefix(mh.PseudoValue("content-type"), "application/grpc") || strings.HasPrefix(first(mh, "content-type"), "application/grpc") {
+			if strings.HasPrefix(first(mh, "content-type"), "application/grpc") {
 				proto = "gRPC"
 			}
 			print(proto, mh.PseudoValue("method"), mh.PseudoValue("path"), first(mh, "x-lane"), traceID(first(mh, "traceparent")))

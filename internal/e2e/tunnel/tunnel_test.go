@@ -389,7 +389,9 @@ func TestLaptopThroughTunnel(t *testing.T) {
 	if !strings.Contains(dev.stdout.String(), "lanes dev: web/laptop-web deregistered") {
 		t.Errorf("lanes dev did not confirm the deregistration:\n%s", dev.stdout.String())
 	}
-	insts, err = admin.Instances(ctx, "web")
+	ctx2, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel2()
+	insts, err = admin.Instances(ctx2, "web")
 	if err != nil {
 		t.Fatal(err)
 	}
