@@ -57,6 +57,15 @@ const (
 	PathTunnel  = "tunnel"
 )
 
+// The labels of an instance that the control plane registers for lanes
+// dev's tunnel (with LabelPath PathTunnel): the address of the machine at
+// the other end, as the control plane sees it (where the instance really
+// runs), and since when (RFC 3339, UTC).
+const (
+	LabelTunnelFrom  = "lanes.tunnel.from"
+	LabelTunnelSince = "lanes.tunnel.since"
+)
+
 // ScopeBaseline is the Scope of an instance registered with a baseline
 // token. It is no lane name, so that it matches no lane.
 const ScopeBaseline = "@baseline"

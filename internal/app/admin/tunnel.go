@@ -99,8 +99,8 @@ func (s *Server) tunnel(w http.ResponseWriter, r *http.Request, p *principal) er
 	}
 	inst.Scope = p.scope()
 	inst.Labels[registry.LabelPath] = registry.PathTunnel
-	inst.Labels[tunnel.LabelFrom] = remoteIP(r).String()
-	inst.Labels[tunnel.LabelSince] = s.now().UTC().Format(time.RFC3339)
+	inst.Labels[registry.LabelTunnelFrom] = remoteIP(r).String()
+	inst.Labels[registry.LabelTunnelSince] = s.now().UTC().Format(time.RFC3339)
 	inst, err := registry.Normalize(inst)
 	if err != nil {
 		return fieldError("", err)
@@ -146,7 +146,7 @@ func (s *Server) tunnel(w http.ResponseWriter, r *http.Request, p *principal) er
 	ctx, cancel := context.WithCancel(s.streams)
 	defer cancel()
 
-	hello := tunnel.Hello{Service: inst.Service, ID: inst.ID, Lane: inst.Lane, Addr: inst.Addr, From: inst.Labels[tunnel.LabelFrom], NATS: s.cfg.TunnelNATS != ""}
+	hello := tunnel.Hello{Service: inst.Service, ID: inst.ID, Lane: inst.Lane, Addr: inst.Addr, From: inst.Labels[registry.LabelTunnelFrom], NATS: s.cfg.TunnelNATS != ""}
 	cctx, ccancel := context.WithTimeout(ctx, 10*time.Second)
 	reg, err := s.regs.Create(cctx, inst, tunnelTTL, etcdstore.CreateOptions{
 		Owner: p.owner(), SameLane: true, SameOwner: !p.admin, MaxPerOwner: s.limits(p).Instances})

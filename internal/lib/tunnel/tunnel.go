@@ -48,22 +48,14 @@ import (
 	"github.com/lanesdev/lanes/registry"
 )
 
-// The labels of an instance that the control plane registers for a tunnel
-// (with registry.LabelPath: registry.PathTunnel): the address the machine at
-// the other end connects from, and since when (RFC 3339, UTC).
-const (
-	LabelFrom  = "lanes.tunnel.from"
-	LabelSince = "lanes.tunnel.since"
-)
-
 // Describe says where an instance with labels really runs, when the control
 // plane registered it for a tunnel ("through a tunnel from 203.0.113.7
 // since 2026-12-07T02:49:33Z"); "" otherwise.
 func Describe(labels map[string]string) string {
-	if labels["lanes.path"] != "tunnel" || labels[LabelFrom] == "" {
+	if labels[registry.LabelPath] != registry.PathTunnel || labels[registry.LabelTunnelFrom] == "" {
 		return ""
 	}
-	return "through a tunnel from " + labels[LabelFrom] + " since " + labels[LabelSince]
+	return "through a tunnel from " + labels[registry.LabelTunnelFrom] + " since " + labels[registry.LabelTunnelSince]
 }
 
 // Path is the admin API's endpoint of the tunnel.
