@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -23,11 +24,12 @@ import (
 
 	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/adminclient"
-	"github.com/lanesdev/lanes/internal/lib/accept"
+	"github.com/lanesdev/lanes/internal/app/sidecar"
 	"github.com/lanesdev/lanes/internal/lib/backoff"
 	"github.com/lanesdev/lanes/internal/lib/instdial"
 	"github.com/lanesdev/lanes/internal/lib/tlsfiles"
 	"github.com/lanesdev/lanes/internal/lib/tunnel"
+	"github.com/lanesdev/lanes/lanesenv"
 	"github.com/lanesdev/lanes/registry"
 )
 
@@ -52,7 +54,11 @@ type devTunnel struct {
 	mu   sync.Mutex    // serialises the lines written to out
 	wg   sync.WaitGroup
 	lns  []net.Listener
-	seen atomic.Int64 // requests printed
+	// The outbound proxy for processes without the SDK.
+	env    *lanesenv.Env
+	outLn  *connListener
+	outSrv *http.Server
+	seen   atomic.Int64 // requests printed
 }
 
 // awaitTunnel bounds how long a connection of the dial proxy or the NATS
@@ -190,6 +196,8 @@ func (d *devTunnel) run(ctx context.Context) error {
 		d.printf("  export %s\n", kv)
 	}
 	d.printf("  export %s=<your lane token>\n", adminclient.EnvToken)
+	d.printf("Processes without the SDK call the environment's services through the same address as an HTTP proxy, routed by lanes in the lane each call carries:\n")
+	d.printf("  curl -x %s -H 'x-lane: %s' http://SERVICE/...\n", strings.TrimPrefix(env[1], instdial.Env+"="), h.Lane)
 	if d.claimIP {
 		d.claim(ctx, h.Registration)
 	}
@@ -301,8 +309,15 @@ func (d *devTunnel) listen(nats bool) ([]string, error) {
 		return nil, fmt.Errorf("the local dial proxy: %v", err)
 	}
 	d.lns = append(d.lns, ln)
-	d.accept(ln, "dial proxy", d.connect)
-	env = append(env, instdial.Env+"=http://"+ln.Addr().String())
+	proxy := "http://" + ln.Addr().String()
+	// This process's own routed calls (the outbound proxy's) dial through
+	// the tunnel too.
+	os.Setenv(instdial.Env, proxy)
+	if err := d.routing(ln.Addr()); err != nil {
+		return nil, err
+	}
+	d.accept(ln, "proxy", d.proxy)
+	env = append(env, instdial.Env+"="+proxy)
 	if nats {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -320,27 +335,92 @@ func (d *devTunnel) closeListeners() {
 		ln.Close()
 	}
 	d.lns = nil
+	if d.outSrv != nil {
+		d.outSrv.Close()
+		d.outSrv = nil
+	}
+	if d.env != nil {
+		d.env.Close()
+		d.env = nil
+	}
 }
+
+// routing starts the outbound proxy for processes without the SDK:
+// lanes sidecar's (internal/app/sidecar), on an engine that follows the
+// registry and the policy through the admin API with dev's token, whose
+// calls dial through the tunnel. It is served on the dial proxy's address:
+// a CONNECT goes through the tunnel as it is, any other request is routed.
+func (d *devTunnel) routing(own net.Addr) error {
+	vars := map[string]string{"LANES_REGISTRY": d.c.URL(), adminclient.EnvToken: d.c.token, adminclient.EnvCAFile: d.caFile}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	env, err := lanesenv.Open(ctx, lanesenv.WithGetenv(func(k string) string { return vars[k] }),
+		lanesenv.WithLogger(slog.New(slog.NewTextHandler(d.errw, &slog.HandlerOptions{Level: slog.LevelWarn}))))
+	if err != nil {
+		return fmt.Errorf("the routing of the local proxy: %v", err)
+	}
+	d.env = env
+	d.outLn = &connListener{ch: make(chan net.Conn), done: make(chan struct{}), addr: own}
+	d.outSrv = &http.Server{Handler: sidecar.Outbound(env.Engine, own, env.Logger), ReadHeaderTimeout: 10 * time.Second}
+	d.wg.Add(1)
+	go func() {
+		defer d.wg.Done()
+		d.outSrv.Serve(d.outLn)
+	}()
+	return nil
+}
+
+// proxy serves one connection of the local proxy: a CONNECT through the
+// tunnel (LANES_DIAL), any other request to the outbound proxy.
+func (d *devTunnel) proxy(c net.Conn) {
+	br := bufio.NewReader(c)
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	head, err := br.Peek(len("CONNECT "))
+	c.SetReadDeadline(time.Time{})
+	if err != nil {
+		c.Close()
+		return
+	}
+	bc := tunnel.Buffered(c, br)
+	if string(head) == "CONNECT " {
+		tunnel.ServeConnect(bc, awaitTunnel+10*time.Second, func(addr string) (net.Conn, error) { return d.open("dial " + addr) })
+		return
+	}
+	select {
+	case d.outLn.ch <- bc:
+	case <-d.outLn.done:
+		c.Close()
+	}
+}
+
+// connListener hands the outbound proxy's connections to its server.
+type connListener struct {
+	ch   chan net.Conn
+	done chan struct{}
+	once sync.Once
+	addr net.Addr
+}
+
+func (l *connListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.ch:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *connListener) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return nil
+}
+
+func (l *connListener) Addr() net.Addr { return l.addr }
 
 // accept serves ln (loopback only, by choice: the machine's own processes)
 // with handle, a goroutine per connection, capped.
 func (d *devTunnel) accept(ln net.Listener, name string, handle func(net.Conn)) {
-	wl := accept.Wrap(ln, accept.Options{Name: "lanes dev " + name, MaxConns: tunnel.MaxStreams})
-	d.wg.Add(1)
-	go func() {
-		defer d.wg.Done()
-		for {
-			c, err := wl.Accept()
-			if err != nil {
-				return
-			}
-			d.wg.Add(1)
-			go func() {
-				defer d.wg.Done()
-				handle(c)
-			}()
-		}
-	}()
+	tunnel.ServeEach(ln, "lanes dev "+name, tunnel.MaxStreams, nil, &d.wg, handle)
 }
 
 // open opens a stream of the tunnel in force, waiting up to awaitTunnel
@@ -374,11 +454,6 @@ func (d *devTunnel) open(request string) (net.Conn, error) {
 			return nil, err
 		}
 	}
-}
-
-// connect serves one connection of the dial proxy.
-func (d *devTunnel) connect(c net.Conn) {
-	tunnel.ServeConnect(c, awaitTunnel+10*time.Second, func(addr string) (net.Conn, error) { return d.open("dial " + addr) })
 }
 
 // nats forwards one connection to the environment's NATS server.

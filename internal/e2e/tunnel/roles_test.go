@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
 	"slices"
@@ -47,6 +48,7 @@ type answer struct {
 	Lane    string   `json:"lane"`
 	Orders  string   `json:"orders,omitempty"`
 	Greeter string   `json:"greeter,omitempty"`
+	Proxied string   `json:"proxied,omitempty"` // orders, called without the SDK through lanes dev's proxy
 	Handled []string `json:"handled,omitempty"`
 	Err     string   `json:"err,omitempty"`
 }
@@ -195,6 +197,13 @@ func laptopRole(ctx context.Context) error {
 	}
 	defer env.Close()
 	hc := laneshttp.NewClient(env.Engine)
+	px, err := url.Parse(os.Getenv("LANES_DIAL"))
+	if err != nil {
+		return err
+	}
+	plainTr := &http.Transport{Proxy: http.ProxyURL(px)}
+	plain := &http.Client{Transport: plainTr} //lanes:ignore a program without the SDK, through lanes dev's proxy
+	defer plainTr.CloseIdleConnections()
 	gc, err := lanesgrpc.NewClient(env.Engine, "greeter", lanesgrpc.WithDialOptions(grpc.WithTransportCredentials(insecure.NewCredentials())))
 	if err != nil {
 		return err
@@ -225,6 +234,15 @@ func laptopRole(ctx context.Context) error {
 			b, _ := io.ReadAll(res.Body)
 			res.Body.Close()
 			a.Orders = string(b)
+		}
+		preq, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://orders/", nil)
+		preq.Header.Set("X-Lane", lane.FromContext(r.Context()))
+		if res, err := plain.Do(preq); err != nil {
+			a.Err += " orders through the proxy: " + err.Error()
+		} else {
+			b, _ := io.ReadAll(res.Body)
+			res.Body.Close()
+			a.Proxied = string(b)
 		}
 		var md metadata.MD
 		if _, err := hcli.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Header(&md)); err != nil {

@@ -306,8 +306,8 @@ func TestLaptopThroughTunnel(t *testing.T) {
 		a, err = get(client, gateway+"/", testLane)
 		return err == nil && a.By == "laptop" && a.Err == "", fmt.Sprintf("%+v %v", a, err)
 	})
-	if a.Lane != testLane || a.Orders != "env-orders@"+testLane || a.Greeter != "env-greeter@"+testLane {
-		t.Errorf("lane request: %+v; want the laptop in lane %s, orders from the baseline (env-orders@%s), greeter from the lane (env-greeter@%s)", a, testLane, testLane, testLane)
+	if a.Lane != testLane || a.Orders != "env-orders@"+testLane || a.Greeter != "env-greeter@"+testLane || a.Proxied != "env-orders@"+testLane {
+		t.Errorf("lane request: %+v; want the laptop in lane %s, orders from the baseline (env-orders@%s) with the SDK and through lanes dev's proxy, greeter from the lane (env-greeter@%s)", a, testLane, testLane, testLane)
 	}
 	// The baseline never reaches the laptop.
 	for range 20 {

@@ -287,36 +287,48 @@ func (s *Server) Relay(ln net.Listener, o RelayOptions) {
 	if o.MaxConns <= 0 {
 		o.MaxConns = MaxStreams
 	}
-	wl := accept.Wrap(ln, accept.Options{Name: o.Name, MaxConns: o.MaxConns, Logger: o.Logger})
-	s.wg.Add(2)
+	wl := ServeEach(ln, o.Name, o.MaxConns, o.Logger, &s.wg, func(c net.Conn) {
+		st, err := s.sess.OpenStream()
+		if err != nil {
+			reset(c)
+			return
+		}
+		if o.OnConn != nil {
+			o.OnConn(true)
+			defer o.OnConn(false)
+		}
+		Pipe(c, st)
+	})
+	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
 		<-s.sess.CloseChan()
 		wl.Close()
 	}()
+}
+
+// ServeEach serves ln with handle, a goroutine per connection, each counted
+// in wg, behind the accept loop of lanes' listeners (accept.Wrap: temporary
+// errors waited out, at most maxConns open). Closing the listener it
+// returns ends the loop.
+func ServeEach(ln net.Listener, name string, maxConns int, log *slog.Logger, wg *sync.WaitGroup, handle func(net.Conn)) net.Listener {
+	wl := accept.Wrap(ln, accept.Options{Name: name, MaxConns: maxConns, Logger: log})
+	wg.Add(1)
 	go func() {
-		defer s.wg.Done()
+		defer wg.Done()
 		for {
 			c, err := wl.Accept()
 			if err != nil {
 				return
 			}
-			s.wg.Add(1)
+			wg.Add(1)
 			go func() {
-				defer s.wg.Done()
-				st, err := s.sess.OpenStream()
-				if err != nil {
-					reset(c)
-					return
-				}
-				if o.OnConn != nil {
-					o.OnConn(true)
-					defer o.OnConn(false)
-				}
-				Pipe(c, st)
+				defer wg.Done()
+				handle(c)
 			}()
 		}
 	}()
+	return wl
 }
 
 // reset closes c with a TCP reset, so that its peer hears at once.
