@@ -172,6 +172,7 @@ func (s *Server) tunnel(w http.ResponseWriter, r *http.Request, p *principal) er
 	} else {
 		reason = s.holdTunnel(ctx, ts, ended, reg.Lease)
 	}
+	rl.Close() // refused from now on: callers move on at once
 	ectx, ecancel := context.WithTimeout(lane.Detach(r.Context()), 5*time.Second)
 	err = s.regs.End(ectx, reg.Lease)
 	ecancel()
