@@ -132,17 +132,14 @@ func (d *devTunnel) query() string {
 }
 
 func (d *devTunnel) httpClient() (*http.Client, error) {
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.ForceAttemptHTTP2 = false // the upgrade is HTTP/1.1
+	var tc *tls.Config
 	if d.caFile != "" {
-		tc, err := tlsfiles.Client(d.caFile)
-		if err != nil {
+		var err error
+		if tc, err = tlsfiles.Client(d.caFile); err != nil {
 			return nil, err
 		}
-		tr.TLSClientConfig = tc
 	}
-	tr.TLSClientConfig = tlsHTTP1(tr.TLSClientConfig)
-	return &http.Client{Transport: tr}, nil //lanes:ignore the tunnel goes to the admin API, the control plane, not a service in a lane
+	return tunnel.HTTPClient(tc), nil
 }
 
 // dial opens the tunnel once.
@@ -500,18 +497,6 @@ func (d *devTunnel) printRequest(proto, method, path, l, trace string) {
 		trace = "(none)"
 	}
 	d.printf("lanes dev: ← %s %s %s lane=%s trace=%s\n", proto, method, path, l, trace)
-}
-
-// tlsHTTP1 returns c (a new config when nil) asking for HTTP/1.1 by ALPN:
-// the tunnel is an HTTP/1.1 upgrade.
-func tlsHTTP1(c *tls.Config) *tls.Config {
-	if c == nil {
-		c = &tls.Config{}
-	} else {
-		c = c.Clone()
-	}
-	c.NextProtos = []string{"http/1.1"}
-	return c
 }
 
 // A tap reads a copy of what a relayed connection brings to the local

@@ -3,6 +3,7 @@ package tunnel
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -49,6 +50,23 @@ func (e *HandshakeError) Error() string {
 }
 
 func (e *HandshakeError) Unwrap() error { return e.Err }
+
+// HTTPClient returns the client that opens tunnels: Go's default transport
+// (with the proxy of HTTPS_PROXY or HTTP_PROXY), tc for TLS (nil: the
+// system's roots), and HTTP/1.1 asked for by ALPN, since the upgrade is
+// HTTP/1.1's and the admin API offers HTTP/2 over TLS too.
+func HTTPClient(tc *tls.Config) *http.Client {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.ForceAttemptHTTP2 = false
+	if tc == nil {
+		tc = &tls.Config{}
+	} else {
+		tc = tc.Clone()
+	}
+	tc.NextProtos = []string{"http/1.1"}
+	tr.TLSClientConfig = tc
+	return &http.Client{Transport: tr} //lanes:ignore the tunnel goes to the admin API, the control plane, not a service in a lane
+}
 
 // Dial opens a tunnel: the WebSocket upgrade of GET <admin>/v1/tunnel?<q>
 // with the token, yamux over it, and the control stream's Hello. hc sends

@@ -75,8 +75,15 @@ type server struct {
 
 func startServer(t *testing.T, allowed string) (*httptest.Server, *server) {
 	t.Helper()
+	return startServerTLS(t, allowed, false)
+}
+
+// startServerTLS is startServer, over TLS with HTTP/2 offered by ALPN (as
+// the admin API does) when tlsOn.
+func startServerTLS(t *testing.T, allowed string, tlsOn bool) (*httptest.Server, *server) {
+	t.Helper()
 	s := &server{relay: make(chan string, 4), closed: make(chan string, 4)}
-	hs := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	hs := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("Authorization") != "Bearer secret" {
 			http.Error(w, `{"error":{"code":"unauthorized"}}`, http.StatusUnauthorized)
 			return
@@ -118,6 +125,12 @@ func startServer(t *testing.T, allowed string) (*httptest.Server, *server) {
 		ts.Close() // waits for the relay's listener to close
 		s.closed <- why
 	}))
+	if tlsOn {
+		hs.EnableHTTP2 = true
+		hs.StartTLS()
+	} else {
+		hs.Start()
+	}
 	t.Cleanup(hs.Close)
 	return hs, s
 }
@@ -230,4 +243,33 @@ func TestDialRefused(t *testing.T) {
 	if !errors.As(err, &he) || he.Status != http.StatusUnauthorized || !strings.Contains(string(he.Body), "unauthorized") {
 		t.Fatalf("Dial with a wrong token: %v, want a HandshakeError with 401 and the body", err)
 	}
+}
+
+// TestOverTLS: a tunnel to an admin API that serves TLS and offers HTTP/2
+// by ALPN, with HTTPClient (which asks for HTTP/1.1, the upgrade's).
+func TestOverTLS(t *testing.T) {
+	laptop := echo(t, "laptop")
+	hs, s := startServerTLS(t, "", true)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	hc := HTTPClient(hs.Client().Transport.(*http.Transport).TLSClientConfig)
+	defer hc.CloseIdleConnections()
+	c, err := Dial(ctx, hs.URL, "secret", "", hc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := serveLocal(c, laptop.Addr().String())
+	in, err := net.Dial("tcp", <-s.relay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := roundTrip(t, in, "over tls"); got != "laptop: over tls" {
+		t.Errorf("inbound over TLS: %q", got)
+	}
+	in.Close()
+	if !c.Close(5 * time.Second) {
+		t.Error("Close: the control plane did not confirm")
+	}
+	<-done
+	<-s.closed
 }
