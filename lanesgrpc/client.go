@@ -9,7 +9,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"google.golang.org/grpc"
 
-	"github.com/lanesdev/lanes/internal/lib/addrpolicy"
+	"github.com/lanesdev/lanes/internal/lib/instdial"
 	"github.com/lanesdev/lanes/registry"
 	"github.com/lanesdev/lanes/routing"
 )
@@ -51,9 +51,10 @@ func NewClient(e *routing.Engine, service string, opts ...ClientOption) (*grpc.C
 
 // dialer connects to an instance, refusing the addresses that addrpolicy's
 // zero rules refuse, as gRPC's own dialer does otherwise (TCP, no
-// timeout of its own: the connection attempt's context bounds it).
+// timeout of its own: the connection attempt's context bounds it), through
+// LANES_DIAL's proxy when it is set (instdial).
 func dialer(ctx context.Context, addr string) (net.Conn, error) {
-	return defaultDialer.DialContext(ctx, "tcp", addr)
+	return defaultDialer(ctx, "tcp", addr)
 }
 
-var defaultDialer = (*addrpolicy.Rules)(nil).Dialer(&net.Dialer{})
+var defaultDialer = instdial.Dialer(&net.Dialer{})

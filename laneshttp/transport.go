@@ -14,7 +14,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/lanesdev/lanes/internal/lib/addrpolicy"
+	"github.com/lanesdev/lanes/internal/lib/instdial"
 	"github.com/lanesdev/lanes/internal/lib/netbound"
 	"github.com/lanesdev/lanes/internal/lib/routedcall"
 	"github.com/lanesdev/lanes/lane"
@@ -338,8 +338,9 @@ func defaultBase(d baseTimeouts) http.RoundTripper {
 	b := http.DefaultTransport.(*http.Transport).Clone()
 	b.ResponseHeaderTimeout = d.header
 	if d.routed {
-		// As http.DefaultTransport's dialer, with the address rules.
-		b.DialContext = (*addrpolicy.Rules)(nil).Dialer(&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+		// As http.DefaultTransport's dialer, with the address rules (and
+		// through LANES_DIAL's proxy when it is set).
+		b.DialContext = instdial.Dialer(&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second})
 	}
 	if dial := b.DialContext; d.write > 0 && dial != nil {
 		b.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {

@@ -34,6 +34,9 @@ const (
 	Eligible       = attribute.Key("lane.eligible")
 	Retries        = attribute.Key("lane.retries")
 	InstanceLane   = attribute.Key("lane.instance.lane")
+	// InstanceTunnel is where an instance reached through lanes dev's tunnel really runs: the
+	// address of the developer's machine, as the control plane sees it.
+	InstanceTunnel = attribute.Key("lane.instance.tunnel")
 	GuardAdmitted  = attribute.Key("lane.guard.admitted")
 	// GuardExempt marks a server span whose request the guard admitted only because its path or
 	// method is exempt (a health probe, a metrics scrape): it is not lane traffic, and the

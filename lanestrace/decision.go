@@ -17,6 +17,9 @@ type Decision struct {
 	Addr      string
 	Eligible  int // instances of the serving lane that may take the request
 	Retries   int // moves to another instance within the call
+	// Tunnel is where the instance chosen really runs when it is reached through lanes dev's
+	// tunnel (its registry.LabelTunnelFrom label), "" otherwise.
+	Tunnel string
 }
 
 // Attributes returns d as span attributes. Those at the value that a reader of the span takes
@@ -35,6 +38,9 @@ func (d Decision) Attributes() []attribute.KeyValue {
 	}
 	if d.Retries != 0 {
 		kv = append(kv, Retries.Int(d.Retries))
+	}
+	if d.Tunnel != "" {
+		kv = append(kv, InstanceTunnel.String(d.Tunnel))
 	}
 	return kv
 }

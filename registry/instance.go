@@ -44,7 +44,8 @@ type Instance struct {
 
 // LabelPath is the label that says how an instance joined lanes: its
 // data path, PathSDK (the Serve helpers set it), PathSidecar (lanes
-// sidecar) or PathDev (lanes dev). Like every label it is the instance's
+// sidecar), PathDev (lanes dev) or PathTunnel (lanes dev through its
+// tunnel, registered by the control plane at the tunnel's relay). Like every label it is the instance's
 // own word: it informs (lanes route explain shows it) and decides nothing.
 const LabelPath = "lanes.path"
 
@@ -53,6 +54,16 @@ const (
 	PathSDK     = "sdk"
 	PathSidecar = "sidecar"
 	PathDev     = "dev"
+	PathTunnel  = "tunnel"
+)
+
+// The labels of an instance that the control plane registers for lanes
+// dev's tunnel (with LabelPath PathTunnel): the address of the machine at
+// the other end, as the control plane sees it (where the instance really
+// runs), and since when (RFC 3339, UTC).
+const (
+	LabelTunnelFrom  = "lanes.tunnel.from"
+	LabelTunnelSince = "lanes.tunnel.since"
 )
 
 // ScopeBaseline is the Scope of an instance registered with a baseline

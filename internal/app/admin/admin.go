@@ -40,6 +40,7 @@ import (
 	"github.com/lanesdev/lanes/internal/app/collector"
 	"github.com/lanesdev/lanes/internal/lib/addrpolicy"
 	"github.com/lanesdev/lanes/internal/lib/bearer"
+	"github.com/lanesdev/lanes/internal/lib/tunnel"
 	"github.com/lanesdev/lanes/registry"
 	"github.com/lanesdev/lanes/routing"
 )
@@ -88,6 +89,16 @@ type Config struct {
 	// allow it, register link-local and cloud metadata addresses; without
 	// it nobody may.
 	AllowLinkLocal bool
+	// TunnelHost is the host that the relays of `lanes dev`'s tunnels
+	// listen on, where the environment's instances and the gateway reach
+	// them; "" is the address the machine reached the admin API at.
+	TunnelHost string
+	// TunnelNATS, when set, is the NATS server (host:port) that tunnels
+	// forward to.
+	TunnelNATS string
+	// MaxTunnels bounds the tunnels open at once per token
+	// (DefaultMaxTunnels when 0).
+	MaxTunnels int
 }
 
 // XDSCallers counts the xDS server's clients that call a service now, by
@@ -127,7 +138,8 @@ type Server struct {
 	cancelStream context.CancelFunc
 	mu           sync.Mutex
 	closed       bool
-	wg           sync.WaitGroup // watch streams
+	wg           sync.WaitGroup // watch streams and tunnels
+	tunnels      tunnels        // under mu
 }
 
 // New returns the admin API.
@@ -148,6 +160,9 @@ func New(cfg Config) (*Server, error) {
 		cfg.ClaimNets = DefaultClaimNets
 	}
 	cfg.Info.Version = Version
+	if cfg.MaxTunnels <= 0 {
+		cfg.MaxTunnels = DefaultMaxTunnels
+	}
 	if cfg.Limits.Instances <= 0 {
 		cfg.Limits.Instances = DefaultLimits.Instances
 	}
@@ -258,6 +273,8 @@ func (s *Server) routes() {
 	h("GET /v1/tokens", adminOn, s.listTokens)
 	h("POST /v1/tokens", adminOn, s.createToken)
 	h("DELETE /v1/tokens/{id}", adminOn, s.revokeToken)
+	// A tunnel's answer is an upgrade, which the metrics' writer would hide.
+	s.mux.Handle("GET "+tunnel.Path, http.HandlerFunc(s.openTunnel))
 	h("GET /v1/claims", anyone, s.listClaims)
 	h("POST /v1/claims", anyone, s.createClaim)
 	h("DELETE /v1/claims/{ip}", anyone, s.deleteClaim)

@@ -24,11 +24,11 @@ func newDev() *cobra.Command {
 	var cf clientFlags
 	var service, laneName, addr, id, zone string
 	var labels []string
-	var claimIP bool
+	var claimIP, useTunnel bool
 	var ttl time.Duration
 	var logFormat string
 	cmd := &cobra.Command{
-		Use:   "dev --service S --lane L --addr HOST:PORT [--claim-ip]",
+		Use:   "dev --service S --lane L --addr HOST:PORT [--claim-ip] [--tunnel] [-- COMMAND ARGS...]",
 		Short: "Put a process running here into a lane until Ctrl-C",
 		Long: `dev registers a process that runs on this machine (listening on --addr) as an
 instance of --service in --lane, keeps the registration alive with heartbeats,
@@ -41,10 +41,26 @@ request from it in the lane, with no header to add.
 
 It prints the requests that reach the instance through the gateway. The token
 must be scoped to the lane (lanes token create --lane L), or be the admin
-token of a local 'lanes up'.`,
+token of a local 'lanes up'.
+
+Through a tunnel (--tunnel, and the default when --addr is a loopback address
+and the admin API is not on this machine), dev opens one connection to the
+admin API, over which the control plane relays the lane's requests to --addr,
+and this machine's processes reach the environment: dev prints LANES_DIAL
+(the SDK's transports dial instances through it), LANES_NATS (a local
+forward to the environment's NATS) and LANES_REGISTRY, and passes them to
+COMMAND when one follows "--". The instance lives as long as the tunnel:
+when it drops, the control plane deregisters it and dev reconnects and
+registers it again. See docs/dev.md.`,
 		Example: `  lanes dev --service payments --lane alice --addr 127.0.0.1:9000
-  LANES_TOKEN=... lanes dev --service orders --lane feature-x --addr 10.1.2.3:8080 --claim-ip`,
-		Args: cobra.NoArgs,
+  LANES_TOKEN=... lanes dev --service orders --lane feature-x --addr 10.1.2.3:8080 --claim-ip
+  LANES_ADMIN=https://lanes.example.com LANES_TOKEN=... lanes dev --service orders --lane alice --addr 127.0.0.1:9000 -- go run ./cmd/orders`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 && cmd.ArgsLenAtDash() != 0 {
+				return fmt.Errorf("unexpected argument %q: a command to run goes after --", args[0])
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, args []string) error {
 			out, errw := cmd.OutOrStdout(), cmd.ErrOrStderr()
 			if err := logs.CheckFormat(logFormat); err != nil {
@@ -95,10 +111,21 @@ token of a local 'lanes up'.`,
 			if infoErr != nil && !adminapi.IsCode(infoErr, adminapi.CodeNotFound) {
 				return apiFailure(c, infoErr)
 			}
+			if !cmd.Flags().Changed("tunnel") {
+				useTunnel = tunnelNeeded(c.URL(), addr)
+			}
+			if len(args) > 0 && !useTunnel {
+				return &exitError{code: ExitUsage, err: fmt.Errorf("a command after -- runs only with --tunnel, which gives it the variables to reach the environment")}
+			}
 			if conn, err := net.DialTimeout("tcp", addr, time.Second); err != nil {
 				fmt.Fprintf(errw, "lanes dev: warning: nothing answers at %s yet; requests in lane %s will fail until it does\n", addr, l)
 			} else {
 				conn.Close()
+			}
+
+			if useTunnel {
+				d := &devTunnel{c: c, caFile: firstOf(cf.caFile, getenv(adminclient.EnvCAFile)), inst: inst, labels: lbl, out: out, errw: errw, claimIP: claimIP, info: info, command: args}
+				return d.run(ctx)
 			}
 
 			reg := adminclient.NewRegistry(c.Client, adminclient.WithLogger(logs.Must(errw, "warn", logFormat)))
@@ -160,6 +187,7 @@ token of a local 'lanes up'.`,
 	cmd.Flags().StringVar(&service, "service", "", "the service the process is an instance of (required)")
 	cmd.Flags().StringVar(&laneName, "lane", "", "the lane to register into (required)")
 	cmd.Flags().StringVar(&addr, "addr", "", "host:port the process listens on, as the gateway and callers reach it (required)")
+	cmd.Flags().BoolVar(&useTunnel, "tunnel", false, "reach the environment through a tunnel to the admin API, both ways (default: when --addr is a loopback address and the admin API is on another machine)")
 	cmd.Flags().BoolVar(&claimIP, "claim-ip", false, "send every request from this machine's address through the gateway into the lane")
 	cmd.Flags().StringVar(&id, "id", "", "instance id (default: <lane>-<hostname>-<port>)")
 	cmd.Flags().StringVar(&zone, "zone", "", "the instance's zone")
@@ -227,4 +255,24 @@ func printCurls(w io.Writer, info adminapi.Info, service, l string, claimed bool
 	if claimed {
 		fmt.Fprintf(w, "  curl%s %s%s   # from this machine: claimed, no header needed\n", host, gw.URL, path)
 	}
+}
+
+// tunnelNeeded reports whether the control plane at admin cannot reach addr:
+// addr is a loopback address and the admin API is not on this machine.
+func tunnelNeeded(admin, addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	if host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return false
+	}
+	u, err := url.Parse(admin)
+	if err != nil {
+		return false
+	}
+	h := u.Hostname()
+	aip := net.ParseIP(h)
+	return h != "localhost" && (aip == nil || !aip.IsLoopback())
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/lanesdev/lanes/adminapi"
+	"github.com/lanesdev/lanes/internal/lib/tunnel"
 	"github.com/lanesdev/lanes/registry"
 )
 
@@ -203,7 +204,11 @@ func printListing(w io.Writer, l adminapi.Listing) {
 		if in.EffectiveLane != in.Lane {
 			ln += " (tagged; registered " + laneLabel(in.Lane) + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", in.Service, in.ID, ln, in.Addr, dash(in.Zone), in.Weight, in.State)
+		addr := in.Addr
+		if where := tunnel.Describe(in.Labels); where != "" {
+			addr += " (" + where + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\n", in.Service, in.ID, ln, addr, dash(in.Zone), in.Weight, in.State)
 	}
 	if len(l.Instances) == 0 {
 		fmt.Fprintln(tw, "(none)\t\t\t\t\t\t")

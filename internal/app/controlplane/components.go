@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -273,7 +274,7 @@ type adminComponent struct {
 
 func (*adminComponent) Name() string { return "admin" }
 func (*adminComponent) Needs() []Dep {
-	return []Dep{DataDirKey, StoreKey, EtcdKey, EngineKey, ClaimsKey, GatewayKey, TracesKey, XDSKey}
+	return []Dep{DataDirKey, StoreKey, EtcdKey, EngineKey, ClaimsKey, GatewayKey, TracesKey, XDSKey, NatsKey}
 }
 func (*adminComponent) Provides() []Dep { return []Dep{AdminKey} }
 
@@ -286,6 +287,11 @@ func (*adminComponent) Validate(cfg *Config) error {
 	}
 	if cfg.AdminToken != "" && len(cfg.AdminToken) < 16 {
 		return cfg.fail("admin_token", "(hidden)", "the admin token must be at least 16 characters")
+	}
+	if h := cfg.TunnelHost; h != "" {
+		if _, err := netip.ParseAddr(h); err != nil {
+			return cfg.fail("tunnel_host", h, "want an IP address, such as 10.0.0.5 (the relays listen on a port of their own choosing)")
+		}
 	}
 	_, err := cfg.ParsedLaneClaims()
 	return err
@@ -330,7 +336,8 @@ func (c *adminComponent) Provision(ctx context.Context, rt *Runtime) error {
 	api, err := admin.New(admin.Config{Store: st, Engine: Need(rt, EngineKey), AdminToken: token, Info: info,
 		Claims: Need(rt, ClaimsKey), Traces: Need(rt, TracesKey).Collector, Logger: rt.Log, Gatherer: gatherers(rt),
 		ClaimNets: claimNets, XDS: Need(rt, XDSKey).Callers,
-		Reserved: rt.Reserved(), AllowLinkLocal: rt.Config.AllowLinkLocal})
+		Reserved: rt.Reserved(), AllowLinkLocal: rt.Config.AllowLinkLocal,
+		TunnelHost: rt.Config.TunnelHost, TunnelNATS: natsHostPort(Need(rt, NatsKey).URL)})
 	if err != nil {
 		return err
 	}
@@ -478,4 +485,15 @@ func secretFile(path, what string, gen func() string, minLen int) (secret string
 // runtime, the process and the embedded etcd).
 func gatherers(rt *Runtime) prometheus.Gatherer {
 	return prometheus.Gatherers{rt.Metrics, prometheus.DefaultGatherer}
+}
+
+// natsHostPort is the host:port of the first server of a NATS URL list, for
+// the tunnels' NATS forward; "" when there is none.
+func natsHostPort(urls string) string {
+	first, _, _ := strings.Cut(urls, ",")
+	u, err := natsURL(strings.TrimSpace(first))
+	if err != nil || first == "" {
+		return ""
+	}
+	return u.Host
 }

@@ -65,6 +65,10 @@ type Config struct {
 	// 100.100.100.200): the gateway dials them, the admin token and the
 	// tokens whose addresses.link_local is set may register them.
 	AllowLinkLocal bool `yaml:"allow_link_local"`
+	// TunnelHost is the host (an IP address) that the relays of
+	// `lanes dev --tunnel` listen on, where the gateway and the instances
+	// reach them; empty: the address the machine reached the admin API at.
+	TunnelHost string `yaml:"tunnel_host"`
 	// TLS holds the certificates the listeners serve TLS with.
 	TLS TLSSettings `yaml:"tls"`
 	// XDS configures the xDS server for gRPC's proxyless clients.
@@ -340,6 +344,7 @@ var Settings = []Setting{
 	{Flag: "admin-addr", Env: "LANES_ADMIN_ADDR", Key: "admin_addr", Usage: "address of the admin API (host:port; port 0 picks one)", set: str(func(c *Config) *string { return &c.AdminAddr })},
 	{Flag: "admin-token", Env: "LANES_ADMIN_TOKEN", Key: "admin_token", Usage: "the admin credential (default: read from, or created in, <data-dir>/admin-token)", Secret: true, set: str(func(c *Config) *string { return &c.AdminToken })},
 	{Flag: "gateway-addr", Env: "LANES_GATEWAY_ADDR", Key: "gateway_addr", Usage: "address of the gateway (host:port; port 0 picks one)", set: str(func(c *Config) *string { return &c.GatewayAddr })},
+	{Flag: "tunnel-host", Env: "LANES_TUNNEL_HOST", Key: "tunnel_host", Usage: "IP address that the relays of lanes dev's tunnels listen on, where the gateway and the instances reach them (default: the address the developer's machine reached the admin API at)", set: str(func(c *Config) *string { return &c.TunnelHost })},
 	{Flag: "route", Env: "LANES_ROUTES", Key: "routes", List: true, Usage: "gateway route host-or-/prefix=service, such as /=web or api.example.com=orders (repeatable)", set: list(func(c *Config) *[]string { return &c.Routes })},
 	{Flag: "domain", Env: "LANES_DOMAIN", Key: "domain", Usage: "<lane>.<domain> hosts select a lane at the gateway", set: str(func(c *Config) *string { return &c.Domain })},
 	{Flag: "lane-claims", Env: "LANES_LANE_CLAIMS", Key: "lane_claims", List: true, Usage: "IP or CIDR of the client addresses a lane or baseline token may claim for its lane, as lanes dev --claim-ip does (repeatable; default loopback only: a claim moves every client behind the address, behind a NAT all of them; the admin token claims any)", set: list(func(c *Config) *[]string { return &c.LaneClaims })},

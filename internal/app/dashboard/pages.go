@@ -15,6 +15,7 @@ import (
 	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/adminclient"
 	"github.com/lanesdev/lanes/internal/lib/reroute"
+	"github.com/lanesdev/lanes/internal/lib/tunnel"
 )
 
 // view is what every template gets.
@@ -97,8 +98,10 @@ func laneColour(l string) string {
 }
 
 var funcs = template.FuncMap{
-	"lane":   laneName,
-	"colour": laneColour,
+	"lane": laneName,
+	// tunnelOf says where an instance of lanes dev's tunnel really runs.
+	"tunnelOf": tunnel.Describe,
+	"colour":   laneColour,
 	"ago": func(t time.Time) string {
 		if t.IsZero() {
 			return "—"

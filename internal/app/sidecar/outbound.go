@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httputil"
+	"os"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -14,6 +17,7 @@ import (
 	"github.com/lanesdev/lanes/internal/app/gateway"
 	"github.com/lanesdev/lanes/lane"
 	"github.com/lanesdev/lanes/laneshttp"
+	"github.com/lanesdev/lanes/routing"
 )
 
 // via marks the requests the outbound proxy passes through to hosts that are
@@ -121,4 +125,18 @@ func (s *Sidecar) outboundError(w http.ResponseWriter, r *http.Request, err erro
 	}
 	s.log.Warn("lanes sidecar: outbound call failed", "target", target, "method", r.Method, "path", r.URL.Path, "err", err)
 	plain(w, http.StatusBadGateway, fmt.Sprintf("lanes sidecar: the call to %q failed: %v\n", target, err))
+}
+
+// Outbound is the outbound proxy alone, for a process that has no app of
+// its own to register and routes the calls of the processes beside it
+// (lanes dev): calls to http://SERVICE/... (absolute, as HTTP_PROXY sends
+// them, or with the service as the Host) routed by laneshttp.Transport on
+// engine, in the lane each carries; other hosts are refused. own is the
+// address it is served at (a call to it is answered 404, not looped).
+func Outbound(engine *routing.Engine, own net.Addr, log *slog.Logger) http.Handler {
+	if log == nil {
+		log = slog.Default()
+	}
+	s := &Sidecar{cfg: Config{Getenv: os.Getenv}, log: log, engine: engine, proxyLn: held{addr: own}}
+	return s.outbound()
 }

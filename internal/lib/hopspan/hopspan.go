@@ -17,6 +17,7 @@ import (
 
 	"github.com/lanesdev/lanes/internal/lib/cowmap"
 	"github.com/lanesdev/lanes/lanestrace"
+	"github.com/lanesdev/lanes/registry"
 	"github.com/lanesdev/lanes/routing"
 )
 
@@ -28,6 +29,9 @@ func DecisionOf(e *routing.Engine, service, requested string, res routing.Result
 	d := lanestrace.Decision{Service: service, Requested: requested, Served: res.Lane, Retries: retries, Reason: lanestrace.ReasonNone}
 	if res.Instance != nil {
 		d.Instance, d.Addr = res.Instance.ID, res.Instance.Addr
+		if res.Instance.Labels[registry.LabelPath] == registry.PathTunnel {
+			d.Tunnel = res.Instance.Labels[registry.LabelTunnelFrom]
+		}
 	}
 	if err != nil {
 		var re *routing.Error

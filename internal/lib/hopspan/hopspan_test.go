@@ -188,3 +188,31 @@ func TestUnknownLane(t *testing.T) {
 		}
 	}
 }
+
+// TestDecisionOfTunnel: a hop to an instance of lanes dev's tunnel says
+// where it really runs; any other hop does not.
+func TestDecisionOfTunnel(t *testing.T) {
+	e := routing.New()
+	defer e.Close()
+	e.SetInstances("web", []registry.Instance{
+		{Service: "web", ID: "w1", Addr: "127.0.0.1:1"},
+		{Service: "web", ID: "laptop", Addr: "127.0.0.1:2", Lane: "alice",
+			Labels: map[string]string{registry.LabelPath: registry.PathTunnel, registry.LabelTunnelFrom: "203.0.113.7"}},
+	})
+	for _, tc := range []struct{ lane, tunnel string }{{"alice", "203.0.113.7"}, {"", ""}} {
+		res, err := e.Pick("web", routing.Request{Lane: tc.lane})
+		d := hopspan.DecisionOf(e, "web", tc.lane, res, err, 0)
+		if d.Tunnel != tc.tunnel {
+			t.Errorf("lane %q: Tunnel %q, want %q", tc.lane, d.Tunnel, tc.tunnel)
+		}
+		has := false
+		for _, kv := range d.Attributes() {
+			if kv.Key == lanestrace.InstanceTunnel {
+				has = kv.Value.AsString() == tc.tunnel
+			}
+		}
+		if has != (tc.tunnel != "") {
+			t.Errorf("lane %q: attributes %v", tc.lane, d.Attributes())
+		}
+	}
+}
