@@ -251,7 +251,8 @@ var (
 
 // informers makes the informers of one namespace ("" for all).
 func (s *Store) informers(ns string) []*informer {
-	lw := func(name string, list func(context.Context, metav1.ListOptions) (runtime.Object, error), w func(context.Context, metav1.ListOptions) (watch.Interface, error)) *cache.ListWatch {
+	lw := func(resource string, list func(context.Context, metav1.ListOptions) (runtime.Object, error), w func(context.Context, metav1.ListOptions) (watch.Interface, error)) *cache.ListWatch {
+		name := resource + "/" + ns // in the outage records
 		return &cache.ListWatch{
 			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 				obj, err := list(ctx, o)
@@ -309,7 +310,7 @@ func (s *Store) informers(ns string) []*informer {
 		s.poke()
 	}
 	return []*informer{
-		{name: "endpointslices",
+		{name: "endpointslices/" + ns,
 			SharedIndexInformer: cache.NewSharedIndexInformer(lw("endpointslices",
 				func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return slices.List(ctx, o) },
 				slices.Watch), &discoveryv1.EndpointSlice{}, 0, nil),
@@ -318,13 +319,13 @@ func (s *Store) informers(ns string) []*informer {
 					s.view.setSlice(es.Namespace, es.Name, nil)
 				}
 			}}},
-		{name: "pods",
+		{name: "pods/" + ns,
 			SharedIndexInformer: cache.NewSharedIndexInformer(lw("pods", metaList(pods), pods.Watch), &metav1.PartialObjectMetadata{}, 0, nil),
 			handler:             metaHandler(s.view.setPod)},
-		{name: "services",
+		{name: "services/" + ns,
 			SharedIndexInformer: cache.NewSharedIndexInformer(lw("services", metaList(services), services.Watch), &metav1.PartialObjectMetadata{}, 0, nil),
 			handler:             metaHandler(s.view.setService)},
-		{name: "leases",
+		{name: "leases/" + ns,
 			SharedIndexInformer: cache.NewSharedIndexInformer(lw("leases",
 				func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 					return leases.List(ctx, leaseSel(o))
@@ -366,7 +367,7 @@ func (s *Store) result(name string, err error) {
 		return
 	}
 	s.outages.Mark(time.Now())
-	if name == "leases" {
+	if strings.HasPrefix(name, "leases/") {
 		s.view.staleLeases(err != nil)
 		s.poke()
 	}
