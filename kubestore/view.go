@@ -386,7 +386,9 @@ func (v *view) endpoint(s *slice, ep discoveryv1.Endpoint) (registry.Instance, b
 		in.ID = name + "." + ns
 	} else {
 		labels = s.obj.Labels
-		in.ID = sanitizeID(ep.Addresses[0]+"-"+strconv.Itoa(int(port))) + "." + s.ns
+		// An endpoint's address is an IP or a domain name: only an IPv6
+		// address has a character that an id may not.
+		in.ID = strings.ReplaceAll(ep.Addresses[0], ":", "-") + "-" + strconv.Itoa(int(port)) + "." + s.ns
 	}
 	in.Lane = labels[LabelLane]
 	in.Version = labels[labelVersion]
@@ -433,16 +435,6 @@ func podLabels(labels map[string]string) map[string]string {
 		out[strings.TrimPrefix(k, LabelPrefix)] = labels[k]
 	}
 	return out
-}
-
-func sanitizeID(s string) string {
-	b := []byte(s)
-	for i, c := range b {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
-			b[i] = '-'
-		}
-	}
-	return string(b)
 }
 
 // publish recomputes the dirty services and hands every difference to the
