@@ -107,6 +107,9 @@ const (
 	maxInstanceBytes   = 64 << 10
 )
 
+// serviceAnnotations are the annotations of a Service that lanes reads.
+var serviceAnnotations = []string{AnnotationService, AnnotationPort}
+
 var (
 	errTooLarge = errors.New("instance annotation too large")
 	errNoLease  = errors.New("managed slice names no holder or lease")
@@ -208,6 +211,20 @@ func Open(ctx context.Context, cfg *rest.Config, o Options) (*Store, error) {
 			_ = inf.SetTransform(func(o any) (any, error) {
 				if m, ok := o.(metav1.Object); ok {
 					m.SetManagedFields(nil)
+				}
+				if p, ok := o.(*metav1.PartialObjectMetadata); ok {
+					// Of a pod's or a Service's metadata the informer's
+					// cache keeps what lanes reads.
+					a := p.Annotations
+					p.Annotations, p.OwnerReferences = nil, nil
+					for _, n := range serviceAnnotations {
+						if val, ok := a[n]; ok {
+							if p.Annotations == nil {
+								p.Annotations = map[string]string{}
+							}
+							p.Annotations[n] = val
+						}
+					}
 				}
 				return o, nil
 			})

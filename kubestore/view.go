@@ -2,6 +2,7 @@ package kubestore
 
 import (
 	"encoding/json"
+	"maps"
 	"net"
 	"slices"
 	"sort"
@@ -218,9 +219,16 @@ func (v *view) setPod(ns, name string, meta *metav1.ObjectMeta) {
 	if meta == nil {
 		delete(v.pods, k)
 	} else {
-		labels := meta.Labels
-		if labels == nil {
-			labels = map[string]string{}
+		// Only what lanes reads is kept: the lanes.dev/ labels and the
+		// version.
+		labels := map[string]string{}
+		for l, val := range meta.Labels {
+			if strings.HasPrefix(l, LabelPrefix) || l == labelVersion {
+				labels[l] = val
+			}
+		}
+		if old, ok := v.pods[k]; ok && maps.Equal(old, labels) {
+			return // a change of its status: nothing lanes reads
 		}
 		v.pods[k] = labels
 	}
@@ -240,9 +248,14 @@ func (v *view) setService(ns, name string, meta *metav1.ObjectMeta) {
 	if meta == nil {
 		delete(v.services, k)
 	} else {
-		a := meta.Annotations
-		if a == nil {
-			a = map[string]string{}
+		a := map[string]string{}
+		for _, n := range serviceAnnotations {
+			if val, ok := meta.Annotations[n]; ok {
+				a[n] = val
+			}
+		}
+		if old, ok := v.services[k]; ok && maps.Equal(old, a) {
+			return
 		}
 		v.services[k] = a
 	}
