@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/client-go/rest"
+
 	"github.com/lanesdev/lanes/internal/testkit/kubetest"
 	"github.com/lanesdev/lanes/kubestore"
 	"github.com/lanesdev/lanes/lanesenv"
@@ -77,4 +79,13 @@ func TestLanesenv(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitInstances(t, env.Engine, "orders", func(in []registry.Instance) bool { return len(in) == 0 })
+}
+
+// TestOpenValidates: a register namespace that the Store does not follow
+// is refused before anything starts.
+func TestOpenValidates(t *testing.T) {
+	_, err := kubestore.Open(context.Background(), &rest.Config{Host: "https://127.0.0.1:1"}, kubestore.Options{Namespaces: []string{"a"}, RegisterNamespace: "b"})
+	if err == nil || !strings.Contains(err.Error(), `RegisterNamespace "b"`) {
+		t.Fatalf("Open = %v, want an error naming RegisterNamespace", err)
+	}
 }

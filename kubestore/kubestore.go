@@ -49,6 +49,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -169,6 +170,9 @@ func Open(ctx context.Context, cfg *rest.Config, o Options) (*Store, error) {
 		if len(o.Namespaces) > 0 {
 			o.RegisterNamespace = o.Namespaces[0]
 		}
+	}
+	if !o.InPod && len(o.Namespaces) > 0 && !slices.Contains(o.Namespaces, o.RegisterNamespace) {
+		return nil, fmt.Errorf("kubestore: RegisterNamespace %q is not among Namespaces %q: the Store would never see its own registrations", o.RegisterNamespace, o.Namespaces)
 	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
