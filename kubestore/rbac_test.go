@@ -77,6 +77,27 @@ func TestRBAC(t *testing.T) {
 	}
 	waitInstances(t, e, "orders", func(in []registry.Instance) bool { return len(in) == 0 })
 
+	// In a pod, Register writes nothing: a follower, which may write
+	// nothing, registers, and no engine sees an instance.
+	inPod, err := kubestore.Open(ctx, s.Config(s.ServiceAccountToken(t, k.ns, "follower")), kubestore.Options{Namespaces: []string{k.ns}, InPod: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inPod.Close()
+	pl, err := inPod.Register(ctx, registry.Instance{Service: "orders", ID: "pod", Addr: "10.0.0.2:80"}, 0)
+	if err != nil {
+		t.Fatalf("Register in a pod: %v", err)
+	}
+	if got := pl.Instance(); got.ID != "pod" {
+		t.Fatalf("the pod's lease holds %+v", got)
+	}
+	if err := pl.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(e.Service("orders").Instances()); n != 0 {
+		t.Fatalf("a registration in a pod wrote %d instances", n)
+	}
+
 	if _, err := openAs("nobody"); err == nil || !strings.Contains(err.Error(), "forbidden") {
 		t.Fatalf("Open with no role = %v, want RBAC's refusal", err)
 	}
