@@ -88,6 +88,13 @@ type Config struct {
 	// allow it, register link-local and cloud metadata addresses; without
 	// it nobody may.
 	AllowLinkLocal bool
+	// ForkNamespaces are the Kubernetes namespaces where forks may be
+	// made, the first for a fork that names none; none refuses forks (the
+	// control plane runs no Kubernetes controller).
+	ForkNamespaces []string
+	// ForkLimits bound the forks of each lane (DefaultForkLimits for a
+	// zero field).
+	ForkLimits ForkLimits
 }
 
 // XDSCallers counts the xDS server's clients that call a service now, by
@@ -116,6 +123,7 @@ type Server struct {
 	prefix  string
 	engine  *routing.Engine
 	tokens  *Tokens
+	forks   *ForkStore
 	log     *slog.Logger
 	now     func() time.Time
 	mux     *http.ServeMux
@@ -148,6 +156,12 @@ func New(cfg Config) (*Server, error) {
 		cfg.ClaimNets = DefaultClaimNets
 	}
 	cfg.Info.Version = Version
+	if cfg.ForkLimits.PerLane <= 0 {
+		cfg.ForkLimits.PerLane = DefaultForkLimits.PerLane
+	}
+	if cfg.ForkLimits.Replicas <= 0 {
+		cfg.ForkLimits.Replicas = DefaultForkLimits.Replicas
+	}
 	if cfg.Limits.Instances <= 0 {
 		cfg.Limits.Instances = DefaultLimits.Instances
 	}
@@ -165,6 +179,7 @@ func New(cfg Config) (*Server, error) {
 		prefix: cfg.Store.Prefix(),
 		engine: cfg.Engine,
 		tokens: NewTokens(cfg.Store, cfg.AdminToken, cfg.Logger),
+		forks:  NewForkStore(cfg.Store),
 		log:    cfg.Logger.With("component", "admin"),
 		now:    cfg.Now,
 		mux:    http.NewServeMux(),
@@ -255,6 +270,9 @@ func (s *Server) routes() {
 	h("GET /v1/policy/history", anyone, s.policyHistory)
 	h("GET /v1/watch/policy", anyone, s.watchPolicy)
 	h("GET /v1/explain", anyone, s.explain)
+	h("GET /v1/forks", anyone, s.listForks)
+	h("POST /v1/forks", anyone, s.createFork)
+	h("DELETE /v1/forks/{lane}/{namespace}/{deployment}", anyone, s.deleteFork)
 	h("GET /v1/tokens", adminOn, s.listTokens)
 	h("POST /v1/tokens", adminOn, s.createToken)
 	h("DELETE /v1/tokens/{id}", adminOn, s.revokeToken)
