@@ -1,0 +1,470 @@
+// Package kubernetes runs lanes on a real Kubernetes API server
+// (internal/testkit/kubetest): the manifests of deploy/kubernetes under
+// `kubectl apply --dry-run=server`, then applied; lanes up with its
+// Kubernetes controllers, authenticated as the manifests' service account so
+// that their RBAC is what the controllers get; the LanesPolicy resource; and
+// `lanes fork`. No kubelet or controller manager runs: what they would make
+// (ReplicaSets, pods) is not needed by these tests.
+package kubernetes
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/lanesdev/lanes/adminapi"
+	"github.com/lanesdev/lanes/adminclient"
+	"github.com/lanesdev/lanes/internal/app/cli"
+	"github.com/lanesdev/lanes/internal/app/controlplane"
+	"github.com/lanesdev/lanes/internal/app/kube"
+	"github.com/lanesdev/lanes/internal/testkit/kubetest"
+	"github.com/lanesdev/lanes/internal/testkit/leaktest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, leaktest.Options()...) }
+
+// manifests is the folder of the manifests.
+var manifests = filepath.Join("..", "..", "..", "deploy", "kubernetes")
+
+// cluster is an API server, kubectl and a kubeconfig of its admin.
+type cluster struct {
+	s       *kubetest.Server
+	kubectl string
+	admin   string // kubeconfig
+	cs      *kubernetes.Clientset
+	dyn     *dynamic.DynamicClient
+}
+
+func startCluster(t *testing.T) *cluster {
+	t.Helper()
+	s := kubetest.Start(t)
+	kc := kubetest.Kubectl()
+	if kc == "" {
+		t.Skip("kubectl not found: run .ci/kube-build")
+	}
+	dyn, err := dynamic.NewForConfig(s.Admin())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &cluster{s: s, kubectl: kc, admin: s.Kubeconfig(t, s.AdminToken), cs: s.Clientset(t), dyn: dyn}
+}
+
+// run runs kubectl as the admin and returns its output.
+func (c *cluster) run(t *testing.T, stdin []byte, args ...string) []byte {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, c.kubectl, append([]string{"--kubeconfig", c.admin}, args...)...)
+	if stdin != nil {
+		cmd.Stdin = bytes.NewReader(stdin)
+	}
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("kubectl %s: %v\n%s%s", strings.Join(args, " "), err, out.String(), errb.String())
+	}
+	return out.Bytes()
+}
+
+func ctxT(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// TestKubernetes: the manifests pass the API server's dry run; applied, they
+// give lanes up's controllers what they need (they run as the manifests'
+// service account); the LanesPolicy is refused by the API server or in its
+// status naming the field, or takes effect; `lanes fork` makes the lane's
+// Deployment, and the fork ends with its TTL, its lane's expiry, and across
+// a restart of the control plane.
+func TestKubernetes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs a kube-apiserver and lanes up")
+	}
+	c := startCluster(t)
+	t.Run("manifests", func(t *testing.T) { testManifests(t, c) })
+
+	c.run(t, nil, "apply", "-k", filepath.Join(manifests, "base"))
+	c.run(t, nil, "wait", "--for=condition=Established", "--timeout=60s", "crd/lanespolicies.lanes.dev")
+	tok := c.s.ServiceAccountToken(t, "lanes-system", "lanes")
+	cfg := controlplane.Defaults()
+	cfg.DataDir = t.TempDir()
+	cfg.AdminAddr, cfg.GatewayAddr = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Etcd.ClientAddr, cfg.Etcd.PeerAddr = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Nats.Addr = controlplane.NatsOff
+	cfg.Traces.GRPCAddr, cfg.Traces.HTTPAddr = "off", "off"
+	cfg.Kube = controlplane.KubeConfig{Enabled: true, Kubeconfig: c.s.Kubeconfig(t, tok), Namespaces: []string{"default"}, Policy: "lanes-system/lanes"}
+	cp := startLanes(t, cfg)
+	t.Run("policy", func(t *testing.T) { testPolicy(t, c, cp) })
+	t.Run("fork", func(t *testing.T) { testFork(t, c, cp, cfg) })
+}
+
+// lanes is a running lanes up.
+type lanes struct {
+	srv   *controlplane.Server
+	url   string
+	token string
+	api   *adminclient.Client
+}
+
+func startLanes(t *testing.T, cfg controlplane.Config) *lanes {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	if testing.Verbose() {
+		log = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
+	srv, err := controlplane.Start(ctx, cfg, controlplane.WithLogger(log), controlplane.WithComponents(kube.NewComponent()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &lanes{srv: srv}
+	t.Cleanup(l.close)
+	a, _ := controlplane.Value(srv, controlplane.AdminKey)
+	l.url, l.token = a.URL, a.Token
+	l.api, err = adminclient.New(a.URL, a.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+func (l *lanes) close() {
+	if l.srv != nil {
+		l.api.Close()
+		l.srv.Close()
+		l.srv = nil
+	}
+}
+
+// testManifests renders the base and each overlay with kubectl's
+// kustomize and has the API server check them (--dry-run=server): every
+// object valid, every RBAC rule grantable.
+func testManifests(t *testing.T, c *cluster) {
+	// A dry run creates no namespace; the objects in it need one.
+	c.run(t, nil, "create", "namespace", "lanes-system")
+	for _, dir := range []string{"base", "overlays/external-etcd", "overlays/etcd-statefulset"} {
+		t.Run(strings.ReplaceAll(dir, "/", "-"), func(t *testing.T) {
+			rendered := c.run(t, nil, "kustomize", filepath.Join(manifests, dir))
+			out := c.run(t, rendered, "apply", "--dry-run=server", "-f", "-")
+			for _, want := range []string{
+				"customresourcedefinition.apiextensions.k8s.io/lanespolicies.lanes.dev", "deployment.apps/lanes",
+				"clusterrole.rbac.authorization.k8s.io/lanes-registry", "role.rbac.authorization.k8s.io/lanes-forks",
+			} {
+				if !bytes.Contains(out, []byte(want)) {
+					t.Errorf("%s: %s not applied:\n%s", dir, want, out)
+				}
+			}
+			if dir == "overlays/etcd-statefulset" && !bytes.Contains(out, []byte("statefulset.apps/lanes-etcd")) {
+				t.Errorf("no etcd StatefulSet:\n%s", out)
+			}
+		})
+	}
+}
+
+// policyObject is a LanesPolicy with spec.
+func policyObject(name string, spec map[string]any) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "lanes.dev/v1alpha1", "kind": "LanesPolicy",
+		"metadata": map[string]any{"name": name, "namespace": "lanes-system"},
+		"spec":     spec,
+	}}
+}
+
+type status struct {
+	ObservedGeneration int64  `json:"observedGeneration"`
+	Revision           int64  `json:"revision"`
+	Error              string `json:"error"`
+	Field              string `json:"field"`
+}
+
+// waitStatus waits for the status of the LanesPolicy name to answer the
+// generation gen, watching from the resource version rv.
+func waitStatus(t *testing.T, c *cluster, name string, gen int64, rv string) status {
+	t.Helper()
+	res := c.dyn.Resource(kube.PolicyResource).Namespace("lanes-system")
+	w, err := res.Watch(ctxT(t, time.Minute), metav1.ListOptions{FieldSelector: "metadata.name=" + name, ResourceVersion: rv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	for ev := range w.ResultChan() {
+		u, ok := ev.Object.(*unstructured.Unstructured)
+		if !ok {
+			continue
+		}
+		var st status
+		b, _ := json.Marshal(u.Object["status"])
+		json.Unmarshal(b, &st)
+		if st.ObservedGeneration >= gen {
+			return st
+		}
+	}
+	t.Fatalf("LanesPolicy %s: no status for generation %d within a minute", name, gen)
+	return status{}
+}
+
+func testPolicy(t *testing.T, c *cluster, l *lanes) {
+	ctx := ctxT(t, 2*time.Minute)
+	res := c.dyn.Resource(kube.PolicyResource).Namespace("lanes-system")
+
+	// Refused by the API server: the schema and the CEL rules.
+	for _, bad := range []struct {
+		spec      map[string]any
+		field, is string
+	}{
+		{map[string]any{"tags": []any{map[string]any{"service": "orders", "lane": "alice", "addrs": []any{"10.0.0.1:80"}, "labels": map[string]any{"v": "2"}}}},
+			"spec.tags[0]", "set exactly one of addrs and labels"},
+		{map[string]any{"canary": []any{map[string]any{"service": "orders", "lane": "alice", "percent": 150}}},
+			"spec.canary[0].percent", "less than or equal to 100"},
+		{map[string]any{"gateway": map[string]any{"lane_choice": "all", "allow": []any{"10.0.0.0/8"}}},
+			"spec.gateway", "allow is used only with lane_choice: allowlist"},
+	} {
+		_, err := res.Create(ctx, policyObject("lanes", bad.spec), metav1.CreateOptions{})
+		if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), bad.field) || !strings.Contains(err.Error(), bad.is) {
+			t.Errorf("%v: the API server answered %v; want Invalid naming %s: %s", bad.spec, err, bad.field, bad.is)
+		}
+	}
+
+	// Past the schema, refused by the policy package: the status names the
+	// field, as lanes policy validate does.
+	cycle := map[string]any{"lanes": map[string]any{"a": map[string]any{"fallback": []any{"b"}}, "b": map[string]any{"fallback": []any{"a"}}}}
+	obj, err := res.Create(ctx, policyObject("lanes", cycle), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := waitStatus(t, c, "lanes", obj.GetGeneration(), obj.GetResourceVersion())
+	raw, _ := json.Marshal(cycle)
+	_, verr := l.api.ValidatePolicy(ctx, raw)
+	ae, ok := verr.(*adminapi.Error)
+	if !ok || st.Field != "spec."+ae.Field || st.Field != "spec.lanes.a.fallback" || !strings.Contains(st.Error, "fallback cycle") {
+		t.Errorf("status %+v; lanes policy validate: %v", st, verr)
+	}
+	before := st.Revision
+
+	// A good one takes effect: applied through the admin API's path
+	// (history, revision), and the engine routes by it.
+	good := map[string]any{"lanes": map[string]any{"alice": map[string]any{"fallback": []any{"bob"}}}, "outlier": map[string]any{"errors": 3}}
+	obj.Object["spec"] = good
+	obj, err = res.Update(ctx, obj, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	st = waitStatus(t, c, "lanes", obj.GetGeneration(), obj.GetResourceVersion())
+	if st.Error != "" || st.Revision <= before {
+		t.Fatalf("status %+v after a good spec (revision before: %d)", st, before)
+	}
+	engine, _ := controlplane.Value(l.srv, controlplane.EngineKey)
+	for {
+		changed := engine.PolicyChanged()
+		if p := engine.Policy(); slices.Equal(p.Lanes["alice"].Fallback, []string{"bob"}) && p.Outlier.Errors == 3 {
+			break
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			t.Fatalf("the engine did not take the LanesPolicy in: %+v", engine.Policy())
+		}
+	}
+	ex, err := l.api.Explain(ctx, adminapi.ExplainRequest{Service: "orders", Lane: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := json.Marshal(ex); !bytes.Contains(b, []byte(`"bob"`)) {
+		t.Errorf("route explain of lane alice does not fall back to bob: %s", b)
+	}
+	hist, err := l.api.PolicyHistory(ctx)
+	if err != nil || len(hist) == 0 || hist[0].Revision != st.Revision || hist[0].By != "LanesPolicy lanes-system/lanes" {
+		t.Errorf("history: %+v, %v", hist, err)
+	}
+}
+
+// waitDeployment waits until the Deployment ns/name exists (gone false)
+// or is gone (gone true), watching it.
+func waitDeployment(t *testing.T, cs kubernetes.Interface, ns, name string, gone bool) *appsv1.Deployment {
+	t.Helper()
+	ctx := ctxT(t, time.Minute)
+	list, err := cs.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) == 1 && !gone {
+		return &list.Items[0]
+	}
+	if len(list.Items) == 0 && gone {
+		return nil
+	}
+	w, err := cs.AppsV1().Deployments(ns).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name, ResourceVersion: list.ResourceVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	for ev := range w.ResultChan() {
+		switch {
+		case ev.Type == watch.Deleted && gone:
+			return nil
+		case (ev.Type == watch.Added || ev.Type == watch.Modified) && !gone:
+			return ev.Object.(*appsv1.Deployment)
+		}
+	}
+	t.Fatalf("deployment %s/%s: not %s within a minute", ns, name, map[bool]string{true: "deleted", false: "made"}[gone])
+	return nil
+}
+
+// waitDeploymentNot waits until the Deployment ns/name exists as another
+// object than uid.
+func waitDeploymentNot(t *testing.T, cs kubernetes.Interface, ns, name string, uid types.UID) *appsv1.Deployment {
+	t.Helper()
+	ctx := ctxT(t, time.Minute)
+	w, err := cs.AppsV1().Deployments(ns).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	for ev := range w.ResultChan() {
+		if d, ok := ev.Object.(*appsv1.Deployment); ok && ev.Type != watch.Deleted && d.UID != uid {
+			return d
+		}
+	}
+	t.Fatalf("deployment %s/%s: not made again within a minute", ns, name)
+	return nil
+}
+
+// lanesCmd runs the lanes command line in the process.
+func lanesCmd(args ...string) (code int, stdout, stderr string) {
+	var out, errb bytes.Buffer
+	code = cli.Main(args, &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func testFork(t *testing.T, c *cluster, l *lanes, cfg controlplane.Config) {
+	ctx := ctxT(t, 3*time.Minute)
+	// The baseline: orders, with a ConfigMap for its environment and a
+	// volume.
+	if _, err := c.cs.CoreV1().ConfigMaps("default").Create(ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: "orders-config"}, Data: map[string]string{"GREETING": "hello"},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	labels := map[string]string{"app": "orders"}
+	one := int32(3)
+	base := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: "orders", Labels: labels},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: &one,
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					Containers: []corev1.Container{{
+						Name: "orders", Image: "orders:1",
+						Env:     []corev1.EnvVar{{Name: "MODE", Value: "baseline"}},
+						EnvFrom: []corev1.EnvFromSource{{ConfigMapRef: &corev1.ConfigMapEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: "orders-config"}}}},
+					}},
+					Volumes: []corev1.Volume{{Name: "conf", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+						LocalObjectReference: corev1.LocalObjectReference{Name: "orders-config"}}}}},
+				},
+			},
+		},
+	}
+	if _, err := c.cs.AppsV1().Deployments("default").Create(ctx, base, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	alice, err := l.api.CreateToken(ctx, adminapi.TokenRequest{Lane: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// lanes fork, with alice's token, makes the lane's Deployment.
+	code, out, errOut := lanesCmd("fork", "deploy/orders", "--lane", "alice", "--image", "orders:alice", "--env", "MODE=alice",
+		"--with-configmaps", "--admin", l.url, "--token", alice.Secret)
+	if code != 0 {
+		t.Fatalf("lanes fork: exit %d\n%s%s", code, out, errOut)
+	}
+	d := waitDeployment(t, c.cs, "default", "orders-alice", false)
+	tpl := d.Spec.Template.Spec.Containers[0]
+	switch {
+	case d.Spec.Selector.MatchLabels[kube.LabelLane] != "alice" || d.Spec.Selector.MatchLabels["app"] != "orders":
+		t.Errorf("selector %v: want the baseline's and the lane", d.Spec.Selector.MatchLabels)
+	case d.Spec.Template.Labels[kube.LabelLane] != "alice":
+		t.Errorf("pod labels %v", d.Spec.Template.Labels)
+	case *d.Spec.Replicas != 1:
+		t.Errorf("replicas %d, want 1", *d.Spec.Replicas)
+	case tpl.Image != "orders:alice" || len(tpl.Env) != 1 || tpl.Env[0].Value != "alice":
+		t.Errorf("container %+v", tpl)
+	case tpl.EnvFrom[0].ConfigMapRef.Name != "orders-config-alice" || d.Spec.Template.Spec.Volumes[0].ConfigMap.Name != "orders-config-alice":
+		t.Errorf("the copy does not use the lane's ConfigMap: %+v", d.Spec.Template.Spec)
+	case d.Labels[kube.LabelManagedBy] != kube.ManagedBy || d.Annotations[kube.AnnotationFork] != "default/orders":
+		t.Errorf("ownership: labels %v, annotations %v", d.Labels, d.Annotations)
+	}
+	cm, err := c.cs.CoreV1().ConfigMaps("default").Get(ctx, "orders-config-alice", metav1.GetOptions{})
+	if err != nil || cm.Data["GREETING"] != "hello" {
+		t.Errorf("the lane's ConfigMap: %v, %v", cm, err)
+	}
+
+	// alice's token cannot fork into bob.
+	code, out, errOut = lanesCmd("fork", "deploy/orders", "--lane", "bob", "--admin", l.url, "--token", alice.Secret)
+	if code == 0 || !strings.Contains(errOut, "lane bob") || !strings.Contains(errOut, "forbidden") {
+		t.Errorf("alice's token forking into bob: exit %d\n%s%s", code, out, errOut)
+	}
+	if _, err := c.cs.AppsV1().Deployments("default").Get(ctx, "orders-bob", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("orders-bob: %v", err)
+	}
+
+	// A TTL ends a fork.
+	code, out, errOut = lanesCmd("fork", "deploy/orders", "--lane", "dave", "--ttl", "1s", "--admin", l.url, "--token", l.token)
+	if code != 0 {
+		t.Fatalf("lanes fork --ttl: exit %d\n%s%s", code, out, errOut)
+	}
+	waitDeployment(t, c.cs, "default", "orders-dave", false)
+	waitDeployment(t, c.cs, "default", "orders-dave", true)
+
+	// A copy deleted by hand is made again: the controller is level-based.
+	if err := c.cs.AppsV1().Deployments("default").Delete(ctx, "orders-alice", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if again := waitDeploymentNot(t, c.cs, "default", "orders-alice", d.UID); again.Spec.Template.Spec.Containers[0].Image != "orders:alice" {
+		t.Errorf("made again as %+v", again.Spec.Template.Spec.Containers[0])
+	}
+
+	// The controller restarts: it finds what it made, and the lane's
+	// expiry deletes it.
+	l.close()
+	l = startLanes(t, cfg)
+	past := time.Now().Add(-time.Second)
+	if _, err := l.api.UpdateLane(ctx, "alice", adminapi.LaneUpdate{Expires: &past}); err != nil {
+		t.Fatal(err)
+	}
+	waitDeployment(t, c.cs, "default", "orders-alice", true)
+	if _, err := c.cs.CoreV1().ConfigMaps("default").Get(ctx, "orders-config-alice", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the lane's ConfigMap outlived its fork: %v", err)
+	}
+	if forks, err := l.api.Forks(ctx); err != nil || len(forks) != 0 {
+		t.Errorf("forks after the lane expired: %+v, %v", forks, err)
+	}
+	if _, err := c.cs.AppsV1().Deployments("default").Get(ctx, "orders", metav1.GetOptions{}); err != nil {
+		t.Errorf("the baseline: %v", err)
+	}
+}
