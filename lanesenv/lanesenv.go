@@ -24,6 +24,15 @@
 //     and registers only where its token allows. LANES_CA_FILE (a PEM file)
 //     verifies an https:// admin API, and an https:// LANES_TRACES, instead
 //     of the system's roots.
+//   - k8s://[?namespace=a,b&...]: the cluster's own registry (package
+//     kubestore: instances are the ready endpoints of EndpointSlices, the
+//     lane the pod's label lanes.dev/lane). The backend links client-go
+//     in, so it is opt-in: the program adds
+//     import _ "github.com/lanesdev/lanes/kubestore", else Open says so.
+//     In a pod (KUBERNETES_SERVICE_HOST set) with no LANES_REGISTRY, a
+//     program that imports it follows its cluster, and the Serve helpers
+//     register nothing: the pod's endpoints are the registration. Without
+//     the import such a process must be given LANES_REGISTRY.
 //
 // Either way the engine follows the policy in force (fallback chains, strict
 // lanes, tag rules, canaries), so a process behind a token routes like any
@@ -72,6 +81,7 @@ import (
 	"github.com/lanesdev/lanes/etcdstore"
 	"github.com/lanesdev/lanes/internal/lib/guard"
 	"github.com/lanesdev/lanes/internal/lib/logs"
+	"github.com/lanesdev/lanes/internal/lib/regopen"
 	"github.com/lanesdev/lanes/internal/lib/tlsfiles"
 	"github.com/lanesdev/lanes/lanesamqp"
 	"github.com/lanesdev/lanes/laneskafka"
@@ -84,7 +94,7 @@ import (
 
 // The environment variables that Open reads.
 const (
-	EnvRegistry     = "LANES_REGISTRY"      // etcd://host:port[,host:port...] or http(s)://admin-address
+	EnvRegistry     = "LANES_REGISTRY"      // etcd://host:port[,host:port...], http(s)://admin-address or k8s://
 	EnvToken        = adminclient.EnvToken  // the registration token, for an http(s) LANES_REGISTRY
 	EnvCAFile       = adminclient.EnvCAFile // PEM file of the CA of an https:// LANES_REGISTRY and LANES_TRACES
 	EnvEtcdCA       = "LANES_ETCD_CA"       // PEM file of the etcd servers' CA: turns TLS on
@@ -109,6 +119,9 @@ const (
 	EnvLogFormat = "LANES_LOG_FORMAT" // text (default) or json
 	EnvLogLevel  = "LANES_LOG_LEVEL"  // debug, info (default), warn or error
 )
+
+// envKubeHost is set in every Kubernetes pod.
+const envKubeHost = "KUBERNETES_SERVICE_HOST"
 
 // DefaultTimeout bounds Open: connecting, and reading the policy in force.
 const DefaultTimeout = 10 * time.Second
@@ -213,10 +226,14 @@ func WithRoutingOptions(opts ...routing.Option) Option {
 // Settings are the parsed variables. Parse returns them without connecting
 // to anything.
 type Settings struct {
-	// Etcd endpoints (etcd://...), or else Admin (http(s)://...).
-	Etcd  []string
-	Admin string
-	Token string
+	// Etcd endpoints (etcd://...), or else Admin (http(s)://...), or
+	// else Backend: a LANES_REGISTRY of a backend that a blank import
+	// links in (k8s://, package kubestore), or the one a pod follows
+	// without LANES_REGISTRY.
+	Etcd    []string
+	Admin   string
+	Backend string
+	Token   string
 	// CAFile verifies an https:// admin API (LANES_CA_FILE).
 	CAFile   string
 	CA       string
@@ -284,6 +301,16 @@ func Parse(getenv func(string) string) (Settings, error) {
 	}
 	raw := get(EnvRegistry)
 	if raw == "" {
+		if get(envKubeHost) != "" {
+			// In a pod: follow the cluster if its backend is linked in.
+			for _, b := range regopen.All() {
+				if v, ok := b.InCluster(getenv); ok {
+					s.Backend = v
+					return s, nil
+				}
+			}
+			return s, &Error{Var: EnvRegistry, Msg: "this process runs in a Kubernetes pod: add import _ \"github.com/lanesdev/lanes/kubestore\" to follow the cluster's EndpointSlices, or set it to the admin API of lanes up (http(s)://admin-address) with " + EnvToken}
+		}
 		return s, &Error{Var: EnvRegistry, Msg: "set it to etcd://host:port (the line `lanes up` prints) or to http(s)://admin-address with " + EnvToken}
 	}
 	scheme, rest, ok := strings.Cut(raw, "://")
@@ -344,8 +371,17 @@ func Parse(getenv func(string) string) (Settings, error) {
 				return s, &Error{Var: v, Value: shown(v, get(v)), Msg: "only for an etcd:// " + EnvRegistry + "; the admin API needs only " + EnvToken}
 			}
 		}
+	case "k8s":
+		b, ok := regopen.Get(scheme)
+		if !ok {
+			return s, &Error{Var: EnvRegistry, Value: raw, Msg: "the Kubernetes registry is not linked in: add import _ \"github.com/lanesdev/lanes/kubestore\" to the program"}
+		}
+		if err := b.Check(raw); err != nil {
+			return s, &Error{Var: EnvRegistry, Value: raw, Msg: err.Error()}
+		}
+		s.Backend = raw
 	default:
-		return s, &Error{Var: EnvRegistry, Value: raw, Msg: fmt.Sprintf("scheme %q: want etcd://host:port[,host:port...] or http(s)://admin-address", scheme)}
+		return s, &Error{Var: EnvRegistry, Value: raw, Msg: fmt.Sprintf("scheme %q: want etcd://host:port[,host:port...], http(s)://admin-address or k8s://", scheme)}
 	}
 	return s, nil
 }
@@ -413,7 +449,17 @@ func Open(ctx context.Context, opts ...Option) (*Env, error) {
 
 	env := &Env{Logger: log, Source: raw}
 	var closeReg func() error
-	if len(s.Etcd) > 0 {
+	via := "etcd"
+	if s.Backend != "" {
+		scheme, _, _ := strings.Cut(s.Backend, "://")
+		b, _ := regopen.Get(scheme)
+		opened, err := b.Open(ctx, s.Backend, o.getenv, log)
+		if err != nil {
+			return nil, &Error{Var: EnvRegistry, Value: s.Backend, Msg: err.Error()}
+		}
+		env.Registry, env.Policy, closeReg, via = opened.Registry, opened.Policy, opened.Close, opened.Via
+		env.Source = s.Backend
+	} else if len(s.Etcd) > 0 {
 		cfg := etcdstore.Config{Endpoints: s.Etcd, Username: s.Username, Password: s.Password, DialTimeout: o.timeout,
 			Options: etcdstore.Options{Prefix: s.Prefix, Logger: log}}
 		if s.CA != "" || s.Cert != "" {
@@ -498,11 +544,10 @@ func Open(ctx context.Context, opts ...Option) (*Env, error) {
 		env.Close()
 		return nil, err
 	}
-	via := "etcd"
 	if s.Admin != "" {
 		via = "admin API"
 	}
-	log.Info("lanes: connected", "registry", raw, "via", via)
+	log.Info("lanes: connected", "registry", env.Source, "via", via)
 	return env, nil
 }
 

@@ -237,3 +237,19 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// TestKubernetesNotLinked: without the blank import of kubestore, k8s://
+// and a pod without LANES_REGISTRY are refused with an error that names
+// the import (and, in a pod, the admin API).
+func TestKubernetesNotLinked(t *testing.T) {
+	for _, getenv := range []func(string) string{
+		env(lanesenv.EnvRegistry, "k8s://?namespace=a"),
+		env("KUBERNETES_SERVICE_HOST", "10.0.0.1"),
+	} {
+		_, err := lanesenv.Parse(getenv)
+		var e *lanesenv.Error
+		if !errors.As(err, &e) || e.Var != lanesenv.EnvRegistry || !strings.Contains(e.Msg, `import _ "github.com/lanesdev/lanes/kubestore"`) {
+			t.Fatalf("Parse = %v, want an error on %s naming the import", err, lanesenv.EnvRegistry)
+		}
+	}
+}

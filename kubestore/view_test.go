@@ -1,0 +1,106 @@
+package kubestore
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/lanesdev/lanes/registry"
+)
+
+func ptr[T any](v T) *T { return &v }
+
+func epOf(pod, addr string, ready, serving, term *bool) discoveryv1.Endpoint {
+	ep := discoveryv1.Endpoint{Addresses: []string{addr},
+		Conditions: discoveryv1.EndpointConditions{Ready: ready, Serving: serving, Terminating: term}}
+	if pod != "" {
+		ep.TargetRef = &corev1.ObjectReference{Kind: "Pod", Name: pod}
+	}
+	return ep
+}
+
+func sliceObj(name, service string, eps ...discoveryv1.Endpoint) *discoveryv1.EndpointSlice {
+	return &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", ResourceVersion: "1",
+			Labels: map[string]string{discoveryv1.LabelServiceName: service}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints:   eps,
+		Ports:       []discoveryv1.EndpointPort{{Port: ptr(int32(8080))}},
+	}
+}
+
+// TestEndpointConditions: ready is an instance; terminating and serving
+// drains; terminating and not serving, or not ready, is none; an endpoint
+// whose pod is not known yet is none until the pod is seen, and one whose
+// pod's lane label is no lane name is none.
+func TestEndpointConditions(t *testing.T) {
+	v := newView(time.Now)
+	w := &watcher{v: v, wake: make(chan struct{}, 1)}
+	v.watchers[w] = struct{}{}
+	yes, no := ptr(true), ptr(false)
+	v.setPod("ns", "ready", &metav1.ObjectMeta{})
+	v.setPod("ns", "draining", &metav1.ObjectMeta{Labels: map[string]string{LabelLane: "Feat"}})
+	v.setPod("ns", "gone", &metav1.ObjectMeta{})
+	v.setPod("ns", "notready", &metav1.ObjectMeta{})
+	v.setPod("ns", "badlane", &metav1.ObjectMeta{Labels: map[string]string{LabelLane: "no lane"}})
+	v.setSlice("ns", "s1", sliceObj("s1", "orders",
+		epOf("ready", "10.0.0.1", nil, nil, nil),
+		epOf("draining", "10.0.0.2", no, yes, yes),
+		epOf("gone", "10.0.0.3", no, no, yes),
+		epOf("notready", "10.0.0.4", no, no, no),
+		epOf("badlane", "10.0.0.5", yes, yes, no),
+		epOf("unseen", "10.0.0.6", yes, yes, no),
+	))
+	got := v.insts["orders"]
+	if len(got) != 2 {
+		t.Fatalf("instances %v, want ready and draining", got)
+	}
+	if in := got["ready.ns"].inst; in.Drain || in.Lane != "" || in.Addr != "10.0.0.1:8080" {
+		t.Fatalf("ready: %+v", in)
+	}
+	if in := got["draining.ns"].inst; !in.Drain || in.Lane != "feat" {
+		t.Fatalf("draining: %+v", in)
+	}
+	// The unseen pod appears as a lane's: its endpoint joins then, in its lane.
+	v.setPod("ns", "unseen", &metav1.ObjectMeta{Labels: map[string]string{LabelLane: "x"}})
+	if in := v.insts["orders"]["unseen.ns"]; in == nil || in.inst.Lane != "x" {
+		t.Fatalf("unseen pod once seen: %+v", in)
+	}
+	// A Service's annotation moves its endpoints to another lanes service.
+	v.setService("ns", "orders", &metav1.ObjectMeta{Annotations: map[string]string{AnnotationService: "orders-v2"}})
+	if len(v.insts["orders"]) != 0 || len(v.insts["orders-v2"]) != 3 {
+		t.Fatalf("after the mapping: %v / %v", v.insts["orders"], v.insts["orders-v2"])
+	}
+	// Every change reached the watcher, in order, with growing revisions.
+	var st registry.State
+	last := int64(0)
+	for _, b := range w.pending {
+		for _, ev := range b.Events {
+			if ev.Revision <= last {
+				t.Fatalf("revision %d after %d", ev.Revision, last)
+			}
+			last = ev.Revision
+		}
+		st.Apply(b)
+	}
+	if len(st.Instances("orders")) != 0 || len(st.Instances("orders-v2")) != 3 {
+		t.Fatalf("the watcher's state: %v", st.Services)
+	}
+}
+
+// TestPodLabelsBounded: only labels under lanes.dev/ become instance
+// labels, without the prefix, and at most MaxLabels of them.
+func TestPodLabelsBounded(t *testing.T) {
+	labels := map[string]string{"app": "x", LabelLane: "l"}
+	for i := range 3 * MaxLabels {
+		labels[fmt.Sprintf("%sk%03d", LabelPrefix, i)] = "v"
+	}
+	got := podLabels(labels)
+	if len(got) != MaxLabels || got["k000"] != "v" || got["app"] != "" || got["lane"] != "" {
+		t.Fatalf("podLabels = %v", got)
+	}
+}
