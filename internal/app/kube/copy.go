@@ -24,7 +24,7 @@ const (
 	LabelLane = "lanes.dev/lane"
 	// LabelManagedBy and ManagedBy mark the objects the controller owns.
 	LabelManagedBy = "app.kubernetes.io/managed-by"
-	ManagedBy      = "lanes"
+	ManagedBy      = "lanes.dev"
 	// AnnotationFork names the Deployment a copy was made of
 	// ("<namespace>/<name>"), on the copy and on its ConfigMaps' copies.
 	AnnotationFork = "lanes.dev/fork-of"

@@ -37,6 +37,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/klog/v2"
 
 	"github.com/lanesdev/lanes/internal/app/admin"
 	"github.com/lanesdev/lanes/internal/app/controlplane"
@@ -123,6 +124,8 @@ func (c *Component) Provision(ctx context.Context, rt *controlplane.Runtime) err
 	st := controlplane.Need(rt, controlplane.StoreKey)
 	ai := controlplane.Need(rt, controlplane.AdminKey)
 	log := rt.Log.With("component", "kube")
+	// client-go logs through klog: into lanes up's log, not beside it.
+	klog.SetSlogLogger(log)
 	ns := cfg.KubeNamespaces()
 	pns, pname := cfg.KubePolicy()
 	c.fork = &forkController{cs: wcs, forks: ai.API.Forks(), policy: st.Policy(), namespaces: ns, log: log, now: time.Now, poke: newWaker()}

@@ -11,12 +11,16 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -24,6 +28,7 @@ import (
 	"go.uber.org/goleak"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -39,6 +44,11 @@ import (
 	"github.com/lanesdev/lanes/internal/app/kube"
 	"github.com/lanesdev/lanes/internal/testkit/kubetest"
 	"github.com/lanesdev/lanes/internal/testkit/leaktest"
+	"github.com/lanesdev/lanes/kubestore"
+	"github.com/lanesdev/lanes/lane"
+	"github.com/lanesdev/lanes/laneshttp"
+	"github.com/lanesdev/lanes/registry"
+	"github.com/lanesdev/lanes/routing"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m, leaktest.Options()...) }
@@ -267,6 +277,9 @@ func testPolicy(t *testing.T, c *cluster, l *lanes) {
 	// A good one takes effect: applied through the admin API's path
 	// (history, revision), and the engine routes by it.
 	good := map[string]any{"lanes": map[string]any{"alice": map[string]any{"fallback": []any{"bob"}}}, "outlier": map[string]any{"errors": 3}}
+	if obj, err = res.Get(ctx, "lanes", metav1.GetOptions{}); err != nil { // with its status
+		t.Fatal(err)
+	}
 	obj.Object["spec"] = good
 	obj, err = res.Update(ctx, obj, metav1.UpdateOptions{})
 	if err != nil {
@@ -333,6 +346,153 @@ func waitDeployment(t *testing.T, cs kubernetes.Interface, ns, name string, gone
 	return nil
 }
 
+// testServed makes what a kubelet and the endpointslice controller would
+// for the baseline and its fork d: a pod of each template, and its
+// endpoint, pointing at a listener of the test's; then a lane request, on
+// the registry on Kubernetes, is served by the fork once its endpoint is
+// ready, and a baseline request never is.
+func testServed(t *testing.T, c *cluster, base, d *appsv1.Deployment) {
+	ctx := ctxT(t, time.Minute)
+	if _, err := c.cs.CoreV1().Services("default").Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "orders"},
+		Spec:       corev1.ServiceSpec{Selector: base.Spec.Selector.MatchLabels, Ports: []corev1.ServicePort{{Name: "http", Port: 80}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod := func(name string, tpl corev1.PodTemplateSpec) {
+		if _, err := c.cs.CoreV1().Pods("default").Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: tpl.Labels}, Spec: tpl.Spec,
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pod("orders-5d8f-base1", base.Spec.Template)
+	pod("orders-alice-7c9b-x1", d.Spec.Template)
+	slice := func(name, podName, addr string, ready bool) {
+		host, p, _ := net.SplitHostPort(podAddr(addr))
+		port, _ := strconv.Atoi(p)
+		port32, pname := int32(port), "http"
+		es := &discoveryv1.EndpointSlice{
+			ObjectMeta:  metav1.ObjectMeta{Name: name, Labels: map[string]string{discoveryv1.LabelServiceName: "orders", discoveryv1.LabelManagedBy: "endpointslice-controller.k8s.io"}},
+			AddressType: discoveryv1.AddressTypeIPv4,
+			Endpoints: []discoveryv1.Endpoint{{Addresses: []string{host}, Conditions: discoveryv1.EndpointConditions{Ready: &ready, Serving: &ready},
+				TargetRef: &corev1.ObjectReference{Kind: "Pod", Namespace: "default", Name: podName}}},
+			Ports: []discoveryv1.EndpointPort{{Name: &pname, Port: &port32}},
+		}
+		old, err := c.cs.DiscoveryV1().EndpointSlices("default").Get(ctx, name, metav1.GetOptions{})
+		if err == nil {
+			es.ResourceVersion = old.ResourceVersion
+			_, err = c.cs.DiscoveryV1().EndpointSlices("default").Update(ctx, es, metav1.UpdateOptions{})
+		} else {
+			_, err = c.cs.DiscoveryV1().EndpointSlices("default").Create(ctx, es, metav1.CreateOptions{})
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	baseAddr, laneAddr := server(t, "baseline"), server(t, "alice")
+	slice("orders-base", "orders-5d8f-base1", baseAddr, true)
+	slice("orders-alice", "orders-alice-7c9b-x1", laneAddr, false) // starting
+
+	st, err := kubestore.Open(ctx, c.s.Admin(), kubestore.Options{Namespaces: []string{"default"}, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	e := routing.New(routing.WithRegistry(st), routing.WithLogger(quiet))
+	defer e.Close()
+	hc := podClient(e)
+	defer hc.CloseIdleConnections()
+	call := func(l string) string {
+		t.Helper()
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		if l != "" {
+			cctx = lane.WithLane(cctx, l)
+		}
+		req, _ := http.NewRequestWithContext(cctx, http.MethodGet, "http://orders/", nil)
+		resp, err := hc.Do(req)
+		if err != nil {
+			t.Fatalf("lane %q: %v", l, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	waitInstances(t, e, func(in []registry.Instance) bool { return len(in) == 1 })
+	if who := call("alice"); who != "baseline" {
+		t.Errorf("lane alice before its pod is ready: served by %q, want the baseline (fallback)", who)
+	}
+	slice("orders-alice", "orders-alice-7c9b-x1", laneAddr, true) // ready
+	waitInstances(t, e, func(in []registry.Instance) bool { return len(in) == 2 })
+	for range 10 {
+		if who := call("alice"); who != "alice" {
+			t.Fatalf("lane alice: served by %q, want the fork", who)
+		}
+		if who := call(""); who != "baseline" {
+			t.Fatalf("baseline: served by %q", who)
+		}
+	}
+}
+
+// podNet stands in for the pod network, which no test here has: the API
+// server refuses loopback addresses in an endpoint, so a pod of the test
+// listening on 127.0.0.1:port has the endpoint 192.0.2.1:port (TEST-NET-1,
+// never routed), and the client's dialer takes 192.0.2.x back to
+// 127.0.0.x.
+const podNet = "192.0.2."
+
+func podAddr(loopback string) string { return strings.Replace(loopback, "127.0.0.", podNet, 1) }
+
+// podClient is a client of the engine whose connections go where the pod
+// network would take them.
+func podClient(e *routing.Engine) *http.Client {
+	d := &net.Dialer{Timeout: 5 * time.Second}
+	base := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if !strings.HasPrefix(addr, podNet) {
+			return nil, fmt.Errorf("%s is not on the test's pod network", addr)
+		}
+		return d.DialContext(ctx, network, strings.Replace(addr, podNet, "127.0.0.", 1))
+	}}
+	return laneshttp.NewClient(e, laneshttp.WithBase(base))
+}
+
+// server answers every request with its name, on a loopback port.
+func server(t *testing.T, name string) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, name) }),
+		ReadHeaderTimeout: 5 * time.Second}
+	done := make(chan struct{})
+	go func() { defer close(done); srv.Serve(lis) }()
+	t.Cleanup(func() { srv.Close(); <-done })
+	return lis.Addr().String()
+}
+
+// waitInstances waits, on the engine's change notifications, until the
+// instances of orders satisfy ok.
+func waitInstances(t *testing.T, e *routing.Engine, ok func([]registry.Instance) bool) {
+	t.Helper()
+	svc := e.Service("orders")
+	deadline := time.After(30 * time.Second)
+	for {
+		ch := svc.Changed()
+		if ok(svc.Instances()) {
+			return
+		}
+		select {
+		case <-ch:
+		case <-deadline:
+			t.Fatalf("orders: instances never as wanted: %+v", svc.Instances())
+		}
+	}
+}
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
 // waitDeploymentNot waits until the Deployment ns/name exists as another
 // object than uid.
 func waitDeploymentNot(t *testing.T, cs kubernetes.Interface, ns, name string, uid types.UID) *appsv1.Deployment {
@@ -350,6 +510,30 @@ func waitDeploymentNot(t *testing.T, cs kubernetes.Interface, ns, name string, u
 	}
 	t.Fatalf("deployment %s/%s: not made again within a minute", ns, name)
 	return nil
+}
+
+// waitConfigMapGone waits until the ConfigMap ns/name is gone.
+func waitConfigMapGone(t *testing.T, cs kubernetes.Interface, ns, name string) {
+	t.Helper()
+	ctx := ctxT(t, time.Minute)
+	list, err := cs.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) == 0 {
+		return
+	}
+	w, err := cs.CoreV1().ConfigMaps(ns).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name, ResourceVersion: list.ResourceVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	for ev := range w.ResultChan() {
+		if ev.Type == watch.Deleted {
+			return
+		}
+	}
+	t.Fatalf("configmap %s/%s outlived its fork", ns, name)
 }
 
 // lanesCmd runs the lanes command line in the process.
@@ -423,23 +607,37 @@ func testFork(t *testing.T, c *cluster, l *lanes, cfg controlplane.Config) {
 	if err != nil || cm.Data["GREETING"] != "hello" {
 		t.Errorf("the lane's ConfigMap: %v, %v", cm, err)
 	}
+	testServed(t, c, base, d)
 
 	// alice's token cannot fork into bob.
 	code, out, errOut = lanesCmd("fork", "deploy/orders", "--lane", "bob", "--admin", l.url, "--token", alice.Secret)
-	if code == 0 || !strings.Contains(errOut, "lane bob") || !strings.Contains(errOut, "forbidden") {
+	if code == 0 || !strings.Contains(errOut, "cannot fork into lane bob") {
 		t.Errorf("alice's token forking into bob: exit %d\n%s%s", code, out, errOut)
 	}
 	if _, err := c.cs.AppsV1().Deployments("default").Get(ctx, "orders-bob", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("orders-bob: %v", err)
 	}
 
-	// A TTL ends a fork.
-	code, out, errOut = lanesCmd("fork", "deploy/orders", "--lane", "dave", "--ttl", "1s", "--admin", l.url, "--token", l.token)
+	// A TTL ends a fork: the copy is made, then deleted.
+	w, err := c.cs.AppsV1().Deployments("default").Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=orders-dave"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut = lanesCmd("fork", "deploy/orders", "--lane", "dave", "--ttl", "2s", "--admin", l.url, "--token", l.token)
 	if code != 0 {
 		t.Fatalf("lanes fork --ttl: exit %d\n%s%s", code, out, errOut)
 	}
-	waitDeployment(t, c.cs, "default", "orders-dave", false)
-	waitDeployment(t, c.cs, "default", "orders-dave", true)
+	var seen []watch.EventType
+	for ev := range w.ResultChan() {
+		seen = append(seen, ev.Type)
+		if ev.Type == watch.Deleted {
+			break
+		}
+	}
+	w.Stop()
+	if len(seen) == 0 || seen[0] != watch.Added || seen[len(seen)-1] != watch.Deleted {
+		t.Errorf("orders-dave with a TTL: events %v, want it made then deleted", seen)
+	}
 
 	// A copy deleted by hand is made again: the controller is level-based.
 	if err := c.cs.AppsV1().Deployments("default").Delete(ctx, "orders-alice", metav1.DeleteOptions{}); err != nil {
@@ -458,9 +656,7 @@ func testFork(t *testing.T, c *cluster, l *lanes, cfg controlplane.Config) {
 		t.Fatal(err)
 	}
 	waitDeployment(t, c.cs, "default", "orders-alice", true)
-	if _, err := c.cs.CoreV1().ConfigMaps("default").Get(ctx, "orders-config-alice", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-		t.Errorf("the lane's ConfigMap outlived its fork: %v", err)
-	}
+	waitConfigMapGone(t, c.cs, "default", "orders-config-alice")
 	if forks, err := l.api.Forks(ctx); err != nil || len(forks) != 0 {
 		t.Errorf("forks after the lane expired: %+v, %v", forks, err)
 	}
