@@ -36,6 +36,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/yaml"
 
 	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/adminclient"
@@ -190,8 +191,55 @@ func testManifests(t *testing.T, c *cluster) {
 			if dir == "overlays/etcd-statefulset" && !bytes.Contains(out, []byte("statefulset.apps/lanes-etcd")) {
 				t.Errorf("no etcd StatefulSet:\n%s", out)
 			}
+			checkArgs(t, rendered)
 		})
 	}
+}
+
+// checkArgs checks that the arguments the manifests give lanes up are
+// settings it takes, valid together.
+func checkArgs(t *testing.T, rendered []byte) {
+	t.Helper()
+	for _, doc := range bytes.Split(rendered, []byte("\n---\n")) {
+		var d appsv1.Deployment
+		if err := yaml.Unmarshal(doc, &d); err != nil || d.Kind != "Deployment" || d.Name != "lanes" {
+			continue
+		}
+		args := d.Spec.Template.Spec.Containers[0].Args
+		if len(args) == 0 || args[0] != "up" {
+			t.Fatalf("lanes runs %v, want up", args)
+		}
+		cfg := controlplane.Defaults()
+		// Variables from Secrets, as an operator would make them.
+		secrets := map[string]string{"LANES_ADMIN_TOKEN": "lanes_admin_" + strings.Repeat("ab", 32), "LANES_EXTERNAL_ETCD": "https://etcd-1:2379,https://etcd-2:2379"}
+		env := map[string]string{}
+		for _, e := range d.Spec.Template.Spec.Containers[0].Env {
+			env[e.Name] = e.Value
+			if e.ValueFrom != nil {
+				env[e.Name] = secrets[e.Name]
+			}
+		}
+		if err := cfg.ApplyEnv(func(k string) string { return env[k] }); err != nil {
+			t.Errorf("the variables: %v", err)
+		}
+		for _, a := range args[1:] {
+			name, val, ok := strings.Cut(strings.TrimPrefix(a, "--"), "=")
+			if !ok {
+				val = "true"
+			}
+			if err := cfg.Set(name, []string{val}); err != nil {
+				t.Errorf("%s: %v", a, err)
+			}
+		}
+		if err := cfg.Validate(); err != nil {
+			t.Errorf("lanes up %s: %v", strings.Join(args[1:], " "), err)
+		}
+		if !cfg.Kube.Enabled {
+			t.Error("lanes up runs without --kube")
+		}
+		return
+	}
+	t.Fatal("no Deployment lanes in the manifests")
 }
 
 // policyObject is a LanesPolicy with spec.
