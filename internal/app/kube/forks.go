@@ -16,7 +16,7 @@ import (
 	"github.com/lanesdev/lanes/internal/app/admin"
 	"github.com/lanesdev/lanes/internal/lib/backoff"
 	"github.com/lanesdev/lanes/internal/lib/gogroup"
-	"github.com/lanesdev/lanes/policy"
+	"github.com/lanesdev/lanes/routing"
 )
 
 // ownedSelector selects the objects the fork controller made.
@@ -30,7 +30,7 @@ var ownedSelector = LabelManagedBy + "=" + ManagedBy + "," + LabelLane
 type forkController struct {
 	cs         kubernetes.Interface
 	forks      *admin.ForkStore
-	policy     policy.Store
+	engine     *routing.Engine
 	namespaces []string
 	log        *slog.Logger
 	now        func() time.Time
@@ -41,7 +41,7 @@ type forkController struct {
 // the policy or the copies, when a fork's time is up, and every resync.
 func (c *forkController) run(ctx context.Context, g *gogroup.Group) {
 	g.Go(func() { c.watchForks(ctx) })
-	g.Go(func() { followPolicy(ctx, c.policy, c.poke) })
+	g.Go(func() { followEngine(ctx, c.engine, c.poke) })
 	for _, ns := range c.namespaces {
 		g.Go(func() {
 			followKube(ctx, c.log, "the forks' deployments in "+ns, c.poke, func(ctx context.Context) (watch.Interface, error) {
@@ -84,10 +84,9 @@ func (c *forkController) reconcile(ctx context.Context) (time.Time, error) {
 	if err != nil {
 		return time.Time{}, err
 	}
-	doc, err := c.policy.Get(ctx)
-	if err != nil {
-		return time.Time{}, fmt.Errorf("read the policy: %w", err)
-	}
+	// The policy in force, as the routing engine has it: a lane's
+	// forks end when its requests stop reaching its instances.
+	pol := c.engine.Policy()
 	now := c.now()
 	var next time.Time
 	soonest := func(t time.Time) {
@@ -103,7 +102,7 @@ func (c *forkController) reconcile(ctx context.Context) (time.Time, error) {
 		}
 		why := ""
 		switch {
-		case doc.Policy.Expired(f.Lane, now):
+		case pol.Expired(f.Lane, now):
 			why = "its lane expired"
 		case f.Expires != nil && !now.Before(*f.Expires):
 			why = "its ttl passed"
@@ -118,7 +117,7 @@ func (c *forkController) reconcile(ctx context.Context) (time.Time, error) {
 		if f.Expires != nil {
 			soonest(*f.Expires)
 		}
-		if e := doc.Policy.Lanes[f.Lane].Expires; e != nil {
+		if e := pol.Lanes[f.Lane].Expires; e != nil {
 			soonest(*e)
 		}
 		if want[f.Namespace] == nil {

@@ -45,7 +45,7 @@ import (
 )
 
 // Component runs the controllers in lanes up (controlplane.WithComponents):
-// it needs the store and the admin API, and provides nothing. Of several
+// it needs the store, the engine and the admin API, and provides nothing. Of several
 // lanes up on one cluster, the holder of the Lease lanes-controllers (in
 // the first namespace) runs them; the others wait to take over.
 type Component struct {
@@ -65,7 +65,7 @@ func NewComponent() *Component { return &Component{} }
 
 func (*Component) Name() string { return "kube" }
 func (*Component) Needs() []controlplane.Dep {
-	return []controlplane.Dep{controlplane.StoreKey, controlplane.AdminKey}
+	return []controlplane.Dep{controlplane.StoreKey, controlplane.EngineKey, controlplane.AdminKey}
 }
 func (*Component) Provides() []controlplane.Dep { return nil }
 
@@ -128,7 +128,7 @@ func (c *Component) Provision(ctx context.Context, rt *controlplane.Runtime) err
 	klog.SetSlogLogger(log)
 	ns := cfg.KubeNamespaces()
 	pns, pname := cfg.KubePolicy()
-	c.fork = &forkController{cs: wcs, forks: ai.API.Forks(), policy: st.Policy(), namespaces: ns, log: log, now: time.Now, poke: newWaker()}
+	c.fork = &forkController{cs: wcs, forks: ai.API.Forks(), engine: controlplane.Need(rt, controlplane.EngineKey), namespaces: ns, log: log, now: time.Now, poke: newWaker()}
 	c.policy = &policyController{dyn: dyn, api: ai.API, policy: st.Policy(), namespace: pns, name: pname, log: log, now: time.Now, poke: newWaker()}
 	host, _ := os.Hostname()
 	c.lock = &resourcelock.LeaseLock{

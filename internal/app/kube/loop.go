@@ -9,6 +9,7 @@ import (
 
 	"github.com/lanesdev/lanes/internal/lib/backoff"
 	"github.com/lanesdev/lanes/policy"
+	"github.com/lanesdev/lanes/routing"
 )
 
 // resync is how often the controllers reconcile with no event to make
@@ -91,7 +92,23 @@ func followKube(ctx context.Context, log *slog.Logger, what string, w waker, ope
 	}
 }
 
-// followPolicy rings w on every change of the policy in force.
+// followEngine rings w each time the engine puts a policy in force.
+func followEngine(ctx context.Context, e *routing.Engine, w waker) {
+	ch := e.PolicyChanged()
+	for {
+		select {
+		case <-ch:
+			// The next channel first: a pass that this wake makes reads
+			// a policy at least as new as any it missed.
+			ch = e.PolicyChanged()
+			w.wake()
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+// followPolicy rings w on every change of the policy in the store.
 func followPolicy(ctx context.Context, st policy.Store, w waker) {
 	bo := backoff.New(100*time.Millisecond, 10*time.Second)
 	for ctx.Err() == nil {
