@@ -129,7 +129,7 @@ func (c *Component) Provision(ctx context.Context, rt *controlplane.Runtime) err
 	ns := cfg.KubeNamespaces()
 	pns, pname := cfg.KubePolicy()
 	c.fork = &forkController{cs: wcs, forks: ai.API.Forks(), engine: controlplane.Need(rt, controlplane.EngineKey), namespaces: ns, log: log, now: time.Now, poke: newWaker()}
-	c.policy = &policyController{dyn: dyn, api: ai.API, policy: st.Policy(), namespace: pns, name: pname, log: log, now: time.Now, poke: newWaker()}
+	c.policy = &policyController{dyn: dyn, cs: wcs, configMap: cfg.Kube.PolicyConfigMap, api: ai.API, policy: st.Policy(), namespace: pns, name: pname, log: log, now: time.Now, poke: newWaker()}
 	host, _ := os.Hostname()
 	c.lock = &resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Namespace: pns, Name: LeaseName},
@@ -137,8 +137,15 @@ func (c *Component) Provision(ctx context.Context, rt *controlplane.Runtime) err
 		LockConfig: resourcelock.ResourceLockConfig{Identity: host + "-" + admin.NewSecret()[:8]},
 	}
 	c.log = log
-	rt.Announce(controlplane.Address{Name: "kubernetes", URL: rc.Host, Note: fmt.Sprintf("LanesPolicy %s/%s; forks in %s", pns, pname, strings.Join(ns, ", "))})
+	rt.Announce(controlplane.Address{Name: "kubernetes", URL: rc.Host, Note: fmt.Sprintf("%s %s/%s; forks in %s", policyKind(cfg.Kube.PolicyConfigMap), pns, pname, strings.Join(ns, ", "))})
 	return nil
+}
+
+func policyKind(configMap bool) string {
+	if configMap {
+		return "policy ConfigMap"
+	}
+	return "LanesPolicy"
 }
 
 // Start runs the controllers while this process leads.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -13,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/internal/lib/gogroup"
@@ -38,6 +40,8 @@ type PolicyApplier interface {
 // in force as it is.
 type policyController struct {
 	dyn       dynamic.Interface
+	cs        kubernetes.Interface
+	configMap bool // the ConfigMap namespace/name, not the LanesPolicy
 	api       PolicyApplier
 	policy    policy.Store
 	namespace string
@@ -49,6 +53,15 @@ type policyController struct {
 
 func (c *policyController) run(ctx context.Context, g *gogroup.Group) {
 	g.Go(func() { followPolicy(ctx, c.policy, c.poke) })
+	if c.configMap {
+		g.Go(func() {
+			followKube(ctx, c.log, "ConfigMap "+c.namespace+"/"+c.name, c.poke, func(ctx context.Context) (watch.Interface, error) {
+				return c.cs.CoreV1().ConfigMaps(c.namespace).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + c.name})
+			})
+		})
+		loop(ctx, c.log, "policy ConfigMap reconcile", c.poke, c.now, c.reconcileConfigMap)
+		return
+	}
 	g.Go(func() {
 		followKube(ctx, c.log, "LanesPolicy "+c.namespace+"/"+c.name, c.poke, func(ctx context.Context) (watch.Interface, error) {
 			return c.dyn.Resource(PolicyResource).Namespace(c.namespace).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + c.name})
@@ -63,6 +76,78 @@ type policyStatus struct {
 	Revision           int64  `json:"revision,omitempty"`
 	Error              string `json:"error,omitempty"`
 	Field              string `json:"field,omitempty"`
+}
+
+// ConfigMapKey is the key of a policy ConfigMap that holds the document;
+// AnnotationRevision and AnnotationError are where its outcome is written.
+const (
+	ConfigMapKey       = "policy.yaml"
+	AnnotationRevision = "lanes.dev/revision"
+	AnnotationError    = "lanes.dev/error"
+)
+
+// apply applies raw and says how it went: the revision in force, and the
+// refusal ("" when none) naming the field as field names it.
+func (c *policyController) apply(ctx context.Context, raw []byte, who string, field func(*adminapi.Error) string) (int64, string, error) {
+	doc, err := c.api.ApplyPolicy(ctx, raw, who)
+	var ae *adminapi.Error
+	switch {
+	case err == nil:
+		return doc.Revision, "", nil
+	case errors.As(err, &ae) && (ae.Code == adminapi.CodeInvalidPolicy || ae.Code == adminapi.CodeBadRequest):
+		c.log.Warn("policy refused", "from", who, "field", ae.Field, "line", ae.Line, "err", ae.Message)
+		var rev int64
+		if now, err := c.policy.Get(ctx); err == nil {
+			rev = now.Revision
+		}
+		return rev, field(ae), nil
+	}
+	return 0, "", err
+}
+
+// reconcileConfigMap applies the policy ConfigMap's document and writes
+// the outcome into its annotations.
+func (c *policyController) reconcileConfigMap(ctx context.Context) (time.Time, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*callTimeout)
+	defer cancel()
+	cms := c.cs.CoreV1().ConfigMaps(c.namespace)
+	cm, err := cms.Get(ctx, c.name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return time.Time{}, nil
+	}
+	if err != nil {
+		return time.Time{}, fmt.Errorf("read ConfigMap %s/%s: %w", c.namespace, c.name, err)
+	}
+	rev, refusal, err := c.apply(ctx, []byte(cm.Data[ConfigMapKey]), "ConfigMap "+c.namespace+"/"+c.name, func(ae *adminapi.Error) string {
+		msg := ConfigMapKey
+		if ae.Line > 0 {
+			msg += ": line " + strconv.Itoa(ae.Line)
+		}
+		if ae.Field != "" {
+			msg += ": " + ae.Field
+		}
+		return msg + ": " + ae.Message
+	})
+	if err != nil {
+		return time.Time{}, err
+	}
+	want := strconv.FormatInt(rev, 10)
+	if cm.Annotations[AnnotationRevision] == want && cm.Annotations[AnnotationError] == refusal {
+		return time.Time{}, nil
+	}
+	if cm.Annotations == nil {
+		cm.Annotations = map[string]string{}
+	}
+	cm.Annotations[AnnotationRevision] = want
+	if refusal == "" {
+		delete(cm.Annotations, AnnotationError)
+	} else {
+		cm.Annotations[AnnotationError] = refusal
+	}
+	if _, err := cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil && !apierrors.IsConflict(err) {
+		return time.Time{}, fmt.Errorf("write the outcome on ConfigMap %s/%s: %w", c.namespace, c.name, err)
+	}
+	return time.Time{}, nil
 }
 
 func (c *policyController) reconcile(ctx context.Context) (time.Time, error) {
@@ -85,22 +170,14 @@ func (c *policyController) reconcile(ctx context.Context) (time.Time, error) {
 		return time.Time{}, err
 	}
 	st := policyStatus{ObservedGeneration: obj.GetGeneration()}
-	doc, err := c.api.ApplyPolicy(ctx, raw, "LanesPolicy "+c.namespace+"/"+c.name)
-	var ae *adminapi.Error
-	switch {
-	case err == nil:
-		st.Revision = doc.Revision
-	case errors.As(err, &ae) && (ae.Code == adminapi.CodeInvalidPolicy || ae.Code == adminapi.CodeBadRequest):
-		st.Error = ae.Message
-		if ae.Field != "" {
-			st.Field = "spec." + ae.Field
-			st.Error = st.Field + ": " + ae.Message
+	st.Revision, st.Error, err = c.apply(ctx, raw, "LanesPolicy "+c.namespace+"/"+c.name, func(ae *adminapi.Error) string {
+		if ae.Field == "" {
+			return ae.Message
 		}
-		if now, err := c.policy.Get(ctx); err == nil {
-			st.Revision = now.Revision
-		}
-		c.log.Warn("LanesPolicy refused", "namespace", c.namespace, "name", c.name, "field", st.Field, "err", ae.Message)
-	default:
+		st.Field = "spec." + ae.Field
+		return st.Field + ": " + ae.Message
+	})
+	if err != nil {
 		return time.Time{}, err
 	}
 	if have, ok := obj.Object["status"].(map[string]any); ok {

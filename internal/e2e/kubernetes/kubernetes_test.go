@@ -129,6 +129,62 @@ func TestKubernetes(t *testing.T) {
 	cp := startLanes(t, cfg)
 	t.Run("policy", func(t *testing.T) { testPolicy(t, c, cp) })
 	t.Run("fork", func(t *testing.T) { testFork(t, c, cp, cfg) })
+	t.Run("policy-configmap", func(t *testing.T) { testPolicyConfigMap(t, c) })
+}
+
+// testPolicyConfigMap: where CRDs are not allowed, the policy is a
+// ConfigMap's policy.yaml; a refusal names the line and the field in its
+// annotation lanes.dev/error, and a good document takes effect, its
+// revision in lanes.dev/revision.
+func testPolicyConfigMap(t *testing.T, c *cluster) {
+	ctx := ctxT(t, 2*time.Minute)
+	c.run(t, nil, "create", "namespace", "lanes-cm")
+	cms := c.cs.CoreV1().ConfigMaps("lanes-cm")
+	cm, err := cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "lanes-policy"},
+		Data: map[string]string{kube.ConfigMapKey: "lanes:\n  a:\n    fallback: [b]\n  b:\n    fallback: [a]\n"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := controlplane.Defaults()
+	cfg.DataDir = t.TempDir()
+	cfg.AdminAddr, cfg.GatewayAddr = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Etcd.ClientAddr, cfg.Etcd.PeerAddr = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Nats.Addr = controlplane.NatsOff
+	cfg.Traces.GRPCAddr, cfg.Traces.HTTPAddr = "off", "off"
+	cfg.Kube = controlplane.KubeConfig{Enabled: true, Kubeconfig: c.admin, Namespaces: []string{"lanes-cm"}, Policy: "lanes-cm/lanes-policy", PolicyConfigMap: true}
+	l := startLanes(t, cfg)
+	annotated := func(rv string, ok func(map[string]string) bool) map[string]string {
+		t.Helper()
+		w, err := cms.Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=lanes-policy", ResourceVersion: rv})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Stop()
+		for ev := range w.ResultChan() {
+			if got, isCM := ev.Object.(*corev1.ConfigMap); isCM && ok(got.Annotations) {
+				return got.Annotations
+			}
+		}
+		t.Fatal("the ConfigMap's annotations never came")
+		return nil
+	}
+	a := annotated(cm.ResourceVersion, func(a map[string]string) bool { return a[kube.AnnotationError] != "" })
+	if want := "policy.yaml: line 3: lanes.a.fallback: fallback cycle a -> b -> a"; a[kube.AnnotationError] != want {
+		t.Errorf("refusal %q, want %q", a[kube.AnnotationError], want)
+	}
+	cm, err = cms.Get(ctx, "lanes-policy", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm.Data[kube.ConfigMapKey] = "lanes:\n  alice:\n    fallback: [bob]\n"
+	if cm, err = cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	a = annotated(cm.ResourceVersion, func(a map[string]string) bool { return a[kube.AnnotationError] == "" && a[kube.AnnotationRevision] != "" })
+	doc, err := l.api.Policy(ctx)
+	if err != nil || strconv.FormatInt(doc.Revision, 10) != a[kube.AnnotationRevision] || !slices.Equal(doc.Policy.Lanes["alice"].Fallback, []string{"bob"}) {
+		t.Errorf("policy in force %+v (%v); annotations %v", doc, err, a)
+	}
 }
 
 // lanes is a running lanes up.
