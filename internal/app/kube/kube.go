@@ -133,7 +133,7 @@ func (c *Component) Provision(ctx context.Context, rt *controlplane.Runtime) err
 	host, _ := os.Hostname()
 	c.lock = &resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Namespace: pns, Name: LeaseName},
-		Client:     wcs.CoordinationV1(),
+		Client:     cs.CoordinationV1(), // each call bounded, the release at Stop too
 		LockConfig: resourcelock.ResourceLockConfig{Identity: host + "-" + admin.NewSecret()[:8]},
 	}
 	c.log = log
