@@ -95,6 +95,10 @@ type Config struct {
 	// ForkLimits bound the forks of each lane (DefaultForkLimits for a
 	// zero field).
 	ForkLimits ForkLimits
+	// ForkImages, when set, are the prefixes that the image of a lane
+	// token's fork must start with (such as "registry.example.com/team/");
+	// the admin token's forks may name any.
+	ForkImages []string
 }
 
 // XDSCallers counts the xDS server's clients that call a service now, by

@@ -190,6 +190,10 @@ func (s *Server) createFork(w http.ResponseWriter, r *http.Request, p *principal
 	if err := s.refuseExpired(r.Context(), "lane", req.Lane); err != nil {
 		return err
 	}
+	if req.Image != "" && !p.admin && len(s.cfg.ForkImages) > 0 &&
+		!slices.ContainsFunc(s.cfg.ForkImages, func(pre string) bool { return strings.HasPrefix(req.Image, pre) }) {
+		return forbidden("image", req.Image, "image %q: a lane's fork runs images from %s only (lanes up --kube-fork-image)", req.Image, strings.Join(s.cfg.ForkImages, ", "))
+	}
 	now := s.now().UTC().Truncate(time.Second)
 	f := adminapi.Fork{ForkRequest: req, Name: adminapi.ForkName(req.Deployment, req.Lane), Created: now, By: p.owner()}
 	if req.TTL > 0 {

@@ -20,6 +20,7 @@ func TestForks(t *testing.T) {
 	e := newEnvWith(t, srv, func(c *admin.Config) {
 		c.ForkNamespaces = []string{"shop", "other"}
 		c.ForkLimits = admin.ForkLimits{PerLane: 2, Replicas: 2}
+		c.ForkImages = []string{"orders:", "registry.example.com/team/"}
 	})
 	adm := e.client(t, adminToken)
 	alice, err := adm.CreateToken(ctx(t), adminapi.TokenRequest{Lane: "alice"})
@@ -62,6 +63,11 @@ func TestForks(t *testing.T) {
 	wantErr("bad name", err, http.StatusBadRequest, "deployment", "Orders!")
 	_, err = ac.Fork(ctx(t), adminapi.ForkRequest{Lane: "alice", Deployment: "web", Replicas: 3})
 	wantErr("replicas", err, http.StatusForbidden, "replicas", "3")
+	_, err = ac.Fork(ctx(t), adminapi.ForkRequest{Lane: "alice", Deployment: "web", Image: "evil.example.com/miner"})
+	wantErr("an image from elsewhere", err, http.StatusForbidden, "image", "evil.example.com/miner")
+	if _, err := adm.Fork(ctx(t), adminapi.ForkRequest{Lane: "carol", Deployment: "web", Image: "evil.example.com/debug"}); err != nil {
+		t.Errorf("the admin's fork of any image: %v", err)
+	}
 	_, err = ac.Fork(ctx(t), adminapi.ForkRequest{Lane: "alice", Deployment: "web", Env: map[string]string{"1X": "y"}})
 	wantErr("env", err, http.StatusBadRequest, "env", "1X")
 
@@ -83,7 +89,7 @@ func TestForks(t *testing.T) {
 		t.Errorf("alice's forks: %+v, %v", mine, err)
 	}
 	all, err := adm.Forks(ctx(t))
-	if err != nil || len(all) != 3 {
+	if err != nil || len(all) != 4 {
 		t.Errorf("every fork: %+v, %v", all, err)
 	}
 	wantErr("alice deletes bob's", ac.DeleteFork(ctx(t), "bob", "other", "orders"), http.StatusForbidden, "lane", "bob")

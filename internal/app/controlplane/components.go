@@ -331,7 +331,8 @@ func (c *adminComponent) Provision(ctx context.Context, rt *Runtime) error {
 		Claims: Need(rt, ClaimsKey), Traces: Need(rt, TracesKey).Collector, Logger: rt.Log, Gatherer: gatherers(rt),
 		ClaimNets: claimNets, XDS: Need(rt, XDSKey).Callers,
 		Reserved: rt.Reserved(), AllowLinkLocal: rt.Config.AllowLinkLocal,
-		ForkNamespaces: forkNamespaces(rt.Config), ForkLimits: admin.ForkLimits{PerLane: rt.Config.Kube.MaxForks, Replicas: rt.Config.Kube.MaxReplicas}})
+		ForkNamespaces: forkNamespaces(rt.Config), ForkLimits: admin.ForkLimits{PerLane: rt.Config.Kube.MaxForks, Replicas: rt.Config.Kube.MaxReplicas},
+		ForkImages: rt.Config.Kube.ForkImages})
 	if err != nil {
 		return err
 	}

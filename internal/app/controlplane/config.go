@@ -100,6 +100,9 @@ type KubeConfig struct {
 	// replicas of each fork (default 3).
 	MaxForks    int `yaml:"max_forks"`
 	MaxReplicas int `yaml:"max_fork_replicas"`
+	// ForkImages, when set, are the prefixes that a lane token's fork's
+	// image must start with.
+	ForkImages []string `yaml:"fork_images"`
 }
 
 // EtcdConfig selects the embedded etcd (no Endpoints) or an external
@@ -399,6 +402,7 @@ var Settings = []Setting{
 	{Flag: "kube-namespace", Env: "LANES_KUBE_NAMESPACES", Key: "kube.namespaces", List: true, Usage: "namespace where forks may be made (repeatable); the first is the default and holds the LanesPolicy (default: default)", set: list(func(c *Config) *[]string { return &c.Kube.Namespaces })},
 	{Flag: "kube-policy", Env: "LANES_KUBE_POLICY", Key: "kube.policy", Usage: "the LanesPolicy the control plane follows, namespace/name or name (default: lanes, in the first --kube-namespace); its namespace holds the controllers' Lease too", set: str(func(c *Config) *string { return &c.Kube.Policy })},
 	{Flag: "kube-policy-configmap", Env: "LANES_KUBE_POLICY_CONFIGMAP", Key: "kube.policy_configmap", Bool: true, Usage: "read the policy from the ConfigMap that --kube-policy names (its key policy.yaml) instead of a LanesPolicy, where CRDs are not allowed; the outcome goes to its annotations lanes.dev/revision and lanes.dev/error", set: boolean(func(c *Config) *bool { return &c.Kube.PolicyConfigMap })},
+	{Flag: "kube-fork-image", Env: "LANES_KUBE_FORK_IMAGES", Key: "kube.fork_images", List: true, Usage: "prefix that the image of a lane token's fork must start with, such as registry.example.com/team/ (repeatable; default: any image)", set: list(func(c *Config) *[]string { return &c.Kube.ForkImages })},
 	{Flag: "kube-max-forks", Env: "LANES_KUBE_MAX_FORKS", Key: "kube.max_forks", Usage: "forks a lane may have at most (0: 10)", set: integer(func(c *Config) *int { return &c.Kube.MaxForks })},
 	{Flag: "kube-max-fork-replicas", Env: "LANES_KUBE_MAX_FORK_REPLICAS", Key: "kube.max_fork_replicas", Usage: "replicas a fork may ask for at most (0: 3)", set: integer(func(c *Config) *int { return &c.Kube.MaxReplicas })},
 	{Flag: "log-level", Env: "LANES_LOG_LEVEL", Key: "log_level", Usage: "debug, info, warn or error", set: str(func(c *Config) *string { return &c.LogLevel })},
