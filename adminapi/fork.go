@@ -41,6 +41,9 @@ type Fork struct {
 	Expires *time.Time `json:"expires,omitempty"`
 	// By is the credential that made it: "admin" or a token's id.
 	By string `json:"by"`
+	// Status is the Kubernetes controller's last word on the copy: "made",
+	// or why it is not; "" until the controller has seen the fork.
+	Status string `json:"status,omitempty"`
 }
 
 // ForkName is the name of lane's copy of the Deployment deployment.

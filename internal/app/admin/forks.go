@@ -47,18 +47,20 @@ var (
 //
 //	<prefix>forks/<lane>/<namespace>/<deployment>  the Fork, JSON
 //	<prefix>forklanes/<lane>                       rewritten with each fork of the lane
+//	<prefix>forkstatus/<lane>/<namespace>/<deployment>  the controller's last word on the copy
 //
 // The admin API writes them; the Kubernetes controller of lanes up makes a
 // copy of the Deployment for each, and deletes a fork whose time is up.
 type ForkStore struct {
-	cli    *clientv3.Client
-	prefix string
-	guards string
+	cli      *clientv3.Client
+	prefix   string
+	guards   string
+	statuses string
 }
 
 // NewForkStore returns the forks kept in st.
 func NewForkStore(st *etcdstore.Store) *ForkStore {
-	return &ForkStore{cli: st.Client(), prefix: st.Prefix() + "forks/", guards: st.Prefix() + "forklanes/"}
+	return &ForkStore{cli: st.Client(), prefix: st.Prefix() + "forks/", guards: st.Prefix() + "forklanes/", statuses: st.Prefix() + "forkstatus/"}
 }
 
 // Forks returns the forks the API keeps.
@@ -106,10 +108,52 @@ func (fs *ForkStore) Watch(ctx context.Context, rev int64) clientv3.WatchChan {
 	return fs.cli.Watch(clientv3.WithRequireLeader(ctx), fs.prefix, clientv3.WithPrefix(), clientv3.WithRev(rev+1))
 }
 
+// maxStatus bounds a fork's status, which quotes the API server.
+const maxStatus = 1 << 10
+
+// SetStatus records the controller's last word on f's copy: "made", or
+// why it is not.
+func (fs *ForkStore) SetStatus(ctx context.Context, f adminapi.ForkRequest, status string) error {
+	if len(status) > maxStatus {
+		status = status[:maxStatus]
+	}
+	k := fs.key(f)
+	sk := fs.statuses + strings.TrimPrefix(k, fs.prefix)
+	// Only while the fork is there: a status outlives no fork.
+	_, err := fs.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(k), ">", 0)).Then(clientv3.OpPut(sk, status)).Commit()
+	if err != nil {
+		return etcdError("store fork status", err)
+	}
+	return nil
+}
+
+// statusesOf returns the statuses of the forks of lane l ("" for all), by
+// fork key.
+func (fs *ForkStore) statusesOf(ctx context.Context, l string) (map[string]string, error) {
+	p := fs.statuses
+	if l != "" {
+		p += l + "/"
+	}
+	resp, err := fs.cli.Get(ctx, p, clientv3.WithPrefix())
+	if err != nil {
+		return nil, etcdError("read fork statuses", err)
+	}
+	out := make(map[string]string, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		out[fs.prefix+strings.TrimPrefix(string(kv.Key), fs.statuses)] = string(kv.Value)
+	}
+	return out, nil
+}
+
+// deleteOps are the operations that delete the fork at key k.
+func (fs *ForkStore) deleteOps(k string) []clientv3.Op {
+	return []clientv3.Op{clientv3.OpDelete(k), clientv3.OpDelete(fs.statuses + strings.TrimPrefix(k, fs.prefix))}
+}
+
 // Delete removes f, unless it was written again since it was read.
 func (fs *ForkStore) Delete(ctx context.Context, f StoredFork) error {
 	k := fs.key(f.ForkRequest)
-	_, err := fs.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(k), "=", f.ModRevision)).Then(clientv3.OpDelete(k)).Commit()
+	_, err := fs.cli.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(k), "=", f.ModRevision)).Then(fs.deleteOps(k)...).Commit()
 	if err != nil {
 		return etcdError("delete fork", err)
 	}
@@ -261,8 +305,13 @@ func (s *Server) listForks(w http.ResponseWriter, r *http.Request, p *principal)
 	if err != nil {
 		return err
 	}
+	statuses, err := s.forks.statusesOf(r.Context(), l)
+	if err != nil {
+		return err
+	}
 	out := make([]adminapi.Fork, 0, len(have))
 	for _, f := range have {
+		f.Status = statuses[s.forks.key(f.ForkRequest)]
 		out = append(out, f.Fork)
 	}
 	sort.Slice(out, func(i, j int) bool {
@@ -281,11 +330,11 @@ func (s *Server) deleteFork(w http.ResponseWriter, r *http.Request, p *principal
 	if err := s.forbidFork(p, req.Lane); err != nil {
 		return err
 	}
-	resp, err := s.cli.Delete(r.Context(), s.forks.key(req))
+	resp, err := s.cli.Txn(r.Context()).Then(s.forks.deleteOps(s.forks.key(req))...).Commit()
 	if err != nil {
 		return etcdError("delete fork", err)
 	}
-	if resp.Deleted == 0 {
+	if resp.Responses[0].GetResponseDeleteRange().Deleted == 0 {
 		return notFound("deployment", req.Deployment, "lane %s has no fork of %s/%s", req.Lane, req.Namespace, req.Deployment)
 	}
 	s.log.Info("fork deleted", "lane", req.Lane, "namespace", req.Namespace, "deployment", req.Deployment, "by", p.String())

@@ -87,7 +87,7 @@ lane.`,
 				if f.Expires != nil {
 					fmt.Fprintf(cmd.OutOrStdout(), ", until %s", f.Expires.UTC().Format(time.RFC3339))
 				}
-				fmt.Fprintln(cmd.OutOrStdout())
+				fmt.Fprintln(cmd.OutOrStdout(), "; the control plane makes it (lanes fork ls: its status)")
 				return nil
 			})
 		},
@@ -120,7 +120,7 @@ func newForkList() *cobra.Command {
 					return apiFailure(c, err)
 				}
 				tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 0, 2, ' ', 0)
-				fmt.Fprintln(tw, "LANE\tNAMESPACE\tFORK\tOF\tIMAGE\tEXPIRES")
+				fmt.Fprintln(tw, "LANE\tNAMESPACE\tFORK\tOF\tIMAGE\tEXPIRES\tSTATUS")
 				for _, f := range forks {
 					exp := "-"
 					if f.Expires != nil {
@@ -130,7 +130,11 @@ func newForkList() *cobra.Command {
 					if img == "" {
 						img = "(as the baseline's)"
 					}
-					fmt.Fprintf(tw, "%s\t%s\t%s\tdeploy/%s\t%s\t%s\n", f.Lane, f.Namespace, f.Name, f.Deployment, img, exp)
+					status := f.Status
+					if status == "" {
+						status = "(not yet seen by the controller)"
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\tdeploy/%s\t%s\t%s\t%s\n", f.Lane, f.Namespace, f.Name, f.Deployment, img, exp, status)
 				}
 				return tw.Flush()
 			})

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -35,6 +36,9 @@ type forkController struct {
 	log        *slog.Logger
 	now        func() time.Time
 	poke       waker
+	// said is the status last recorded for each fork, by its key, so
+	// that a pass writes only what changed.
+	said map[string]string
 }
 
 // run reconciles until ctx ends: at start, on every change of the forks,
@@ -125,6 +129,15 @@ func (c *forkController) reconcile(ctx context.Context) (time.Time, error) {
 		}
 		want[f.Namespace][f.Name] = f
 	}
+	live := map[string]bool{}
+	for _, f := range stored {
+		live[forkKey(f)] = true
+	}
+	for k := range c.said {
+		if !live[k] {
+			delete(c.said, k) // bounded by the forks there are
+		}
+	}
 	var errs []error
 	for _, ns := range c.namespaces {
 		if err := c.reconcileNamespace(ctx, ns, want[ns]); err != nil {
@@ -160,9 +173,12 @@ func (c *forkController) reconcileNamespace(ctx context.Context, ns string, want
 	keepCMs := map[string]bool{} // lane and the Deployment copied
 	for name, f := range want {
 		keepCMs[f.Lane+" "+ns+"/"+f.Deployment] = true
+		status := "made"
 		if err := c.ensure(ctx, f, have[name]); err != nil {
 			c.log.Warn("fork not made", "lane", f.Lane, "namespace", ns, "deployment", f.Deployment, "err", err)
+			status = err.Error()
 		}
+		c.say(ctx, f, status)
 	}
 	cms, err := c.cs.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{LabelSelector: ownedSelector})
 	if err != nil {
@@ -177,6 +193,27 @@ func (c *forkController) reconcileNamespace(ctx context.Context, ns string, want
 		}
 	}
 	return nil
+}
+
+// forkKey names one write of a fork: a fork written again is news.
+func forkKey(f admin.StoredFork) string {
+	return f.Lane + "/" + f.Namespace + "/" + f.Deployment + "@" + strconv.FormatInt(f.ModRevision, 10)
+}
+
+// say records status for f, if it is news.
+func (c *forkController) say(ctx context.Context, f admin.StoredFork, status string) {
+	k := forkKey(f)
+	if c.said[k] == status {
+		return
+	}
+	if err := c.forks.SetStatus(ctx, f.ForkRequest, status); err != nil {
+		c.log.Warn("fork status not recorded", "lane", f.Lane, "deployment", f.Deployment, "err", err)
+		return
+	}
+	if c.said == nil {
+		c.said = map[string]string{}
+	}
+	c.said[k] = status
 }
 
 // ensure makes or updates f's copy (have is the one there, or nil), and

@@ -19,12 +19,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -616,6 +618,22 @@ func waitDeploymentNot(t *testing.T, cs kubernetes.Interface, ns, name string, u
 	return nil
 }
 
+// waitStatusKey waits until the controller has recorded the status of
+// the fork lane/namespace/deployment, watching etcd from its first
+// revision.
+func waitStatusKey(t *testing.T, l *lanes, fork string) {
+	t.Helper()
+	st, _ := controlplane.Value(l.srv, controlplane.StoreKey)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for resp := range st.Client().Watch(ctx, st.Prefix()+"forkstatus/"+fork, clientv3.WithRev(1)) {
+		if len(resp.Events) > 0 {
+			return
+		}
+	}
+	t.Fatalf("fork %s: no status within a minute", fork)
+}
+
 // waitConfigMapGone waits until the ConfigMap ns/name is gone.
 func waitConfigMapGone(t *testing.T, cs kubernetes.Interface, ns, name string) {
 	t.Helper()
@@ -712,6 +730,24 @@ func testFork(t *testing.T, c *cluster, l *lanes, cfg controlplane.Config) {
 		t.Errorf("the lane's ConfigMap: %v, %v", cm, err)
 	}
 	testServed(t, c, base, d)
+
+	// The controller's word on each fork: lanes fork ls shows the copy
+	// made, and why a fork of a Deployment that is not there is not.
+	code, out, errOut = lanesCmd("fork", "deploy/nosuch", "--lane", "alice", "--admin", l.url, "--token", alice.Secret)
+	if code != 0 {
+		t.Fatalf("lanes fork deploy/nosuch: exit %d\n%s%s", code, out, errOut)
+	}
+	waitStatusKey(t, l, "alice/default/orders")
+	waitStatusKey(t, l, "alice/default/nosuch")
+	code, out, errOut = lanesCmd("fork", "ls", "--admin", l.url, "--token", alice.Secret)
+	if code != 0 || !regexp.MustCompile(`(?m)^alice +default +orders-alice +deploy/orders +orders:alice +- +made$`).MatchString(out) ||
+		!strings.Contains(out, `deployments.apps "nosuch" not found`) {
+		t.Errorf("lanes fork ls: exit %d\n%s%s", code, out, errOut)
+	}
+	code, out, errOut = lanesCmd("fork", "delete", "deploy/nosuch", "--lane", "alice", "--admin", l.url, "--token", alice.Secret)
+	if code != 0 {
+		t.Errorf("lanes fork delete: exit %d\n%s%s", code, out, errOut)
+	}
 
 	// alice's token cannot fork into bob.
 	code, out, errOut = lanesCmd("fork", "deploy/orders", "--lane", "bob", "--admin", l.url, "--token", alice.Secret)
