@@ -49,6 +49,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -106,6 +107,9 @@ const (
 	labelVersion       = "app.kubernetes.io/version"
 	maxInstanceBytes   = 64 << 10
 )
+
+// serviceAnnotations are the annotations of a Service that lanes reads.
+var serviceAnnotations = []string{AnnotationService, AnnotationPort}
 
 var (
 	errTooLarge = errors.New("instance annotation too large")
@@ -167,6 +171,9 @@ func Open(ctx context.Context, cfg *rest.Config, o Options) (*Store, error) {
 			o.RegisterNamespace = o.Namespaces[0]
 		}
 	}
+	if !o.InPod && len(o.Namespaces) > 0 && !slices.Contains(o.Namespaces, o.RegisterNamespace) {
+		return nil, fmt.Errorf("kubestore: RegisterNamespace %q is not among Namespaces %q: the Store would never see its own registrations", o.RegisterNamespace, o.Namespaces)
+	}
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
@@ -208,6 +215,20 @@ func Open(ctx context.Context, cfg *rest.Config, o Options) (*Store, error) {
 			_ = inf.SetTransform(func(o any) (any, error) {
 				if m, ok := o.(metav1.Object); ok {
 					m.SetManagedFields(nil)
+				}
+				if p, ok := o.(*metav1.PartialObjectMetadata); ok {
+					// Of a pod's or a Service's metadata the informer's
+					// cache keeps what lanes reads.
+					a := p.Annotations
+					p.Annotations, p.OwnerReferences = nil, nil
+					for _, n := range serviceAnnotations {
+						if val, ok := a[n]; ok {
+							if p.Annotations == nil {
+								p.Annotations = map[string]string{}
+							}
+							p.Annotations[n] = val
+						}
+					}
 				}
 				return o, nil
 			})
@@ -251,7 +272,8 @@ var (
 
 // informers makes the informers of one namespace ("" for all).
 func (s *Store) informers(ns string) []*informer {
-	lw := func(name string, list func(context.Context, metav1.ListOptions) (runtime.Object, error), w func(context.Context, metav1.ListOptions) (watch.Interface, error)) *cache.ListWatch {
+	lw := func(resource string, list func(context.Context, metav1.ListOptions) (runtime.Object, error), w func(context.Context, metav1.ListOptions) (watch.Interface, error)) *cache.ListWatch {
+		name := resource + "/" + ns // in the outage records
 		return &cache.ListWatch{
 			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 				obj, err := list(ctx, o)
@@ -309,7 +331,7 @@ func (s *Store) informers(ns string) []*informer {
 		s.poke()
 	}
 	return []*informer{
-		{name: "endpointslices",
+		{name: "endpointslices/" + ns,
 			SharedIndexInformer: cache.NewSharedIndexInformer(lw("endpointslices",
 				func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return slices.List(ctx, o) },
 				slices.Watch), &discoveryv1.EndpointSlice{}, 0, nil),
@@ -318,13 +340,13 @@ func (s *Store) informers(ns string) []*informer {
 					s.view.setSlice(es.Namespace, es.Name, nil)
 				}
 			}}},
-		{name: "pods",
+		{name: "pods/" + ns,
 			SharedIndexInformer: cache.NewSharedIndexInformer(lw("pods", metaList(pods), pods.Watch), &metav1.PartialObjectMetadata{}, 0, nil),
 			handler:             metaHandler(s.view.setPod)},
-		{name: "services",
+		{name: "services/" + ns,
 			SharedIndexInformer: cache.NewSharedIndexInformer(lw("services", metaList(services), services.Watch), &metav1.PartialObjectMetadata{}, 0, nil),
 			handler:             metaHandler(s.view.setService)},
-		{name: "leases",
+		{name: "leases/" + ns,
 			SharedIndexInformer: cache.NewSharedIndexInformer(lw("leases",
 				func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 					return leases.List(ctx, leaseSel(o))
@@ -366,7 +388,7 @@ func (s *Store) result(name string, err error) {
 		return
 	}
 	s.outages.Mark(time.Now())
-	if name == "leases" {
+	if strings.HasPrefix(name, "leases/") {
 		s.view.staleLeases(err != nil)
 		s.poke()
 	}

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -20,6 +21,7 @@ import (
 	"github.com/lanesdev/lanes/kubestore"
 	"github.com/lanesdev/lanes/lane"
 	"github.com/lanesdev/lanes/laneshttp"
+	"github.com/lanesdev/lanes/policy"
 	"github.com/lanesdev/lanes/registry"
 	"github.com/lanesdev/lanes/routing"
 )
@@ -89,8 +91,30 @@ func (k *cluster) slice(name string, e endpoint) {
 	k.rvs[name] = got.ResourceVersion
 }
 
+// podNet stands in for the pod network, which no test here can have: the
+// API server refuses loopback addresses in an endpoint, so a test's pod
+// listening on 127.0.0.1:port has the endpoint 192.0.2.1:port (TEST-NET-1,
+// never routed), and the client's dialer (podDialer) takes 192.0.2.x back
+// to 127.0.0.x.
+const podNet = "192.0.2."
+
+func podAddr(loopback string) string { return strings.Replace(loopback, "127.0.0.", podNet, 1) }
+
+// podClient is a client of the engine whose connections go where the pod
+// network would take them.
+func podClient(e *routing.Engine) *http.Client {
+	d := &net.Dialer{Timeout: 5 * time.Second}
+	base := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		if !strings.HasPrefix(addr, podNet) {
+			return nil, fmt.Errorf("%s is not on the test's pod network", addr)
+		}
+		return d.DialContext(ctx, network, strings.Replace(addr, podNet, "127.0.0.", 1))
+	}}
+	return laneshttp.NewClient(e, laneshttp.WithBase(base))
+}
+
 func sliceOf(ns, name string, e endpoint) *discoveryv1.EndpointSlice {
-	host, p, _ := net.SplitHostPort(e.addr)
+	host, p, _ := net.SplitHostPort(podAddr(e.addr))
 	port, _ := strconv.Atoi(p)
 	port32 := int32(port)
 	pname := "http"
@@ -169,9 +193,9 @@ func TestPodsJoinByLabel(t *testing.T) {
 	defer e.Close()
 	got := waitInstances(t, e, "orders", func(in []registry.Instance) bool { return len(in) == 2 })
 	for _, in := range got {
-		want := registry.Instance{ID: "orders-base." + k.ns, Service: "orders", Addr: base, Zone: "z1", Host: "n1", Weight: registry.DefaultWeight}
+		want := registry.Instance{ID: "orders-base." + k.ns, Service: "orders", Addr: podAddr(base), Zone: "z1", Host: "n1", Weight: registry.DefaultWeight}
 		if in.Lane != "" {
-			want = registry.Instance{ID: "orders-feat." + k.ns, Service: "orders", Addr: feat, Lane: "feat", Zone: "z2", Host: "n2",
+			want = registry.Instance{ID: "orders-feat." + k.ns, Service: "orders", Addr: podAddr(feat), Lane: "feat", Zone: "z2", Host: "n2",
 				Version: "v2", Weight: registry.DefaultWeight, Labels: map[string]string{"track": "fast"}}
 		}
 		if !in.Equal(want) {
@@ -179,7 +203,8 @@ func TestPodsJoinByLabel(t *testing.T) {
 		}
 	}
 
-	c := laneshttp.NewClient(e)
+	c := podClient(e)
+	defer c.CloseIdleConnections()
 	call := func(l string) (string, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -207,6 +232,20 @@ func TestPodsJoinByLabel(t *testing.T) {
 		}
 	}
 
+	// The policy's tag rules apply to the pods' labels, above the
+	// registry: a rule on track=fast moves the lane's pod into gray.
+	pol := policy.NewMemory()
+	if _, err := pol.Put(k.ctx, []byte("tags:\n  - service: orders\n    lane: gray\n    labels: {track: fast}\n")); err != nil {
+		t.Fatal(err)
+	}
+	e2 := routing.New(routing.WithRegistry(st), routing.WithPolicyStore(pol))
+	defer e2.Close()
+	<-e2.PolicyReady()
+	waitInstances(t, e2, "orders", func(in []registry.Instance) bool { return len(in) == 2 })
+	if res, err := e2.Service("orders").Pick(routing.Request{Lane: "gray"}); err != nil || res.Instance.Addr != podAddr(feat) {
+		t.Fatalf("a gray pick = %+v, %v; want the pod labelled track=fast", res, err)
+	}
+
 	for _, change := range []struct {
 		name string
 		ep   func(endpoint) endpoint
@@ -225,6 +264,7 @@ func TestPodsJoinByLabel(t *testing.T) {
 			var failed []error
 			stop := make(chan struct{})
 			done := make(chan struct{})
+			warm := make(chan struct{}) // closed after 5 calls that the lane's pod answered
 			go func() {
 				defer close(done)
 				tick := time.NewTicker(30 * time.Millisecond)
@@ -245,6 +285,9 @@ func TestPodsJoinByLabel(t *testing.T) {
 					if who == "base" || since >= 0 {
 						since++
 					}
+					if len(answers) == 5 {
+						close(warm)
+					}
 					select {
 					case <-stop:
 						return
@@ -252,6 +295,10 @@ func TestPodsJoinByLabel(t *testing.T) {
 					}
 				}
 			}()
+			select {
+			case <-warm:
+			case <-done:
+			}
 			k.slice("orders-2", change.ep(featEP))
 			select {
 			case <-done:

@@ -248,10 +248,14 @@ func (k *keeper) sliceObject(inst registry.Instance) *discoveryv1.EndpointSlice 
 		if ip.To4() == nil {
 			es.AddressType = discoveryv1.AddressTypeIPv6
 		}
+		if ip.IsLoopback() || ip.IsUnspecified() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() {
+			// The API server refuses these in an endpoint (a process on
+			// a laptop registers 127.0.0.1): the instance is in the
+			// annotation alone.
+			return es
+		}
 	} else if len(validation.IsFullyQualifiedDomainName(nil, host)) > 0 {
-		// An address the endpoint cannot hold (a name without a dot, such
-		// as localhost): the instance is in the annotation alone.
-		return es
+		return es // a name without a dot, such as localhost: likewise
 	}
 	ready, serving, terminating := !inst.Drain, true, inst.Drain
 	ep := discoveryv1.Endpoint{Addresses: []string{host},

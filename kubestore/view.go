@@ -2,6 +2,7 @@ package kubestore
 
 import (
 	"encoding/json"
+	"maps"
 	"net"
 	"slices"
 	"sort"
@@ -218,9 +219,16 @@ func (v *view) setPod(ns, name string, meta *metav1.ObjectMeta) {
 	if meta == nil {
 		delete(v.pods, k)
 	} else {
-		labels := meta.Labels
-		if labels == nil {
-			labels = map[string]string{}
+		// Only what lanes reads is kept: the lanes.dev/ labels and the
+		// version.
+		labels := map[string]string{}
+		for l, val := range meta.Labels {
+			if strings.HasPrefix(l, LabelPrefix) || l == labelVersion {
+				labels[l] = val
+			}
+		}
+		if old, ok := v.pods[k]; ok && maps.Equal(old, labels) {
+			return // a change of its status: nothing lanes reads
 		}
 		v.pods[k] = labels
 	}
@@ -240,9 +248,14 @@ func (v *view) setService(ns, name string, meta *metav1.ObjectMeta) {
 	if meta == nil {
 		delete(v.services, k)
 	} else {
-		a := meta.Annotations
-		if a == nil {
-			a = map[string]string{}
+		a := map[string]string{}
+		for _, n := range serviceAnnotations {
+			if val, ok := meta.Annotations[n]; ok {
+				a[n] = val
+			}
+		}
+		if old, ok := v.services[k]; ok && maps.Equal(old, a) {
+			return
 		}
 		v.services[k] = a
 	}
@@ -386,7 +399,9 @@ func (v *view) endpoint(s *slice, ep discoveryv1.Endpoint) (registry.Instance, b
 		in.ID = name + "." + ns
 	} else {
 		labels = s.obj.Labels
-		in.ID = sanitizeID(ep.Addresses[0]+"-"+strconv.Itoa(int(port))) + "." + s.ns
+		// An endpoint's address is an IP or a domain name: only an IPv6
+		// address has a character that an id may not.
+		in.ID = strings.ReplaceAll(ep.Addresses[0], ":", "-") + "-" + strconv.Itoa(int(port)) + "." + s.ns
 	}
 	in.Lane = labels[LabelLane]
 	in.Version = labels[labelVersion]
@@ -433,16 +448,6 @@ func podLabels(labels map[string]string) map[string]string {
 		out[strings.TrimPrefix(k, LabelPrefix)] = labels[k]
 	}
 	return out
-}
-
-func sanitizeID(s string) string {
-	b := []byte(s)
-	for i, c := range b {
-		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.') {
-			b[i] = '-'
-		}
-	}
-	return string(b)
 }
 
 // publish recomputes the dirty services and hands every difference to the

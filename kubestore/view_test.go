@@ -1,6 +1,7 @@
 package kubestore
 
 import (
+	"encoding/json"
 	"fmt"
 	"testing"
 	"time"
@@ -102,5 +103,55 @@ func TestPodLabelsBounded(t *testing.T) {
 	got := podLabels(labels)
 	if len(got) != MaxLabels || got["k000"] != "v" || got["app"] != "" || got["lane"] != "" {
 		t.Fatalf("podLabels = %v", got)
+	}
+}
+
+// TestLeaseExpiry: a managed slice is an instance while its Lease, by the
+// view's own clock from when it saw the Lease renewed, has not expired;
+// while the Lease informer cannot be trusted nothing expires, and once it
+// is back every Lease counts afresh.
+func TestLeaseExpiry(t *testing.T) {
+	now := time.Unix(1000, 0)
+	v := newView(func() time.Time { return now })
+	in := registry.Instance{Service: "orders", ID: "dev", Addr: "10.0.0.1:80"}
+	raw, _ := json.Marshal(in)
+	v.setSlice("ns", "s", &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "s", Namespace: "ns", ResourceVersion: "1",
+		Labels:      map[string]string{labelManagedBy: managedBy},
+		Annotations: map[string]string{annotationInstance: string(raw), annotationHolder: "tok", annotationLease: "l", annotationTTL: "2s"}}})
+	if v.insts["orders"]["dev"] != nil {
+		t.Fatal("shown before its Lease was seen")
+	}
+	renew := func(rv string) {
+		v.setLease("ns", "l", &lease{rv: rv, holder: "tok", duration: 2 * time.Second, seen: now})
+	}
+	renew("1")
+	shown := func() bool { v.expire(0); return v.insts["orders"]["dev"] != nil }
+	if !shown() {
+		t.Fatal("not shown with its Lease")
+	}
+	now = now.Add(1500 * time.Millisecond)
+	renew("2")
+	now = now.Add(1500 * time.Millisecond)
+	if !shown() {
+		t.Fatal("expired although renewed")
+	}
+	v.staleLeases(true)
+	now = now.Add(time.Minute)
+	if !shown() {
+		t.Fatal("expired while the Lease informer could not be trusted")
+	}
+	v.staleLeases(false)
+	now = now.Add(1500 * time.Millisecond)
+	if !shown() {
+		t.Fatal("expired at once when the Lease informer came back")
+	}
+	now = now.Add(time.Second)
+	if shown() {
+		t.Fatal("still shown past its Lease")
+	}
+	// Another holder's Lease does not hold the slice.
+	v.setLease("ns", "l", &lease{rv: "3", holder: "other", duration: time.Hour, seen: now})
+	if shown() {
+		t.Fatal("shown under another registration's Lease")
 	}
 }
