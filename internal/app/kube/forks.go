@@ -127,6 +127,11 @@ func (c *forkController) reconcile(ctx context.Context) (time.Time, error) {
 		if want[f.Namespace] == nil {
 			want[f.Namespace] = map[string]admin.StoredFork{}
 		}
+		if o, taken := want[f.Namespace][f.Name]; taken {
+			// deploy/a-b in lane c and deploy/a in lane b-c: one name
+			c.say(ctx, f, fmt.Sprintf("not made: its name %s is the copy of deploy/%s in lane %s", f.Name, o.Deployment, o.Lane))
+			continue
+		}
 		want[f.Namespace][f.Name] = f
 	}
 	live := map[string]bool{}
