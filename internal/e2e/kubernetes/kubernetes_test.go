@@ -121,13 +121,7 @@ func TestKubernetes(t *testing.T) {
 	c.run(t, nil, "apply", "-k", filepath.Join(manifests, "base"))
 	c.run(t, nil, "wait", "--for=condition=Established", "--timeout=60s", "crd/lanespolicies.lanes.dev")
 	tok := c.s.ServiceAccountToken(t, "lanes-system", "lanes")
-	cfg := controlplane.Defaults()
-	cfg.DataDir = t.TempDir()
-	cfg.AdminAddr, cfg.GatewayAddr = "127.0.0.1:0", "127.0.0.1:0"
-	cfg.Etcd.ClientAddr, cfg.Etcd.PeerAddr = "127.0.0.1:0", "127.0.0.1:0"
-	cfg.Nats.Addr = controlplane.NatsOff
-	cfg.Traces.GRPCAddr, cfg.Traces.HTTPAddr = "off", "off"
-	cfg.Kube = controlplane.KubeConfig{Enabled: true, Kubeconfig: c.s.Kubeconfig(t, tok), Namespaces: []string{"default"}, Policy: "lanes-system/lanes"}
+	cfg := lanesConfig(t, controlplane.KubeConfig{Enabled: true, Kubeconfig: c.s.Kubeconfig(t, tok), Namespaces: []string{"default"}, Policy: "lanes-system/lanes"})
 	cp := startLanes(t, cfg)
 	t.Run("policy", func(t *testing.T) { testPolicy(t, c, cp) })
 	t.Run("fork", func(t *testing.T) { testFork(t, c, cp, cfg) })
@@ -147,14 +141,7 @@ func testPolicyConfigMap(t *testing.T, c *cluster) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := controlplane.Defaults()
-	cfg.DataDir = t.TempDir()
-	cfg.AdminAddr, cfg.GatewayAddr = "127.0.0.1:0", "127.0.0.1:0"
-	cfg.Etcd.ClientAddr, cfg.Etcd.PeerAddr = "127.0.0.1:0", "127.0.0.1:0"
-	cfg.Nats.Addr = controlplane.NatsOff
-	cfg.Traces.GRPCAddr, cfg.Traces.HTTPAddr = "off", "off"
-	cfg.Kube = controlplane.KubeConfig{Enabled: true, Kubeconfig: c.admin, Namespaces: []string{"lanes-cm"}, Policy: "lanes-cm/lanes-policy", PolicyConfigMap: true}
-	l := startLanes(t, cfg)
+	l := startLanes(t, lanesConfig(t, controlplane.KubeConfig{Enabled: true, Kubeconfig: c.admin, Namespaces: []string{"lanes-cm"}, Policy: "lanes-cm/lanes-policy", PolicyConfigMap: true}))
 	annotated := func(rv string, ok func(map[string]string) bool) map[string]string {
 		t.Helper()
 		w, err := cms.Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=lanes-policy", ResourceVersion: rv})
@@ -187,6 +174,19 @@ func testPolicyConfigMap(t *testing.T, c *cluster) {
 	if err != nil || strconv.FormatInt(doc.Revision, 10) != a[kube.AnnotationRevision] || !slices.Equal(doc.Policy.Lanes["alice"].Fallback, []string{"bob"}) {
 		t.Errorf("policy in force %+v (%v); annotations %v", doc, err, a)
 	}
+}
+
+// lanesConfig is lanes up on free loopback ports, its embedded etcd in a
+// directory of the test's, with kube as its Kubernetes settings.
+func lanesConfig(t *testing.T, kube controlplane.KubeConfig) controlplane.Config {
+	cfg := controlplane.Defaults()
+	cfg.DataDir = t.TempDir()
+	cfg.AdminAddr, cfg.GatewayAddr = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Etcd.ClientAddr, cfg.Etcd.PeerAddr = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Nats.Addr = controlplane.NatsOff
+	cfg.Traces.GRPCAddr, cfg.Traces.HTTPAddr = "off", "off"
+	cfg.Kube = kube
+	return cfg
 }
 
 // lanes is a running lanes up.
