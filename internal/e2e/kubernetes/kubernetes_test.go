@@ -169,7 +169,9 @@ func testPolicyConfigMap(t *testing.T, c *cluster) {
 	if cm, err = cms.Update(ctx, cm, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	a = annotated(cm.ResourceVersion, func(a map[string]string) bool { return a[kube.AnnotationError] == "" && a[kube.AnnotationRevision] != "" })
+	a = annotated(cm.ResourceVersion, func(a map[string]string) bool {
+		return a[kube.AnnotationError] == "" && a[kube.AnnotationRevision] != ""
+	})
 	doc, err := l.api.Policy(ctx)
 	if err != nil || strconv.FormatInt(doc.Revision, 10) != a[kube.AnnotationRevision] || !slices.Equal(doc.Policy.Lanes["alice"].Fallback, []string{"bob"}) {
 		t.Errorf("policy in force %+v (%v); annotations %v", doc, err, a)
