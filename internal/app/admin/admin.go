@@ -99,6 +99,17 @@ type Config struct {
 	// MaxTunnels bounds the tunnels open at once per token
 	// (DefaultMaxTunnels when 0).
 	MaxTunnels int
+	// ForkNamespaces are the Kubernetes namespaces where forks may be
+	// made, the first for a fork that names none; none refuses forks (the
+	// control plane runs no Kubernetes controller).
+	ForkNamespaces []string
+	// ForkLimits bound the forks of each lane (DefaultForkLimits for a
+	// zero field).
+	ForkLimits ForkLimits
+	// ForkImages, when set, are the prefixes that the image of a lane
+	// token's fork must start with (such as "registry.example.com/team/");
+	// the admin token's forks may name any.
+	ForkImages []string
 }
 
 // XDSCallers counts the xDS server's clients that call a service now, by
@@ -127,6 +138,7 @@ type Server struct {
 	prefix  string
 	engine  *routing.Engine
 	tokens  *Tokens
+	forks   *ForkStore
 	log     *slog.Logger
 	now     func() time.Time
 	mux     *http.ServeMux
@@ -163,6 +175,12 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxTunnels <= 0 {
 		cfg.MaxTunnels = DefaultMaxTunnels
 	}
+	if cfg.ForkLimits.PerLane <= 0 {
+		cfg.ForkLimits.PerLane = DefaultForkLimits.PerLane
+	}
+	if cfg.ForkLimits.Replicas <= 0 {
+		cfg.ForkLimits.Replicas = DefaultForkLimits.Replicas
+	}
 	if cfg.Limits.Instances <= 0 {
 		cfg.Limits.Instances = DefaultLimits.Instances
 	}
@@ -180,6 +198,7 @@ func New(cfg Config) (*Server, error) {
 		prefix: cfg.Store.Prefix(),
 		engine: cfg.Engine,
 		tokens: NewTokens(cfg.Store, cfg.AdminToken, cfg.Logger),
+		forks:  NewForkStore(cfg.Store),
 		log:    cfg.Logger.With("component", "admin"),
 		now:    cfg.Now,
 		mux:    http.NewServeMux(),
@@ -270,6 +289,9 @@ func (s *Server) routes() {
 	h("GET /v1/policy/history", anyone, s.policyHistory)
 	h("GET /v1/watch/policy", anyone, s.watchPolicy)
 	h("GET /v1/explain", anyone, s.explain)
+	h("GET /v1/forks", anyone, s.listForks)
+	h("POST /v1/forks", anyone, s.createFork)
+	h("DELETE /v1/forks/{lane}/{namespace}/{deployment}", anyone, s.deleteFork)
 	h("GET /v1/tokens", adminOn, s.listTokens)
 	h("POST /v1/tokens", adminOn, s.createToken)
 	h("DELETE /v1/tokens/{id}", adminOn, s.revokeToken)

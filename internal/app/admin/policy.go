@@ -3,6 +3,7 @@ package admin
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"maps"
 	"net/http"
@@ -59,26 +60,72 @@ func (s *Server) putPolicy(w http.ResponseWriter, r *http.Request, p *principal)
 	if err != nil {
 		return err
 	}
+	doc, err := s.applyPolicy(r.Context(), raw, p.String())
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, doc)
+	return nil
+}
+
+// applyPolicy validates raw and stores it as the policy in force, keeping
+// the lane lifetimes in force that it does not set, and records it in the
+// history as applied by who.
+func (s *Server) applyPolicy(ctx context.Context, raw []byte, who string) (adminapi.PolicyDocument, error) {
 	if _, err := policy.Parse("", raw); err != nil {
-		return policyError(err)
+		return adminapi.PolicyDocument{}, policyError(err)
 	}
 	var kept []adminapi.KeptLifetime
-	rev, stored, err := s.editPolicy(r.Context(), func(_ []byte, now *policy.Policy) ([]byte, error) {
+	rev, stored, err := s.editPolicy(ctx, func(_ []byte, now *policy.Policy) ([]byte, error) {
 		merged, k, err := keepLifetimes(now, raw)
 		kept = k
 		return merged, err
 	})
 	if err != nil {
-		return err
+		return adminapi.PolicyDocument{}, err
 	}
 	pol, err := policy.Parse("", stored)
 	if err != nil {
-		return policyError(err)
+		return adminapi.PolicyDocument{}, policyError(err)
 	}
-	s.log.Info("policy applied", "revision", rev, "bytes", len(stored), "kept_lifetimes", len(kept))
-	s.recordPolicy(r.Context(), rev, stored, p.String())
-	writeJSON(w, http.StatusOK, adminapi.PolicyDocument{Revision: rev, Raw: string(stored), Policy: pol, Kept: kept})
-	return nil
+	s.log.Info("policy applied", "revision", rev, "bytes", len(stored), "kept_lifetimes", len(kept), "by", who)
+	s.recordPolicy(ctx, rev, stored, who)
+	return adminapi.PolicyDocument{Revision: rev, Raw: string(stored), Policy: pol, Kept: kept}, nil
+}
+
+// ApplyPolicy applies a policy document as PUT /v1/policy does (the same
+// validation, lifetimes kept, history), unless the policy in force is
+// already what it would store: then it answers the policy in force and
+// writes nothing, so that a controller may call it on every reconcile. who
+// names the applier in the history. A refusal is an *adminapi.Error that
+// names the field.
+func (s *Server) ApplyPolicy(ctx context.Context, raw []byte, who string) (adminapi.PolicyDocument, error) {
+	if len(raw) > policy.MaxSize {
+		return adminapi.PolicyDocument{}, &adminapi.Error{Status: http.StatusRequestEntityTooLarge, Code: adminapi.CodeBadRequest,
+			Message: fmt.Sprintf("the document is larger than %d bytes (1 MiB), the most a policy may have", policy.MaxSize)}
+	}
+	merged, err := s.mergedPolicy(ctx, raw)
+	if err != nil {
+		return adminapi.PolicyDocument{}, apiErr(err)
+	}
+	now, err := s.store.Policy().Get(ctx)
+	if err == nil && string(now.Raw) == string(merged.Raw) {
+		return adminapi.PolicyDocument{Revision: now.Revision, Raw: string(now.Raw), Policy: now.Policy}, nil
+	}
+	doc, err := s.applyPolicy(ctx, raw, who)
+	return doc, apiErr(err)
+}
+
+// apiErr turns an answer of the API into the *adminapi.Error a client
+// would have read.
+func apiErr(err error) error {
+	var ae *apiError
+	if errors.As(err, &ae) {
+		e := ae.body
+		e.Status = ae.status
+		return &e
+	}
+	return err
 }
 
 // validatePolicy checks a document and answers with it as applying it
@@ -89,27 +136,36 @@ func (s *Server) validatePolicy(w http.ResponseWriter, r *http.Request, _ *princ
 	if err != nil {
 		return err
 	}
-	if _, err := policy.Parse("", raw); err != nil {
-		return policyError(err)
+	doc, err := s.mergedPolicy(r.Context(), raw)
+	if err != nil {
+		return err
 	}
-	now, err := s.store.Policy().Get(r.Context())
+	writeJSON(w, http.StatusOK, doc)
+	return nil
+}
+
+// mergedPolicy validates raw and returns it as applying it would store it.
+func (s *Server) mergedPolicy(ctx context.Context, raw []byte) (adminapi.PolicyDocument, error) {
+	if _, err := policy.Parse("", raw); err != nil {
+		return adminapi.PolicyDocument{}, policyError(err)
+	}
+	now, err := s.store.Policy().Get(ctx)
 	var pe *policy.Error
 	switch {
 	case errors.As(err, &pe):
 		now = policy.Empty() // invalid in etcd: an apply replaces it as a whole
 	case err != nil:
-		return etcdError("read policy", err)
+		return adminapi.PolicyDocument{}, etcdError("read policy", err)
 	}
 	merged, kept, err := keepLifetimes(now.Policy, raw)
 	if err != nil {
-		return err
+		return adminapi.PolicyDocument{}, err
 	}
 	p, err := policy.Parse("", merged)
 	if err != nil {
-		return policyError(err)
+		return adminapi.PolicyDocument{}, policyError(err)
 	}
-	writeJSON(w, http.StatusOK, adminapi.PolicyDocument{Raw: string(merged), Policy: p, Kept: kept})
-	return nil
+	return adminapi.PolicyDocument{Raw: string(merged), Policy: p, Kept: kept}, nil
 }
 
 // keepLifetimes returns the document raw with every lane lifetime of the

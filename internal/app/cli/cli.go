@@ -103,6 +103,6 @@ for example: source <(lanes completion bash)`,
 	root.SetVersionTemplate("lanes {{.Version}}\n")
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	root.AddCommand(newSimulate(), newUp(stderr), newDemo(stderr), newLs(), newPolicy(), newRoute(), newDev(), newSidecar(), newToken(), newLane(), newVet(), newTrace(), newVersion())
+	root.AddCommand(newSimulate(), newUp(stderr), newDemo(stderr), newLs(), newPolicy(), newRoute(), newDev(), newSidecar(), newToken(), newLane(), newFork(), newVet(), newTrace(), newVersion())
 	return root
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/lanesdev/lanes/internal/app/controlplane"
+	"github.com/lanesdev/lanes/internal/app/kube"
 	"github.com/lanesdev/lanes/internal/lib/logs"
 )
 
@@ -150,7 +151,11 @@ are made with 'lanes token create'.
 			ctx, stop := signalContext()
 			defer stop()
 			log := logs.Must(stderr, cfg.LogLevel, cfg.LogFormat)
-			if err := controlplane.Run(ctx, cfg, cmd.OutOrStdout(), controlplane.WithLogger(log), controlplane.WithProgress(stderr)); err != nil {
+			opts := []controlplane.Option{controlplane.WithLogger(log), controlplane.WithProgress(stderr)}
+			if cfg.Kube.Enabled {
+				opts = append(opts, controlplane.WithComponents(kube.NewComponent()))
+			}
+			if err := controlplane.Run(ctx, cfg, cmd.OutOrStdout(), opts...); err != nil {
 				return &exitError{code: ExitFail, err: err}
 			}
 			return nil

@@ -337,7 +337,9 @@ func (c *adminComponent) Provision(ctx context.Context, rt *Runtime) error {
 		Claims: Need(rt, ClaimsKey), Traces: Need(rt, TracesKey).Collector, Logger: rt.Log, Gatherer: gatherers(rt),
 		ClaimNets: claimNets, XDS: Need(rt, XDSKey).Callers,
 		Reserved: rt.Reserved(), AllowLinkLocal: rt.Config.AllowLinkLocal,
-		TunnelHost: rt.Config.TunnelHost, TunnelNATS: natsHostPort(Need(rt, NatsKey).URL)})
+		TunnelHost: rt.Config.TunnelHost, TunnelNATS: natsHostPort(Need(rt, NatsKey).URL),
+		ForkNamespaces: forkNamespaces(rt.Config), ForkLimits: admin.ForkLimits{PerLane: rt.Config.Kube.MaxForks, Replicas: rt.Config.Kube.MaxReplicas},
+		ForkImages: rt.Config.Kube.ForkImages})
 	if err != nil {
 		return err
 	}
@@ -354,10 +356,19 @@ func (c *adminComponent) Provision(ctx context.Context, rt *Runtime) error {
 	c.srv = &http.Server{Handler: dashboard.Mount(api, dash), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
 		ErrorLog: slog.NewLogLogger(rt.Log.Handler(), slog.LevelWarn)}
 	c.srv.RegisterOnShutdown(func() { api.Close(); dash.Close() })
-	Provide(rt, AdminKey, AdminInfo{URL: url, Token: token})
+	Provide(rt, AdminKey, AdminInfo{URL: url, Token: token, API: api})
 	rt.Announce(Address{Name: "admin", URL: url, Note: note})
 	rt.Announce(Address{Name: "dashboard", URL: url + dashboard.Prefix, Note: "log in with the admin token or a lane token"})
 	return nil
+}
+
+// forkNamespaces are the namespaces where the admin API takes forks: none
+// without the Kubernetes controllers.
+func forkNamespaces(cfg Config) []string {
+	if !cfg.Kube.Enabled {
+		return nil
+	}
+	return cfg.KubeNamespaces()
 }
 
 // AdminMaxConns caps the connections open at once on the admin API (and

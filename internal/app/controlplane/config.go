@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"net/url"
 	"os"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -73,9 +74,39 @@ type Config struct {
 	TLS TLSSettings `yaml:"tls"`
 	// XDS configures the xDS server for gRPC's proxyless clients.
 	XDS XDSConfig `yaml:"xds"`
+	// Kube runs the Kubernetes controllers: the LanesPolicy resource and
+	// lanes' forks of Deployments (docs/kubernetes.md).
+	Kube KubeConfig `yaml:"kube"`
 
 	// sources records where each setting came from, for error messages.
 	sources map[string]string
+}
+
+// KubeConfig configures the Kubernetes controllers of lanes up.
+type KubeConfig struct {
+	// Enabled runs them (lanes up --kube).
+	Enabled bool `yaml:"enabled"`
+	// Kubeconfig is the file of the API server's address and credentials;
+	// "" is the service account of the pod lanes up runs in, else
+	// $KUBECONFIG.
+	Kubeconfig string `yaml:"kubeconfig"`
+	// Namespaces are where forks may be made; the first is the default.
+	// Default: "default".
+	Namespaces []string `yaml:"namespaces"`
+	// Policy is the LanesPolicy that the control plane follows,
+	// "namespace/name" or "name" (default "lanes"); its namespace, by
+	// default the first of Namespaces, also holds the controllers' Lease.
+	Policy string `yaml:"policy"`
+	// PolicyConfigMap reads the policy from the ConfigMap that Policy
+	// names (its key policy.yaml), where CRDs are not allowed.
+	PolicyConfigMap bool `yaml:"policy_configmap"`
+	// MaxForks bounds the forks of each lane (default 10), MaxReplicas the
+	// replicas of each fork (default 3).
+	MaxForks    int `yaml:"max_forks"`
+	MaxReplicas int `yaml:"max_fork_replicas"`
+	// ForkImages, when set, are the prefixes that a lane token's fork's
+	// image must start with.
+	ForkImages []string `yaml:"fork_images"`
 }
 
 // EtcdConfig selects the embedded etcd (no Endpoints) or an external
@@ -371,6 +402,14 @@ var Settings = []Setting{
 	{Flag: "gateway-max-conns", Env: "LANES_GATEWAY_MAX_CONNS", Key: "gateway.max_conns", Usage: "client connections the gateway keeps open at once; one over it is answered 503 overloaded and closed (0: a quarter of the open-file limit, at most 10000)", set: integer(func(c *Config) *int { return &c.Gateway.MaxConns })},
 	{Flag: "gateway-http1", Env: "LANES_GATEWAY_HTTP1", Key: "gateway.http1", Usage: "the stack that serves HTTP/1.1 at the gateway: fast (fasthttp) or std (net/http)", set: str(func(c *Config) *string { return &c.Gateway.HTTP1 })},
 	{Flag: "allow-link-local", Env: "LANES_ALLOW_LINK_LOCAL", Key: "allow_link_local", Bool: true, Usage: "let instances have link-local and cloud metadata addresses (169.254.0.0/16, fe80::/10, ...): the gateway dials them, and the admin token and tokens with addresses.link_local may register them", set: boolean(func(c *Config) *bool { return &c.AllowLinkLocal })},
+	{Flag: "kube", Env: "LANES_KUBE", Key: "kube.enabled", Bool: true, Usage: "run the Kubernetes controllers: the LanesPolicy resource and lanes' forks of Deployments (docs/kubernetes.md)", set: boolean(func(c *Config) *bool { return &c.Kube.Enabled })},
+	{Flag: "kubeconfig", Env: "LANES_KUBECONFIG", Key: "kube.kubeconfig", Usage: "kubeconfig file of the Kubernetes API server (default: the pod's service account, else $KUBECONFIG)", set: str(func(c *Config) *string { return &c.Kube.Kubeconfig })},
+	{Flag: "kube-namespace", Env: "LANES_KUBE_NAMESPACES", Key: "kube.namespaces", List: true, Usage: "namespace where forks may be made (repeatable); the first is the default and holds the LanesPolicy (default: default)", set: list(func(c *Config) *[]string { return &c.Kube.Namespaces })},
+	{Flag: "kube-policy", Env: "LANES_KUBE_POLICY", Key: "kube.policy", Usage: "the LanesPolicy the control plane follows, namespace/name or name (default: lanes, in the first --kube-namespace); its namespace holds the controllers' Lease too", set: str(func(c *Config) *string { return &c.Kube.Policy })},
+	{Flag: "kube-policy-configmap", Env: "LANES_KUBE_POLICY_CONFIGMAP", Key: "kube.policy_configmap", Bool: true, Usage: "read the policy from the ConfigMap that --kube-policy names (its key policy.yaml) instead of a LanesPolicy, where CRDs are not allowed; the outcome goes to its annotations lanes.dev/revision and lanes.dev/error", set: boolean(func(c *Config) *bool { return &c.Kube.PolicyConfigMap })},
+	{Flag: "kube-fork-image", Env: "LANES_KUBE_FORK_IMAGES", Key: "kube.fork_images", List: true, Usage: "prefix that the image of a lane token's fork must start with, such as registry.example.com/team/ (repeatable; default: any image)", set: list(func(c *Config) *[]string { return &c.Kube.ForkImages })},
+	{Flag: "kube-max-forks", Env: "LANES_KUBE_MAX_FORKS", Key: "kube.max_forks", Usage: "forks a lane may have at most (0: 10)", set: integer(func(c *Config) *int { return &c.Kube.MaxForks })},
+	{Flag: "kube-max-fork-replicas", Env: "LANES_KUBE_MAX_FORK_REPLICAS", Key: "kube.max_fork_replicas", Usage: "replicas a fork may ask for at most (0: 3)", set: integer(func(c *Config) *int { return &c.Kube.MaxReplicas })},
 	{Flag: "log-level", Env: "LANES_LOG_LEVEL", Key: "log_level", Usage: "debug, info, warn or error", set: str(func(c *Config) *string { return &c.LogLevel })},
 	{Flag: "log-format", Env: "LANES_LOG_FORMAT", Key: "log_format", Usage: "text or json", set: str(func(c *Config) *string { return &c.LogFormat })},
 	{Flag: "external-etcd", Env: "LANES_EXTERNAL_ETCD", Key: "etcd.endpoints", List: true, Usage: "endpoints of an external etcd cluster, host:port or http(s) URLs (repeatable or comma-separated); none runs the embedded etcd", set: list(func(c *Config) *[]string { return &c.Etcd.Endpoints })},
@@ -555,7 +594,59 @@ func (c *Config) validateOwn() error {
 	if err := c.validateMQ(); err != nil {
 		return err
 	}
+	if err := c.validateKube(); err != nil {
+		return err
+	}
 	return c.validateTLS()
+}
+
+var kubeName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+
+// validateKube checks the settings of the Kubernetes controllers.
+func (c *Config) validateKube() error {
+	for _, ns := range c.Kube.Namespaces {
+		if len(ns) > 63 || !kubeName.MatchString(ns) {
+			return c.fail("kube.namespaces", ns, "want a Kubernetes namespace name (a-z, 0-9 and '-', at most 63 characters)")
+		}
+	}
+	if p := c.Kube.Policy; p != "" {
+		ns, name, ok := strings.Cut(p, "/")
+		if !ok {
+			ns, name = "default", p
+		}
+		if len(ns) > 63 || !kubeName.MatchString(ns) || len(name) > 63 || !kubeName.MatchString(name) {
+			return c.fail("kube.policy", p, "want namespace/name or name, each a-z, 0-9 and '-', at most 63 characters")
+		}
+	}
+	if c.Kube.MaxForks < 0 {
+		return c.fail("kube.max_forks", strconv.Itoa(c.Kube.MaxForks), "want 0 (the default, 10) or more")
+	}
+	if c.Kube.MaxReplicas < 0 {
+		return c.fail("kube.max_fork_replicas", strconv.Itoa(c.Kube.MaxReplicas), "want 0 (the default, 3) or more")
+	}
+	return nil
+}
+
+// KubeNamespaces returns the namespaces where forks may be made, the
+// default first ("default" when none is set).
+func (c *Config) KubeNamespaces() []string {
+	if len(c.Kube.Namespaces) == 0 {
+		return []string{"default"}
+	}
+	return c.Kube.Namespaces
+}
+
+// KubePolicy returns the namespace and the name of the LanesPolicy the
+// control plane follows.
+func (c *Config) KubePolicy() (namespace, name string) {
+	p := c.Kube.Policy
+	if p == "" {
+		p = "lanes"
+	}
+	if ns, name, ok := strings.Cut(p, "/"); ok {
+		return ns, name
+	}
+	return c.KubeNamespaces()[0], p
 }
 
 // validateMQ checks the brokers that lanes up only names.

@@ -91,10 +91,13 @@ type GatewayInfo struct {
 	URL string
 }
 
-// AdminInfo describes the admin API: its URL and the admin token.
+// AdminInfo describes the admin API: its URL, the admin token, and the
+// API itself, which components in the process call (the Kubernetes
+// controllers apply the policy through it).
 type AdminInfo struct {
 	URL   string
 	Token string
+	API   *admin.Server
 }
 
 // Address is one address the control plane serves on.
