@@ -61,12 +61,12 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/lanesdev/lanes/internal/lib/gogroup"
+	"github.com/lanesdev/lanes/internal/lib/kubeclient"
 	"github.com/lanesdev/lanes/internal/lib/localip"
 	"github.com/lanesdev/lanes/registry"
 )
@@ -139,7 +139,7 @@ type Store struct {
 	o       Options
 	cfg     *rest.Config
 	http    *http.Client
-	kube    kubernetes.Interface
+	kube    *kubeclient.Clients
 	meta    metadata.Interface
 	log     *slog.Logger
 	view    *view
@@ -187,7 +187,7 @@ func Open(ctx context.Context, cfg *rest.Config, o Options) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	kube, err := kubernetes.NewForConfigAndClient(cfg, hc)
+	kube, err := kubeclient.NewForConfigAndClient(cfg, hc)
 	if err != nil {
 		return nil, err
 	}

@@ -10,7 +10,6 @@ import (
 	"go.uber.org/goleak"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/lanesdev/lanes/internal/testkit/kubetest"
 	"github.com/lanesdev/lanes/internal/testkit/leaktest"
@@ -24,7 +23,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m, leaktest.Options()...) }
 var nsSeq atomic.Int64
 
 // namespace makes a namespace of the test's own.
-func namespace(t testing.TB, c kubernetes.Interface) string {
+func namespace(t testing.TB, c *kubetest.Clients) string {
 	t.Helper()
 	name := fmt.Sprintf("t%d-%d", time.Now().UnixNano()%1e6, nsSeq.Add(1))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -15,7 +15,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/lanesdev/lanes/internal/testkit/kubetest"
 	"github.com/lanesdev/lanes/kubestore"
@@ -31,7 +30,7 @@ import (
 // would: pods, their EndpointSlices.
 type cluster struct {
 	t   testing.TB
-	c   kubernetes.Interface
+	c   *kubetest.Clients
 	ns  string
 	ctx context.Context
 	rvs map[string]string // the slices this test wrote, at their versions

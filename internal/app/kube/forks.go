@@ -12,11 +12,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/lanesdev/lanes/internal/app/admin"
 	"github.com/lanesdev/lanes/internal/lib/backoff"
 	"github.com/lanesdev/lanes/internal/lib/gogroup"
+	"github.com/lanesdev/lanes/internal/lib/kubeclient"
 	"github.com/lanesdev/lanes/routing"
 )
 
@@ -29,7 +29,7 @@ var ownedSelector = LabelManagedBy + "=" + ManagedBy + "," + LabelLane
 // and the copies, whatever happened before, so that a restart, a missed
 // event or a copy deleted by hand are mended by the next pass.
 type forkController struct {
-	cs         kubernetes.Interface
+	cs         *kubeclient.Clients
 	forks      *admin.ForkStore
 	engine     *routing.Engine
 	namespaces []string

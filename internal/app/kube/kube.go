@@ -30,34 +30,42 @@ import (
 	"strings"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/client-go/tools/leaderelection"
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/klog/v2"
 
 	"github.com/lanesdev/lanes/internal/app/admin"
 	"github.com/lanesdev/lanes/internal/app/controlplane"
+	"github.com/lanesdev/lanes/internal/lib/backoff"
 	"github.com/lanesdev/lanes/internal/lib/gogroup"
+	"github.com/lanesdev/lanes/internal/lib/kubeclient"
 )
 
 // Component runs the controllers in lanes up (controlplane.WithComponents):
 // it needs the store, the engine and the admin API, and provides nothing. Of several
-// lanes up on one cluster, the holder of the Lease lanes-controllers (in
-// the first namespace) runs them; the others wait to take over.
+// lanes up on one etcd, the leader of the election <prefix>kube-controllers
+// runs them; the others wait to take over.
+//
+// The election is etcd's (concurrency.Election, on a session lease of
+// leaseTTL), on the etcd that the replicas share anyway, rather than
+// client-go's leader election on a Kubernetes Lease: that package links
+// every API group's informers into the binary (see internal/lib/kubeclient).
 type Component struct {
-	fork   *forkController
-	policy *policyController
-	lock   *resourcelock.LeaseLock
-	log    *slog.Logger
-	g      *gogroup.Group
+	fork     *forkController
+	policy   *policyController
+	etcd     *clientv3.Client
+	election string // the election's key prefix
+	identity string
+	log      *slog.Logger
+	g        *gogroup.Group
 }
 
-// LeaseName is the Lease of the controllers' leader.
-const LeaseName = "lanes-controllers"
+// leaseTTL is how long the leader's session lease lasts without renewal:
+// how soon another replica takes over from a leader that died.
+const leaseTTL = 15 // seconds
 
 // NewComponent returns the Kubernetes controllers, to add to lanes up when
 // its configuration has kube.enabled.
@@ -99,7 +107,7 @@ func (c *Component) Provision(ctx context.Context, rt *controlplane.Runtime) err
 	rc = rest.CopyConfig(rc)
 	rc.Timeout = callTimeout
 	rc.UserAgent = "lanes-controller"
-	cs, err := kubernetes.NewForConfig(rc)
+	cs, err := kubeclient.New(rc)
 	if err != nil {
 		return err
 	}
@@ -111,14 +119,14 @@ func (c *Component) Provision(ctx context.Context, rt *controlplane.Runtime) err
 	if err != nil {
 		return err
 	}
-	wcs, err := kubernetes.NewForConfig(wc)
+	wcs, err := kubeclient.New(wc)
 	if err != nil {
 		return err
 	}
 	// The API server answers now, or lanes up says so before it serves.
 	vctx, cancel := context.WithTimeout(ctx, callTimeout)
 	defer cancel()
-	if _, err := cs.Discovery().ServerVersion(); err != nil || vctx.Err() != nil {
+	if _, err := cs.ServerVersion(vctx); err != nil || vctx.Err() != nil {
 		return fmt.Errorf("the Kubernetes API server at %s: %v", rc.Host, errors.Join(err, vctx.Err()))
 	}
 	st := controlplane.Need(rt, controlplane.StoreKey)
@@ -131,11 +139,7 @@ func (c *Component) Provision(ctx context.Context, rt *controlplane.Runtime) err
 	c.fork = &forkController{cs: wcs, forks: ai.API.Forks(), engine: controlplane.Need(rt, controlplane.EngineKey), namespaces: ns, log: log, now: time.Now, poke: newWaker()}
 	c.policy = &policyController{dyn: dyn, cs: wcs, configMap: cfg.Kube.PolicyConfigMap, api: ai.API, policy: st.Policy(), namespace: pns, name: pname, log: log, now: time.Now, poke: newWaker()}
 	host, _ := os.Hostname()
-	c.lock = &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Namespace: pns, Name: LeaseName},
-		Client:     cs.CoordinationV1(), // each call bounded, the release at Stop too
-		LockConfig: resourcelock.ResourceLockConfig{Identity: host + "-" + admin.NewSecret()[:8]},
-	}
+	c.etcd, c.election, c.identity = st.Client(), st.Prefix()+"kube-controllers/", host+"-"+admin.NewSecret()[:8]
 	c.log = log
 	rt.Announce(controlplane.Address{Name: "kubernetes", URL: rc.Host, Note: fmt.Sprintf("%s %s/%s; forks in %s", policyKind(cfg.Kube.PolicyConfigMap), pns, pname, strings.Join(ns, ", "))})
 	return nil
@@ -153,27 +157,57 @@ func (c *Component) Start(context.Context) error {
 	c.g = gogroup.New()
 	ctx := c.g.Context()
 	c.g.Go(func() {
+		b := backoff.New(time.Second, 10*time.Second)
 		for ctx.Err() == nil {
-			leaderelection.RunOrDie(ctx, leaderelection.LeaderElectionConfig{
-				Lock:            c.lock,
-				LeaseDuration:   15 * time.Second,
-				RenewDeadline:   10 * time.Second,
-				RetryPeriod:     2 * time.Second,
-				ReleaseOnCancel: true,
-				Name:            LeaseName,
-				Callbacks: leaderelection.LeaderCallbacks{
-					OnStartedLeading: c.lead,
-					OnStoppedLeading: func() { c.log.Info("the Kubernetes controllers stop: this process no longer leads") },
-				},
-			})
+			if err := c.campaign(ctx); err != nil && ctx.Err() == nil {
+				c.log.Warn("the Kubernetes controllers' election failed; trying again", "err", err)
+				b.Wait(ctx)
+				continue
+			}
+			b.Reset()
 		}
 	})
 	return nil
 }
 
+// campaign waits to lead, then runs the controllers until ctx ends or the
+// session's lease is lost, and resigns.
+func (c *Component) campaign(ctx context.Context) error {
+	// The session outlives ctx, so that Close can revoke its lease at Stop.
+	s, err := concurrency.NewSession(c.etcd, concurrency.WithTTL(leaseTTL), concurrency.WithContext(context.WithoutCancel(ctx)))
+	if err != nil {
+		return err
+	}
+	defer s.Close() // revokes the lease: another replica leads at once
+	e := concurrency.NewElection(s, c.election)
+	if err := e.Campaign(ctx, c.identity); err != nil {
+		return err
+	}
+	lctx, cancel := context.WithCancel(ctx)
+	lost := make(chan struct{})
+	go func() { // ends with lctx, which lead's return ends
+		defer close(lost)
+		select {
+		case <-s.Done(): // the session's lease could not be kept
+		case <-lctx.Done():
+		}
+		cancel()
+	}()
+	c.lead(lctx)
+	cancel()
+	<-lost
+	if ctx.Err() == nil {
+		c.log.Info("the Kubernetes controllers stop: this process no longer leads")
+	}
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), callTimeout)
+	defer rcancel()
+	e.Resign(rctx)
+	return nil
+}
+
 // lead runs the controllers until ctx ends (leadership lost, or Stop).
 func (c *Component) lead(ctx context.Context) {
-	c.log.Info("the Kubernetes controllers run: this process leads", "lease", c.lock.LeaseMeta.Namespace+"/"+LeaseName)
+	c.log.Info("the Kubernetes controllers run: this process leads", "election", c.election)
 	g := gogroup.New()
 	stop := context.AfterFunc(ctx, func() { g.Close() })
 	defer stop()

@@ -14,10 +14,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/internal/lib/gogroup"
+	"github.com/lanesdev/lanes/internal/lib/kubeclient"
 	"github.com/lanesdev/lanes/policy"
 )
 
@@ -40,7 +40,7 @@ type PolicyApplier interface {
 // in force as it is.
 type policyController struct {
 	dyn       dynamic.Interface
-	cs        kubernetes.Interface
+	cs        *kubeclient.Clients
 	configMap bool // the ConfigMap namespace/name, not the LanesPolicy
 	api       PolicyApplier
 	policy    policy.Store

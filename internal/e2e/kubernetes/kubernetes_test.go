@@ -37,7 +37,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
 	"github.com/lanesdev/lanes/adminapi"
@@ -64,7 +63,7 @@ type cluster struct {
 	s       *kubetest.Server
 	kubectl string
 	admin   string // kubeconfig
-	cs      *kubernetes.Clientset
+	cs      *kubetest.Clients
 	dyn     *dynamic.DynamicClient
 }
 
@@ -424,7 +423,7 @@ func testPolicy(t *testing.T, c *cluster, l *lanes) {
 
 // waitDeployment waits until the Deployment ns/name exists (gone false)
 // or is gone (gone true), watching it.
-func waitDeployment(t *testing.T, cs kubernetes.Interface, ns, name string, gone bool) *appsv1.Deployment {
+func waitDeployment(t *testing.T, cs *kubetest.Clients, ns, name string, gone bool) *appsv1.Deployment {
 	t.Helper()
 	ctx := ctxT(t, time.Minute)
 	list, err := cs.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
@@ -603,7 +602,7 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // waitDeploymentNot waits until the Deployment ns/name exists as another
 // object than uid.
-func waitDeploymentNot(t *testing.T, cs kubernetes.Interface, ns, name string, uid types.UID) *appsv1.Deployment {
+func waitDeploymentNot(t *testing.T, cs *kubetest.Clients, ns, name string, uid types.UID) *appsv1.Deployment {
 	t.Helper()
 	ctx := ctxT(t, time.Minute)
 	w, err := cs.AppsV1().Deployments(ns).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name})
@@ -637,7 +636,7 @@ func waitStatusKey(t *testing.T, l *lanes, fork string) {
 }
 
 // waitConfigMapGone waits until the ConfigMap ns/name is gone.
-func waitConfigMapGone(t *testing.T, cs kubernetes.Interface, ns, name string) {
+func waitConfigMapGone(t *testing.T, cs *kubetest.Clients, ns, name string) {
 	t.Helper()
 	ctx := ctxT(t, time.Minute)
 	list, err := cs.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name})

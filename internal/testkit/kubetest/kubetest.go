@@ -30,9 +30,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
+	rbacv1client "k8s.io/client-go/kubernetes/typed/rbac/v1"
 	"k8s.io/client-go/rest"
 
+	"github.com/lanesdev/lanes/internal/lib/kubeclient"
 	"github.com/lanesdev/lanes/internal/testkit/etcdtest"
 	"github.com/lanesdev/lanes/internal/testkit/proctest"
 )
@@ -219,14 +220,28 @@ func (s *Server) Config(token string) *rest.Config {
 // Admin returns a client configuration of the admin.
 func (s *Server) Admin() *rest.Config { return s.Config(s.AdminToken) }
 
-// Clientset returns a typed client of the admin.
-func (s *Server) Clientset(t testing.TB) *kubernetes.Clientset {
+// Clients are the admin's clients: lanes' own, and RBAC's, for a test to
+// grant roles with.
+type Clients struct {
+	*kubeclient.Clients
+	rbac *rbacv1client.RbacV1Client
+}
+
+// RbacV1 is the client of rbac.authorization.k8s.io/v1.
+func (c *Clients) RbacV1() rbacv1client.RbacV1Interface { return c.rbac }
+
+// Clientset returns the admin's clients.
+func (s *Server) Clientset(t testing.TB) *Clients {
 	t.Helper()
-	c, err := kubernetes.NewForConfig(s.Admin())
+	c, err := kubeclient.New(s.Admin())
 	if err != nil {
 		t.Fatal(err)
 	}
-	return c
+	r, err := rbacv1client.NewForConfig(s.Admin())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Clients{Clients: c, rbac: r}
 }
 
 // Kubeconfig writes a kubeconfig file for token (for kubectl, or for

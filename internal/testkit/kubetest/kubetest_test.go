@@ -9,8 +9,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
 
+	"github.com/lanesdev/lanes/internal/lib/kubeclient"
 	"github.com/lanesdev/lanes/internal/testkit/kubetest"
 	"github.com/lanesdev/lanes/internal/testkit/leaktest"
 )
@@ -28,7 +28,7 @@ func TestServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	tok := s.ServiceAccountToken(t, "team", "app")
-	app, err := kubernetes.NewForConfig(s.Config(tok))
+	app, err := kubeclient.New(s.Config(tok))
 	if err != nil {
 		t.Fatal(err)
 	}
