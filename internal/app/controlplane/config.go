@@ -94,8 +94,8 @@ type KubeConfig struct {
 	// Default: "default".
 	Namespaces []string `yaml:"namespaces"`
 	// Policy is the LanesPolicy that the control plane follows,
-	// "namespace/name" or "name" (default "lanes"); its namespace, by
-	// default the first of Namespaces, also holds the controllers' Lease.
+	// "namespace/name" or "name" (default "lanes"), in the first of
+	// Namespaces when it names none.
 	Policy string `yaml:"policy"`
 	// PolicyConfigMap reads the policy from the ConfigMap that Policy
 	// names (its key policy.yaml), where CRDs are not allowed.
@@ -405,7 +405,7 @@ var Settings = []Setting{
 	{Flag: "kube", Env: "LANES_KUBE", Key: "kube.enabled", Bool: true, Usage: "run the Kubernetes controllers: the LanesPolicy resource and lanes' forks of Deployments (docs/kubernetes.md)", set: boolean(func(c *Config) *bool { return &c.Kube.Enabled })},
 	{Flag: "kubeconfig", Env: "LANES_KUBECONFIG", Key: "kube.kubeconfig", Usage: "kubeconfig file of the Kubernetes API server (default: the pod's service account, else $KUBECONFIG)", set: str(func(c *Config) *string { return &c.Kube.Kubeconfig })},
 	{Flag: "kube-namespace", Env: "LANES_KUBE_NAMESPACES", Key: "kube.namespaces", List: true, Usage: "namespace where forks may be made (repeatable); the first is the default and holds the LanesPolicy (default: default)", set: list(func(c *Config) *[]string { return &c.Kube.Namespaces })},
-	{Flag: "kube-policy", Env: "LANES_KUBE_POLICY", Key: "kube.policy", Usage: "the LanesPolicy the control plane follows, namespace/name or name (default: lanes, in the first --kube-namespace); its namespace holds the controllers' Lease too", set: str(func(c *Config) *string { return &c.Kube.Policy })},
+	{Flag: "kube-policy", Env: "LANES_KUBE_POLICY", Key: "kube.policy", Usage: "the LanesPolicy the control plane follows, namespace/name or name (default: lanes, in the first --kube-namespace)", set: str(func(c *Config) *string { return &c.Kube.Policy })},
 	{Flag: "kube-policy-configmap", Env: "LANES_KUBE_POLICY_CONFIGMAP", Key: "kube.policy_configmap", Bool: true, Usage: "read the policy from the ConfigMap that --kube-policy names (its key policy.yaml) instead of a LanesPolicy, where CRDs are not allowed; the outcome goes to its annotations lanes.dev/revision and lanes.dev/error", set: boolean(func(c *Config) *bool { return &c.Kube.PolicyConfigMap })},
 	{Flag: "kube-fork-image", Env: "LANES_KUBE_FORK_IMAGES", Key: "kube.fork_images", List: true, Usage: "prefix that the image of a lane token's fork must start with, such as registry.example.com/team/ (repeatable; default: any image)", set: list(func(c *Config) *[]string { return &c.Kube.ForkImages })},
 	{Flag: "kube-max-forks", Env: "LANES_KUBE_MAX_FORKS", Key: "kube.max_forks", Usage: "forks a lane may have at most (0: 10)", set: integer(func(c *Config) *int { return &c.Kube.MaxForks })},
