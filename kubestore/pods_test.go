@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -90,30 +89,14 @@ func (k *cluster) slice(name string, e endpoint) {
 	k.rvs[name] = got.ResourceVersion
 }
 
-// podNet stands in for the pod network, which no test here can have: the
-// API server refuses loopback addresses in an endpoint, so a test's pod
-// listening on 127.0.0.1:port has the endpoint 192.0.2.1:port (TEST-NET-1,
-// never routed), and the client's dialer (podDialer) takes 192.0.2.x back
-// to 127.0.0.x.
-const podNet = "192.0.2."
-
-func podAddr(loopback string) string { return strings.Replace(loopback, "127.0.0.", podNet, 1) }
-
 // podClient is a client of the engine whose connections go where the pod
 // network would take them.
 func podClient(e *routing.Engine) *http.Client {
-	d := &net.Dialer{Timeout: 5 * time.Second}
-	base := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-		if !strings.HasPrefix(addr, podNet) {
-			return nil, fmt.Errorf("%s is not on the test's pod network", addr)
-		}
-		return d.DialContext(ctx, network, strings.Replace(addr, podNet, "127.0.0.", 1))
-	}}
-	return laneshttp.NewClient(e, laneshttp.WithBase(base))
+	return laneshttp.NewClient(e, laneshttp.WithBase(&http.Transport{DialContext: kubetest.DialPod}))
 }
 
 func sliceOf(ns, name string, e endpoint) *discoveryv1.EndpointSlice {
-	host, p, _ := net.SplitHostPort(podAddr(e.addr))
+	host, p, _ := net.SplitHostPort(kubetest.PodAddr(e.addr))
 	port, _ := strconv.Atoi(p)
 	port32 := int32(port)
 	pname := "http"
@@ -192,9 +175,9 @@ func TestPodsJoinByLabel(t *testing.T) {
 	defer e.Close()
 	got := waitInstances(t, e, "orders", func(in []registry.Instance) bool { return len(in) == 2 })
 	for _, in := range got {
-		want := registry.Instance{ID: "orders-base." + k.ns, Service: "orders", Addr: podAddr(base), Zone: "z1", Host: "n1", Weight: registry.DefaultWeight}
+		want := registry.Instance{ID: "orders-base." + k.ns, Service: "orders", Addr: kubetest.PodAddr(base), Zone: "z1", Host: "n1", Weight: registry.DefaultWeight}
 		if in.Lane != "" {
-			want = registry.Instance{ID: "orders-feat." + k.ns, Service: "orders", Addr: podAddr(feat), Lane: "feat", Zone: "z2", Host: "n2",
+			want = registry.Instance{ID: "orders-feat." + k.ns, Service: "orders", Addr: kubetest.PodAddr(feat), Lane: "feat", Zone: "z2", Host: "n2",
 				Version: "v2", Weight: registry.DefaultWeight, Labels: map[string]string{"track": "fast"}}
 		}
 		if !in.Equal(want) {
@@ -241,7 +224,7 @@ func TestPodsJoinByLabel(t *testing.T) {
 	defer e2.Close()
 	<-e2.PolicyReady()
 	waitInstances(t, e2, "orders", func(in []registry.Instance) bool { return len(in) == 2 })
-	if res, err := e2.Service("orders").Pick(routing.Request{Lane: "gray"}); err != nil || res.Instance.Addr != podAddr(feat) {
+	if res, err := e2.Service("orders").Pick(routing.Request{Lane: "gray"}); err != nil || res.Instance.Addr != kubetest.PodAddr(feat) {
 		t.Fatalf("a gray pick = %+v, %v; want the pod labelled track=fast", res, err)
 	}
 

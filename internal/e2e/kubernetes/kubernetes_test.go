@@ -11,7 +11,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -476,7 +475,7 @@ func testServed(t *testing.T, c *cluster, base, d *appsv1.Deployment) {
 	pod("orders-5d8f-base1", base.Spec.Template)
 	pod("orders-alice-7c9b-x1", d.Spec.Template)
 	slice := func(name, podName, addr string, ready bool) {
-		host, p, _ := net.SplitHostPort(podAddr(addr))
+		host, p, _ := net.SplitHostPort(kubetest.PodAddr(addr))
 		port, _ := strconv.Atoi(p)
 		port32, pname := int32(port), "http"
 		es := &discoveryv1.EndpointSlice{
@@ -542,26 +541,10 @@ func testServed(t *testing.T, c *cluster, base, d *appsv1.Deployment) {
 	}
 }
 
-// podNet stands in for the pod network, which no test here has: the API
-// server refuses loopback addresses in an endpoint, so a pod of the test
-// listening on 127.0.0.1:port has the endpoint 192.0.2.1:port (TEST-NET-1,
-// never routed), and the client's dialer takes 192.0.2.x back to
-// 127.0.0.x.
-const podNet = "192.0.2."
-
-func podAddr(loopback string) string { return strings.Replace(loopback, "127.0.0.", podNet, 1) }
-
 // podClient is a client of the engine whose connections go where the pod
 // network would take them.
 func podClient(e *routing.Engine) *http.Client {
-	d := &net.Dialer{Timeout: 5 * time.Second}
-	base := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-		if !strings.HasPrefix(addr, podNet) {
-			return nil, fmt.Errorf("%s is not on the test's pod network", addr)
-		}
-		return d.DialContext(ctx, network, strings.Replace(addr, podNet, "127.0.0.", 1))
-	}}
-	return laneshttp.NewClient(e, laneshttp.WithBase(base))
+	return laneshttp.NewClient(e, laneshttp.WithBase(&http.Transport{DialContext: kubetest.DialPod}))
 }
 
 // server answers every request with its name, on a loopback port.

@@ -23,6 +23,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -318,4 +319,24 @@ func writeRSAKey(path string) error {
 		return err
 	}
 	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600)
+}
+
+// PodNet stands in for the pod network, which no test here has: the API
+// server refuses loopback addresses in an endpoint, so a test's pod
+// listening on 127.0.0.1:port has the endpoint 192.0.2.1:port (TEST-NET-1,
+// never routed; PodAddr), and DialPod takes 192.0.2.x back to 127.0.0.x.
+const PodNet = "192.0.2."
+
+// PodAddr is the endpoint address of a test's pod listening at loopback.
+func PodAddr(loopback string) string { return strings.Replace(loopback, "127.0.0.", PodNet, 1) }
+
+// DialPod connects where the pod network would take a connection to addr,
+// an address on PodNet; any other is refused. It is an
+// http.Transport.DialContext.
+func DialPod(ctx context.Context, network, addr string) (net.Conn, error) {
+	if !strings.HasPrefix(addr, PodNet) {
+		return nil, fmt.Errorf("%s is not on the test's pod network", addr)
+	}
+	d := net.Dialer{Timeout: 5 * time.Second}
+	return d.DialContext(ctx, network, strings.Replace(addr, PodNet, "127.0.0.", 1))
 }
