@@ -74,11 +74,11 @@ func TestLanesenv(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitInstances(t, env.Engine, "orders", func(in []registry.Instance) bool { return len(in) == 1 && in[0].Lane == "feat" })
+	kubetest.WaitInstances(t, env.Engine, "orders", func(in []registry.Instance) bool { return len(in) == 1 && in[0].Lane == "feat" })
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	waitInstances(t, env.Engine, "orders", func(in []registry.Instance) bool { return len(in) == 0 })
+	kubetest.WaitInstances(t, env.Engine, "orders", func(in []registry.Instance) bool { return len(in) == 0 })
 }
 
 // TestOpenValidates: a register namespace that the Store does not follow

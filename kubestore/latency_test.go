@@ -83,7 +83,7 @@ func engines(b *testing.B, open func() registry.Registry, service string, want f
 	wg.Wait()
 	for _, e := range out {
 		b.Cleanup(func() { e.Close() })
-		waitInstances(b, e, service, want)
+		kubetest.WaitInstances(b, e, service, want)
 	}
 	return out
 }
@@ -94,7 +94,7 @@ func engines(b *testing.B, open func() registry.Registry, service string, want f
 func BenchmarkSliceToSnapshot(b *testing.B) {
 	s := kubetest.Start(b)
 	k := newCluster(b, s)
-	addr := server(b, "x")
+	addr := kubetest.PodServer(b, "x")
 	k.service("orders", nil)
 	k.pod("orders-a", nil)
 	ep := endpoint{service: "orders", pod: "orders-a", addr: addr, ready: true, serving: true}

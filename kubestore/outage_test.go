@@ -42,7 +42,7 @@ func TestOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	waitInstances(t, e, "orders", func(in []registry.Instance) bool { return len(in) == 1 })
+	kubetest.WaitInstances(t, e, "orders", func(in []registry.Instance) bool { return len(in) == 1 })
 
 	down := time.Now()
 	if err := s.Stop(); err != nil {
@@ -54,7 +54,7 @@ func TestOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitOutage(t, st, up, "when the API server came back")
-	waitInstances(t, e, "orders", func(in []registry.Instance) bool { return len(in) == 1 && in[0].ID == "dev" })
+	kubetest.WaitInstances(t, e, "orders", func(in []registry.Instance) bool { return len(in) == 1 && in[0].ID == "dev" })
 	if err := l.Err(); err != nil {
 		t.Fatalf("the registration ended: %v", err)
 	}

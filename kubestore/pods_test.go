@@ -119,40 +119,6 @@ func sliceOf(ns, name string, e endpoint) *discoveryv1.EndpointSlice {
 	}
 }
 
-// server answers every request with its name.
-func server(t testing.TB, name string) string {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, name) }),
-		ReadHeaderTimeout: 5 * time.Second}
-	done := make(chan struct{})
-	go func() { defer close(done); srv.Serve(lis) }()
-	t.Cleanup(func() { srv.Close(); <-done })
-	return lis.Addr().String()
-}
-
-// waitInstances waits, on the engine's change notifications, until the
-// service's instances satisfy ok.
-func waitInstances(t testing.TB, e *routing.Engine, service string, ok func([]registry.Instance) bool) []registry.Instance {
-	t.Helper()
-	svc := e.Service(service)
-	deadline := time.After(30 * time.Second)
-	for {
-		ch := svc.Changed()
-		if got := svc.Instances(); ok(got) {
-			return got
-		}
-		select {
-		case <-ch:
-		case <-deadline:
-			t.Fatalf("%s: instances never as wanted: %+v", service, svc.Instances())
-		}
-	}
-}
-
 // TestPodsJoinByLabel: a pod joins a lane by its label alone. Its
 // endpoint is an instance of the lane, with the endpoint's zone and node
 // and the pod's lanes.dev/ labels; a lane request reaches it, a baseline
@@ -162,7 +128,7 @@ func waitInstances(t testing.TB, e *routing.Engine, service string, ok func([]re
 func TestPodsJoinByLabel(t *testing.T) {
 	s := kubetest.Start(t)
 	k := newCluster(t, s)
-	base, feat := server(t, "base"), server(t, "feat")
+	base, feat := kubetest.PodServer(t, "base"), kubetest.PodServer(t, "feat")
 	k.service("orders", nil)
 	k.pod("orders-base", nil)
 	k.pod("orders-feat", map[string]string{kubestore.LabelLane: "feat", "lanes.dev/track": "fast", "app.kubernetes.io/version": "v2", "other": "x"})
@@ -173,7 +139,7 @@ func TestPodsJoinByLabel(t *testing.T) {
 	st := open(t, s, kubestore.Options{Namespaces: []string{k.ns}})
 	e := routing.New(routing.WithRegistry(st))
 	defer e.Close()
-	got := waitInstances(t, e, "orders", func(in []registry.Instance) bool { return len(in) == 2 })
+	got := kubetest.WaitInstances(t, e, "orders", func(in []registry.Instance) bool { return len(in) == 2 })
 	for _, in := range got {
 		want := registry.Instance{ID: "orders-base." + k.ns, Service: "orders", Addr: kubetest.PodAddr(base), Zone: "z1", Host: "n1", Weight: registry.DefaultWeight}
 		if in.Lane != "" {
@@ -223,7 +189,7 @@ func TestPodsJoinByLabel(t *testing.T) {
 	e2 := routing.New(routing.WithRegistry(st), routing.WithPolicyStore(pol))
 	defer e2.Close()
 	<-e2.PolicyReady()
-	waitInstances(t, e2, "orders", func(in []registry.Instance) bool { return len(in) == 2 })
+	kubetest.WaitInstances(t, e2, "orders", func(in []registry.Instance) bool { return len(in) == 2 })
 	if res, err := e2.Service("orders").Pick(routing.Request{Lane: "gray"}); err != nil || res.Instance.Addr != kubetest.PodAddr(feat) {
 		t.Fatalf("a gray pick = %+v, %v; want the pod labelled track=fast", res, err)
 	}
@@ -237,7 +203,7 @@ func TestPodsJoinByLabel(t *testing.T) {
 	} {
 		t.Run(change.name, func(t *testing.T) {
 			k.slice("orders-2", featEP) // the lane's pod ready again
-			waitInstances(t, e, "orders", func(in []registry.Instance) bool {
+			kubetest.WaitInstances(t, e, "orders", func(in []registry.Instance) bool {
 				return len(in) == 2 && !in[0].Drain && !in[1].Drain
 			})
 			// A call of the lane every 30ms, across the change.

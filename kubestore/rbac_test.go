@@ -71,11 +71,11 @@ func TestRBAC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitInstances(t, e, "orders", func(in []registry.Instance) bool { return len(in) == 1 && in[0].Lane == "feat" })
+	kubetest.WaitInstances(t, e, "orders", func(in []registry.Instance) bool { return len(in) == 1 && in[0].Lane == "feat" })
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
 	}
-	waitInstances(t, e, "orders", func(in []registry.Instance) bool { return len(in) == 0 })
+	kubetest.WaitInstances(t, e, "orders", func(in []registry.Instance) bool { return len(in) == 0 })
 
 	// In a pod, Register writes nothing: a follower, which may write
 	// nothing, registers, and no engine sees an instance.

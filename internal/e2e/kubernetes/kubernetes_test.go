@@ -496,7 +496,7 @@ func testServed(t *testing.T, c *cluster, base, d *appsv1.Deployment) {
 			t.Fatal(err)
 		}
 	}
-	baseAddr, laneAddr := server(t, "baseline"), server(t, "alice")
+	baseAddr, laneAddr := kubetest.PodServer(t, "baseline"), kubetest.PodServer(t, "alice")
 	slice("orders-base", "orders-5d8f-base1", baseAddr, true)
 	slice("orders-alice", "orders-alice-7c9b-x1", laneAddr, false) // starting
 
@@ -525,12 +525,12 @@ func testServed(t *testing.T, c *cluster, base, d *appsv1.Deployment) {
 		b, _ := io.ReadAll(resp.Body)
 		return string(b)
 	}
-	waitInstances(t, e, func(in []registry.Instance) bool { return len(in) == 1 })
+	kubetest.WaitInstances(t, e, "orders", func(in []registry.Instance) bool { return len(in) == 1 })
 	if who := call("alice"); who != "baseline" {
 		t.Errorf("lane alice before its pod is ready: served by %q, want the baseline (fallback)", who)
 	}
 	slice("orders-alice", "orders-alice-7c9b-x1", laneAddr, true) // ready
-	waitInstances(t, e, func(in []registry.Instance) bool { return len(in) == 2 })
+	kubetest.WaitInstances(t, e, "orders", func(in []registry.Instance) bool { return len(in) == 2 })
 	for range 10 {
 		if who := call("alice"); who != "alice" {
 			t.Fatalf("lane alice: served by %q, want the fork", who)
@@ -545,40 +545,6 @@ func testServed(t *testing.T, c *cluster, base, d *appsv1.Deployment) {
 // network would take them.
 func podClient(e *routing.Engine) *http.Client {
 	return laneshttp.NewClient(e, laneshttp.WithBase(&http.Transport{DialContext: kubetest.DialPod}))
-}
-
-// server answers every request with its name, on a loopback port.
-func server(t *testing.T, name string) string {
-	t.Helper()
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, name) }),
-		ReadHeaderTimeout: 5 * time.Second}
-	done := make(chan struct{})
-	go func() { defer close(done); srv.Serve(lis) }()
-	t.Cleanup(func() { srv.Close(); <-done })
-	return lis.Addr().String()
-}
-
-// waitInstances waits, on the engine's change notifications, until the
-// instances of orders satisfy ok.
-func waitInstances(t *testing.T, e *routing.Engine, ok func([]registry.Instance) bool) {
-	t.Helper()
-	svc := e.Service("orders")
-	deadline := time.After(30 * time.Second)
-	for {
-		ch := svc.Changed()
-		if ok(svc.Instances()) {
-			return
-		}
-		select {
-		case <-ch:
-		case <-deadline:
-			t.Fatalf("orders: instances never as wanted: %+v", svc.Instances())
-		}
-	}
 }
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))

@@ -19,6 +19,7 @@ import (
 	"encoding/hex"
 	"encoding/pem"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -37,6 +38,8 @@ import (
 	"github.com/lanesdev/lanes/internal/lib/kubeclient"
 	"github.com/lanesdev/lanes/internal/testkit/etcdtest"
 	"github.com/lanesdev/lanes/internal/testkit/proctest"
+	"github.com/lanesdev/lanes/registry"
+	"github.com/lanesdev/lanes/routing"
 )
 
 // BinEnv and KubectlEnv name the variables that may point at the binaries.
@@ -339,4 +342,41 @@ func DialPod(ctx context.Context, network, addr string) (net.Conn, error) {
 	}
 	d := net.Dialer{Timeout: 5 * time.Second}
 	return d.DialContext(ctx, network, strings.Replace(addr, PodNet, "127.0.0.", 1))
+}
+
+// PodServer is a test's pod: it answers every request with name, on a
+// loopback port (its endpoint is PodAddr of the address it returns). It is
+// closed at the test's cleanup.
+func PodServer(t testing.TB, name string) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, name) }),
+		ReadHeaderTimeout: 5 * time.Second}
+	done := make(chan struct{})
+	go func() { defer close(done); srv.Serve(lis) }()
+	t.Cleanup(func() { srv.Close(); <-done })
+	return lis.Addr().String()
+}
+
+// WaitInstances waits, on the engine's change notifications, until the
+// instances of service satisfy ok, and returns them; it fails the test
+// after 30s.
+func WaitInstances(t testing.TB, e *routing.Engine, service string, ok func([]registry.Instance) bool) []registry.Instance {
+	t.Helper()
+	svc := e.Service(service)
+	deadline := time.After(30 * time.Second)
+	for {
+		ch := svc.Changed()
+		if got := svc.Instances(); ok(got) {
+			return got
+		}
+		select {
+		case <-ch:
+		case <-deadline:
+			t.Fatalf("%s: instances never as wanted: %+v", service, svc.Instances())
+		}
+	}
 }
