@@ -4,6 +4,8 @@
 //
 // Two backends ship with lanes: an in-memory one (NewMemory), for unit tests
 // and single-process use, and an etcd one in package etcdstore, for fleets.
+// Union follows several registries as one (lanes up --kube follows its
+// etcd and a Kubernetes cluster so).
 // A service uses them through Registry, Lease and Watcher alone, usually by
 // way of a routing.Engine and a transport's Serve.
 //
