@@ -2,6 +2,8 @@ package kubestore_test
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -37,6 +39,16 @@ func TestParseURL(t *testing.T) {
 	}
 	if u, _ := kubestore.ParseURL("k8s://", getenv()); u.Options.InPod {
 		t.Fatalf("k8s:// outside a pod registers in the pod: %+v", u.Options)
+	}
+	// ?kubeconfig= is used even in a pod.
+	kc := filepath.Join(t.TempDir(), "kubeconfig")
+	os.WriteFile(kc, []byte("apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster: {server: 'https://192.0.2.7:6443'}\ncontexts:\n- name: x\n  context: {cluster: c, user: u}\ncurrent-context: x\nusers:\n- name: u\n  user: {token: t}\n"), 0o600)
+	u, err = kubestore.ParseURL("k8s://?kubeconfig="+kc, getenv("KUBERNETES_SERVICE_HOST", "10.0.0.1"))
+	if err != nil || u.Kubeconfig != kc {
+		t.Fatalf("kubeconfig: %+v, %v", u, err)
+	}
+	if rc, err := u.RESTConfig(getenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")); err != nil || rc.Host != "https://192.0.2.7:6443" {
+		t.Fatalf("RESTConfig with ?kubeconfig= in a pod: %v, %v; want the file's server", rc, err)
 	}
 	for raw, want := range map[string]string{
 		"k8s://host:1":               `takes no host`,

@@ -32,6 +32,10 @@ type URL struct {
 	Options Options
 	// Context is ?context=: the kubeconfig context, outside a cluster.
 	Context string
+	// Kubeconfig is ?kubeconfig=: the kubeconfig file, which is used even
+	// in a pod (default: the pod's service account in a pod, else
+	// KUBECONFIG, else ~/.kube/config).
+	Kubeconfig string
 }
 
 // ParseURL reads a k8s:// LANES_REGISTRY: k8s:// alone follows every
@@ -47,7 +51,7 @@ func ParseURL(raw string, getenv func(string) string) (URL, error) {
 	var out URL
 	u, err := url.Parse(raw)
 	if err != nil || !strings.EqualFold(u.Scheme, scheme) {
-		return out, fmt.Errorf("want k8s://[?namespace=a,b][&register-namespace=ns][&register=pod|slice][&context=name]")
+		return out, fmt.Errorf("want k8s://[?namespace=a,b][&register-namespace=ns][&register=pod|slice][&context=name][&kubeconfig=path]")
 	}
 	if u.Host != "" || (u.Path != "" && u.Path != "/") || u.User != nil || u.Fragment != "" {
 		return out, fmt.Errorf("k8s:// takes no host or path (%q): the cluster is the pod's, or the kubeconfig's", strings.TrimPrefix(raw, u.Scheme+"://"))
@@ -86,25 +90,32 @@ func ParseURL(raw string, getenv func(string) string) (URL, error) {
 			}
 		case "context":
 			out.Context = q.Get(k)
+		case "kubeconfig":
+			out.Kubeconfig = q.Get(k)
 		default:
-			return out, fmt.Errorf("unknown option %q: want namespace, register-namespace, register or context", k)
+			return out, fmt.Errorf("unknown option %q: want namespace, register-namespace, register, context or kubeconfig", k)
 		}
 	}
 	return out, nil
 }
 
-// RESTConfig returns the connection of u: the pod's service account when
-// getenv finds KUBERNETES_SERVICE_HOST, else the kubeconfig.
+// RESTConfig returns the connection of u: its kubeconfig file when it
+// names one; else the pod's service account when getenv finds
+// KUBERNETES_SERVICE_HOST; else the kubeconfig of KUBECONFIG, else
+// ~/.kube/config.
 func (u URL) RESTConfig(getenv func(string) string) (*rest.Config, error) {
 	if getenv == nil {
 		getenv = os.Getenv
 	}
-	if getenv(envServiceHost) != "" && u.Context == "" {
+	if getenv(envServiceHost) != "" && u.Context == "" && u.Kubeconfig == "" {
 		return rest.InClusterConfig()
 	}
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	if kc := getenv(clientcmd.RecommendedConfigPathEnvVar); kc != "" {
 		rules.ExplicitPath = kc
+	}
+	if u.Kubeconfig != "" {
+		rules.ExplicitPath = u.Kubeconfig
 	}
 	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: u.Context}).ClientConfig()
 }
