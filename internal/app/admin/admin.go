@@ -49,9 +49,13 @@ import (
 type Config struct {
 	// Store is the etcd store of the registry and the policy. Required.
 	Store *etcdstore.Store
-	// Engine is the control plane's routing engine, following Store. It
+	// Engine is the control plane's routing engine, following Registry. It
 	// gives the policy in force. Required.
 	Engine *routing.Engine
+	// Registry is what GET /v1/instances/watch streams to the clients that
+	// follow the fleet through the API: the registry the Engine follows
+	// (default: Store's).
+	Registry registry.Registry
 	// AdminToken is the admin credential. Required.
 	AdminToken string
 	// Info is what GET /v1/info answers (the version is filled in).
@@ -137,6 +141,7 @@ type Server struct {
 	cli     *clientv3.Client
 	prefix  string
 	engine  *routing.Engine
+	fleet   registry.Registry // what the instance watch streams
 	tokens  *Tokens
 	forks   *ForkStore
 	log     *slog.Logger
@@ -181,6 +186,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.ForkLimits.Replicas <= 0 {
 		cfg.ForkLimits.Replicas = DefaultForkLimits.Replicas
 	}
+	if cfg.Registry == nil {
+		cfg.Registry = cfg.Store
+	}
 	if cfg.Limits.Instances <= 0 {
 		cfg.Limits.Instances = DefaultLimits.Instances
 	}
@@ -197,6 +205,7 @@ func New(cfg Config) (*Server, error) {
 		cli:    cfg.Store.Client(),
 		prefix: cfg.Store.Prefix(),
 		engine: cfg.Engine,
+		fleet:  cfg.Registry,
 		tokens: NewTokens(cfg.Store, cfg.AdminToken, cfg.Logger),
 		forks:  NewForkStore(cfg.Store),
 		log:    cfg.Logger.With("component", "admin"),

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -147,6 +148,60 @@ func TestAdmin(t *testing.T) {
 	t.Run("link-local", func(t *testing.T) {
 		testLinkLocal(t, newEnvWith(t, srv, func(c *admin.Config) { c.AllowLinkLocal = true }))
 	})
+	t.Run("fleet", func(t *testing.T) {
+		pods := registry.NewMemory()
+		t.Cleanup(func() { pods.Close() })
+		testFleet(t, pods, newEnvWith(t, srv, func(c *admin.Config) { c.Registry = registry.Union(c.Store, pods) }))
+	})
+}
+
+// testFleet: where the control plane follows more than its etcd (the pods
+// of a cluster), the instances listed and watched through the API are the
+// registrations and the rest of the fleet, the registration first where
+// both have one address.
+func testFleet(t *testing.T, pods registry.Registry, e *env) {
+	adm := e.client(t, adminToken)
+	pod := func(id, lane, addr string) {
+		l, err := pods.Register(ctx(t), registry.Instance{Service: "orders", ID: id, Lane: lane, Addr: addr}, time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { l.Close() })
+	}
+	pod("orders-1.default", "alice", "10.1.0.1:80")
+	pod("orders-2.default", "", "127.0.0.1:5") // the registration's address below
+	reg, err := adm.Register(ctx(t), adminapi.RegisterRequest{Instance: registry.Instance{Service: "orders", ID: "self", Lane: "bob", Addr: "127.0.0.1:5"}, TTL: adminapi.Duration(time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	insts, err := adm.Instances(ctx(t), "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, in := range insts {
+		got[in.ID] = in.EffectiveLane + "/" + in.Registration
+	}
+	if len(got) != 2 || got["orders-1.default"] != "alice/" || got["self"] != "bob/"+reg.Registration {
+		t.Errorf("instances %v: want the pod of alice and the registration of bob, not the pod at its address", got)
+	}
+	bs, err := adm.WatchInstances(ctx(t), "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bs.Close()
+	b, err := bs.Next()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := []string{}
+	for _, ev := range b.Events {
+		ids = append(ids, ev.Instance.ID)
+	}
+	slices.Sort(ids)
+	if !b.Reset || strings.Join(ids, ",") != "orders-1.default,self" {
+		t.Errorf("watch: %+v, want a reset of orders-1.default and self", b)
+	}
 }
 
 // A tag rule moves an instance only into a lane the token that registered

@@ -387,8 +387,7 @@ func (s *Server) views(ctx context.Context, p *principal, service string) ([]adm
 	now := s.now()
 	out := make([]adminapi.Instance, 0, len(regs))
 	outliers := map[string]map[string]*adminapi.Outlier{} // service → id
-	for _, reg := range regs {
-		in := reg.Instance
+	view := func(in registry.Instance) adminapi.Instance {
 		v := adminapi.Instance{Instance: in, EffectiveLane: s.engine.LaneOf(in), State: "ready"}
 		for _, t := range s.engine.RefusedTags(in) {
 			v.TagsRefused = append(v.TagsRefused, refusedTag(in, t))
@@ -412,10 +411,31 @@ func (s *Server) views(ctx context.Context, p *principal, service string) ([]adm
 		case in.EffectiveWeight() == 0:
 			v.State = "drained"
 		}
+		return v
+	}
+	for _, reg := range regs {
+		v := view(reg.Instance)
 		if reg.Lease != 0 && p != nil && (p.admin || owned[reg.Lease]) {
 			v.Registration = regid.Format(reg.Lease)
 		}
 		out = append(out, v)
+	}
+	if s.fleet != registry.Registry(s.store) {
+		// The engine follows more than etcd (the pods of a cluster): the
+		// fleet's instances that are no registration are listed too.
+		known := make(map[[2]string]bool, len(regs))
+		for _, reg := range regs {
+			known[[2]string{reg.Instance.Service, reg.Instance.ID}] = true
+		}
+		all, err := listFleet(ctx, s.fleet, service)
+		if err != nil {
+			return nil, errorf(http.StatusServiceUnavailable, adminapi.CodeUnavailable, "", "", "list the fleet's instances: %v", err)
+		}
+		for _, in := range all {
+			if !known[[2]string{in.Service, in.ID}] {
+				out = append(out, view(in))
+			}
+		}
 	}
 	sort.Slice(out, func(i, j int) bool {
 		a, b := out[i], out[j]
@@ -478,7 +498,7 @@ func (s *Server) watchInstances(w http.ResponseWriter, r *http.Request, _ *princ
 	}
 	var rev int64
 	return serveStream(s, w, r, "watch instances",
-		func(ctx context.Context) (watcher[registry.Batch], error) { return s.store.Watch(ctx, svc) },
+		func(ctx context.Context) (watcher[registry.Batch], error) { return s.fleet.Watch(ctx, svc) },
 		func(b registry.Batch) any {
 			rev = b.Revision
 			out := adminapi.Batch{Reset: b.Reset, Revision: b.Revision, Events: make([]adminapi.Event, 0, len(b.Events))}
@@ -488,4 +508,23 @@ func (s *Server) watchInstances(w http.ResponseWriter, r *http.Request, _ *princ
 			return out
 		},
 		func() any { return adminapi.Batch{Revision: rev, Events: []adminapi.Event{}} })
+}
+
+// listFleet returns the instances of service (of all when "") in r: the
+// first batch of a watch, which lists them.
+func listFleet(ctx context.Context, r registry.Registry, service string) ([]registry.Instance, error) {
+	w, err := r.Watch(ctx, service)
+	if err != nil {
+		return nil, err
+	}
+	defer w.Close()
+	b, err := w.Next(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]registry.Instance, 0, len(b.Events))
+	for _, ev := range b.Events {
+		out = append(out, ev.Instance)
+	}
+	return out, nil
 }

@@ -153,6 +153,7 @@ are made with 'lanes token create'.
 			log := logs.Must(stderr, cfg.LogLevel, cfg.LogFormat)
 			opts := []controlplane.Option{controlplane.WithLogger(log), controlplane.WithProgress(stderr)}
 			if cfg.Kube.Enabled {
+				kube.LogTo(log) // before anything of client-go runs
 				opts = append(opts, controlplane.WithComponents(kube.NewComponent()))
 			}
 			if err := controlplane.Run(ctx, cfg, cmd.OutOrStdout(), opts...); err != nil {

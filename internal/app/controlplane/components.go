@@ -206,12 +206,12 @@ type engineComponent struct {
 }
 
 func (*engineComponent) Name() string    { return "engine" }
-func (*engineComponent) Needs() []Dep    { return []Dep{StoreKey} }
+func (*engineComponent) Needs() []Dep    { return []Dep{StoreKey, RegistryKey} }
 func (*engineComponent) Provides() []Dep { return []Dep{EngineKey} }
 
 func (c *engineComponent) Provision(ctx context.Context, rt *Runtime) error {
 	st := Need(rt, StoreKey)
-	c.engine = routing.New(routing.WithRegistry(st), routing.WithRegistryLanes(), routing.WithPolicyStore(st.Policy()), routing.WithLogger(rt.Log))
+	c.engine = routing.New(routing.WithRegistry(Need(rt, RegistryKey)), routing.WithRegistryLanes(), routing.WithPolicyStore(st.Policy()), routing.WithLogger(rt.Log))
 	Provide(rt, EngineKey, c.engine)
 	select {
 	case <-c.engine.PolicyReady():
@@ -274,7 +274,7 @@ type adminComponent struct {
 
 func (*adminComponent) Name() string { return "admin" }
 func (*adminComponent) Needs() []Dep {
-	return []Dep{DataDirKey, StoreKey, EtcdKey, EngineKey, ClaimsKey, GatewayKey, TracesKey, XDSKey, NatsKey}
+	return []Dep{DataDirKey, StoreKey, RegistryKey, EtcdKey, EngineKey, ClaimsKey, GatewayKey, TracesKey, XDSKey, NatsKey}
 }
 func (*adminComponent) Provides() []Dep { return []Dep{AdminKey} }
 
@@ -333,7 +333,7 @@ func (c *adminComponent) Provision(ctx context.Context, rt *Runtime) error {
 	if err != nil {
 		return err
 	}
-	api, err := admin.New(admin.Config{Store: st, Engine: Need(rt, EngineKey), AdminToken: token, Info: info,
+	api, err := admin.New(admin.Config{Store: st, Engine: Need(rt, EngineKey), Registry: Need(rt, RegistryKey), AdminToken: token, Info: info,
 		Claims: Need(rt, ClaimsKey), Traces: Need(rt, TracesKey).Collector, Logger: rt.Log, Gatherer: gatherers(rt),
 		ClaimNets: claimNets, XDS: Need(rt, XDSKey).Callers,
 		Reserved: rt.Reserved(), AllowLinkLocal: rt.Config.AllowLinkLocal,

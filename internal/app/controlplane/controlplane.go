@@ -10,7 +10,10 @@
 // Validate runs before any component is provisioned, so a bad setting is
 // refused before anything starts. The built-in components, in their order:
 //
-//	datadir → etcd → nats → engine → traces → claims → gateway → xds → admin
+//	datadir → etcd → nats → registry → engine → traces → claims → gateway → xds → admin
+//
+// registry is what the engine routes from: etcd's instances, and with
+// kube.enabled the pods of the Kubernetes namespaces lanes serves.
 //
 // traces is the trace collector (internal/app/collector); xds is the xDS
 // server for gRPC's proxyless clients (internal/app/xds), off by default.
@@ -42,6 +45,7 @@ import (
 	"github.com/lanesdev/lanes/internal/app/admin"
 	"github.com/lanesdev/lanes/internal/lib/addrpolicy"
 	"github.com/lanesdev/lanes/internal/lib/logs"
+	"github.com/lanesdev/lanes/registry"
 	"github.com/lanesdev/lanes/routing"
 )
 
@@ -59,6 +63,11 @@ var (
 	EtcdKey = Key[EtcdInfo]{"etcd"}
 	// NatsKey describes the NATS server in use (component nats).
 	NatsKey = Key[NatsInfo]{"nats"}
+	// RegistryKey is the registry the control plane routes from (component
+	// registry): the store, and with kube.enabled the pods of the
+	// namespaces of kube.namespaces too, in one registry.Union where the
+	// store decides an instance that both know.
+	RegistryKey = Key[registry.Registry]{"registry"}
 	// EngineKey is the control plane's routing engine (component engine).
 	EngineKey = Key[*routing.Engine]{"engine"}
 	// ClaimsKey follows the client-IP claims (component claims).
@@ -137,6 +146,7 @@ func builtins() []Component {
 		&dataDirComponent{},
 		&etcdComponent{},
 		&natsComponent{},
+		&registryComponent{},
 		&engineComponent{},
 		&collectorComponent{},
 		&claimsComponent{},

@@ -88,6 +88,8 @@ func TestConfigErrors(t *testing.T) {
 		{"xds:\n  addr: 0.0.0.0:0\n", `xds.addr: "0.0.0.0:0": with xds.auth loopback the xDS server listens on a loopback address only`},
 		{"xds:\n  addr: 127.0.0.1:0\n  auth: nobody\n", `xds.auth: "nobody": want loopback or token`},
 		{"xds:\n  addr: nope\n", `xds.addr: "nope": want host:port (or off)`},
+		// This package does not link kubestore, as the lanes binary does.
+		{"kube:\n  enabled: true\n", file + `:2: field kube.enabled: "true": this program does not link the Kubernetes registry`},
 	} {
 		os.WriteFile(file, []byte(tc.doc), 0o644)
 		c := Defaults()
@@ -416,7 +418,7 @@ func TestDependencies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, want := strings.Join(names(ordered), " "), "datadir etcd nats engine traces claims gateway xds admin"; got != want {
+	if got, want := strings.Join(names(ordered), " "), "datadir etcd nats registry engine traces claims gateway xds admin"; got != want {
 		t.Errorf("built-in order %s, want %s", got, want)
 	}
 }

@@ -45,7 +45,7 @@ type xdsComponent struct {
 }
 
 func (*xdsComponent) Name() string    { return "xds" }
-func (*xdsComponent) Needs() []Dep    { return []Dep{DataDirKey, StoreKey, EngineKey} }
+func (*xdsComponent) Needs() []Dep    { return []Dep{DataDirKey, StoreKey, RegistryKey, EngineKey} }
 func (*xdsComponent) Provides() []Dep { return []Dep{XDSKey} }
 
 func (*xdsComponent) Validate(c *Config) error {
@@ -81,7 +81,7 @@ func (c *xdsComponent) Provision(ctx context.Context, rt *Runtime) error {
 		return err
 	}
 	st := Need(rt, StoreKey)
-	cfg := xds.Config{TLS: tc, Registry: st, Engine: Need(rt, EngineKey), Auth: x.Auth, Logger: rt.Log, Metrics: rt.Metrics}
+	cfg := xds.Config{TLS: tc, Registry: Need(rt, RegistryKey), Engine: Need(rt, EngineKey), Auth: x.Auth, Logger: rt.Log, Metrics: rt.Metrics}
 	if x.Auth == xds.AuthToken {
 		// The admin API's tokens: the admin token, and the registration
 		// tokens of any scope.

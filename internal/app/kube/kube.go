@@ -34,7 +34,6 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
 	"github.com/lanesdev/lanes/internal/app/admin"
@@ -42,6 +41,7 @@ import (
 	"github.com/lanesdev/lanes/internal/lib/backoff"
 	"github.com/lanesdev/lanes/internal/lib/gogroup"
 	"github.com/lanesdev/lanes/internal/lib/kubeclient"
+	"github.com/lanesdev/lanes/kubestore"
 )
 
 // Component runs the controllers in lanes up (controlplane.WithComponents):
@@ -78,25 +78,20 @@ func (*Component) Needs() []controlplane.Dep {
 func (*Component) Provides() []controlplane.Dep { return nil }
 
 // RestConfig returns the client configuration of the API server: from the
-// kubeconfig file path, else the pod's service account, else $KUBECONFIG.
+// kubeconfig file path, else the pod's service account, else $KUBECONFIG,
+// else ~/.kube/config, as LANES_REGISTRY=k8s:// finds it.
 func RestConfig(path string) (*rest.Config, error) {
-	if path == "" {
-		if c, err := rest.InClusterConfig(); err == nil {
-			return c, nil
-		} else if os.Getenv("KUBECONFIG") == "" {
-			return nil, fmt.Errorf("no Kubernetes API server: not in a pod (%v), and neither --kubeconfig nor $KUBECONFIG is set", err)
-		}
-	}
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	if path != "" {
-		rules.ExplicitPath = path
-	}
-	c, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, nil).ClientConfig()
+	c, err := kubestore.URL{Kubeconfig: path}.RESTConfig(nil)
 	if err != nil {
-		return nil, fmt.Errorf("kubeconfig: %w", err)
+		return nil, fmt.Errorf("no Kubernetes API server: not in a pod, or --kubeconfig, $KUBECONFIG or ~/.kube/config: %w", err)
 	}
 	return c, nil
 }
+
+// LogTo sends client-go's log (klog, one per process) into log. lanes up
+// calls it before it starts, when no client-go goroutine runs yet: klog's
+// logger is not safe to change under them.
+func LogTo(log *slog.Logger) { klog.SetSlogLogger(log.With("component", "kube")) }
 
 func (c *Component) Provision(ctx context.Context, rt *controlplane.Runtime) error {
 	cfg := rt.Config
@@ -132,8 +127,6 @@ func (c *Component) Provision(ctx context.Context, rt *controlplane.Runtime) err
 	st := controlplane.Need(rt, controlplane.StoreKey)
 	ai := controlplane.Need(rt, controlplane.AdminKey)
 	log := rt.Log.With("component", "kube")
-	// client-go logs through klog: into lanes up's log, not beside it.
-	klog.SetSlogLogger(log)
 	ns := cfg.KubeNamespaces()
 	pns, pname := cfg.KubePolicy()
 	c.fork = &forkController{cs: wcs, forks: ai.API.Forks(), engine: controlplane.Need(rt, controlplane.EngineKey), namespaces: ns, log: log, now: time.Now, poke: newWaker()}

@@ -45,7 +45,6 @@ import (
 	"github.com/lanesdev/lanes/internal/app/kube"
 	"github.com/lanesdev/lanes/internal/testkit/kubetest"
 	"github.com/lanesdev/lanes/internal/testkit/leaktest"
-	"github.com/lanesdev/lanes/kubestore"
 	"github.com/lanesdev/lanes/lane"
 	"github.com/lanesdev/lanes/laneshttp"
 	"github.com/lanesdev/lanes/registry"
@@ -240,7 +239,7 @@ func testManifests(t *testing.T, c *cluster) {
 			out := c.run(t, rendered, "apply", "--dry-run=server", "-f", "-")
 			for _, want := range []string{
 				"customresourcedefinition.apiextensions.k8s.io/lanespolicies.lanes.dev", "deployment.apps/lanes",
-				"clusterrole.rbac.authorization.k8s.io/lanes-registry", "role.rbac.authorization.k8s.io/lanes-forks",
+				"role.rbac.authorization.k8s.io/lanes-namespace", "role.rbac.authorization.k8s.io/lanes-control-plane",
 			} {
 				if !bytes.Contains(out, []byte(want)) {
 					t.Errorf("%s: %s not applied:\n%s", dir, want, out)
@@ -457,7 +456,13 @@ func waitDeployment(t *testing.T, cs *kubetest.Clients, ns, name string, gone bo
 // endpoint, pointing at a listener of the test's; then a lane request, on
 // the registry on Kubernetes, is served by the fork once its endpoint is
 // ready, and a baseline request never is.
-func testServed(t *testing.T, c *cluster, base, d *appsv1.Deployment) {
+// testServed: lanes up routes to the pods of the namespaces it serves, by
+// their labels, beside what registers in its etcd: a lane request reaches
+// the fork's pod once its endpoint is ready, a baseline request never does,
+// and a pod whose process registers itself through the admin API is the
+// registration's (its lane), not the baseline's that its endpoint alone
+// would make it.
+func testServed(t *testing.T, c *cluster, l *lanes, base, d *appsv1.Deployment) {
 	ctx := ctxT(t, time.Minute)
 	if _, err := c.cs.CoreV1().Services("default").Create(ctx, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "orders"},
@@ -500,13 +505,9 @@ func testServed(t *testing.T, c *cluster, base, d *appsv1.Deployment) {
 	slice("orders-base", "orders-5d8f-base1", baseAddr, true)
 	slice("orders-alice", "orders-alice-7c9b-x1", laneAddr, false) // starting
 
-	st, err := kubestore.Open(ctx, c.s.Admin(), kubestore.Options{Namespaces: []string{"default"}, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	e := routing.New(routing.WithRegistry(st), routing.WithLogger(quiet))
-	defer e.Close()
+	// lanes up's own engine: the one its gateway, admin API and xDS
+	// server route with.
+	e, _ := controlplane.Value(l.srv, controlplane.EngineKey)
 	hc := podClient(e)
 	defer hc.CloseIdleConnections()
 	call := func(l string) string {
@@ -539,6 +540,45 @@ func testServed(t *testing.T, c *cluster, base, d *appsv1.Deployment) {
 			t.Fatalf("baseline: served by %q", who)
 		}
 	}
+	// The admin API lists the pods with the registrations.
+	views, err := l.api.Instances(ctx, "orders")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lanesOf := map[string]string{}
+	for _, v := range views {
+		lanesOf[v.ID] = v.EffectiveLane
+	}
+	if len(views) != 2 || lanesOf["orders-5d8f-base1.default"] != "" || lanesOf["orders-alice-7c9b-x1.default"] != "alice" {
+		t.Errorf("lanes ls orders: %+v, want the two pods in their lanes", views)
+	}
+
+	// The baseline pod's process registers itself in the lane bob through
+	// the admin API: that pod is bob's now, and no baseline request
+	// reaches it (there is no other baseline instance: they fail).
+	reg, err := l.api.Register(ctx, adminapi.RegisterRequest{Instance: registry.Instance{
+		ID: "orders-self", Service: "orders", Lane: "bob", Addr: kubetest.PodAddr(baseAddr)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubetest.WaitInstances(t, e, "orders", func(in []registry.Instance) bool {
+		return len(in) == 2 && slices.ContainsFunc(in, func(in registry.Instance) bool { return in.ID == "orders-self" })
+	})
+	if who := call("bob"); who != "baseline" { // the pod's own answer
+		t.Errorf("lane bob: served by %q, want the pod registered in bob", who)
+	}
+	if res, err := e.Pick("orders", routing.Request{}); err == nil {
+		t.Errorf("baseline request with the baseline pod registered in bob: picked %+v, want none", res.Instance)
+	}
+	if err := l.api.Deregister(ctx, "orders", "orders-self", reg.Registration); err != nil {
+		t.Fatal(err)
+	}
+	kubetest.WaitInstances(t, e, "orders", func(in []registry.Instance) bool {
+		return len(in) == 2 && slices.ContainsFunc(in, func(in registry.Instance) bool { return in.ID == "orders-5d8f-base1.default" })
+	})
+	if who := call(""); who != "baseline" {
+		t.Errorf("baseline after the registration ended: served by %q", who)
+	}
 }
 
 // podClient is a client of the engine whose connections go where the pod
@@ -546,8 +586,6 @@ func testServed(t *testing.T, c *cluster, base, d *appsv1.Deployment) {
 func podClient(e *routing.Engine) *http.Client {
 	return laneshttp.NewClient(e, laneshttp.WithBase(&http.Transport{DialContext: kubetest.DialPod}))
 }
-
-var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 // waitDeploymentNot waits until the Deployment ns/name exists as another
 // object than uid.
@@ -679,7 +717,7 @@ func testFork(t *testing.T, c *cluster, l *lanes, cfg controlplane.Config) {
 	if err != nil || cm.Data["GREETING"] != "hello" {
 		t.Errorf("the lane's ConfigMap: %v, %v", cm, err)
 	}
-	testServed(t, c, base, d)
+	testServed(t, c, l, base, d)
 
 	// The controller's word on each fork: lanes fork ls shows the copy
 	// made, and why a fork of a Deployment that is not there is not.
