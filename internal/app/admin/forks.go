@@ -46,7 +46,7 @@ var (
 // ForkStore keeps the forks in etcd, one key per fork:
 //
 //	<prefix>forks/<lane>/<namespace>/<deployment>  the Fork, JSON
-//	<prefix>forklanes/<lane>                       rewritten with each fork of the lane
+//	<prefix>forklanes/<lane>                       rewritten with each fork of the lane, deleted with its last
 //	<prefix>forkstatus/<lane>/<namespace>/<deployment>  the controller's last word on the copy
 //
 // The admin API writes them; the Kubernetes controller of lanes up makes a
@@ -157,7 +157,18 @@ func (fs *ForkStore) Delete(ctx context.Context, f StoredFork) error {
 	if err != nil {
 		return etcdError("delete fork", err)
 	}
+	fs.dropGuard(ctx, f.Lane)
 	return nil
+}
+
+// dropGuard deletes the guard key of lane l once l has no fork, so that the
+// guards of lanes that forked once do not pile up. A fork written
+// meanwhile keeps it (the condition is one transaction), and a fork
+// written after compared the guard's revision, which the deletion changed:
+// it counts again. A failure leaves the key, to the next deletion.
+func (fs *ForkStore) dropGuard(ctx context.Context, l string) {
+	fs.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(fs.prefix+l+"/"), "=", 0).WithPrefix()).
+		Then(clientv3.OpDelete(fs.guard(l))).Commit()
 }
 
 // checkFork validates a fork request, naming the field and its value.
@@ -337,6 +348,7 @@ func (s *Server) deleteFork(w http.ResponseWriter, r *http.Request, p *principal
 	if resp.Responses[0].GetResponseDeleteRange().Deleted == 0 {
 		return notFound("deployment", req.Deployment, "lane %s has no fork of %s/%s", req.Lane, req.Namespace, req.Deployment)
 	}
+	s.forks.dropGuard(r.Context(), req.Lane)
 	s.log.Info("fork deleted", "lane", req.Lane, "namespace", req.Namespace, "deployment", req.Deployment, "by", p.String())
 	w.WriteHeader(http.StatusNoContent)
 	return nil

@@ -98,6 +98,29 @@ func TestForks(t *testing.T) {
 	}
 	wantErr("deleted twice", ac.DeleteFork(ctx(t), "alice", "shop", "web"), http.StatusNotFound, "deployment", "web")
 
+	// The lane's guard key (which makes the count and the write one
+	// transaction) lasts while the lane has a fork, and goes with its last.
+	guard := func() bool {
+		t.Helper()
+		resp, err := e.store.Client().Get(ctx(t), e.store.Prefix()+"forklanes/alice")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Count == 1
+	}
+	if !guard() {
+		t.Error("alice's guard went while alice has a fork")
+	}
+	if err := ac.DeleteFork(ctx(t), "alice", "shop", "orders"); err != nil {
+		t.Fatal(err)
+	}
+	if guard() {
+		t.Error("alice's guard outlives alice's last fork")
+	}
+	if _, err := ac.Fork(ctx(t), adminapi.ForkRequest{Lane: "alice", Deployment: "web"}); err != nil || !guard() {
+		t.Errorf("a fork after the guard went: %v (guard: %v)", err, guard())
+	}
+
 	// An expired lane takes no fork.
 	past := time.Now().Add(-time.Minute)
 	if _, err := adm.UpdateLane(ctx(t), "alice", adminapi.LaneUpdate{Expires: &past}); err != nil {
