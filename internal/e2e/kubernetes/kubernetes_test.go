@@ -43,6 +43,7 @@ import (
 	"github.com/lanesdev/lanes/internal/app/cli"
 	"github.com/lanesdev/lanes/internal/app/controlplane"
 	"github.com/lanesdev/lanes/internal/app/kube"
+	"github.com/lanesdev/lanes/internal/testkit/etcdtest"
 	"github.com/lanesdev/lanes/internal/testkit/kubetest"
 	"github.com/lanesdev/lanes/internal/testkit/leaktest"
 	"github.com/lanesdev/lanes/lane"
@@ -122,7 +123,61 @@ func TestKubernetes(t *testing.T) {
 	cp := startLanes(t, cfg)
 	t.Run("policy", func(t *testing.T) { testPolicy(t, c, cp) })
 	t.Run("fork", func(t *testing.T) { testFork(t, c, cp, cfg) })
+	t.Run("handover", func(t *testing.T) { testHandover(t, c, cfg.Kube) })
 	t.Run("policy-configmap", func(t *testing.T) { testPolicyConfigMap(t, c) })
+}
+
+// testHandover: two lanes up on one etcd, as the manifests' overlays run
+// them; one leads the controllers, and when it stops the other takes
+// over: a fork made through it then gets its copy. It forks the Deployment
+// orders that testFork made.
+func testHandover(t *testing.T, c *cluster, kc controlplane.KubeConfig) {
+	srv := etcdtest.Embedded(t)
+	start := func() *lanes {
+		cfg := lanesConfig(t, kc)
+		cfg.Etcd.Endpoints, cfg.Etcd.Prefix = srv.Endpoints(), "/handover/"
+		return startLanes(t, cfg)
+	}
+	a := start()
+	// a campaigns alone: it leads once its key is the election's.
+	cli, err := clientv3.New(clientv3.Config{Endpoints: srv.Endpoints(), DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	candidates := func() int64 {
+		t.Helper()
+		resp, err := cli.Get(ctxT(t, 10*time.Second), "/handover/kube-controllers/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Count
+	}
+	for candidates() != 1 {
+		wctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		<-cli.Watch(wctx, "/handover/kube-controllers/", clientv3.WithPrefix())
+		cancel()
+	}
+	b := start()
+	fork := func(l *lanes, lane string) {
+		t.Helper()
+		if code, out, errOut := lanesCmd("fork", "deploy/orders", "--lane", lane, "--admin", l.url, "--token", l.token); code != 0 {
+			t.Fatalf("lanes fork: exit %d\n%s%s", code, out, errOut)
+		}
+	}
+	fork(b, "erin") // through either: the forks are in the etcd both share
+	waitDeployment(t, c.cs, "default", "orders-erin", false)
+	a.close() // the leader: b takes over
+	stopped := time.Now()
+	fork(b, "frank")
+	waitDeployment(t, c.cs, "default", "orders-frank", false)
+	t.Logf("the copy made %v after the other lanes up stopped", time.Since(stopped).Round(time.Millisecond))
+	for _, l := range []string{"erin", "frank"} {
+		if err := b.api.DeleteFork(ctxT(t, time.Minute), l, "default", "orders"); err != nil {
+			t.Fatal(err)
+		}
+		waitDeployment(t, c.cs, "default", "orders-"+l, true)
+	}
 }
 
 // testPolicyConfigMap: where CRDs are not allowed, the policy is a
