@@ -55,6 +55,7 @@ import (
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -68,6 +69,7 @@ import (
 	"github.com/lanesdev/lanes/internal/lib/gogroup"
 	"github.com/lanesdev/lanes/internal/lib/kubeclient"
 	"github.com/lanesdev/lanes/internal/lib/localip"
+	"github.com/lanesdev/lanes/policy"
 	"github.com/lanesdev/lanes/registry"
 )
 
@@ -129,9 +131,22 @@ type Options struct {
 	// InPod makes Register write nothing: the process runs in a pod whose
 	// endpoints are its registration.
 	InPod bool
+	// PolicyNamespace is the namespace whose ConfigMap PolicyConfigMap the
+	// Store's Policy follows: the policy in force, which lanes up --kube
+	// publishes there ("": none; Policy stays empty).
+	PolicyNamespace string
 	// Logger receives the Store's diagnostics (slog.Default() when nil).
 	Logger *slog.Logger
 }
+
+// PolicyConfigMap is the ConfigMap, in each namespace that lanes up --kube
+// serves, where it publishes the policy in force (its PolicyKey), so that
+// the services that follow the cluster and not lanes' etcd route by the
+// same policy as the control plane.
+const PolicyConfigMap = "lanes-policy-in-force"
+
+// PolicyKey is the key of a policy ConfigMap that holds the document.
+const PolicyKey = "policy.yaml"
 
 // Store is lanes' registry on the Kubernetes API. It implements
 // registry.Registry and registry.Outages. It is safe for concurrent use.
@@ -147,6 +162,9 @@ type Store struct {
 	outages registry.OutageClock
 	grace   time.Duration // how long past its expiry a Lease is left to its owner
 	leaseCh chan struct{} // a Lease changed: the sweeper looks again
+
+	policy    *policy.Memory // the published policy, when Options.PolicyNamespace says where
+	policyRaw string         // its document as last put
 
 	mu        sync.Mutex
 	down      map[string]bool // informers whose last list or watch failed
@@ -196,44 +214,49 @@ func Open(ctx context.Context, cfg *rest.Config, o Options) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{o: o, cfg: cfg, http: hc, kube: kube, meta: meta, log: o.Logger, view: newView(time.Now),
-		g: gogroup.New(), down: map[string]bool{}, leaseCh: make(chan struct{}, 1),
+		g: gogroup.New(), down: map[string]bool{}, leaseCh: make(chan struct{}, 1), policy: policy.NewMemory(),
 		grace: time.Duration(rand.Int64N(int64(2 * time.Second)))}
 	var synced []cache.InformerSynced
 	namespaces := o.Namespaces
 	if len(namespaces) == 0 {
 		namespaces = []string{metav1.NamespaceAll}
 	}
+	var infs []*informer
 	for _, ns := range namespaces {
-		for _, inf := range s.informers(ns) {
-			reg, err := inf.AddEventHandler(inf.handler)
-			if err != nil {
-				s.Close()
-				return nil, err
+		infs = append(infs, s.informers(ns)...)
+	}
+	if o.PolicyNamespace != "" {
+		infs = append(infs, s.policyInformer(o.PolicyNamespace))
+	}
+	for _, inf := range infs {
+		reg, err := inf.AddEventHandler(inf.handler)
+		if err != nil {
+			s.Close()
+			return nil, err
+		}
+		synced = append(synced, reg.HasSynced)
+		_ = inf.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) { s.result(inf.name, err) })
+		_ = inf.SetTransform(func(o any) (any, error) {
+			if m, ok := o.(metav1.Object); ok {
+				m.SetManagedFields(nil)
 			}
-			synced = append(synced, reg.HasSynced)
-			_ = inf.SetWatchErrorHandlerWithContext(func(_ context.Context, _ *cache.Reflector, err error) { s.result(inf.name, err) })
-			_ = inf.SetTransform(func(o any) (any, error) {
-				if m, ok := o.(metav1.Object); ok {
-					m.SetManagedFields(nil)
-				}
-				if p, ok := o.(*metav1.PartialObjectMetadata); ok {
-					// Of a pod's or a Service's metadata the informer's
-					// cache keeps what lanes reads.
-					a := p.Annotations
-					p.Annotations, p.OwnerReferences = nil, nil
-					for _, n := range serviceAnnotations {
-						if val, ok := a[n]; ok {
-							if p.Annotations == nil {
-								p.Annotations = map[string]string{}
-							}
-							p.Annotations[n] = val
+			if p, ok := o.(*metav1.PartialObjectMetadata); ok {
+				// Of a pod's or a Service's metadata the informer's
+				// cache keeps what lanes reads.
+				a := p.Annotations
+				p.Annotations, p.OwnerReferences = nil, nil
+				for _, n := range serviceAnnotations {
+					if val, ok := a[n]; ok {
+						if p.Annotations == nil {
+							p.Annotations = map[string]string{}
 						}
+						p.Annotations[n] = val
 					}
 				}
-				return o, nil
-			})
-			s.g.Go(func() { inf.RunWithContext(s.g.Context()) })
-		}
+			}
+			return o, nil
+		})
+		s.g.Go(func() { inf.RunWithContext(s.g.Context()) })
 	}
 	s.g.Go(s.sweep)
 	for {
@@ -273,19 +296,7 @@ var (
 // informers makes the informers of one namespace ("" for all).
 func (s *Store) informers(ns string) []*informer {
 	lw := func(resource string, list func(context.Context, metav1.ListOptions) (runtime.Object, error), w func(context.Context, metav1.ListOptions) (watch.Interface, error)) *cache.ListWatch {
-		name := resource + "/" + ns // in the outage records
-		return &cache.ListWatch{
-			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				obj, err := list(ctx, o)
-				s.result(name, err)
-				return obj, err
-			},
-			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				wi, err := w(ctx, o)
-				s.result(name, err)
-				return wi, err
-			},
-		}
+		return s.listWatch(resource+"/"+ns, list, w)
 	}
 	slices := s.kube.DiscoveryV1().EndpointSlices(ns)
 	leases := s.kube.CoordinationV1().Leases(ns)
@@ -362,6 +373,66 @@ func (s *Store) informers(ns string) []*informer {
 			}}},
 	}
 }
+
+// listWatch lists and watches with list and w, recording each outcome
+// under name (in the outage records).
+func (s *Store) listWatch(name string, list func(context.Context, metav1.ListOptions) (runtime.Object, error), w func(context.Context, metav1.ListOptions) (watch.Interface, error)) *cache.ListWatch {
+	return &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			obj, err := list(ctx, o)
+			s.result(name, err)
+			return obj, err
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			wi, err := w(ctx, o)
+			s.result(name, err)
+			return wi, err
+		},
+	}
+}
+
+// policyInformer follows the published policy of namespace ns: each
+// version of its document is put in force in the Store's Policy. A document
+// that does not parse leaves the last one in force (the control plane
+// validated it; a hand's edit is said in the log), and so does the
+// ConfigMap's deletion: the control plane makes it again.
+func (s *Store) policyInformer(ns string) *informer {
+	cms := s.kube.CoreV1().ConfigMaps(ns)
+	sel := func(o metav1.ListOptions) metav1.ListOptions {
+		o.FieldSelector = "metadata.name=" + PolicyConfigMap
+		return o
+	}
+	name := "configmaps/" + ns + "/" + PolicyConfigMap
+	lw := s.listWatch(name,
+		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return cms.List(ctx, sel(o)) },
+		func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return cms.Watch(ctx, sel(o))
+		})
+	put := func(o any) {
+		cm, ok := o.(*corev1.ConfigMap)
+		if !ok {
+			return
+		}
+		raw := cm.Data[PolicyKey]
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if raw == s.policyRaw {
+			return
+		}
+		if _, err := s.policy.Put(context.Background(), []byte(raw)); err != nil {
+			s.log.Warn("kubestore: the published policy does not parse; the last one stays in force", "configmap", ns+"/"+PolicyConfigMap, "err", err)
+			return
+		}
+		s.policyRaw = raw
+	}
+	return &informer{name: name,
+		SharedIndexInformer: cache.NewSharedIndexInformer(lw, &corev1.ConfigMap{}, 0, nil),
+		handler:             cache.ResourceEventHandlerFuncs{AddFunc: put, UpdateFunc: func(_, o any) { put(o) }}}
+}
+
+// Policy returns the policy in force that the Store follows (Options.PolicyNamespace):
+// empty until its ConfigMap is seen, and always when it follows none.
+func (s *Store) Policy() policy.Store { return s.policy }
 
 func unwrap(o any) any {
 	if d, ok := o.(cache.DeletedFinalStateUnknown); ok {

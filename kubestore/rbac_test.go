@@ -31,8 +31,8 @@ func (k *cluster) grant(name string, rules []rbacv1.PolicyRule) {
 
 // TestRBAC: the rules docs/kubernetes.md gives are enough, under real
 // RBAC with service accounts' tokens: to register from outside a pod and
-// follow, and (list and watch alone) to follow; with none, Open names the
-// refusal.
+// follow (the published policy of the namespace too), and (list and watch
+// alone) to follow; with none, Open names the refusal.
 func TestRBAC(t *testing.T) {
 	s := kubetest.Start(t)
 	k := newCluster(t, s)
@@ -40,18 +40,20 @@ func TestRBAC(t *testing.T) {
 		{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"get", "list", "watch", "create", "update", "delete"}},
 		{APIGroups: []string{""}, Resources: []string{"pods", "services"}, Verbs: []string{"list", "watch"}},
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update", "delete"}},
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"list", "watch"}},
 	})
 	k.grant("follower", []rbacv1.PolicyRule{
 		{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"list", "watch"}},
 		{APIGroups: []string{""}, Resources: []string{"pods", "services"}, Verbs: []string{"list", "watch"}},
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"list", "watch"}},
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"list", "watch"}},
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	openAs := func(sa string) (*kubestore.Store, error) {
 		c, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
-		st, err := kubestore.Open(c, s.Config(s.ServiceAccountToken(t, k.ns, sa)), kubestore.Options{Namespaces: []string{k.ns}})
+		st, err := kubestore.Open(c, s.Config(s.ServiceAccountToken(t, k.ns, sa)), kubestore.Options{Namespaces: []string{k.ns}, PolicyNamespace: k.ns})
 		if err == nil {
 			t.Cleanup(func() { st.Close() })
 		}
@@ -79,7 +81,7 @@ func TestRBAC(t *testing.T) {
 
 	// In a pod, Register writes nothing: a follower, which may write
 	// nothing, registers, and no engine sees an instance.
-	inPod, err := kubestore.Open(ctx, s.Config(s.ServiceAccountToken(t, k.ns, "follower")), kubestore.Options{Namespaces: []string{k.ns}, InPod: true})
+	inPod, err := kubestore.Open(ctx, s.Config(s.ServiceAccountToken(t, k.ns, "follower")), kubestore.Options{Namespaces: []string{k.ns}, InPod: true, PolicyNamespace: k.ns})
 	if err != nil {
 		t.Fatal(err)
 	}

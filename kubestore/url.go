@@ -13,7 +13,6 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/lanesdev/lanes/internal/lib/regopen"
-	"github.com/lanesdev/lanes/policy"
 )
 
 // scheme is the scheme of LANES_REGISTRY that the package links in.
@@ -36,6 +35,11 @@ type URL struct {
 	// in a pod (default: the pod's service account in a pod, else
 	// KUBECONFIG, else ~/.kube/config).
 	Kubeconfig string
+	// Policy is ?policy=: the namespace whose published policy
+	// (PolicyConfigMap) the engine follows, or "off" for none (default:
+	// the pod's namespace in a pod, else the first namespace followed,
+	// else "default"; see PolicyNamespace).
+	Policy string
 }
 
 // ParseURL reads a k8s:// LANES_REGISTRY: k8s:// alone follows every
@@ -51,7 +55,7 @@ func ParseURL(raw string, getenv func(string) string) (URL, error) {
 	var out URL
 	u, err := url.Parse(raw)
 	if err != nil || !strings.EqualFold(u.Scheme, scheme) {
-		return out, fmt.Errorf("want k8s://[?namespace=a,b][&register-namespace=ns][&register=pod|slice][&context=name][&kubeconfig=path]")
+		return out, fmt.Errorf("want k8s://[?namespace=a,b][&register-namespace=ns][&register=pod|slice][&context=name][&kubeconfig=path][&policy=namespace|off]")
 	}
 	if u.Host != "" || (u.Path != "" && u.Path != "/") || u.User != nil || u.Fragment != "" {
 		return out, fmt.Errorf("k8s:// takes no host or path (%q): the cluster is the pod's, or the kubeconfig's", strings.TrimPrefix(raw, u.Scheme+"://"))
@@ -92,11 +96,42 @@ func ParseURL(raw string, getenv func(string) string) (URL, error) {
 			out.Context = q.Get(k)
 		case "kubeconfig":
 			out.Kubeconfig = q.Get(k)
+		case "policy":
+			v := q.Get(k)
+			if errs := validation.IsDNS1123Label(v); v != "off" && len(errs) > 0 {
+				return out, fmt.Errorf("policy %q: want a namespace, or off: %s", v, errs[0])
+			}
+			out.Policy = v
 		default:
-			return out, fmt.Errorf("unknown option %q: want namespace, register-namespace, register, context or kubeconfig", k)
+			return out, fmt.Errorf("unknown option %q: want namespace, register-namespace, register, context, kubeconfig or policy", k)
 		}
 	}
 	return out, nil
+}
+
+// saNamespace is where the kubelet writes the namespace of a pod.
+const saNamespace = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+// PolicyNamespace returns the namespace whose published policy the Store
+// of u follows ("" for none): ?policy=, else the pod's namespace in a pod
+// (its service account's), else the first namespace followed, else
+// "default".
+func (u URL) PolicyNamespace() string {
+	switch {
+	case u.Policy == "off":
+		return ""
+	case u.Policy != "":
+		return u.Policy
+	}
+	if u.Options.InPod {
+		if b, err := os.ReadFile(saNamespace); err == nil && validation.IsDNS1123Label(strings.TrimSpace(string(b))) == nil {
+			return strings.TrimSpace(string(b))
+		}
+	}
+	if len(u.Options.Namespaces) > 0 {
+		return u.Options.Namespaces[0]
+	}
+	return "default"
 }
 
 // RESTConfig returns the connection of u: its kubeconfig file when it
@@ -136,11 +171,12 @@ func init() {
 				return regopen.Opened{}, fmt.Errorf("no connection to a cluster: %w", err)
 			}
 			u.Options.Logger = log
+			u.Options.PolicyNamespace = u.PolicyNamespace()
 			st, err := Open(ctx, cfg, u.Options)
 			if err != nil {
 				return regopen.Opened{}, err
 			}
-			return regopen.Opened{Registry: st, Policy: policy.NewMemory(), Close: st.Close, Via: "Kubernetes API"}, nil
+			return regopen.Opened{Registry: st, Policy: st.Policy(), Close: st.Close, Via: "Kubernetes API"}, nil
 		},
 	})
 }

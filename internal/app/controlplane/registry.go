@@ -47,7 +47,9 @@ func (*registryComponent) Validate(cfg *Config) error {
 // kubeRegistryURL is the LANES_REGISTRY of the pods that the control plane
 // follows: the namespaces of cfg's kube settings, through its kubeconfig.
 func kubeRegistryURL(cfg *Config) string {
-	q := url.Values{"namespace": {strings.Join(cfg.KubeNamespaces(), ",")}}
+	// The policy is etcd's, which lanes up publishes to the cluster, not
+	// what it reads there.
+	q := url.Values{"namespace": {strings.Join(cfg.KubeNamespaces(), ",")}, "policy": {"off"}}
 	if cfg.Kube.Kubeconfig != "" {
 		q.Set("kubeconfig", cfg.Kube.Kubeconfig)
 	}

@@ -27,6 +27,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -56,6 +57,7 @@ import (
 type Component struct {
 	fork     *forkController
 	policy   *policyController
+	publish  *publishController
 	etcd     *clientv3.Client
 	election string // the election's key prefix
 	identity string
@@ -76,6 +78,15 @@ func (*Component) Needs() []controlplane.Dep {
 	return []controlplane.Dep{controlplane.StoreKey, controlplane.EngineKey, controlplane.AdminKey}
 }
 func (*Component) Provides() []controlplane.Dep { return nil }
+
+// Validate refuses a policy ConfigMap that is where the policy in force is
+// published: the controller would read back what it wrote.
+func (*Component) Validate(cfg *controlplane.Config) error {
+	if ns, name := cfg.KubePolicy(); cfg.Kube.PolicyConfigMap && name == kubestore.PolicyConfigMap {
+		return fmt.Errorf("kube.policy %q: %s is where lanes up publishes the policy in force; name the ConfigMap you write otherwise", ns+"/"+name, kubestore.PolicyConfigMap)
+	}
+	return nil
+}
 
 // RestConfig returns the client configuration of the API server: from the
 // kubeconfig file path, else the pod's service account, else $KUBECONFIG,
@@ -130,6 +141,14 @@ func (c *Component) Provision(ctx context.Context, rt *controlplane.Runtime) err
 	ns := cfg.KubeNamespaces()
 	pns, pname := cfg.KubePolicy()
 	c.fork = &forkController{cs: wcs, forks: ai.API.Forks(), engine: controlplane.Need(rt, controlplane.EngineKey), namespaces: ns, log: log, now: time.Now, poke: newWaker()}
+	cctx, ccancel := context.WithTimeout(ctx, callTimeout)
+	defer ccancel()
+	resp, err := st.Client().Get(cctx, st.PolicyKey(), clientv3.WithCountOnly())
+	if err != nil {
+		return fmt.Errorf("etcd: %w", err)
+	}
+	c.publish = &publishController{cs: wcs, policy: st.Policy(), namespaces: ns, id: strconv.FormatUint(resp.Header.ClusterId, 16) + st.Prefix(),
+		log: log, now: time.Now, poke: newWaker()}
 	c.policy = &policyController{dyn: dyn, cs: wcs, configMap: cfg.Kube.PolicyConfigMap, api: ai.API, policy: st.Policy(), namespace: pns, name: pname, log: log, now: time.Now, poke: newWaker()}
 	host, _ := os.Hostname()
 	c.etcd, c.election, c.identity = st.Client(), st.Prefix()+"kube-controllers/", host+"-"+admin.NewSecret()[:8]
@@ -207,6 +226,7 @@ func (c *Component) lead(ctx context.Context) {
 	gctx := g.Context()
 	g.Go(func() { c.policy.run(gctx, g) })
 	g.Go(func() { c.fork.run(gctx, g) })
+	g.Go(func() { c.publish.run(gctx, g) })
 	<-gctx.Done()
 	g.Close()
 }

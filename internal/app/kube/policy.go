@@ -18,6 +18,7 @@ import (
 	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/internal/lib/gogroup"
 	"github.com/lanesdev/lanes/internal/lib/kubeclient"
+	"github.com/lanesdev/lanes/kubestore"
 	"github.com/lanesdev/lanes/policy"
 )
 
@@ -81,7 +82,7 @@ type policyStatus struct {
 // ConfigMapKey is the key of a policy ConfigMap that holds the document;
 // AnnotationRevision and AnnotationError are where its outcome is written.
 const (
-	ConfigMapKey       = "policy.yaml"
+	ConfigMapKey       = kubestore.PolicyKey
 	AnnotationRevision = "lanes.dev/revision"
 	AnnotationError    = "lanes.dev/error"
 )

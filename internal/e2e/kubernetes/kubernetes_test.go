@@ -46,6 +46,7 @@ import (
 	"github.com/lanesdev/lanes/internal/testkit/etcdtest"
 	"github.com/lanesdev/lanes/internal/testkit/kubetest"
 	"github.com/lanesdev/lanes/internal/testkit/leaktest"
+	"github.com/lanesdev/lanes/kubestore"
 	"github.com/lanesdev/lanes/lane"
 	"github.com/lanesdev/lanes/laneshttp"
 	"github.com/lanesdev/lanes/registry"
@@ -130,9 +131,20 @@ func TestKubernetes(t *testing.T) {
 // testHandover: two lanes up on one etcd, as the manifests' overlays run
 // them; one leads the controllers, and when it stops the other takes
 // over: a fork made through it then gets its copy. It forks the Deployment
-// orders that testFork made.
+// orders that testFork made. Their etcd is not the first control plane's,
+// which goes on serving "default": the policy it publishes there is left
+// to it.
 func testHandover(t *testing.T, c *cluster, kc controlplane.KubeConfig) {
 	srv := etcdtest.Embedded(t)
+	published := func() map[string]string {
+		t.Helper()
+		cm, err := c.cs.CoreV1().ConfigMaps("default").Get(ctxT(t, time.Minute), kubestore.PolicyConfigMap, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cm.Annotations
+	}
+	before := published()
 	start := func() *lanes {
 		cfg := lanesConfig(t, kc)
 		cfg.Etcd.Endpoints, cfg.Etcd.Prefix = srv.Endpoints(), "/handover/"
@@ -177,6 +189,11 @@ func testHandover(t *testing.T, c *cluster, kc controlplane.KubeConfig) {
 			t.Fatal(err)
 		}
 		waitDeployment(t, c.cs, "default", "orders-"+l, true)
+	}
+	// The pair serve "default" on an etcd of their own, beside the first
+	// control plane: the policy it published there is left to it.
+	if after := published(); after[kube.AnnotationPublisher] != before[kube.AnnotationPublisher] || after[kube.AnnotationRevision] != before[kube.AnnotationRevision] {
+		t.Errorf("the published policy went from %v to %v", before, after)
 	}
 }
 
@@ -471,6 +488,32 @@ func testPolicy(t *testing.T, c *cluster, l *lanes) {
 	hist, err := l.api.PolicyHistory(ctx)
 	if err != nil || len(hist) == 0 || hist[0].Revision != st.Revision || hist[0].By != "LanesPolicy lanes-system/lanes" {
 		t.Errorf("history: %+v, %v", hist, err)
+	}
+
+	// The policy in force is published where the services that follow
+	// the cluster read it: a pod's engine (LANES_REGISTRY=k8s://, here a
+	// kubestore of the namespace) routes by it too.
+	pod, err := kubestore.Open(ctx, c.s.Admin(), kubestore.Options{Namespaces: []string{"default"}, PolicyNamespace: "default"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pod.Close()
+	pe := routing.New(routing.WithRegistry(pod), routing.WithPolicyStore(pod.Policy()))
+	defer pe.Close()
+	for {
+		changed := pe.PolicyChanged()
+		if p := pe.Policy(); slices.Equal(p.Lanes["alice"].Fallback, []string{"bob"}) && p.Outlier.Errors == 3 {
+			break
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			t.Fatalf("a pod's engine did not take the published policy in: %+v", pe.Policy())
+		}
+	}
+	cm, err := c.cs.CoreV1().ConfigMaps("default").Get(ctx, kubestore.PolicyConfigMap, metav1.GetOptions{})
+	if err != nil || cm.Annotations[kube.AnnotationRevision] != strconv.FormatInt(st.Revision, 10) {
+		t.Errorf("the published policy: %+v, %v; want revision %d", cm, err, st.Revision)
 	}
 }
 
