@@ -68,6 +68,10 @@ var (
 	// namespaces of kube.namespaces too, in one registry.Union where the
 	// store decides an instance that both know.
 	RegistryKey = Key[registry.Registry]{"registry"}
+	// KubeRegistryKey is the Kubernetes cluster's registry alone (component
+	// registry), nil without kube.enabled: the controllers mirror etcd's
+	// instances into it.
+	KubeRegistryKey = Key[registry.Registry]{"kube registry"}
 	// EngineKey is the control plane's routing engine (component engine).
 	EngineKey = Key[*routing.Engine]{"engine"}
 	// ClaimsKey follows the client-IP claims (component claims).

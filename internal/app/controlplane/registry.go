@@ -32,7 +32,7 @@ type registryComponent struct {
 
 func (*registryComponent) Name() string    { return "registry" }
 func (*registryComponent) Needs() []Dep    { return []Dep{StoreKey} }
-func (*registryComponent) Provides() []Dep { return []Dep{RegistryKey} }
+func (*registryComponent) Provides() []Dep { return []Dep{RegistryKey, KubeRegistryKey} }
 
 func (*registryComponent) Validate(cfg *Config) error {
 	if !cfg.Kube.Enabled {
@@ -49,7 +49,11 @@ func (*registryComponent) Validate(cfg *Config) error {
 func kubeRegistryURL(cfg *Config) string {
 	// The policy is etcd's, which lanes up publishes to the cluster, not
 	// what it reads there.
-	q := url.Values{"namespace": {strings.Join(cfg.KubeNamespaces(), ",")}, "policy": {"off"}}
+	// What it registers there (the mirror of etcd's instances, which the
+	// Kubernetes controllers keep) goes to a managed EndpointSlice of the
+	// first namespace, also when lanes up runs in a pod.
+	q := url.Values{"namespace": {strings.Join(cfg.KubeNamespaces(), ",")}, "policy": {"off"},
+		"register": {"slice"}, "register-namespace": {cfg.KubeNamespaces()[0]}}
 	if cfg.Kube.Kubeconfig != "" {
 		q.Set("kubeconfig", cfg.Kube.Kubeconfig)
 	}
@@ -60,6 +64,7 @@ func (c *registryComponent) Provision(ctx context.Context, rt *Runtime) error {
 	st := Need(rt, StoreKey)
 	if !rt.Config.Kube.Enabled {
 		Provide[registry.Registry](rt, RegistryKey, st)
+		Provide[registry.Registry](rt, KubeRegistryKey, nil)
 		return nil
 	}
 	b, _ := regopen.Get(kubeScheme)
@@ -74,6 +79,7 @@ func (c *registryComponent) Provision(ctx context.Context, rt *Runtime) error {
 	}
 	c.close = k.Close
 	Provide(rt, RegistryKey, registry.Union(st, k.Registry))
+	Provide(rt, KubeRegistryKey, k.Registry)
 	rt.Announce(Address{Name: "pods", URL: kubeScheme + "://?namespace=" + strings.Join(rt.Config.KubeNamespaces(), ","), Note: "routed to, with the instances in etcd"})
 	return nil
 }

@@ -58,6 +58,7 @@ type Component struct {
 	fork     *forkController
 	policy   *policyController
 	publish  *publishController
+	mirror   *mirror // nil when the cluster has no registry to write
 	etcd     *clientv3.Client
 	election string // the election's key prefix
 	identity string
@@ -75,7 +76,7 @@ func NewComponent() *Component { return &Component{} }
 
 func (*Component) Name() string { return "kube" }
 func (*Component) Needs() []controlplane.Dep {
-	return []controlplane.Dep{controlplane.StoreKey, controlplane.EngineKey, controlplane.AdminKey}
+	return []controlplane.Dep{controlplane.StoreKey, controlplane.KubeRegistryKey, controlplane.EngineKey, controlplane.AdminKey}
 }
 func (*Component) Provides() []controlplane.Dep { return nil }
 
@@ -146,6 +147,9 @@ func (c *Component) Provision(ctx context.Context, rt *controlplane.Runtime) err
 	resp, err := st.Client().Get(cctx, st.PolicyKey(), clientv3.WithCountOnly())
 	if err != nil {
 		return fmt.Errorf("etcd: %w", err)
+	}
+	if to := controlplane.Need(rt, controlplane.KubeRegistryKey); to != nil {
+		c.mirror = &mirror{from: st, to: to, log: log}
 	}
 	c.publish = &publishController{cs: wcs, policy: st.Policy(), namespaces: ns, id: strconv.FormatUint(resp.Header.ClusterId, 16) + st.Prefix(),
 		log: log, now: time.Now, poke: newWaker()}
@@ -227,6 +231,9 @@ func (c *Component) lead(ctx context.Context) {
 	g.Go(func() { c.policy.run(gctx, g) })
 	g.Go(func() { c.fork.run(gctx, g) })
 	g.Go(func() { c.publish.run(gctx, g) })
+	if c.mirror != nil {
+		g.Go(func() { c.mirror.run(gctx) })
+	}
 	<-gctx.Done()
 	g.Close()
 }

@@ -677,6 +677,43 @@ func testServed(t *testing.T, c *cluster, l *lanes, base, d *appsv1.Deployment) 
 	if who := call(""); who != "baseline" {
 		t.Errorf("baseline after the registration ended: served by %q", who)
 	}
+
+	// What registers through the admin API (a laptop, here) is mirrored
+	// into the cluster: a service in a pod that follows the cluster alone
+	// (LANES_REGISTRY=k8s://; here a kubestore engine) reaches it too.
+	pst, err := kubestore.Open(ctx, c.s.Admin(), kubestore.Options{Namespaces: []string{"default"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pst.Close()
+	pe := routing.New(routing.WithRegistry(pst))
+	defer pe.Close()
+	phc := podClient(pe)
+	defer phc.CloseIdleConnections()
+	laptop := kubetest.PodAddr(kubetest.PodServer(t, "carol's laptop"))
+	lreg, err := l.api.Register(ctx, adminapi.RegisterRequest{Instance: registry.Instance{ID: "orders-laptop", Service: "orders", Lane: "carol", Addr: laptop}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubetest.WaitInstances(t, pe, "orders", func(in []registry.Instance) bool {
+		return slices.ContainsFunc(in, func(in registry.Instance) bool { return in.ID == "orders-laptop" && in.Lane == "carol" })
+	})
+	req, _ := http.NewRequestWithContext(lane.WithLane(ctx, "carol"), http.MethodGet, "http://orders/", nil)
+	resp, err := phc.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if string(b) != "carol's laptop" {
+		t.Errorf("lane carol from a pod: served by %q, want the laptop", b)
+	}
+	if err := l.api.Deregister(ctx, "orders", "orders-laptop", lreg.Registration); err != nil {
+		t.Fatal(err)
+	}
+	kubetest.WaitInstances(t, pe, "orders", func(in []registry.Instance) bool {
+		return !slices.ContainsFunc(in, func(in registry.Instance) bool { return in.ID == "orders-laptop" })
+	})
 }
 
 // podClient is a client of the engine whose connections go where the pod
