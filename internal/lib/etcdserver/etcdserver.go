@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"go.etcd.io/etcd/client/pkg/v3/fileutil"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
@@ -116,7 +117,8 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	const attempts = 5
 	var lastErr error
-	for range attempts {
+	waits := 0 // for a WAL's lock, 100 ms each
+	for tries := 0; tries < attempts; {
 		clientURL, clientAuto, err := loopbackURL(cfg.ClientAddr)
 		if err != nil {
 			return nil, fmt.Errorf("etcdserver: client address: %w", err)
@@ -130,11 +132,31 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 			return s, nil
 		}
 		lastErr = err
+		if locked(err) && ctx.Err() == nil && waits < 50 {
+			// The member that had this directory a moment ago, in this
+			// process, may still hold its WAL's lock while it closes; a
+			// process that holds it is refused after 5 s.
+			waits++
+			t := time.NewTimer(100 * time.Millisecond)
+			select {
+			case <-t.C:
+				continue
+			case <-ctx.Done():
+				t.Stop()
+			}
+		}
+		tries++
 		if !(clientAuto || peerAuto) || !errors.Is(err, syscall.EADDRINUSE) || ctx.Err() != nil {
 			break
 		}
 	}
 	return nil, lastErr
+}
+
+// locked reports whether err is etcd's refusal of a data directory whose
+// WAL another member holds (fileutil.ErrLocked, which etcd reports as text).
+func locked(err error) bool {
+	return errors.Is(err, fileutil.ErrLocked) || strings.Contains(err.Error(), fileutil.ErrLocked.Error())
 }
 
 func start(ctx context.Context, c Config, level zapcore.Level, clientURL, peerURL *url.URL) (*Server, error) {
