@@ -16,7 +16,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/stats"
 	"google.golang.org/grpc/status"
 
 	"github.com/lanesdev/lanes/internal/lib/hopspan"
@@ -334,15 +333,10 @@ func StreamServerInterceptor(opts ...ServerOption) grpc.StreamServerInterceptor 
 //	guard := lanesgrpc.NewGuard(engine)
 //	srv := grpc.NewServer(lanesgrpc.ServerOptions(lanesgrpc.WithGuard(guard))...)
 //	err := lanesgrpc.Serve(ctx, srv, lis, reg, inst, lanesgrpc.WithGuard(guard))
-//
-// When calls are traced (WithTracerProvider, or the provider of lanestrace),
-// the options are otelgrpc's server stats handler and, after it, a stats
-// handler of lanes that does the interceptors' work: a server without a
-// guard then has no lanes interceptor, and one with a guard only one that
-// ends the calls the guard refused.
 func ServerOptions(opts ...ServerOption) []grpc.ServerOption {
 	c := serverConfig(opts)
-	return newServerInterceptor(c).options(c, c.guard != nil)
+	si := newServerInterceptor(c)
+	return append(c.statsHandler(), grpc.ChainUnaryInterceptor(si.unary), grpc.ChainStreamInterceptor(si.stream))
 }
 
 // NewServer returns a gRPC server with the lanes server interceptors
@@ -359,80 +353,20 @@ func ServerOptions(opts ...ServerOption) []grpc.ServerOption {
 func NewServer(opts ...ServerOption) *grpc.Server {
 	c := serverConfig(opts)
 	si := newServerInterceptor(c)
-	// Serve may give the server a guard whatever the options here say.
-	srv := grpc.NewServer(append(slices.Clip(c.srvOpts), si.options(c, true)...)...)
+	sopts := append(slices.Clip(c.srvOpts), c.statsHandler()...)
+	sopts = append(sopts, grpc.ChainUnaryInterceptor(si.unary), grpc.ChainStreamInterceptor(si.stream))
+	srv := grpc.NewServer(sopts...)
 	servers.Store(srv, si)
 	return srv
 }
 
-// options returns the server options of si, configured by c; guarded: the
-// server has a guard, or may be given one (by Serve).
-//
-// An untraced server reads the lane of each call in the server
-// interceptors. A traced one has otelgrpc's server stats handler, and lanes'
-// own (serverHandler) after it, which reads the lane, sets the server side of
-// the hop on otelgrpc's span and gives the handler its context, as the
-// interceptors would: grpc-go then makes no per-call interceptor frame for
-// lanes (its UnaryServerInfo and handler closure), and a server without a
-// guard has no lanes interceptor at all. A guard's refusal still needs one,
-// since a stats handler cannot end a call: refuseUnary and refuseStream
-// return the refusal that the stats handler found. An untraced server keeps
-// the interceptors because its first stats handler would cost every call
-// more than they do (grpc-go copies the incoming metadata and reports each
-// event of a call to the stats handlers only when there is one).
-func (si *serverInterceptor) options(c *config, guarded bool) []grpc.ServerOption {
+// statsHandler returns otelgrpc's server stats handler when calls are traced.
+func (c *config) statsHandler() []grpc.ServerOption {
 	tp := c.tracerProvider()
 	if tp == nil {
-		return []grpc.ServerOption{grpc.ChainUnaryInterceptor(si.unary), grpc.ChainStreamInterceptor(si.stream)}
+		return nil
 	}
-	opts := []grpc.ServerOption{
-		grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(tp), otelgrpc.WithPropagators(propagation.TraceContext{}))),
-		grpc.StatsHandler(serverHandler{si}),
-	}
-	if guarded {
-		opts = append(opts, grpc.ChainUnaryInterceptor(refuseUnary), grpc.ChainStreamInterceptor(refuseStream))
-	}
-	return opts
-}
-
-// serverHandler is the server side of lanes as a stats handler, after
-// otelgrpc's server handler (see serverInterceptor.options): TagRPC gives the
-// call the context that the server interceptor would give its handler, and
-// keeps the guard's refusal in it for refuseUnary and refuseStream.
-type serverHandler struct{ si *serverInterceptor }
-
-func (h serverHandler) TagRPC(ctx context.Context, info *stats.RPCTagInfo) context.Context {
-	ctx, err := h.si.incoming(ctx, info.FullMethodName)
-	if err != nil {
-		return context.WithValue(ctx, refusedKey{}, err)
-	}
-	return ctx
-}
-
-func (serverHandler) HandleRPC(context.Context, stats.RPCStats) {}
-
-func (serverHandler) TagConn(ctx context.Context, _ *stats.ConnTagInfo) context.Context { return ctx }
-
-func (serverHandler) HandleConn(context.Context, stats.ConnStats) {}
-
-// refusedKey is the context key of the guard's refusal of a call, which
-// serverHandler found.
-type refusedKey struct{}
-
-// refuseUnary ends a unary call that the guard refused (serverHandler).
-func refuseUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	if err, _ := ctx.Value(refusedKey{}).(error); err != nil {
-		return nil, err
-	}
-	return handler(ctx, req)
-}
-
-// refuseStream is refuseUnary for streaming calls.
-func refuseStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	if err, _ := ss.Context().Value(refusedKey{}).(error); err != nil {
-		return err
-	}
-	return handler(srv, ss)
+	return []grpc.ServerOption{grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(tp), otelgrpc.WithPropagators(propagation.TraceContext{})))}
 }
 
 // servers holds the interceptors of the servers that NewServer made, until
@@ -473,7 +407,7 @@ func (si *serverInterceptor) stream(srv any, ss grpc.ServerStream, info *grpc.St
 	return handler(srv, &serverStream{ServerStream: ss, ctx: ctx})
 }
 
-// incoming returns the handler's context, and the guard's refusal.
+// incoming returns the handler's context, or the guard's refusal.
 func (si *serverInterceptor) incoming(ctx context.Context, method string) (context.Context, error) {
 	c := carriers.Get().(*incomingCarrier) // one carrier for every read
 	*c = incomingCarrier{ctx: ctx}
@@ -511,7 +445,7 @@ func (si *serverInterceptor) incoming(ctx context.Context, method string) (conte
 		hopspan.RecordServer(span, name, serving, admitted, exempt)
 	}
 	if !admitted {
-		return ctx, refusal(ctx, serving, inst)
+		return nil, refusal(ctx, serving, inst)
 	}
 	return ctx, nil
 }
