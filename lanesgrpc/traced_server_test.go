@@ -20,9 +20,9 @@ import (
 	"github.com/lanesdev/lanes/lanestrace"
 )
 
-// A traced server reads the lane in a stats handler rather than an interceptor: the guard of a
-// traced lane instance refuses what an untraced one refuses (unary and streaming calls, before the
-// handler), admits the exempt methods, and the server span of a refused call says so.
+// The guard of a traced lane instance refuses what an untraced one refuses (unary and streaming
+// calls, before the handler), admits the exempt methods, and the server span of a refused call
+// says so.
 func TestGuardTraced(t *testing.T) {
 	m := newMesh(t)
 	rec := tracetest.NewSpanRecorder()
@@ -91,8 +91,8 @@ func TestGuardTraced(t *testing.T) {
 	}
 }
 
-// A traced server made with ServerOptions and no guard has no lanes interceptor: its stats handler
-// gives unary and streaming handlers the lane of the request, and a baseline request its key.
+// A traced server made with ServerOptions and no guard gives unary and streaming handlers the lane
+// of the request, and a baseline request its key.
 func TestServerOptionsTracedWithoutGuard(t *testing.T) {
 	tp := sdktrace.NewTracerProvider()
 	t.Cleanup(func() { tp.Shutdown(context.Background()) })
