@@ -171,7 +171,7 @@ func (p *picker) record(ctx context.Context, req routing.Request, res routing.Re
 	d := hopspan.DecisionOf(p.eng, p.svc.Name(), req.Lane, res, err, retries)
 	p.metrics.Observe(d.Service, d.Requested, d.Served, d.Reason)
 	if traced {
-		hopspan.RecordDecision(span, d)
+		hopspan.RecordDecisionMidSpan(span, d) // otelgrpc adds its attributes after the pick
 	}
 }
 

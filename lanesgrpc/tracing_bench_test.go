@@ -42,7 +42,9 @@ import (
 //   - cpu-vs-plain-otel/lanes-traced-no-header-timeout: the baseline call with the
 //     response-header timeout off, against the plain otelgrpc call: what the timeout costs;
 //   - cpu-vs-plain-otel-no-retry/lanes-traced-no-retry: both with gRPC's retry off
-//     (grpc.WithDisableRetry): what grpc-go's retry path costs either.
+//     (grpc.WithDisableRetry): what grpc-go's retry path costs either;
+//   - cpu-vs-plain-otel/plain-otel-again: a second plain otelgrpc client and server, the same
+//     as the first, against it: the spread and bias of the measurement itself (ideally 1.0).
 func benchTracedUnary(b *testing.B) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))
 	defer tp.Shutdown(context.Background())
@@ -131,4 +133,7 @@ func benchTracedUnary(b *testing.B) {
 	noRetry := lanesClient("traced", lanesgrpc.WithTracerProvider(tp), lanesgrpc.WithDialOptions(grpc.WithDisableRetry()))
 	otelNoRetry := rrClient(otelAddr, grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithTracerProvider(tp), tc)), grpc.WithDisableRetry())
 	b.Run("cpu-vs-plain-otel-no-retry/lanes-traced-no-retry", compare(noRetry, bg, otelNoRetry, bg, "otelgrpc"))
+	otelAgain := rrClient(serveEmpty(b, grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(tp), tc))),
+		grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithTracerProvider(tp), tc)))
+	b.Run("cpu-vs-plain-otel/plain-otel-again", compare(otelAgain, bg, otel, bg, "otelgrpc"))
 }

@@ -120,14 +120,46 @@ func (k serverKey) attributes() []attribute.KeyValue {
 // with d's attribute set made once (see attrSets): recording the decision of a call like one
 // recorded before allocates nothing.
 func RecordDecision(span trace.Span, d lanestrace.Decision) {
-	if d.Instance == "" || d.Retries != 0 {
-		d.Record(span) // no instance: the span fails, with its message; a retry is rare
+	if kv, ok := decisionSet(d); ok {
+		span.SetAttributes(kv...)
 		return
 	}
-	span.SetAttributes(decisionSets.get(d, d.Attributes, func(d lanestrace.Decision) lanestrace.Decision {
+	d.Record(span)
+}
+
+// RecordDecisionMidSpan is RecordDecision for a span that gets more attributes after the
+// decision, as otelgrpc's client span does: the server's address and port when the call is sent,
+// its status code at its end. The span SDK grows a span's attribute slice to exactly the length
+// it needs when that more than doubles it, and doubles it otherwise; given at once, the decision
+// grows the slice to exactly its own end, and the next attributes grow it again. Given in two
+// parts, all but the last two and then those two, the second part doubles the slice, and what
+// comes after fits: on otelgrpc's client span, for whatever number of attributes it starts with,
+// as many allocations and fewer bytes (see docs/performance.md). The span's attributes are the
+// same.
+func RecordDecisionMidSpan(span trace.Span, d lanestrace.Decision) {
+	kv, ok := decisionSet(d)
+	if !ok {
+		d.Record(span)
+		return
+	}
+	if n := len(kv) - 2; n > 0 {
+		span.SetAttributes(kv[:n]...)
+		kv = kv[n:]
+	}
+	span.SetAttributes(kv...)
+}
+
+// decisionSet returns the attribute set of d, made once (see attrSets), and false for a decision
+// that RecordDecision records otherwise: no instance (the span fails, with its message), or a
+// retry, which is rare.
+func decisionSet(d lanestrace.Decision) ([]attribute.KeyValue, bool) {
+	if d.Instance == "" || d.Retries != 0 {
+		return nil, false
+	}
+	return decisionSets.get(d, d.Attributes, func(d lanestrace.Decision) lanestrace.Decision {
 		d.Requested = strings.Clone(d.Requested) // read from a request; the rest is the engine's
 		return d
-	})...)
+	}), true
 }
 
 // attrSets caches attribute sets by what they describe: the decisions of the routes and lanes

@@ -2,10 +2,14 @@ package hopspan_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 	"go.uber.org/goleak"
 
@@ -213,6 +217,32 @@ func TestDecisionOfTunnel(t *testing.T) {
 		}
 		if has != (tc.tunnel != "") {
 			t.Errorf("lane %q: attributes %v", tc.lane, d.Attributes())
+		}
+	}
+}
+
+// RecordDecisionMidSpan records what RecordDecision records, in two parts: the same attributes
+// and, when no instance was chosen, the same failure.
+func TestRecordDecisionMidSpan(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	defer tp.Shutdown(context.Background())
+	base := lanestrace.Decision{Service: "orders", Reason: lanestrace.ReasonNone, Instance: "o1", Addr: "127.0.0.1:1", Eligible: 2}
+	lane, retry, none := base, base, base
+	lane.Requested, lane.Served = "alice", "alice"
+	retry.Retries = 1
+	none.Instance, none.Addr, none.Reason = "", "", lanestrace.ReasonNoInstanceInLane
+	for _, d := range []lanestrace.Decision{base, lane, retry, none} {
+		for _, record := range []func(trace.Span, lanestrace.Decision){hopspan.RecordDecision, hopspan.RecordDecisionMidSpan} {
+			_, span := tp.Tracer("hopspan").Start(context.Background(), "call", trace.WithAttributes(attribute.String("rpc.method", "m")))
+			record(span, d)
+			span.SetAttributes(attribute.String("server.address", "127.0.0.1"), attribute.Int("server.port", 1))
+			span.End()
+		}
+		ended := rec.Ended()
+		whole, split := ended[len(ended)-2], ended[len(ended)-1]
+		if !slices.Equal(whole.Attributes(), split.Attributes()) || whole.Status() != split.Status() {
+			t.Errorf("%+v: recorded in two parts %v %v, at once %v %v", d, split.Attributes(), split.Status(), whole.Attributes(), whole.Status())
 		}
 	}
 }
