@@ -197,6 +197,23 @@ func testHandover(t *testing.T, c *cluster, kc controlplane.KubeConfig) {
 	}
 }
 
+// waitGoodPolicy waits, on e's changes, until e has testPolicy's good
+// policy in force.
+func waitGoodPolicy(ctx context.Context, t *testing.T, e *routing.Engine, who string) {
+	t.Helper()
+	for {
+		changed := e.PolicyChanged()
+		if p := e.Policy(); slices.Equal(p.Lanes["alice"].Fallback, []string{"bob"}) && p.Outlier.Errors == 3 {
+			return
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			t.Fatalf("%s did not take the policy in: %+v", who, e.Policy())
+		}
+	}
+}
+
 // testPolicyConfigMap: where CRDs are not allowed, the policy is a
 // ConfigMap's policy.yaml; a refusal names the line and the field in its
 // annotation lanes.dev/error, and a good document takes effect, its
@@ -467,17 +484,7 @@ func testPolicy(t *testing.T, c *cluster, l *lanes) {
 		t.Fatalf("status %+v after a good spec (revision before: %d)", st, before)
 	}
 	engine, _ := controlplane.Value(l.srv, controlplane.EngineKey)
-	for {
-		changed := engine.PolicyChanged()
-		if p := engine.Policy(); slices.Equal(p.Lanes["alice"].Fallback, []string{"bob"}) && p.Outlier.Errors == 3 {
-			break
-		}
-		select {
-		case <-changed:
-		case <-ctx.Done():
-			t.Fatalf("the engine did not take the LanesPolicy in: %+v", engine.Policy())
-		}
-	}
+	waitGoodPolicy(ctx, t, engine, "the engine")
 	ex, err := l.api.Explain(ctx, adminapi.ExplainRequest{Service: "orders", Lane: "alice"})
 	if err != nil {
 		t.Fatal(err)
@@ -500,17 +507,7 @@ func testPolicy(t *testing.T, c *cluster, l *lanes) {
 	defer pod.Close()
 	pe := routing.New(routing.WithRegistry(pod), routing.WithPolicyStore(pod.Policy()))
 	defer pe.Close()
-	for {
-		changed := pe.PolicyChanged()
-		if p := pe.Policy(); slices.Equal(p.Lanes["alice"].Fallback, []string{"bob"}) && p.Outlier.Errors == 3 {
-			break
-		}
-		select {
-		case <-changed:
-		case <-ctx.Done():
-			t.Fatalf("a pod's engine did not take the published policy in: %+v", pe.Policy())
-		}
-	}
+	waitGoodPolicy(ctx, t, pe, "a pod's engine")
 	cm, err := c.cs.CoreV1().ConfigMaps("default").Get(ctx, kubestore.PolicyConfigMap, metav1.GetOptions{})
 	if err != nil || cm.Annotations[kube.AnnotationRevision] != strconv.FormatInt(st.Revision, 10) {
 		t.Errorf("the published policy: %+v, %v; want revision %d", cm, err, st.Revision)
