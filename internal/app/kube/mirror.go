@@ -24,7 +24,20 @@ type mirror struct {
 	from   registry.Registry // etcd's registry
 	to     registry.Registry // the cluster's
 	log    *slog.Logger
-	warned bool // that some were left out
+	warned bool      // that some were left out
+	said   time.Time // when a failed write was last logged
+	failed int       // failed writes since
+}
+
+// sayFailed logs a failed write at most every 30 s, with how many failed
+// since: a cluster that refuses every write (RBAC) would otherwise log one
+// line per instance and change.
+func (m *mirror) sayFailed(what string, in registry.Instance, err error) {
+	m.failed++
+	if now := time.Now(); now.Sub(m.said) >= 30*time.Second {
+		m.log.Warn("mirror: "+what+" in the cluster", "service", in.Service, "id", in.ID, "err", err, "failed_since_last_said", m.failed)
+		m.said, m.failed = now, 0
+	}
 }
 
 func (m *mirror) run(ctx context.Context) {
@@ -85,13 +98,13 @@ func (m *mirror) reconcile(ctx context.Context, st *registry.State, leases map[[
 		if l := leases[k]; l == nil {
 			l, err := m.to.Register(cctx, in, 0)
 			if err != nil {
-				m.log.Warn("mirror: register in the cluster", "service", in.Service, "id", in.ID, "err", err)
+				m.sayFailed("register", in, err)
 			} else {
 				leases[k] = l
 			}
 		} else if !l.Instance().Equal(in) {
 			if err := l.Update(cctx, in); err != nil {
-				m.log.Warn("mirror: update in the cluster", "service", in.Service, "id", in.ID, "err", err)
+				m.sayFailed("update", in, err)
 			}
 		}
 		cancel()
