@@ -114,7 +114,7 @@ func (u *union) Watch(ctx context.Context, service string) (Watcher, error) {
 	wctx, cancel := context.WithCancel(context.Background())
 	w := &unionWatcher{
 		u: u, cancel: cancel, wake: make(chan struct{}, 1), reset: true,
-		states: make([]map[string]map[string]Instance, len(u.members)),
+		states: make([]State, len(u.members)),
 		view:   map[string]map[string]Instance{},
 	}
 	for _, m := range u.members {
@@ -155,12 +155,12 @@ type unionWatcher struct {
 	wake   chan struct{} // capacity 1: something for Next
 
 	mu      sync.Mutex
-	states  []map[string]map[string]Instance // by member: service → id → instance
-	started int                              // members whose first batch came
-	view    map[string]map[string]Instance   // what the reader has been given (or will be, by the reset)
-	queue   []Event                          // the events after view's reset, not read yet
-	reset   bool                             // the next batch is a reset of view
-	err     error                            // the first member's watch error
+	states  []State                        // by member
+	started int                            // members whose first batch came
+	view    map[string]map[string]Instance // what the reader has been given (or will be, by the reset)
+	queue   []Event                        // the events after view's reset, not read yet
+	reset   bool                           // the next batch is a reset of view
+	err     error                          // the first member's watch error
 	closed  bool
 }
 
@@ -194,58 +194,27 @@ func (w *unionWatcher) poke() {
 // apply folds member i's batch into its state and queues the changes it
 // makes to the union's view. Called with w.mu held.
 func (w *unionWatcher) apply(i int, b Batch) {
-	st := w.states[i]
-	first := st == nil
-	if first || b.Reset {
-		old := st
-		st = map[string]map[string]Instance{}
-		w.states[i] = st
-		for _, ev := range b.Events {
-			put(st, ev.Instance)
-		}
-		if first {
-			w.started++
-			if w.started == len(w.ws) {
-				w.view = w.compute(nil)
-			}
+	st := &w.states[i]
+	if first := st.Services == nil; first || b.Reset {
+		changed := st.Apply(b) // the first batch is a reset
+		if !first {
+			w.refresh(changed)
 			return
 		}
-		touched := map[string]bool{}
-		for svc := range old {
-			touched[svc] = true
+		w.started++
+		if w.started == len(w.ws) {
+			w.view = w.compute(nil)
 		}
-		for svc := range st {
-			touched[svc] = true
-		}
-		w.refresh(touched)
 		return
 	}
 	for _, ev := range b.Events {
-		svc := ev.Instance.Service
-		switch ev.Type {
-		case EventPut:
-			put(st, ev.Instance)
-		case EventDelete:
-			delete(st[svc], ev.Instance.ID)
-			if len(st[svc]) == 0 {
-				delete(st, svc)
-			}
-		}
+		// One event at a time, so that the union's events keep the
+		// member's order.
+		changed := st.Apply(Batch{Events: []Event{ev}, Revision: ev.Revision})
 		if w.started == len(w.ws) {
-			// One event at a time, so that the union's events keep the
-			// member's order.
-			w.refresh(map[string]bool{svc: true})
+			w.refresh(changed)
 		}
 	}
-}
-
-func put(st map[string]map[string]Instance, in Instance) {
-	m := st[in.Service]
-	if m == nil {
-		m = map[string]Instance{}
-		st[in.Service] = m
-	}
-	m[in.ID] = in
 }
 
 // compute returns the union's view of services (of all when nil): each
@@ -255,7 +224,7 @@ func (w *unionWatcher) compute(services map[string]bool) map[string]map[string]I
 	out := map[string]map[string]Instance{}
 	addrs := map[string]int{} // "service\x00addr" → the first member that has it
 	for i, st := range w.states {
-		for svc, ins := range st {
+		for svc, ins := range st.Services {
 			if services != nil && !services[svc] {
 				continue
 			}
