@@ -46,14 +46,13 @@ func (*registryComponent) Validate(cfg *Config) error {
 
 // kubeRegistryURL is the LANES_REGISTRY of the pods that the control plane
 // follows: the namespaces of cfg's kube settings, through its kubeconfig.
+// The policy is not read there: etcd's is the one in force, which lanes up
+// publishes to the cluster. What it registers there (the mirror of etcd's
+// instances, which the Kubernetes controllers keep) goes to a managed
+// EndpointSlice of the first namespace, also when lanes up runs in a pod.
 func kubeRegistryURL(cfg *Config) string {
-	// The policy is etcd's, which lanes up publishes to the cluster, not
-	// what it reads there.
-	// What it registers there (the mirror of etcd's instances, which the
-	// Kubernetes controllers keep) goes to a managed EndpointSlice of the
-	// first namespace, also when lanes up runs in a pod.
-	q := url.Values{"namespace": {strings.Join(cfg.KubeNamespaces(), ",")}, "policy": {"off"},
-		"register": {"slice"}, "register-namespace": {cfg.KubeNamespaces()[0]}}
+	ns := cfg.KubeNamespaces()
+	q := url.Values{"namespace": {strings.Join(ns, ",")}, "policy": {"off"}, "register": {"slice"}, "register-namespace": {ns[0]}}
 	if cfg.Kube.Kubeconfig != "" {
 		q.Set("kubeconfig", cfg.Kube.Kubeconfig)
 	}
@@ -68,19 +67,19 @@ func (c *registryComponent) Provision(ctx context.Context, rt *Runtime) error {
 		return nil
 	}
 	b, _ := regopen.Get(kubeScheme)
-	raw := kubeRegistryURL(&rt.Config)
+	ns := strings.Join(rt.Config.KubeNamespaces(), ",")
 	// The informers list everything before lanes up serves; an API server
 	// that refuses them (RBAC) is named once this time is up.
 	octx, cancel := context.WithTimeout(ctx, kubeListTimeout)
 	defer cancel()
-	k, err := b.Open(octx, raw, nil, rt.Log.With("component", "registry"))
+	k, err := b.Open(octx, kubeRegistryURL(&rt.Config), nil, rt.Log.With("component", "registry"))
 	if err != nil {
-		return fmt.Errorf("the pods of %s: %w", strings.Join(rt.Config.KubeNamespaces(), ", "), err)
+		return fmt.Errorf("the pods of %s: %w", ns, err)
 	}
 	c.close = k.Close
 	Provide(rt, RegistryKey, registry.Union(st, k.Registry))
 	Provide(rt, KubeRegistryKey, k.Registry)
-	rt.Announce(Address{Name: "pods", URL: kubeScheme + "://?namespace=" + strings.Join(rt.Config.KubeNamespaces(), ","), Note: "routed to, with the instances in etcd"})
+	rt.Announce(Address{Name: "pods", URL: kubeScheme + "://?namespace=" + ns, Note: "routed to, with the instances in etcd"})
 	return nil
 }
 
