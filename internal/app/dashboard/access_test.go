@@ -1,7 +1,9 @@
 package dashboard_test
 
 import (
+	"bufio"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/internal/app/dashboard"
+	"github.com/lanesdev/lanes/registry"
 )
 
 // browserless is a cookie-keeping HTTP client that does not follow
@@ -154,5 +157,47 @@ func TestAccess(t *testing.T) {
 	post(t, hc, ui+"logout", url.Values{"csrf": {m[1]}}, w.admin)
 	if resp, _ := getPage(t, hc, ui); resp.StatusCode != http.StatusSeeOther {
 		t.Errorf("after log out: %d, want a redirect to the login form", resp.StatusCode)
+	}
+}
+
+// TestEvents: the event stream opens once it follows the current state, so
+// a change made as soon as it opens is sent, never taken for the state the
+// page already shows.
+func TestEvents(t *testing.T) {
+	w := startWorld(t)
+	ui := w.admin + dashboard.Prefix
+	hc := browserless(t)
+	if resp, _ := post(t, hc, ui+"login", url.Values{"token": {w.token}}, w.admin); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("login: %d", resp.StatusCode)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	for i := range 3 {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, ui+"events", nil)
+		stream := &http.Client{Jar: hc.Jar} // no timeout: the stream stays open
+		resp, err := stream.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("events: %d", resp.StatusCode)
+		}
+		if _, err := w.api.PutPolicy(ctx, []byte(fmt.Sprintf("lanes:\n  alice:\n    strict: %v\n", i%2 == 0))); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.api.Register(ctx, adminapi.RegisterRequest{Instance: registry.Instance{Service: "inventory", ID: fmt.Sprint("inventory-", i), Addr: fmt.Sprint("127.0.0.1:", i+1)}, TTL: adminapi.Duration(time.Minute)}); err != nil {
+			t.Fatal(err)
+		}
+		seen := map[string]bool{}
+		sc := bufio.NewScanner(resp.Body)
+		for !seen["policy"] || !seen["instances"] {
+			if !sc.Scan() {
+				t.Fatalf("stream %d ended (%v) having sent %v; want the policy and instances events", i, sc.Err(), seen)
+			}
+			if kind, ok := strings.CutPrefix(sc.Text(), "event: "); ok {
+				seen[kind] = true
+			}
+		}
+		resp.Body.Close()
 	}
 }

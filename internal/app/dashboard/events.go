@@ -43,6 +43,11 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		default: // a burst: the page reloads once anyway
 		}
 	}
+	// ready counts the watches that hold their first state: the stream
+	// opens (and the page refreshes itself, assets/app.js) only after both
+	// do, so a change made once the page sees the stream open is never
+	// taken for the state the page already shows.
+	ready := make(chan struct{}, 2)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
@@ -55,7 +60,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 				return nil, nil, err
 			}
 			return func() error { _, err := st.Next(); return err }, st, nil
-		}, func() { send("instances") })
+		}, func() { ready <- struct{}{} }, func() { send("instances") })
 	}()
 	go func() {
 		defer wg.Done()
@@ -65,7 +70,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 				return nil, nil, err
 			}
 			return func() error { _, err := st.Next(); return err }, st, nil
-		}, func() { send("policy") })
+		}, func() { ready <- struct{}{} }, func() { send("policy") })
 	}()
 	go func() { // findings: the collector has no watch; poll it
 		defer wg.Done()
@@ -90,6 +95,20 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 
+	// A watch that cannot open (the admin API down) holds the stream back
+	// at most readyWait; its changes then show once it opens.
+	wait := time.NewTimer(readyWait)
+	defer wait.Stop()
+wait:
+	for n := 0; n < 2; n++ {
+		select {
+		case <-ready:
+		case <-wait.C:
+			break wait
+		case <-ctx.Done():
+			return
+		}
+	}
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(http.StatusOK)
@@ -119,21 +138,27 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// readyWait bounds how long the event stream waits for its watches' first
+// state before it opens anyway.
+const readyWait = 10 * time.Second
+
 // follow keeps a watch open until ctx is done, reopening it after a
-// capped, jittered delay, and calls changed on every item but the first of
-// each stream (the state the page already shows, or shows after a reconnect
-// on its next reload).
-func follow(ctx context.Context, open func(context.Context) (next func() error, _ io.Closer, _ error), changed func()) {
+// capped, jittered delay. The first item of the first stream is the state
+// the page refreshes to when the event stream opens: follow calls ready
+// then. It calls changed on every later item, and on the first item of a
+// reopened stream (what changed while it was closed is not known).
+func follow(ctx context.Context, open func(context.Context) (next func() error, _ io.Closer, _ error), ready, changed func()) {
 	b := backoff.New(time.Second, 30*time.Second)
+	opened := false
 	for ctx.Err() == nil {
 		next, st, err := open(ctx)
 		if err == nil {
-			for first := true; ; first = false {
-				if next() != nil {
-					break
-				}
-				if !first {
+			for next() == nil {
+				if opened {
 					changed()
+				} else {
+					opened = true
+					ready()
 				}
 				b.Reset()
 			}

@@ -32,5 +32,11 @@
       refresh();
     });
   });
-  es.onopen = function () { document.body.setAttribute("data-live-connected", "true"); };
+  // The stream opens once the server follows the current state; what
+  // changed since this page was drawn (or while the stream was down) shows
+  // by one refresh.
+  es.onopen = function () {
+    refresh();
+    document.body.setAttribute("data-live-connected", "true");
+  };
 })();
