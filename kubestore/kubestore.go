@@ -31,7 +31,10 @@
 // registers as with any registry: Register writes an EndpointSlice managed
 // by lanes (the label endpointslice.kubernetes.io/managed-by: lanes.dev),
 // holding the instance, kept alive by a coordination.k8s.io Lease that it
-// renews. See register.go for the protocol. A process in a pod
+// renews. See register.go for the protocol. A live registration hides a
+// Service's endpoint of the same service with the same id or address, as
+// registry.Union decides: a pod that registers itself in a lane is that
+// lane's alone. A process in a pod
 // (Options.InPod) registers nothing: its pod's endpoints are its
 // registration, and Register only hands back a lease for the Serve helpers
 // to hold.

@@ -330,18 +330,31 @@ func (v *view) compute(service string, now time.Time) map[string]*shown {
 	}
 	sort.Strings(keys)
 	out := map[string]*shown{}
+	// A registration wins over a Service's endpoint of the same id or the
+	// same address, as registry.Union decides: a pod that registers itself
+	// in a lane (or that lanes up's mirror shows in the lane it registered
+	// in) is that lane's, although its pod has no lane label and its
+	// Service's endpoint would otherwise show it as the baseline's.
+	var registered map[string]bool // addresses of live registrations
+	for _, k := range keys {
+		if s := v.slices[k]; s.managed != nil && v.live(s.managed, now) {
+			if cur := out[s.managed.inst.ID]; cur == nil {
+				out[s.managed.inst.ID] = &shown{inst: s.managed.inst, holder: s.managed.holder, sliceRV: s.rv, managed: true}
+				if registered == nil {
+					registered = map[string]bool{}
+				}
+				registered[s.managed.inst.Addr] = true
+			}
+		}
+	}
 	for _, k := range keys {
 		s := v.slices[k]
 		if s.managed != nil {
-			if v.live(s.managed, now) {
-				// A registration wins over a pod of the same id.
-				out[s.managed.inst.ID] = &shown{inst: s.managed.inst, holder: s.managed.holder, sliceRV: s.rv, managed: true}
-			}
 			continue
 		}
 		for _, ep := range s.obj.Endpoints {
 			in, ok := v.endpoint(s, ep)
-			if !ok {
+			if !ok || registered[in.Addr] {
 				continue
 			}
 			if cur := out[in.ID]; cur != nil && (cur.managed || !cur.inst.Drain || in.Drain) {

@@ -155,3 +155,40 @@ func TestLeaseExpiry(t *testing.T) {
 		t.Fatal("shown under another registration's Lease")
 	}
 }
+
+// TestRegistrationShadowsEndpoint: a live registration hides a Service's
+// endpoint at its address, as registry.Union does: a pod without a lane
+// label that registers itself in lane alice is alice's, never the
+// baseline's; once the registration ends, the endpoint is back.
+func TestRegistrationShadowsEndpoint(t *testing.T) {
+	now := time.Unix(1000, 0)
+	v := newView(func() time.Time { return now })
+	v.setPod("ns", "p", &metav1.ObjectMeta{})
+	v.setPod("ns", "q", &metav1.ObjectMeta{})
+	v.setSlice("ns", "s1", sliceObj("s1", "orders", epOf("p", "10.0.0.1", nil, nil, nil), epOf("q", "10.0.0.2", nil, nil, nil)))
+	register := func(name string, in registry.Instance) {
+		raw, _ := json.Marshal(in)
+		v.setSlice("ns", name, &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", ResourceVersion: "1",
+			Labels:      map[string]string{labelManagedBy: managedBy},
+			Annotations: map[string]string{annotationInstance: string(raw), annotationHolder: "tok", annotationLease: "l", annotationTTL: "2s"}}})
+	}
+	register("a-0", registry.Instance{Service: "orders", ID: "p-in-alice", Addr: "10.0.0.1:8080", Lane: "alice"})
+	register("a-1", registry.Instance{Service: "orders", ID: "elsewhere", Addr: "10.0.0.9:8080", Lane: "alice"})
+	v.setLease("ns", "l", &lease{rv: "1", holder: "tok", duration: 2 * time.Second, seen: now})
+	v.expire(0)
+	lanes := func() map[string]string {
+		got := map[string]string{}
+		for id, sh := range v.insts["orders"] {
+			got[id] = sh.inst.Lane
+		}
+		return got
+	}
+	if got, want := lanes(), map[string]string{"p-in-alice": "alice", "elsewhere": "alice", "q.ns": ""}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("with the registrations: %v, want %v", got, want)
+	}
+	now = now.Add(3 * time.Second)
+	v.expire(0)
+	if got, want := lanes(), map[string]string{"p.ns": "", "q.ns": ""}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("once the registrations expired: %v, want %v", got, want)
+	}
+}

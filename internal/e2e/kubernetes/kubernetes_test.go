@@ -648,36 +648,8 @@ func testServed(t *testing.T, c *cluster, l *lanes, base, d *appsv1.Deployment) 
 		t.Errorf("lanes ls orders: %+v, want the two pods in their lanes", views)
 	}
 
-	// The baseline pod's process registers itself in the lane bob through
-	// the admin API: that pod is bob's now, and no baseline request
-	// reaches it (there is no other baseline instance: they fail).
-	reg, err := l.api.Register(ctx, adminapi.RegisterRequest{Instance: registry.Instance{
-		ID: "orders-self", Service: "orders", Lane: "bob", Addr: kubetest.PodAddr(baseAddr)}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	kubetest.WaitInstances(t, e, "orders", func(in []registry.Instance) bool {
-		return len(in) == 2 && slices.ContainsFunc(in, func(in registry.Instance) bool { return in.ID == "orders-self" })
-	})
-	if who := call("bob"); who != "baseline" { // the pod's own answer
-		t.Errorf("lane bob: served by %q, want the pod registered in bob", who)
-	}
-	if res, err := e.Pick("orders", routing.Request{}); err == nil {
-		t.Errorf("baseline request with the baseline pod registered in bob: picked %+v, want none", res.Instance)
-	}
-	if err := l.api.Deregister(ctx, "orders", "orders-self", reg.Registration); err != nil {
-		t.Fatal(err)
-	}
-	kubetest.WaitInstances(t, e, "orders", func(in []registry.Instance) bool {
-		return len(in) == 2 && slices.ContainsFunc(in, func(in registry.Instance) bool { return in.ID == "orders-5d8f-base1.default" })
-	})
-	if who := call(""); who != "baseline" {
-		t.Errorf("baseline after the registration ended: served by %q", who)
-	}
-
-	// What registers through the admin API (a laptop, here) is mirrored
-	// into the cluster: a service in a pod that follows the cluster alone
-	// (LANES_REGISTRY=k8s://; here a kubestore engine) reaches it too.
+	// A service in a pod that follows the cluster alone
+	// (LANES_REGISTRY=k8s://; here a kubestore engine).
 	pst, err := kubestore.Open(ctx, c.s.Admin(), kubestore.Options{Namespaces: []string{"default"}})
 	if err != nil {
 		t.Fatal(err)
@@ -685,6 +657,43 @@ func testServed(t *testing.T, c *cluster, l *lanes, base, d *appsv1.Deployment) 
 	defer pst.Close()
 	pe := routing.New(routing.WithRegistry(pst))
 	defer pe.Close()
+
+	// The baseline pod's process registers itself in the lane bob through
+	// the admin API: that pod is bob's now, and no baseline request
+	// reaches it (there is no other baseline instance: they fail), neither
+	// through lanes up nor from a pod that follows the cluster, which sees
+	// the registration as the mirror writes it.
+	reg, err := l.api.Register(ctx, adminapi.RegisterRequest{Instance: registry.Instance{
+		ID: "orders-self", Service: "orders", Lane: "bob", Addr: kubetest.PodAddr(baseAddr)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range []*routing.Engine{e, pe} {
+		kubetest.WaitInstances(t, e, "orders", func(in []registry.Instance) bool {
+			return len(in) == 2 && slices.ContainsFunc(in, func(in registry.Instance) bool { return in.ID == "orders-self" })
+		})
+		if res, err := e.Pick("orders", routing.Request{}); err == nil {
+			t.Errorf("baseline request with the baseline pod registered in bob: picked %+v, want none", res.Instance)
+		}
+	}
+	if who := call("bob"); who != "baseline" { // the pod's own answer
+		t.Errorf("lane bob: served by %q, want the pod registered in bob", who)
+	}
+	if err := l.api.Deregister(ctx, "orders", "orders-self", reg.Registration); err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range []*routing.Engine{e, pe} {
+		kubetest.WaitInstances(t, e, "orders", func(in []registry.Instance) bool {
+			return len(in) == 2 && slices.ContainsFunc(in, func(in registry.Instance) bool { return in.ID == "orders-5d8f-base1.default" })
+		})
+	}
+	if who := call(""); who != "baseline" {
+		t.Errorf("baseline after the registration ended: served by %q", who)
+	}
+
+	// What registers through the admin API (a laptop, here) is mirrored
+	// into the cluster: a service in a pod that follows the cluster alone
+	// (pe, above) reaches it too.
 	phc := podClient(pe)
 	defer phc.CloseIdleConnections()
 	laptop := kubetest.PodAddr(kubetest.PodServer(t, "carol's laptop"))
