@@ -254,6 +254,24 @@ func (l *KeptLease) Close() error {
 	return l.closeErr
 }
 
+// Leave stops renewing the registration without releasing it: it stays
+// registered until its TTL runs out, or until another registration of the
+// same instance takes it over, which then finds it in place. A process that
+// hands its registrations to another (lanes up's mirror, when another
+// replica takes over) leaves them, so that the instances never disappear
+// meanwhile. In a registry whose registrations do not expire (Memory) it
+// stays until the registry closes. The lease ends (ErrClosed); Close after
+// Leave does nothing.
+func (l *KeptLease) Leave() {
+	l.closeOnce.Do(func() {
+		l.cancel()
+		if l.running.Load() {
+			<-l.loopDone
+		}
+		l.finish(ErrClosed)
+	})
+}
+
 // Start starts the renewing loop with spawn, which runs a function in a
 // goroutine of the backend (gogroup.Group.Go, for instance) or returns false
 // when the backend is closed. Call it once, before handing out the lease;

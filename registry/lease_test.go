@@ -183,6 +183,27 @@ func TestKeptLeaseBackendClosed(t *testing.T) {
 	}
 }
 
+// Leave stops renewing without releasing: the registration is left to its
+// TTL or to the next registration of the instance; Close then does nothing.
+func TestKeptLeaseLeave(t *testing.T) {
+	k := newKeeper()
+	l, ran := start(t, context.Background(), k)
+	send(t, k.keep, errors.New("lost"))
+	send(t, k.restore, nil)
+	<-k.restored
+	l.Leave()
+	<-ran
+	if !errors.Is(l.Err(), registry.ErrClosed) {
+		t.Fatalf("Err = %v after Leave, want ErrClosed", l.Err())
+	}
+	if err := l.Close(); err != nil || len(k.released) != 0 {
+		t.Fatalf("Close after Leave: %v, %d releases; want none", err, len(k.released))
+	}
+	if err := l.Update(context.Background(), l.Instance()); !errors.Is(err, registry.ErrClosed) {
+		t.Errorf("Update after Leave = %v, want ErrClosed", err)
+	}
+}
+
 // The loss of a registration and its recovery are logged, the recovery with
 // how long the instance was gone.
 func TestKeptLeaseLogsRecovery(t *testing.T) {

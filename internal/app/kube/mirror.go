@@ -18,8 +18,9 @@ const MaxMirrored = 1000
 // registered in the cluster too, as a managed EndpointSlice, so that the
 // services in pods that follow the cluster (LANES_REGISTRY=k8s://) reach
 // them as lanes up's own engine does. It runs on the controllers' leader;
-// a registration it made ends with the instance in etcd, or with the
-// leadership (and the next leader makes it again).
+// a registration it made ends with the instance in etcd. When the
+// leadership ends, the mirror leaves its registrations to the next leader,
+// which takes them over (or to their TTL).
 type mirror struct {
 	from   registry.Registry // etcd's registry
 	to     registry.Registry // the cluster's
@@ -43,8 +44,17 @@ func (m *mirror) sayFailed(what string, in registry.Instance, err error) {
 func (m *mirror) run(ctx context.Context) {
 	leases := map[[2]string]registry.Lease{} // service, id
 	defer func() {
+		// The mirror stops with the leadership: the next leader registers
+		// the same instances again, taking over the registrations left
+		// here, so that the services that follow the cluster never lose
+		// them meanwhile (TestKubernetes/handover). With no next leader,
+		// they expire within their TTL.
 		for _, l := range leases {
-			l.Close()
+			if lv, ok := l.(interface{ Leave() }); ok {
+				lv.Leave()
+			} else {
+				l.Close()
+			}
 		}
 	}()
 	bo := backoff.New(100*time.Millisecond, 10*time.Second)

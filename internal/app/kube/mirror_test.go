@@ -40,7 +40,9 @@ func follow(t *testing.T, r registry.Registry, until func(map[string]string) boo
 }
 
 // TestMirror: what registers in one registry is registered in the other,
-// updated and ended with it, and ended when the mirror stops.
+// updated and ended with it; when the mirror stops, its registrations are
+// left to the next mirror, which takes them over and ends them with the
+// instance.
 func TestMirror(t *testing.T) {
 	from, to := registry.NewMemory(), registry.NewMemory()
 	defer from.Close()
@@ -63,12 +65,31 @@ func TestMirror(t *testing.T) {
 	l.Close()
 	follow(t, to, func(m map[string]string) bool { return len(m) == 0 })
 
-	if _, err := from.Register(ctx, registry.Instance{Service: "orders", ID: "dev", Addr: "10.0.0.2:80"}, time.Minute); err != nil {
+	dev, err := from.Register(ctx, registry.Instance{Service: "orders", ID: "dev", Addr: "10.0.0.2:80"}, time.Minute)
+	if err != nil {
 		t.Fatal(err)
 	}
 	follow(t, to, func(m map[string]string) bool { _, ok := m["dev"]; return ok })
 	cancel()
 	<-done
+	follow(t, to, func(m map[string]string) bool { // the first state: dev is left
+		if _, ok := m["dev"]; !ok || len(m) != 1 {
+			t.Fatalf("after the mirror stopped: %v, want dev left registered", m)
+		}
+		return true
+	})
+
+	// The next leader's mirror.
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	m2 := &mirror{from: from, to: to, log: slog.New(slog.DiscardHandler)}
+	done2 := make(chan struct{})
+	go func() { defer close(done2); m2.run(ctx2) }()
+	defer func() { cancel2(); <-done2 }()
+	if err := dev.Update(ctx2, registry.Instance{Service: "orders", ID: "dev", Lane: "carol", Addr: "10.0.0.2:80"}); err != nil {
+		t.Fatal(err)
+	}
+	follow(t, to, func(m map[string]string) bool { return m["dev"] == "carol" })
+	dev.Close()
 	follow(t, to, func(m map[string]string) bool { return len(m) == 0 })
 }
 
