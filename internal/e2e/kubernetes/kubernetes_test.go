@@ -179,11 +179,35 @@ func testHandover(t *testing.T, c *cluster, kc controlplane.KubeConfig) {
 	}
 	fork(b, "erin") // through either: the forks are in the etcd both share
 	waitDeployment(t, c.cs, "default", "orders-erin", false)
+	// A laptop registered in the etcd they share: the leader mirrors it
+	// into the cluster, and a service in a pod that follows the cluster
+	// sees it, without a gap when the leadership changes hands.
+	ctx := ctxT(t, 2*time.Minute)
+	reg, err := b.api.Register(ctx, adminapi.RegisterRequest{Instance: registry.Instance{ID: "orders-gina", Service: "orders", Lane: "gina", Addr: "192.0.2.77:8080"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := followGone(t, c, "orders-gina")
+	holder := mirrorHolder(t, c, "orders-gina", "")
 	a.close() // the leader: b takes over
 	stopped := time.Now()
 	fork(b, "frank")
 	waitDeployment(t, c.cs, "default", "orders-frank", false)
 	t.Logf("the copy made %v after the other lanes up stopped", time.Since(stopped).Round(time.Millisecond))
+	mirrorHolder(t, c, "orders-gina", holder) // b's mirror took the registration over
+	// What b mirrors after that reaches the pod after all that came before.
+	reg2, err := b.api.Register(ctx, adminapi.RegisterRequest{Instance: registry.Instance{ID: "orders-gina-2", Service: "orders", Lane: "gina", Addr: "192.0.2.78:8080"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := gone("orders-gina-2"); n != 0 {
+		t.Errorf("the mirrored laptop left a pod's view %d times as the leadership changed hands, want never", n)
+	}
+	for id, r := range map[string]string{"orders-gina": reg.Registration, "orders-gina-2": reg2.Registration} {
+		if err := b.api.Deregister(ctx, "orders", id, r); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, l := range []string{"erin", "frank"} {
 		if err := b.api.DeleteFork(ctxT(t, time.Minute), l, "default", "orders"); err != nil {
 			t.Fatal(err)
@@ -194,6 +218,87 @@ func testHandover(t *testing.T, c *cluster, kc controlplane.KubeConfig) {
 	// control plane: the policy it published there is left to it.
 	if after := published(); after[kube.AnnotationPublisher] != before[kube.AnnotationPublisher] || after[kube.AnnotationRevision] != before[kube.AnnotationRevision] {
 		t.Errorf("the published policy went from %v to %v", before, after)
+	}
+}
+
+// followGone follows the instances of orders as a service in a pod that
+// follows the cluster sees them, from when id appears. The function it
+// returns waits until the instance next appears and says how many
+// times id went meanwhile, if only for a moment.
+func followGone(t *testing.T, c *cluster, id string) func(next string) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	st, err := kubestore.Open(ctx, c.s.Admin(), kubestore.Options{Namespaces: []string{"default"}})
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	w, err := st.Watch(ctx, "orders")
+	if err != nil {
+		cancel()
+		st.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cancel(); w.Close(); st.Close() })
+	var state registry.State
+	present := func(id string) bool { _, ok := state.Services["orders"][id]; return ok }
+	for !present(id) {
+		b, err := w.Next(ctx)
+		if err != nil {
+			t.Fatalf("%s never seen in the cluster: %v", id, err)
+		}
+		state.Apply(b)
+	}
+	return func(next string) int {
+		n := 0
+		for !present(next) {
+			b, err := w.Next(ctx)
+			if err != nil {
+				t.Fatalf("%s never seen in the cluster: %v", next, err)
+			}
+			state.Apply(b)
+			if b.Reset && !present(id) {
+				n++
+			}
+			for _, ev := range b.Events { // a batch may end it and make it again
+				if ev.Type == registry.EventDelete && ev.Instance.ID == id {
+					n++
+				}
+			}
+		}
+		return n
+	}
+}
+
+// mirrorHolder waits until the managed EndpointSlice that mirrors the
+// instance id names a holder other than not, and returns it.
+func mirrorHolder(t *testing.T, c *cluster, id, not string) string {
+	t.Helper()
+	ctx := ctxT(t, time.Minute)
+	for {
+		list, err := c.cs.DiscoveryV1().EndpointSlices("default").List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelManagedBy + "=lanes.dev"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range list.Items {
+			var in registry.Instance
+			if json.Unmarshal([]byte(s.Annotations["lanes.dev/instance"]), &in) == nil && in.ID == id {
+				if h := s.Annotations["lanes.dev/holder"]; h != "" && h != not {
+					return h
+				}
+			}
+		}
+		w, err := c.cs.DiscoveryV1().EndpointSlices("default").Watch(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelManagedBy + "=lanes.dev", ResourceVersion: list.ResourceVersion})
+		if err != nil {
+			t.Fatal(err)
+		}
+		select { // a change: look again
+		case <-w.ResultChan():
+		case <-ctx.Done():
+			w.Stop()
+			t.Fatalf("no mirror of %s held by another than %q", id, not)
+		}
+		w.Stop()
 	}
 }
 
