@@ -163,9 +163,9 @@ func TestUpEtcdAuth(t *testing.T) {
 		if noAuth != (err == nil) {
 			t.Errorf("--etcd-no-auth %v: a registration straight into etcd without credentials: %v", noAuth, err)
 		}
-		if got := strings.Contains(u.stdout.String(), "LANES_ETCD_PASSWORD_FILE="); got == noAuth {
-			t.Errorf("--etcd-no-auth %v: the export line names a password file: %v\n%s", noAuth, got, u.stdout.String())
+		if got := strings.Contains(u.Stdout.String(), "LANES_ETCD_PASSWORD_FILE="); got == noAuth {
+			t.Errorf("--etcd-no-auth %v: the export line names a password file: %v\n%s", noAuth, got, u.Stdout.String())
 		}
-		u.stop(syscall.SIGTERM)
+		u.Stop(syscall.SIGTERM)
 	}
 }

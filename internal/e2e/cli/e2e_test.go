@@ -13,14 +13,12 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
@@ -31,37 +29,15 @@ import (
 	"github.com/lanesdev/lanes/adminclient"
 	"github.com/lanesdev/lanes/etcdstore"
 	"github.com/lanesdev/lanes/internal/lib/regid"
+	"github.com/lanesdev/lanes/internal/testkit/childproc"
 	"github.com/lanesdev/lanes/internal/testkit/etcdtest"
-	"github.com/lanesdev/lanes/internal/testkit/leaktest"
 	"github.com/lanesdev/lanes/registry"
 )
 
 // binary is the lanes binary built by TestMain.
 var binary string
 
-func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "lanes-e2e-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binary = filepath.Join(dir, "lanes")
-	build := exec.Command("go", "build", "-o", binary, "github.com/lanesdev/lanes/cmd/lanes")
-	if out, err := build.CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	if code == 0 {
-		if err := goleak.Find(leaktest.Options()...); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { childproc.Main(m, &binary) }
 
 // TestUp runs the whole control plane twice: on its embedded etcd, and on
 // an external etcd server process (skipped when there is no etcd binary).
@@ -180,7 +156,7 @@ func testUp(t *testing.T, prefix string, etcdArgs []string) {
 
 	t.Run("dev", func(t *testing.T) {
 		d := start(t, "dev", "--service", "web", "--lane", "bob", "--addr", webBob.addr, "--claim-ip", "--admin", u.admin, "--token", bobTok)
-		out := d.waitOutput("Ctrl-C deregisters.")
+		out := d.WaitOutput("Ctrl-C deregisters.")
 		for _, want := range []string{
 			"curl -H 'x-lane: bob' " + u.gateway + "/",
 			"client 127.0.0.1 claimed for lane bob",
@@ -205,8 +181,8 @@ func testUp(t *testing.T, prefix string, etcdArgs []string) {
 			}
 		}
 		// Ctrl-C deregisters, and the claim goes with the registration.
-		if code := d.stop(syscall.SIGINT); code != 0 || !strings.Contains(d.stdout.String(), "deregistered") {
-			t.Errorf("lanes dev after SIGINT: exit %d, stdout:\n%s", code, d.stdout.String())
+		if code := d.Stop(syscall.SIGINT); code != 0 || !strings.Contains(d.Stdout.String(), "deregistered") {
+			t.Errorf("lanes dev after SIGINT: exit %d, stdout:\n%s", code, d.Stdout.String())
 		}
 		expectBackend(t, c1, gw, "web-base", nil)
 		expectBackend(t, c, gw, "web-base", header("x-lane", "bob"))
@@ -462,8 +438,8 @@ func newGreeter(t *testing.T, name string) string {
 // TestDemo runs `lanes demo` and follows requests through its topology.
 func TestDemo(t *testing.T) {
 	u := startUp(t, "demo")
-	if !strings.Contains(u.stdout.String(), "curl -H 'x-lane: alice' "+u.gateway+"/") {
-		t.Errorf("demo output lacks the curl line:\n%s", u.stdout.String())
+	if !strings.Contains(u.Stdout.String(), "curl -H 'x-lane: alice' "+u.gateway+"/") {
+		t.Errorf("demo output lacks the curl line:\n%s", u.Stdout.String())
 	}
 	c := clientFrom(t, "127.0.0.2")
 	type hop struct{ Service, Instance, Lane string }
@@ -490,7 +466,7 @@ func TestDemo(t *testing.T) {
 			t.Errorf("lane %q: %d %v %+v, want %+v", tc.lane, resp.StatusCode, err, got.Hops, tc.want)
 		}
 	}
-	if code := u.stop(syscall.SIGINT); code != 0 {
+	if code := u.Stop(syscall.SIGINT); code != 0 {
 		t.Errorf("lanes demo after SIGINT: exit %d", code)
 	}
 }
@@ -577,12 +553,12 @@ func TestUpDataDirInUse(t *testing.T) {
 	second := start(t, "up", "--data-dir", u.dataDir, "--admin-addr", "127.0.0.1:0", "--gateway-addr", "127.0.0.1:0",
 		"--etcd-client-addr", "127.0.0.1:0", "--etcd-peer-addr", "127.0.0.1:0", "--nats-addr", "127.0.0.1:0", "--otlp-grpc-addr", "127.0.0.1:0", "--otlp-http-addr", "127.0.0.1:0")
 	select {
-	case <-second.exited:
+	case <-second.Exited():
 	case <-time.After(wait):
 		t.Fatalf("a second lanes up on %s still runs after %s; want it to fail at once", u.dataDir, wait)
 	}
-	code, errOut := exitCode(second.err), second.stderr.String()
-	want := fmt.Sprintf("data directory %s is in use by process %d", u.dataDir, u.cmd.Process.Pid)
+	code, errOut := second.ExitCode(), second.Stderr.String()
+	want := fmt.Sprintf("data directory %s is in use by process %d", u.dataDir, u.Pid())
 	if code != 1 || !strings.Contains(errOut, want) {
 		t.Errorf("second lanes up: exit %d, stderr %q, want 1 and %q", code, errOut, want)
 	}
@@ -643,8 +619,8 @@ func TestUpExternalEtcdAuth(t *testing.T) {
 	}
 
 	u := startUpEnv(t, []string{"LANES_ETCD_USERNAME=lanes", "LANES_ETCD_PASSWORD=s3cret"}, "up", "--config", cfg)
-	if !strings.Contains(u.stdout.String(), "external") {
-		t.Errorf("start-up output:\n%s", u.stdout.String())
+	if !strings.Contains(u.Stdout.String(), "external") {
+		t.Errorf("start-up output:\n%s", u.Stdout.String())
 	}
 	tok := u.newToken(t, adminapi.TokenRequest{Lane: "alice"})
 	b := newBackend(t, "web-alice")

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lanesdev/lanes/internal/testkit/childproc"
 	"github.com/lanesdev/lanes/registry"
 )
 
@@ -121,8 +122,8 @@ func flood(t *testing.T, prlimit string, fdLimit, n int, extra []string) {
 	alive := func(when string) {
 		t.Helper()
 		select {
-		case <-u.exited:
-			t.Fatalf("lanes up exited %s: %v\nstderr:\n%s", when, u.err, tail(u.stderr.String(), 4000))
+		case <-u.Exited():
+			t.Fatalf("lanes up exited %s: %v\nstderr:\n%s", when, u.Err(), childproc.Tail(u.Stderr.String(), 4000))
 		default:
 		}
 	}

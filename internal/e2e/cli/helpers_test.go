@@ -22,7 +22,7 @@ import (
 	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/adminclient"
 	"github.com/lanesdev/lanes/etcdstore"
-	"github.com/lanesdev/lanes/internal/testkit/buftest"
+	"github.com/lanesdev/lanes/internal/testkit/childproc"
 	"github.com/lanesdev/lanes/registry"
 )
 
@@ -32,126 +32,34 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 // wait bounds every poll: generous, for a loaded 2-core machine under -race.
 const wait = 30 * time.Second
 
-// proc is a running lanes child process.
-type proc struct {
-	t      *testing.T
-	name   string
-	cmd    *exec.Cmd
-	stdout buftest.Buffer
-	stderr buftest.Buffer
-	exited chan struct{}
-	err    error // of Wait, once exited
-}
-
 // start runs the lanes binary with args; the process is killed at cleanup
 // if it still runs, and its output is logged when the test failed.
-func start(t *testing.T, args ...string) *proc {
+func start(t *testing.T, args ...string) *childproc.Child {
 	t.Helper()
 	return startEnv(t, nil, args...)
 }
 
 // startEnv is start with more environment variables (KEY=value).
-func startEnv(t *testing.T, env []string, args ...string) *proc {
+func startEnv(t *testing.T, env []string, args ...string) *childproc.Child {
 	t.Helper()
 	return startEnvIn(t, "", env, args...)
 }
 
 // startEnvIn is startEnv in directory dir ("" for the test's own).
-func startEnvIn(t *testing.T, dir string, env []string, args ...string) *proc {
+func startEnvIn(t *testing.T, dir string, env []string, args ...string) *childproc.Child {
 	t.Helper()
 	return startProg(t, dir, env, []string{binary}, args...)
 }
 
 // startProg is startEnvIn running argv (the binary, or a command that
 // execs it such as prlimit) with args.
-func startProg(t *testing.T, dir string, env []string, argv []string, args ...string) *proc {
+func startProg(t *testing.T, dir string, env []string, argv []string, args ...string) *childproc.Child {
 	t.Helper()
-	p := &proc{t: t, name: strings.Join(args[:min(2, len(args))], " "), exited: make(chan struct{})}
-	p.cmd = exec.Command(argv[0], append(argv[1:len(argv):len(argv)], args...)...)
-	p.cmd.Dir = dir
-	p.cmd.Env = append(cleanEnv(), env...)
-	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { // ends when the process does
-		p.err = p.cmd.Wait()
-		close(p.exited)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-p.exited:
-		default:
-			p.cmd.Process.Kill()
-			<-p.exited
-		}
-		if t.Failed() {
-			t.Logf("lanes %s stdout:\n%s\nstderr:\n%s", p.name, p.stdout.String(), tail(p.stderr.String(), 6000))
-		}
+	return childproc.Start(t, childproc.Spec{
+		Name: "lanes " + strings.Join(args[:min(2, len(args))], " "),
+		Argv: append(argv[:len(argv):len(argv)], args...),
+		Dir:  dir, Env: env, Wait: wait, Tail: 6000,
 	})
-	return p
-}
-
-func tail(s string, n int) string {
-	if len(s) > n {
-		return "..." + s[len(s)-n:]
-	}
-	return s
-}
-
-// cleanEnv is the test's environment without LANES_* variables.
-func cleanEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "LANES_") {
-			env = append(env, kv)
-		}
-	}
-	return env
-}
-
-// waitOutput waits until stdout contains s.
-func (p *proc) waitOutput(s string) string {
-	p.t.Helper()
-	deadline := time.After(wait)
-	for {
-		out := p.stdout.String()
-		if strings.Contains(out, s) {
-			return out
-		}
-		select {
-		case <-p.exited:
-			p.t.Fatalf("lanes %s exited (%v) before printing %q:\nstdout:\n%s\nstderr:\n%s", p.name, p.err, s, out, tail(p.stderr.String(), 6000))
-		case <-deadline:
-			p.t.Fatalf("lanes %s did not print %q within %s:\nstdout:\n%s\nstderr:\n%s", p.name, s, wait, out, tail(p.stderr.String(), 6000))
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-}
-
-// stop sends sig and waits for the exit; it returns the exit code.
-func (p *proc) stop(sig syscall.Signal) int {
-	p.t.Helper()
-	p.cmd.Process.Signal(sig)
-	select {
-	case <-p.exited:
-	case <-time.After(wait):
-		p.cmd.Process.Kill()
-		<-p.exited
-		p.t.Errorf("lanes %s did not stop within %s of %v", p.name, wait, sig)
-	}
-	return exitCode(p.err)
-}
-
-func exitCode(err error) int {
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-		return 0
-	case errors.As(err, &ee):
-		return ee.ExitCode()
-	}
-	return -1
 }
 
 // run runs the lanes binary to completion.
@@ -159,7 +67,7 @@ func run(t *testing.T, stdin string, args ...string) (code int, stdout, stderr s
 	t.Helper()
 	var out, errb bytes.Buffer
 	cmd := exec.Command(binary, args...)
-	cmd.Env = cleanEnv()
+	cmd.Env = childproc.Environ()
 	cmd.Stdin = strings.NewReader(stdin)
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
@@ -167,12 +75,12 @@ func run(t *testing.T, stdin string, args ...string) (code int, stdout, stderr s
 	if err != nil && !errors.As(err, &ee) {
 		t.Fatal(err)
 	}
-	return exitCode(err), out.String(), errb.String()
+	return childproc.ExitCode(err), out.String(), errb.String()
 }
 
 // up is a running `lanes up` (or `lanes demo`).
 type up struct {
-	*proc
+	*childproc.Child
 	dataDir string
 	etcd    string
 	admin   string
@@ -216,8 +124,8 @@ func startUpArgv(t *testing.T, dir string, env []string, argv []string, cmd stri
 		"--otlp-http-addr", "127.0.0.1:0",
 		"--log-level", "warn",
 	}, extra...)
-	u := &up{proc: startProg(t, "", env, argv, args...), dataDir: dir}
-	out := u.waitOutput("lanes is up.")
+	u := &up{Child: startProg(t, "", env, argv, args...), dataDir: dir}
+	out := u.WaitOutput("lanes is up.")
 	for _, m := range addrLine.FindAllStringSubmatch(out, -1) {
 		switch m[1] {
 		case "etcd":
@@ -243,11 +151,11 @@ func startUpArgv(t *testing.T, dir string, env []string, argv []string, cmd stri
 	u.token = strings.TrimSpace(string(tok))
 	t.Cleanup(func() {
 		select {
-		case <-u.exited:
+		case <-u.Exited():
 			return
 		default:
 		}
-		if code := u.stop(syscall.SIGTERM); code != 0 {
+		if code := u.Stop(syscall.SIGTERM); code != 0 {
 			t.Errorf("lanes %s exited with %d after SIGTERM, want 0", cmd, code)
 		}
 	})

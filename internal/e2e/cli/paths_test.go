@@ -24,9 +24,9 @@ import (
 // the xDS clients that call it now.
 func TestRouteExplainPaths(t *testing.T) {
 	u := startUp(t, "up", "--route", "/=web", "--xds-addr", "127.0.0.1:0")
-	m := regexp.MustCompile(`(?m)^xds\s+grpc://(\S+)`).FindStringSubmatch(u.waitOutput("lanes is up."))
+	m := regexp.MustCompile(`(?m)^xds\s+grpc://(\S+)`).FindStringSubmatch(u.WaitOutput("lanes is up."))
 	if m == nil {
-		t.Fatalf("no xds address in the output:\n%s", u.stdout.String())
+		t.Fatalf("no xds address in the output:\n%s", u.Stdout.String())
 	}
 	u.register(t, u.token, registry.Instance{ID: "o1", Service: "orders", Addr: "127.0.0.1:7001",
 		Labels: map[string]string{registry.LabelPath: registry.PathSidecar}})

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/lanesdev/lanes/internal/testkit/buftest"
+	"github.com/lanesdev/lanes/internal/testkit/childproc"
 	"github.com/lanesdev/lanes/registry"
 )
 
@@ -19,14 +20,14 @@ func runIn(t *testing.T, dir string, env []string, args ...string) (int, string,
 	var out, errb buftest.Buffer
 	cmd := exec.Command(binary, args...)
 	cmd.Dir = dir
-	cmd.Env = append(cleanEnv(), env...)
+	cmd.Env = append(childproc.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
 	var ee *exec.ExitError
 	if err != nil && !errorsAs(err, &ee) {
 		t.Fatal(err)
 	}
-	return exitCode(err), out.String(), errb.String()
+	return childproc.ExitCode(err), out.String(), errb.String()
 }
 
 func errorsAs(err error, ee **exec.ExitError) bool {
@@ -196,15 +197,15 @@ func TestClientRules(t *testing.T) {
 
 	// ls -w lists again at every change, until SIGTERM.
 	w := startEnvIn(t, work, nil, "ls", "-w", "--service", "orders")
-	w.waitOutput("orders-alice")
+	w.WaitOutput("orders-alice")
 	u.register(t, u.token, registry.Instance{Service: "orders", ID: "orders-bob", Addr: "127.0.0.1:4", Lane: "bob"})
-	w.waitOutput("orders-bob")
-	if code := w.stop(syscall.SIGTERM); code != 0 {
+	w.WaitOutput("orders-bob")
+	if code := w.Stop(syscall.SIGTERM); code != 0 {
 		t.Errorf("ls -w after SIGTERM: exit %d", code)
 	}
 
 	// Stopping lanes up removes the admin-addr file.
-	if code := u.stop(syscall.SIGTERM); code != 0 {
+	if code := u.Stop(syscall.SIGTERM); code != 0 {
 		t.Errorf("lanes up: exit %d", code)
 	}
 	if _, err := os.Stat(filepath.Join(dataDir, "admin-addr")); !os.IsNotExist(err) {
@@ -215,7 +216,7 @@ func TestClientRules(t *testing.T) {
 // TestDemoCommandsWork: the commands lanes demo prints run as printed.
 func TestDemoCommandsWork(t *testing.T) {
 	u := startUp(t, "demo")
-	out := u.stdout.String()
+	out := u.Stdout.String()
 	var ran int
 	for _, l := range strings.Split(out, "\n") {
 		l = strings.TrimSpace(l)
@@ -239,12 +240,12 @@ func TestDemoCommandsWork(t *testing.T) {
 func TestUpLogFormat(t *testing.T) {
 	u := startUp(t, "up", "--log-level", "info", "--log-format", "json")
 	eventually(t, "a JSON log line", func() string {
-		for _, l := range strings.Split(u.stderr.String(), "\n") {
+		for _, l := range strings.Split(u.Stderr.String(), "\n") {
 			if strings.HasPrefix(l, `{"time":`) && strings.Contains(l, `"level":"INFO"`) {
 				return ""
 			}
 		}
-		return u.stderr.String()
+		return u.Stderr.String()
 	})
 }
 
@@ -254,20 +255,20 @@ func TestStartupProgress(t *testing.T) {
 	for _, cmd := range []string{"up", "demo"} {
 		u := startUp(t, cmd)
 		// The process writes these lines before "lanes is up." on stdout,
-		// but its stderr is copied into u.stderr apart: wait for the last
+		// but its stderr is copied into u.Stderr apart: wait for the last
 		// ones.
 		for _, last := range []string{"lanes: starting the admin API on 127.0.0.1:0", "lanes: starting the sample services"} {
 			if last == "lanes: starting the sample services" && cmd != "demo" {
 				continue
 			}
 			eventually(t, "stderr to say "+last, func() string {
-				if s := u.stderr.String(); !strings.Contains(s, last) {
+				if s := u.Stderr.String(); !strings.Contains(s, last) {
 					return s
 				}
 				return ""
 			})
 		}
-		errOut := u.stderr.String()
+		errOut := u.Stderr.String()
 		for _, want := range []string{"lanes: starting the embedded etcd (data in ", "waiting for it to serve...",
 			"lanes: reading the registry and the policy...", "lanes: starting the trace collector (OTLP/gRPC on 127.0.0.1:0", "lanes: starting the gateway on 127.0.0.1:0", "lanes: starting the admin API on 127.0.0.1:0"} {
 			if !strings.Contains(errOut, want) {

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/lanesdev/lanes/adminapi"
+	"github.com/lanesdev/lanes/internal/testkit/childproc"
 )
 
 // laneApp is a plain net/http app that knows nothing of lanes: it answers
@@ -98,7 +99,7 @@ var sidecarLines = regexp.MustCompile(`sidecar: (?:inbound (\S+) -> app \S+|outb
 // ("" for the baseline), registered through the admin API with a token of
 // its lane, tracing into the collector; it waits for the registration and
 // returns the process and its proxy's URL.
-func (u *up) sidecar(t *testing.T, service, l string, app string, extra ...string) (*proc, *url.URL) {
+func (u *up) sidecar(t *testing.T, service, l string, app string, extra ...string) (*childproc.Child, *url.URL) {
 	t.Helper()
 	req := adminapi.TokenRequest{Name: service + "-" + l, Lane: l, Baseline: l == ""}
 	env := []string{"LANES_REGISTRY=" + u.admin, "LANES_TOKEN=" + u.newToken(t, req), "LANES_TRACES=" + u.traces, "LANES_LOG_LEVEL=warn"}
@@ -112,7 +113,7 @@ func (u *up) sidecar(t *testing.T, service, l string, app string, extra ...strin
 	if l == "" {
 		where = "baseline"
 	}
-	out := p.waitOutput("sidecar: registered " + service + " " + where + " at ")
+	out := p.WaitOutput("sidecar: registered " + service + " " + where + " at ")
 	var proxy *url.URL
 	for _, m := range sidecarLines.FindAllStringSubmatch(out, -1) {
 		if m[2] != "" {
@@ -124,10 +125,10 @@ func (u *up) sidecar(t *testing.T, service, l string, app string, extra ...strin
 	}
 	t.Cleanup(func() {
 		select {
-		case <-p.exited:
+		case <-p.Exited():
 		default:
-			if code := p.stop(syscall.SIGTERM); code != 0 {
-				t.Errorf("lanes sidecar %s/%s exited %d after SIGTERM\n%s", service, l, code, tail(p.stderr.String(), 3000))
+			if code := p.Stop(syscall.SIGTERM); code != 0 {
+				t.Errorf("lanes sidecar %s/%s exited %d after SIGTERM\n%s", service, l, code, childproc.Tail(p.Stderr.String(), 3000))
 			}
 		}
 	})
@@ -291,8 +292,7 @@ func TestSidecarChain(t *testing.T) {
 	// kill -9 of alice-1's sidecar: its lease runs on (--ttl 3s), and its
 	// address refuses connections; calls move on to alice-2.
 	t0 := time.Now()
-	alice1.cmd.Process.Kill()
-	<-alice1.exited
+	alice1.Kill()
 	waitResults(t0, 50) // past the lease's end
 	t1 := time.Now()
 	n, failed, first, failures := count(t0, t1, func(b string) bool { return b == "back-alice-2" })
@@ -350,7 +350,7 @@ func TestSidecarCommand(t *testing.T) {
 sidecar: outbound proxy 127\.0\.0\.1:\d+ \(HTTP_PROXY=http://127\.0\.0\.1:\d+\)
 sidecar: registered pricing lane alice at ` + regexp.QuoteMeta(a.addr) + `
 $`)
-	if out := p.stdout.String(); !want.MatchString(out) {
+	if out := p.Stdout.String(); !want.MatchString(out) {
 		t.Fatalf("printed:\n%s", out)
 	}
 	c := u.client(t, u.token)
@@ -372,8 +372,8 @@ $`)
 	if n := listed(); n != 1 {
 		t.Fatalf("%d instances of pricing at %s", n, a.addr)
 	}
-	if code := p.stop(syscall.SIGTERM); code != 0 {
-		t.Fatalf("exit %d after SIGTERM:\n%s", code, p.stderr.String())
+	if code := p.Stop(syscall.SIGTERM); code != 0 {
+		t.Fatalf("exit %d after SIGTERM:\n%s", code, p.Stderr.String())
 	}
 	if n := listed(); n != 0 {
 		t.Fatalf("%d instances of pricing left after the sidecar stopped", n)

@@ -326,11 +326,11 @@ func testUpStalled(t *testing.T, pause time.Duration) {
 		return ""
 	})
 
-	if err := u.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+	if err := u.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(pause) // the scenario: a pause of this length
-	if err := u.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+	if err := u.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
 	resumed := time.Now()

@@ -27,7 +27,7 @@ func TestUpTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	u := startUp(t, "up", "--route", "/=web", "--tls-cert", files.ServerCert, "--tls-key", files.ServerKey)
-	out := u.stdout.String()
+	out := u.Stdout.String()
 	for _, want := range []string{"LANES_REGISTRY=https://", "LANES_TRACES=https://", "LANES_CA_FILE="} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the output has no %q:\n%s", want, out)

@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/lanesdev/lanes/adminapi"
+	"github.com/lanesdev/lanes/internal/testkit/childproc"
 	"github.com/lanesdev/lanes/lanestrace"
 )
 
@@ -61,10 +62,10 @@ func tracerWith(t *testing.T, u *up, service, token string) trace.Tracer {
 func TestTrace(t *testing.T) {
 	u := startUp(t, "up")
 	if u.traces == "" {
-		t.Fatalf("lanes up printed no traces address:\n%s", u.stdout.String())
+		t.Fatalf("lanes up printed no traces address:\n%s", u.Stdout.String())
 	}
-	if !strings.Contains(u.stdout.String(), "LANES_TRACES="+u.traces) {
-		t.Errorf("lanes up does not print the LANES_TRACES export line:\n%s", u.stdout.String())
+	if !strings.Contains(u.Stdout.String(), "LANES_TRACES="+u.traces) {
+		t.Errorf("lanes up does not print the LANES_TRACES export line:\n%s", u.Stdout.String())
 	}
 	web, orders := tracerFor(t, u, "web"), tracerFor(t, u, "orders")
 	ctx, s1 := web.Start(context.Background(), "GET /checkout", trace.WithSpanKind(trace.SpanKindServer),
@@ -183,13 +184,13 @@ func TestDemoTrace(t *testing.T) {
 	}
 	// The log lines of the request carry its trace id.
 	logged := 0
-	for _, l := range strings.Split(u.stderr.String(), "\n") {
+	for _, l := range strings.Split(u.Stderr.String(), "\n") {
 		if strings.Contains(l, `"msg":"demo request"`) && strings.Contains(l, `"trace_id":"`+id+`"`) && strings.Contains(l, `"lane":"alice"`) {
 			logged++
 		}
 	}
 	if logged != 3 {
-		t.Errorf("%d log lines of the demo services carry trace id %s, want 3:\n%s", logged, id, tail(u.stderr.String(), 4000))
+		t.Errorf("%d log lines of the demo services carry trace id %s, want 3:\n%s", logged, id, childproc.Tail(u.Stderr.String(), 4000))
 	}
 }
 

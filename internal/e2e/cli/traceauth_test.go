@@ -55,7 +55,7 @@ var otlpHTTPAddr = regexp.MustCompile(`OTLP/HTTP on (\S+?);`)
 // So nobody without a credential forges a breach, and a lane token forges none for another lane.
 func TestTraceReceiverAuth(t *testing.T) {
 	u := startUp(t, "up")
-	out := u.stdout.String()
+	out := u.Stdout.String()
 	telemetry := u.telemetryToken(t)
 	if fi, err := os.Stat(filepath.Join(u.dataDir, "telemetry-token")); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Errorf("telemetry-token: %v, want mode 0600", err)

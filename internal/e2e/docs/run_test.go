@@ -23,7 +23,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/lanesdev/lanes/internal/testkit/buftest"
+	"github.com/lanesdev/lanes/internal/testkit/childproc"
 	"github.com/lanesdev/lanes/lane"
 	"github.com/lanesdev/lanes/lanesnats"
 )
@@ -31,88 +31,19 @@ import (
 // wait bounds every wait: generous, for a loaded 2-core machine.
 const wait = 60 * time.Second
 
-// proc is a child process, killed at cleanup if it still runs.
-type proc struct {
-	name   string
-	cmd    *exec.Cmd
-	out    buftest.Buffer
-	exited chan struct{}
-	err    error
-}
-
-func start(t *testing.T, name string, env []string, bin string, args ...string) *proc {
+// start runs bin with args and env added to the test's environment, its
+// stdout and stderr in one stream; it is killed at cleanup if it still
+// runs.
+func start(t *testing.T, name string, env []string, bin string, args ...string) *childproc.Child {
 	t.Helper()
-	p := &proc{name: name, cmd: exec.Command(bin, args...), exited: make(chan struct{})}
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "LANES_") {
-			p.cmd.Env = append(p.cmd.Env, kv)
-		}
-	}
-	p.cmd.Env = append(p.cmd.Env, env...)
-	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.out
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { // ends with the process
-		p.err = p.cmd.Wait()
-		close(p.exited)
-	}()
-	t.Cleanup(func() {
-		select {
-		case <-p.exited:
-		default:
-			p.cmd.Process.Kill()
-			<-p.exited
-		}
-		if t.Failed() {
-			t.Logf("%s output:\n%s", p.name, p.out.String())
-		}
-	})
-	return p
-}
-
-// waitOutput waits until the output contains s.
-func (p *proc) waitOutput(t *testing.T, s string) string {
-	t.Helper()
-	deadline := time.Now().Add(wait)
-	for {
-		out := p.out.String()
-		if strings.Contains(out, s) {
-			return out
-		}
-		select {
-		case <-p.exited:
-			t.Fatalf("%s exited (%v) before printing %q:\n%s", p.name, p.err, s, out)
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s did not print %q within %s:\n%s", p.name, s, wait, out)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-// waitExit waits until the process exits by itself.
-func (p *proc) waitExit(t *testing.T) {
-	t.Helper()
-	select {
-	case <-p.exited:
-	case <-time.After(wait):
-		t.Fatalf("%s still runs after %s:\n%s", p.name, wait, p.out.String())
-	}
+	return childproc.Start(t, childproc.Spec{Name: name, Argv: append([]string{bin}, args...), Env: env, OneStream: true, Wait: wait})
 }
 
 // stop sends SIGTERM and waits for a clean exit.
-func (p *proc) stop(t *testing.T) {
+func stop(t *testing.T, p *childproc.Child) {
 	t.Helper()
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.exited:
-		if p.err != nil {
-			t.Errorf("%s exited with %v after SIGTERM", p.name, p.err)
-		}
-	case <-time.After(wait):
-		t.Errorf("%s did not stop within %s of SIGTERM", p.name, wait)
+	if p.Stop(syscall.SIGTERM) != 0 {
+		t.Errorf("%s exited with %v after SIGTERM", p.Name(), p.Err())
 	}
 }
 
@@ -213,7 +144,7 @@ func TestProgramsRun(t *testing.T) {
 		"--etcd-client-addr", "127.0.0.1:0", "--etcd-peer-addr", "127.0.0.1:0",
 		"--nats-addr", "127.0.0.1:0", "--otlp-grpc-addr", "127.0.0.1:0", "--otlp-http-addr", "127.0.0.1:0", "--log-level", "warn",
 		"--route", "/helloworld.Greeter=greeter", "--route", "/=hello")
-	upOut := up.waitOutput(t, "lanes is up.")
+	upOut := up.WaitOutput("lanes is up.")
 	m := exportLine.FindStringSubmatch(upOut)
 	g := gatewayLine.FindStringSubmatch(upOut)
 	if m == nil || g == nil {
@@ -248,7 +179,7 @@ func TestProgramsRun(t *testing.T) {
 
 	// The programs log as the control plane does: slog's text format, or
 	// JSON with LANES_LOG_FORMAT=json (the alice instances).
-	var procs []*proc
+	var procs []*childproc.Child
 	aliceAddr := map[string]string{} // service -> loopback address of its alice instance
 	progs := []struct {
 		name, bin string
@@ -266,8 +197,8 @@ func TestProgramsRun(t *testing.T) {
 			aliceEnv = []string{"LANES_REGISTRY=" + adminURL, "LANES_TOKEN=" + aliceToken, "LANES_TRACES=" + tracesAddr, "LANES_LANE=alice", "LANES_LOG_FORMAT=json"}
 		}
 		alice := start(t, p.name+" (alice)", aliceEnv, p.bin)
-		baseOut := base.waitOutput(t, `level=INFO msg="lanes: instance registered" service=`+p.name)
-		aliceOut := alice.waitOutput(t, `"msg":"lanes: instance registered","service":"`+p.name+`"`)
+		baseOut := base.WaitOutput(`level=INFO msg="lanes: instance registered" service=` + p.name)
+		aliceOut := alice.WaitOutput(`"msg":"lanes: instance registered","service":"` + p.name + `"`)
 		procs = append(procs, base, alice)
 		// Listening on ":0", each advertises the local address of its
 		// route to the registry (loopback here), not the host's first
@@ -299,7 +230,7 @@ func TestProgramsRun(t *testing.T) {
 	}
 	// LANES_ADDR stays the override.
 	over := start(t, "hello (LANES_ADDR)", append(env, "LANES_LANE=carol", "LANES_ADDR=127.0.0.3:9"), filepath.Join(hdir, "bin"))
-	over.waitOutput(t, `addr=127.0.0.3:9 addr_from=LANES_ADDR`)
+	over.WaitOutput(`addr=127.0.0.3:9 addr_from=LANES_ADDR`)
 	procs = append(procs, over)
 	// An error ends the program logged at ERROR: a lane token that
 	// registers into another lane is refused.
@@ -308,12 +239,12 @@ func TestProgramsRun(t *testing.T) {
 			continue
 		}
 		refused := start(t, p.name+" (refused)", []string{"LANES_REGISTRY=" + adminURL, "LANES_TOKEN=" + aliceToken, "LANES_LANE=bob"}, p.bin)
-		refused.waitExit(t)
-		out := refused.out.String()
+		refused.WaitExit()
+		out := refused.Stdout.String()
 		line := regexp.MustCompile(`(?m)^.*` + p.name + ` stopped.*$`).FindString(out)
-		if refused.cmd.ProcessState.ExitCode() != 1 || !strings.Contains(line, "level=ERROR") || !strings.Contains(line, "403") {
+		if refused.ExitCode() != 1 || !strings.Contains(line, "level=ERROR") || !strings.Contains(line, "403") {
 			t.Errorf("%s with a token of another lane: exit %d, want 1 and the refusal logged at ERROR:\n%s",
-				p.name, refused.cmd.ProcessState.ExitCode(), out)
+				p.name, refused.ExitCode(), out)
 		}
 		if strings.Contains(out, "level=INFO") && strings.Contains(out, "refus") {
 			for _, l := range strings.Split(out, "\n") {
@@ -326,9 +257,9 @@ func TestProgramsRun(t *testing.T) {
 
 	defer func() {
 		for _, p := range procs {
-			p.stop(t)
-			if !strings.Contains(p.out.String(), "lanes: instance deregistered") {
-				t.Errorf("%s did not log its deregistration:\n%s", p.name, p.out.String())
+			stop(t, p)
+			if !strings.Contains(p.Stdout.String(), "lanes: instance deregistered") {
+				t.Errorf("%s did not log its deregistration:\n%s", p.Name(), p.Stdout.String())
 			}
 		}
 	}()
@@ -468,18 +399,18 @@ func runClient(t *testing.T, bin string, env []string) {
 	} {
 		for i := 0; i < 3; i++ { // each run is a new process with a new engine
 			p := start(t, "greeter-client "+strings.Join(c.args, " "), env, bin, c.args...)
-			p.waitExit(t)
-			out := p.out.String()
-			if p.cmd.ProcessState.ExitCode() != 0 || !strings.Contains(out, c.want+"\n") {
-				t.Fatalf("greeter-client %s: exit %d, want 0 and %q:\n%s", strings.Join(c.args, " "), p.cmd.ProcessState.ExitCode(), c.want, out)
+			p.WaitExit()
+			out := p.Stdout.String()
+			if p.ExitCode() != 0 || !strings.Contains(out, c.want+"\n") {
+				t.Fatalf("greeter-client %s: exit %d, want 0 and %q:\n%s", strings.Join(c.args, " "), p.ExitCode(), c.want, out)
 			}
 		}
 	}
 	bad := start(t, "greeter-client -lane 'al ice'", env, bin, "-lane", "al ice")
-	bad.waitExit(t)
-	out := bad.out.String()
-	if bad.cmd.ProcessState.ExitCode() != 1 || !regexp.MustCompile(`ERROR.*greeter-client stopped.*-lane: .*al ice`).MatchString(out) {
-		t.Errorf("greeter-client -lane 'al ice': exit %d, want 1 and the flag and value named at ERROR:\n%s", bad.cmd.ProcessState.ExitCode(), out)
+	bad.WaitExit()
+	out := bad.Stdout.String()
+	if bad.ExitCode() != 1 || !regexp.MustCompile(`ERROR.*greeter-client stopped.*-lane: .*al ice`).MatchString(out) {
+		t.Errorf("greeter-client -lane 'al ice': exit %d, want 1 and the flag and value named at ERROR:\n%s", bad.ExitCode(), out)
 	}
 }
 
@@ -563,18 +494,18 @@ func runMQ(t *testing.T, tmp string, env []string) {
 	}
 
 	without := start(t, "billing (no LANES_NATS)", noNats, bin)
-	without.waitExit(t)
-	if out := without.out.String(); without.cmd.ProcessState.ExitCode() != 1 ||
+	without.WaitExit()
+	if out := without.Stdout.String(); without.ExitCode() != 1 ||
 		!regexp.MustCompile(`level=ERROR msg="billing stopped" err="lanesnats: no NATS connection: set LANES_NATS`).MatchString(out) {
-		t.Errorf("billing without LANES_NATS: exit %d, want 1 and the missing variable named at ERROR:\n%s", without.cmd.ProcessState.ExitCode(), out)
+		t.Errorf("billing without LANES_NATS: exit %d, want 1 and the missing variable named at ERROR:\n%s", without.ExitCode(), out)
 	}
 
 	base := start(t, "billing (baseline)", env, bin)
 	alice := start(t, "billing (alice)", append(env, "LANES_LANE=alice"), bin)
-	base.waitOutput(t, `msg="lanes: consumer registered"`)
-	alice.waitOutput(t, `msg="lanes: consumer registered"`)
-	defer base.stop(t)
-	defer alice.stop(t)
+	base.WaitOutput(`msg="lanes: consumer registered"`)
+	alice.WaitOutput(`msg="lanes: consumer registered"`)
+	defer stop(t, base)
+	defer stop(t, alice)
 
 	nc, err := nats.Connect(natsURL)
 	if err != nil {
@@ -597,12 +528,12 @@ func runMQ(t *testing.T, tmp string, env []string) {
 	if _, err := pub.Publish(ctx, "created", []byte("B1")); err != nil {
 		t.Fatal(err)
 	}
-	alice.waitOutput(t, `msg="order billed" lane=alice`)
-	base.waitOutput(t, `msg="order billed" lane="" seq=`)
-	if out := alice.out.String(); !strings.Contains(out, "order=A1") || strings.Contains(out, "order=B1") {
+	alice.WaitOutput(`msg="order billed" lane=alice`)
+	base.WaitOutput(`msg="order billed" lane="" seq=`)
+	if out := alice.Stdout.String(); !strings.Contains(out, "order=A1") || strings.Contains(out, "order=B1") {
 		t.Errorf("the alice instance billed other orders than alice's:\n%s", out)
 	}
-	if out := base.out.String(); !strings.Contains(out, "order=B1") || strings.Contains(out, "order=A1") {
+	if out := base.Stdout.String(); !strings.Contains(out, "order=B1") || strings.Contains(out, "order=A1") {
 		t.Errorf("the baseline instance billed other orders than the baseline's:\n%s", out)
 	}
 	// The invoice stays in the order's lane.

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/lanesdev/lanes/internal/testkit/childproc"
 )
 
 // TestVetAsModuleTool runs `lanes vet` as docs/vet.md says to inside an application's module:
@@ -76,18 +78,7 @@ func main() {
 		}
 	}
 	out, err := gocmd(nil, "tool", "lanes", "vet", "./...")
-	if code := exitCode(err); code != 1 || !strings.Contains(out, "main.go:8:") || !strings.Contains(out, "http.DefaultClient.Do sends with http.DefaultTransport") {
+	if code := childproc.ExitCode(err); code != 1 || !strings.Contains(out, "main.go:8:") || !strings.Contains(out, "http.DefaultClient.Do sends with http.DefaultTransport") {
 		t.Fatalf("go tool lanes vet: exit %d, want 1 and the http.DefaultClient.Do finding:\n%s", code, out)
 	}
-}
-
-// exitCode is err's exit status (0 for nil, -1 when it did not run).
-func exitCode(err error) int {
-	if err == nil {
-		return 0
-	}
-	if ee, ok := err.(*exec.ExitError); ok {
-		return ee.ExitCode()
-	}
-	return -1
 }

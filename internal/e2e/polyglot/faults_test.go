@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/lanesdev/lanes/internal/testkit/childproc"
 )
 
 // sample is one request of a path, and when it was sent.
@@ -139,10 +141,10 @@ func TestFaults(t *testing.T) {
 	}
 	// kill kills p, waits until alice's requests are served by want, and then for 20 more
 	// requests (2 s) to count the requests that failed after the kill.
-	kill := func(what string, p *proc, want []hop) {
+	kill := func(what string, p *childproc.Child, want []hop) {
 		t.Helper()
 		at := time.Now()
-		p.kill()
+		p.Kill()
 		_, took := tr.fallback(t, "alice", at, want)
 		tr.settle(t, "alice", at.Add(took), 20)
 		after := tr.since("alice", at)

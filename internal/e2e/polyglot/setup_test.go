@@ -10,16 +10,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
-	"github.com/lanesdev/lanes/internal/testkit/buftest"
-	"github.com/lanesdev/lanes/internal/testkit/leaktest"
+	"github.com/lanesdev/lanes/internal/testkit/childproc"
 )
 
 // wait bounds every wait for an event: generous, for Node's and Python's start on a loaded
@@ -38,14 +33,8 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	bins.dir, bins.lanes, bins.ledger = dir, filepath.Join(dir, "lanes"), filepath.Join(dir, "ledger")
-	code := m.Run()
+	code := childproc.Run(m)
 	os.RemoveAll(dir)
-	if code == 0 {
-		if err := goleak.Find(leaktest.Options()...); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
-			code = 1
-		}
-	}
 	os.Exit(code)
 }
 
@@ -144,80 +133,15 @@ func buildOnce(t *testing.T) {
 	}
 }
 
-// proc is a child process, killed at cleanup if it still runs.
-type proc struct {
-	name   string
-	cmd    *exec.Cmd
-	out    buftest.Buffer
-	exited chan struct{}
-	err    error
-}
-
-// start runs argv with env added to the test's environment (less its LANES_ variables), and
-// files as its descriptors 3, 4, ...
-func start(t *testing.T, name string, env []string, files []*os.File, argv ...string) *proc {
+// start runs argv with env added to the test's environment (less its LANES_, OTEL_, GRPC_ and
+// proxy variables), and files as its descriptors 3, 4, ...; its stdout and stderr in one stream.
+// It is killed at cleanup if it still runs.
+func start(t *testing.T, name string, env []string, files []*os.File, argv ...string) *childproc.Child {
 	t.Helper()
-	p := &proc{name: name, cmd: exec.Command(argv[0], argv[1:]...), exited: make(chan struct{})}
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "LANES_") && !strings.HasPrefix(kv, "OTEL_") && !strings.HasPrefix(kv, "GRPC_") &&
-			!strings.HasPrefix(strings.ToUpper(kv), "HTTP_PROXY=") && !strings.HasPrefix(strings.ToUpper(kv), "HTTPS_PROXY=") {
-			p.cmd.Env = append(p.cmd.Env, kv)
-		}
-	}
-	p.cmd.Env = append(p.cmd.Env, env...)
-	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.out
-	p.cmd.ExtraFiles = files
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { // ends with the process
-		p.err = p.cmd.Wait()
-		close(p.exited)
-	}()
-	t.Cleanup(func() {
-		p.kill()
-		if t.Failed() {
-			t.Logf("%s output:\n%s", p.name, tail(p.out.String(), 4000))
-		}
+	return childproc.Start(t, childproc.Spec{
+		Name: name, Argv: argv, Env: env, Drop: []string{"OTEL_", "GRPC_", "HTTP_PROXY=", "HTTPS_PROXY="},
+		ExtraFiles: files, OneStream: true, Wait: wait, Tail: 4000,
 	})
-	return p
-}
-
-func tail(s string, n int) string {
-	if len(s) > n {
-		return "..." + s[len(s)-n:]
-	}
-	return s
-}
-
-// kill sends SIGKILL, as a crash would end the process, and waits for its end.
-func (p *proc) kill() {
-	select {
-	case <-p.exited:
-		return
-	default:
-	}
-	p.cmd.Process.Signal(syscall.SIGKILL)
-	<-p.exited
-}
-
-// match waits until the output matches re, and returns the submatches.
-func (p *proc) match(t *testing.T, re *regexp.Regexp) []string {
-	t.Helper()
-	deadline := time.Now().Add(wait)
-	for {
-		if m := re.FindStringSubmatch(p.out.String()); m != nil {
-			return m
-		}
-		select {
-		case <-p.exited:
-			t.Fatalf("%s exited (%v) before printing %q:\n%s", p.name, p.err, re, tail(p.out.String(), 4000))
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s did not print %q within %s:\n%s", p.name, re, wait, tail(p.out.String(), 4000))
-		}
-	}
 }
 
 // hop is who served one hop of the chain, as every service of the example answers it.

@@ -8,6 +8,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/lanesdev/lanes/internal/testkit/childproc"
 )
 
 // stack is `lanes up` with the example's services joined to it.
@@ -19,7 +21,7 @@ type stack struct {
 	registry       []string // the environment a lanes process joins with
 	otel           []string // the environment of an OpenTelemetry SDK sending to lanes
 	bootstrap      string   // the xDS bootstrap file of the proxyless clients
-	up             *proc
+	up             *childproc.Child
 }
 
 var (
@@ -38,8 +40,8 @@ func startStack(t *testing.T, modules string) *stack {
 		"--admin-addr", "127.0.0.1:0", "--gateway-addr", "127.0.0.1:0", "--etcd-client-addr", "127.0.0.1:0",
 		"--etcd-peer-addr", "127.0.0.1:0", "--nats-addr", "127.0.0.1:0", "--otlp-grpc-addr", "127.0.0.1:0",
 		"--otlp-http-addr", "127.0.0.1:0", "--xds-addr", "127.0.0.1:0", "--route", "/=web", "--log-level", "warn")
-	s.up.match(t, regexp.MustCompile(`lanes is up\.`))
-	out := s.up.out.String()
+	s.up.WaitMatch(regexp.MustCompile(`lanes is up\.`))
+	out := s.up.Stdout.String()
 	addr := map[string]string{}
 	for _, m := range upAddr.FindAllStringSubmatch(out, -1) {
 		addr[m[1]] = m[2]
@@ -89,7 +91,7 @@ func readToken(t *testing.T, file string) string {
 // instance is one instance of a service: its app and, for the Node and Python services, its sidecar.
 type instance struct {
 	service, lane string
-	app, sidecar  *proc
+	app, sidecar  *childproc.Child
 	addr          string // the address registered
 }
 
@@ -113,7 +115,7 @@ func (s *stack) sidecar(i *instance, app string, args ...string) {
 // waitRegistered waits for the sidecar's "registered" line.
 func (s *stack) waitRegistered(i *instance) {
 	s.t.Helper()
-	i.addr = i.sidecar.match(s.t, registered)[1]
+	i.addr = i.sidecar.WaitMatch(registered)[1]
 }
 
 // ledger starts the Go service; it registers itself (lanesgrpc.Serve).
@@ -131,7 +133,7 @@ func (s *stack) payments(l string) *instance {
 	env := append(laneEnv(l, "NODE_PATH="+s.modules, "PORT=0", "OTEL_SERVICE_NAME=payments", "GRPC_XDS_BOOTSTRAP="+s.bootstrap), s.otel...)
 	i.app = start(s.t, i.String(), env, nil, "node", "--require", filepath.Join(example(s.t), "otel.js"),
 		filepath.Join(example(s.t), "payments", "payments.js"))
-	s.sidecar(i, i.app.match(s.t, listening)[1], "--direct")
+	s.sidecar(i, i.app.WaitMatch(listening)[1], "--direct")
 	return i
 }
 
@@ -141,7 +143,7 @@ func (s *stack) orders(l string) *instance {
 	i := &instance{service: "orders", lane: l}
 	env := laneEnv(l, "PORT=0", "GRPC_XDS_BOOTSTRAP="+s.bootstrap, "PYTHONUNBUFFERED=1")
 	i.app = start(s.t, i.String(), env, nil, python, filepath.Join(example(s.t), "orders", "orders.py"))
-	s.sidecar(i, i.app.match(s.t, listening)[1], "--listen", "127.0.0.1:0", "--ready-path", "/healthz")
+	s.sidecar(i, i.app.WaitMatch(listening)[1], "--listen", "127.0.0.1:0", "--ready-path", "/healthz")
 	return i
 }
 
@@ -153,7 +155,7 @@ func (s *stack) web(l string) *instance {
 	i := &instance{service: "web", lane: l}
 	app, lis := listen(s.t)
 	s.sidecar(i, app, "--listen", "127.0.0.1:0", "--proxy", "127.0.0.1:0", "--ready-path", "/healthz")
-	proxy := i.sidecar.match(s.t, outboundProxy)[1]
+	proxy := i.sidecar.WaitMatch(outboundProxy)[1]
 	env := append(laneEnv(l, "NODE_PATH="+s.modules, "LISTEN_FD=3", "HTTP_PROXY=http://"+proxy, "OTEL_SERVICE_NAME=web"), s.otel...)
 	i.app = start(s.t, i.String(), env, []*os.File{lis}, "node", "--require", filepath.Join(example(s.t), "otel.js"),
 		filepath.Join(example(s.t), "web", "web.js"))

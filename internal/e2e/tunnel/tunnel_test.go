@@ -19,12 +19,9 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/adminclient"
-	"github.com/lanesdev/lanes/internal/testkit/buftest"
-	"github.com/lanesdev/lanes/internal/testkit/leaktest"
+	"github.com/lanesdev/lanes/internal/testkit/childproc"
 )
 
 // binary is the lanes command, built once by TestMain.
@@ -34,26 +31,7 @@ func TestMain(m *testing.M) {
 	if role := os.Getenv(roleEnv); role != "" {
 		os.Exit(runRole(role))
 	}
-	dir, err := os.MkdirTemp("", "lanes-tunnel-e2e-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	binary = filepath.Join(dir, "lanes")
-	if out, err := exec.Command("go", "build", "-o", binary, "github.com/lanesdev/lanes/cmd/lanes").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
-		os.RemoveAll(dir)
-		os.Exit(1)
-	}
-	code := m.Run()
-	os.RemoveAll(dir)
-	if code == 0 {
-		if err := goleak.Find(leaktest.Options()...); err != nil {
-			fmt.Fprintf(os.Stderr, "goleak: %v\n", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	childproc.Main(m, &binary)
 }
 
 // wait bounds every wait for an event: generous, for a loaded 2-core
@@ -123,85 +101,14 @@ func newTopology(t *testing.T) *topology {
 	return tp
 }
 
-// proc is a child process in a namespace.
-type proc struct {
-	t              *testing.T
-	name           string
-	cmd            *exec.Cmd
-	stdout, stderr buftest.Buffer
-	exited         chan struct{}
-	err            error
-}
-
-func start(t *testing.T, name, ns string, env []string, argv ...string) *proc {
+// start runs argv in the network namespace ns, with env added to the
+// test's environment; at cleanup it is stopped with SIGTERM.
+func start(t *testing.T, name, ns string, env []string, argv ...string) *childproc.Child {
 	t.Helper()
-	p := &proc{t: t, name: name, exited: make(chan struct{})}
-	p.cmd = exec.Command("ip", append([]string{"netns", "exec", ns}, argv...)...)
-	p.cmd.Env = append(cleanEnv(), env...)
-	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		p.err = p.cmd.Wait()
-		close(p.exited)
-	}()
-	t.Cleanup(func() {
-		p.stop(syscall.SIGTERM)
-		if t.Failed() {
-			t.Logf("%s stdout:\n%s\nstderr:\n%s", name, p.stdout.String(), tail(p.stderr.String(), 8000))
-		}
+	return childproc.Start(t, childproc.Spec{
+		Name: name, Argv: append([]string{"ip", "netns", "exec", ns}, argv...), Env: env,
+		Wait: wait, Tail: 8000, StopSignal: syscall.SIGTERM,
 	})
-	return p
-}
-
-func tail(s string, n int) string {
-	if len(s) > n {
-		return "..." + s[len(s)-n:]
-	}
-	return s
-}
-
-func cleanEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "LANES_") {
-			env = append(env, kv)
-		}
-	}
-	return env
-}
-
-func (p *proc) waitOutput(s string) string {
-	p.t.Helper()
-	deadline := time.After(wait)
-	for {
-		if out := p.stdout.String(); strings.Contains(out, s) {
-			return out
-		}
-		select {
-		case <-p.exited:
-			p.t.Fatalf("%s exited (%v) before printing %q:\n%s\n%s", p.name, p.err, s, p.stdout.String(), tail(p.stderr.String(), 8000))
-		case <-deadline:
-			p.t.Fatalf("%s did not print %q within %s:\n%s\n%s", p.name, s, wait, p.stdout.String(), tail(p.stderr.String(), 8000))
-		case <-time.After(20 * time.Millisecond):
-		}
-	}
-}
-
-func (p *proc) stop(sig syscall.Signal) {
-	select {
-	case <-p.exited:
-		return
-	default:
-	}
-	p.cmd.Process.Signal(sig)
-	select {
-	case <-p.exited:
-	case <-time.After(wait):
-		p.cmd.Process.Kill()
-		<-p.exited
-	}
 }
 
 // eventually polls f until it holds.
@@ -259,7 +166,7 @@ func TestLaptopThroughTunnel(t *testing.T) {
 		"--admin-addr", "0.0.0.0:0", "--gateway-addr", tp.envOnTest+":0",
 		"--etcd-client-addr", "127.0.0.1:0", "--etcd-peer-addr", "127.0.0.1:0", "--nats-addr", "127.0.0.1:0",
 		"--otlp-grpc-addr", "127.0.0.1:0", "--otlp-http-addr", "127.0.0.1:0", "--route", "/=web", "--log-level", "info")
-	out := up.waitOutput("lanes is up.")
+	out := up.WaitOutput("lanes is up.")
 	adminPort := adminLine.FindStringSubmatch(out)[1]
 	gateway := gatewayLine.FindStringSubmatch(out)[1]
 	natsURL := natsLine.FindStringSubmatch(out)[1]
@@ -283,12 +190,12 @@ func TestLaptopThroughTunnel(t *testing.T) {
 	self, _ := os.Executable()
 	envProc := start(t, "env services", tp.env, []string{roleEnv + "=env", "LANES_REGISTRY=http://127.0.0.1:" + adminPort,
 		"LANES_TOKEN=" + adminTok, "LANES_NATS=" + natsURL, "LANES_LOG_LEVEL=warn"}, self)
-	envProc.waitOutput("ready")
+	envProc.WaitOutput("ready")
 
 	dev := start(t, "lanes dev", tp.laptop, []string{roleEnv + "=laptop", "LANES_TOKEN=" + laneTok.Secret, "LANES_LOG_LEVEL=warn"},
 		binary, "dev", "--admin", "http://"+tp.envOnLaptop+":"+adminPort, "--service", "web", "--lane", testLane,
 		"--addr", laptopAddr, "--id", "laptop-web", "--", self)
-	devOut := dev.waitOutput("laptop serving")
+	devOut := dev.WaitOutput("laptop serving")
 	for _, want := range []string{"through a tunnel to", "LANES_DIAL=http://127.0.0.1:", "LANES_NATS=nats://127.0.0.1:"} {
 		if !strings.Contains(devOut, want) {
 			t.Errorf("lanes dev's output lacks %q:\n%s", want, devOut)
@@ -342,11 +249,11 @@ func TestLaptopThroughTunnel(t *testing.T) {
 	if h, _ := get(client, gateway+"/handled", testLane); slices.Contains(h.Handled, "base-1") {
 		t.Errorf("the laptop handled the baseline's message: %v", h.Handled)
 	}
-	if !strings.Contains(dev.stdout.String(), "lanes dev: ← HTTP/1.1 GET / lane="+testLane+" trace=") {
-		t.Errorf("lanes dev did not print the lane's requests:\n%s", dev.stdout.String())
+	if !strings.Contains(dev.Stdout.String(), "lanes dev: ← HTTP/1.1 GET / lane="+testLane+" trace=") {
+		t.Errorf("lanes dev did not print the lane's requests:\n%s", dev.Stdout.String())
 	}
-	if strings.Contains(dev.stdout.String(), "lane=(none)") {
-		t.Errorf("a request without a lane reached the laptop:\n%s", dev.stdout.String())
+	if strings.Contains(dev.Stdout.String(), "lane=(none)") {
+		t.Errorf("a request without a lane reached the laptop:\n%s", dev.Stdout.String())
 	}
 	insts, err := admin.Instances(ctx, "web")
 	if err != nil {
@@ -366,7 +273,7 @@ func TestLaptopThroughTunnel(t *testing.T) {
 	cut := time.Now()
 	ip(t, "-n", tp.laptop, "link", "set", tp.laptopLink, "down")
 	fellBack := tr.wait(t, "fallback to the baseline after the cut", cut, "env-web")
-	dev.waitOutput("the tunnel to")
+	dev.WaitOutput("the tunnel to")
 	restored := time.Now()
 	ip(t, "-n", tp.laptop, "link", "set", tp.laptopLink, "up")
 	back := tr.wait(t, "the laptop serving again after the link returned", restored, "laptop")
@@ -380,14 +287,14 @@ func TestLaptopThroughTunnel(t *testing.T) {
 	if d := fellBack.Sub(cut); d > 10*time.Second {
 		t.Errorf("the lane fell back %s after the cut; want within the registration's TTL (10s)", d)
 	}
-	if !strings.Contains(dev.stdout.String(), "the tunnel is back") {
-		t.Errorf("lanes dev did not say it reconnected:\n%s", dev.stdout.String())
+	if !strings.Contains(dev.Stdout.String(), "the tunnel is back") {
+		t.Errorf("lanes dev did not say it reconnected:\n%s", dev.Stdout.String())
 	}
 
 	// Ctrl-C deregisters at once.
-	dev.stop(syscall.SIGINT)
-	if !strings.Contains(dev.stdout.String(), "lanes dev: web/laptop-web deregistered") {
-		t.Errorf("lanes dev did not confirm the deregistration:\n%s", dev.stdout.String())
+	dev.Stop(syscall.SIGINT)
+	if !strings.Contains(dev.Stdout.String(), "lanes dev: web/laptop-web deregistered") {
+		t.Errorf("lanes dev did not confirm the deregistration:\n%s", dev.Stdout.String())
 	}
 	ctx2, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel2()
