@@ -307,6 +307,20 @@ func TestLaptopThroughTunnel(t *testing.T) {
 			t.Errorf("laptop-web is still registered after lanes dev ended: %+v", in)
 		}
 	}
+	// lanes up stops at once: the tunnel's end closes what it relayed,
+	// even a connection whose caller keeps it open (the gateway's idle
+	// keep-alive one to the laptop).
+	stopped := time.Now()
+	up.Signal(syscall.SIGTERM)
+	select {
+	case <-up.Exited():
+		t.Logf("lanes up stopped %v after SIGTERM", time.Since(stopped).Round(time.Millisecond))
+		if code := up.ExitCode(); code != 0 {
+			t.Errorf("lanes up exited with %d after SIGTERM, want 0", code)
+		}
+	case <-time.After(20 * time.Second):
+		t.Error("lanes up did not stop within 20 s of SIGTERM")
+	}
 }
 
 // sample is one request of the steady traffic.

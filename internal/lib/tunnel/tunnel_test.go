@@ -273,3 +273,57 @@ func TestOverTLS(t *testing.T) {
 	<-done
 	<-s.closed
 }
+
+// TestCloseEndsRelayedConns: a relayed connection that the machine's side
+// has closed (its write half ended) while the caller keeps its own open, as
+// an idle keep-alive connection does, ends with the tunnel: Close does not
+// wait for the caller.
+func TestCloseEndsRelayedConns(t *testing.T) {
+	laptop, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan struct{})
+	go func() { // says bye and closes: the machine's side ends first
+		defer close(served)
+		c, err := laptop.Accept()
+		if err != nil {
+			return
+		}
+		io.WriteString(c, "bye\n")
+		c.Close()
+	}()
+	defer func() { laptop.Close(); <-served }()
+	hs, s := startServer(t, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := Dial(ctx, hs.URL, "secret", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := serveLocal(c, laptop.Addr().String())
+	in, err := net.Dial("tcp", <-s.relay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close() // kept open until the test ends
+	in.SetDeadline(time.Now().Add(10 * time.Second))
+	br := bufio.NewReader(in)
+	if line, err := br.ReadString('\n'); line != "bye\n" || err != nil {
+		t.Fatalf("read %q, %v", line, err)
+	}
+	if _, err := br.ReadByte(); err != io.EOF { // the machine's side has ended
+		t.Fatalf("after bye: %v, want EOF", err)
+	}
+	c.sess.Close() // dropped
+	c.cancel()
+	<-done
+	select {
+	case why := <-s.closed:
+		if why != "dropped" {
+			t.Errorf("the server saw the tunnel %s, want dropped", why)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the server's Close waits on a relayed connection that its caller keeps open")
+	}
+}
