@@ -212,21 +212,11 @@ func TestBothWays(t *testing.T) {
 func TestRelayRefusesWithoutTunnel(t *testing.T) {
 	laptop := echo(t, "laptop")
 	hs, s := startServer(t, "")
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	c, err := Dial(ctx, hs.URL, "secret", "", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := serveLocal(c, laptop.Addr().String())
-	relay := <-s.relay
-	c.sess.Close() // dropped, not ended
-	c.cancel()
-	<-done
-	if why := <-s.closed; why != "dropped" {
+	c, relay, done := dialLocal(t, hs, s, laptop.Addr().String())
+	if why := drop(c, done, s); why != "dropped" {
 		t.Errorf("the server saw the tunnel %s, want dropped", why)
 	}
-	_, err = net.DialTimeout("tcp", relay, 5*time.Second)
+	_, err := net.DialTimeout("tcp", relay, 5*time.Second)
 	if !errors.Is(err, syscall.ECONNREFUSED) {
 		t.Errorf("a connection to the relay of a dropped tunnel: %v, want refused", err)
 	}
@@ -295,14 +285,8 @@ func TestCloseEndsRelayedConns(t *testing.T) {
 	}()
 	defer func() { laptop.Close(); <-served }()
 	hs, s := startServer(t, "")
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	c, err := Dial(ctx, hs.URL, "secret", "", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := serveLocal(c, laptop.Addr().String())
-	in, err := net.Dial("tcp", <-s.relay)
+	c, relay, done := dialLocal(t, hs, s, laptop.Addr().String())
+	in, err := net.Dial("tcp", relay)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -315,15 +299,38 @@ func TestCloseEndsRelayedConns(t *testing.T) {
 	if _, err := br.ReadByte(); err != io.EOF { // the machine's side has ended
 		t.Fatalf("after bye: %v, want EOF", err)
 	}
-	c.sess.Close() // dropped
-	c.cancel()
-	<-done
+	ended := make(chan string, 1)
+	go func() { ended <- drop(c, done, s) }()
 	select {
-	case why := <-s.closed:
+	case why := <-ended:
 		if why != "dropped" {
 			t.Errorf("the server saw the tunnel %s, want dropped", why)
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the server's Close waits on a relayed connection that its caller keeps open")
 	}
+}
+
+// dialLocal opens a tunnel to hs (served by s) whose relayed connections
+// reach local; it returns the client, the relay's address, and the channel
+// closed when the relaying ends.
+func dialLocal(t *testing.T, hs *httptest.Server, s *server, local string) (*Client, string, chan struct{}) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := Dial(ctx, hs.URL, "secret", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := serveLocal(c, local)
+	return c, <-s.relay, done
+}
+
+// drop ends c's tunnel as a lost connection does (not Close), and returns
+// how the server saw the tunnel end.
+func drop(c *Client, done chan struct{}, s *server) string {
+	c.sess.Close()
+	c.cancel()
+	<-done
+	return <-s.closed
 }
