@@ -564,6 +564,9 @@ type tapConn struct {
 	tap *tap
 }
 
+// Unwrap returns the tunnel's stream, for tunnel.Pipe to find its tunnel.
+func (c *tapConn) Unwrap() net.Conn { return c.Conn }
+
 func (c *tapConn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
 	if n > 0 {

@@ -209,15 +209,6 @@ func Upgrade(w http.ResponseWriter, r *http.Request) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{sess: sess, ctx: ctx, cancel: cancel}
-	s.wg.Add(1)
-	go func() { // the tunnel's end, closed or dropped, ends s.ctx
-		defer s.wg.Done()
-		select {
-		case <-sess.CloseChan():
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
 	st, err := acceptTimeout(sess, OpenTimeout)
 	if err != nil {
 		s.Close()
@@ -245,7 +236,7 @@ type Server struct {
 	sess    *yamux.Session
 	control net.Conn
 	br      *bufio.Reader
-	ctx     context.Context // done on Close, and when the connection ends
+	ctx     context.Context // done on Close
 	cancel  context.CancelFunc
 	closing sync.Once
 	wg      sync.WaitGroup
@@ -324,10 +315,6 @@ func (s *Server) Relay(ln net.Listener, o RelayOptions) {
 			o.OnConn(true)
 			defer o.OnConn(false)
 		}
-		// The caller's side may stay open after the machine's has ended
-		// (an idle keep-alive connection): the tunnel's end closes it.
-		stop := context.AfterFunc(s.ctx, func() { c.Close() })
-		defer stop()
 		Pipe(c, st)
 	})
 	s.wg.Add(1)
@@ -416,8 +403,6 @@ func (s *Server) Serve(dial func(ctx context.Context, request string) (net.Conn,
 					return
 				}
 				st.SetDeadline(time.Time{})
-				stop := context.AfterFunc(s.ctx, func() { c.Close() }) // as in Relay
-				defer stop()
 				Pipe(Buffered(st, br), c)
 			}()
 		}

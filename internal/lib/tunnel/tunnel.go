@@ -174,6 +174,25 @@ type bufConn struct {
 
 func (c *bufConn) Read(p []byte) (int, error) { return c.br.Read(p) }
 
+// Unwrap returns the connection c reads through its buffer.
+func (c *bufConn) Unwrap() net.Conn { return c.Conn }
+
+// sessionOf returns the tunnel of c, when c is a tunnel's stream or wraps
+// one (a connection with an Unwrap() net.Conn method), else nil.
+func sessionOf(c net.Conn) *yamux.Session {
+	for range 8 { // a bound on wrappers: they are few
+		switch v := c.(type) {
+		case *yamux.Stream:
+			return v.Session()
+		case interface{ Unwrap() net.Conn }:
+			c = v.Unwrap()
+		default:
+			return nil
+		}
+	}
+	return nil
+}
+
 // Buffered returns c reading through br.
 func Buffered(c net.Conn, br *bufio.Reader) net.Conn {
 	if br.Buffered() == 0 {
@@ -187,8 +206,27 @@ type halfCloser interface{ CloseWrite() error }
 
 // Pipe copies a to b and b to a until both directions end, closing the
 // write side of each as its source ends, then closes both. It returns the
-// bytes copied each way.
+// bytes copied each way. When a or b is a tunnel's stream (see sessionOf),
+// the tunnel's end closes both at once: the other side's peer may keep its
+// end open (an idle keep-alive connection, after the stream's side ended),
+// and nothing must wait on a tunnel that has ended.
 func Pipe(a, b net.Conn) (ab, ba int64) {
+	sess := sessionOf(a)
+	if sess == nil {
+		sess = sessionOf(b)
+	}
+	if sess != nil {
+		piped := make(chan struct{})
+		defer close(piped)
+		go func() { // ends with the pipe
+			select {
+			case <-sess.CloseChan():
+				a.Close()
+				b.Close()
+			case <-piped:
+			}
+		}()
+	}
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {

@@ -334,3 +334,70 @@ func drop(c *Client, done chan struct{}, s *server) string {
 	<-done
 	return <-s.closed
 }
+
+// TestDropEndsMachineSide: on the machine's side too, a relayed connection
+// ends with the tunnel, although its local peer keeps its end open after
+// the caller's side has ended.
+func TestDropEndsMachineSide(t *testing.T) {
+	local, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	release, read := make(chan struct{}), make(chan struct{})
+	served := make(chan struct{})
+	go func() { // reads the request to its end, then keeps the connection open, idle
+		defer close(served)
+		c, err := local.Accept()
+		if err != nil {
+			return
+		}
+		io.Copy(io.Discard, c)
+		close(read)
+		<-release
+		c.Close()
+	}()
+	defer func() { close(release); local.Close(); <-served }()
+	hs, s := startServer(t, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := Dial(ctx, hs.URL, "secret", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	piped := make(chan struct{})
+	go func() { // the machine's relay of one connection, as serveLocal
+		st, err := c.Accept()
+		if err != nil {
+			close(piped)
+			return
+		}
+		lc, err := net.Dial("tcp", local.Addr().String())
+		if err != nil {
+			st.Close()
+			close(piped)
+			return
+		}
+		Pipe(st, lc)
+		close(piped)
+	}()
+	in, err := net.Dial("tcp", <-s.relay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	io.WriteString(in, "hi\n")
+	in.(*net.TCPConn).CloseWrite() // the caller's side ends; the local peer's stays open
+	select {
+	case <-read:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the caller's end did not reach the local peer")
+	}
+	c.sess.Close() // dropped
+	c.cancel()
+	<-s.closed
+	select {
+	case <-piped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the machine's relay waits on a local connection after the tunnel dropped")
+	}
+}
