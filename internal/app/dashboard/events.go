@@ -99,12 +99,12 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	// at most readyWait; its changes then show once it opens.
 	wait := time.NewTimer(readyWait)
 	defer wait.Stop()
-wait:
+waitReady:
 	for n := 0; n < 2; n++ {
 		select {
 		case <-ready:
 		case <-wait.C:
-			break wait
+			break waitReady
 		case <-ctx.Done():
 			return
 		}
