@@ -65,8 +65,15 @@ func startProg(t *testing.T, dir string, env []string, argv []string, args ...st
 // run runs the lanes binary to completion.
 func run(t *testing.T, stdin string, args ...string) (code int, stdout, stderr string) {
 	t.Helper()
+	return runIn(t, "", stdin, args...)
+}
+
+// runIn is run in folder dir ("" for the test's own).
+func runIn(t *testing.T, dir, stdin string, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
 	var out, errb bytes.Buffer
 	cmd := exec.Command(binary, args...)
+	cmd.Dir = dir
 	cmd.Env = childproc.Environ()
 	cmd.Stdin = strings.NewReader(stdin)
 	cmd.Stdout, cmd.Stderr = &out, &errb

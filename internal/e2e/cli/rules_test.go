@@ -2,41 +2,14 @@ package cli
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"syscall"
 	"testing"
 
-	"github.com/lanesdev/lanes/internal/testkit/buftest"
-	"github.com/lanesdev/lanes/internal/testkit/childproc"
 	"github.com/lanesdev/lanes/registry"
 )
-
-// runIn runs the lanes binary in dir, with env (KEY=value) added.
-func runIn(t *testing.T, dir string, env []string, args ...string) (int, string, string) {
-	t.Helper()
-	var out, errb buftest.Buffer
-	cmd := exec.Command(binary, args...)
-	cmd.Dir = dir
-	cmd.Env = append(childproc.Environ(), env...)
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	var ee *exec.ExitError
-	if err != nil && !errorsAs(err, &ee) {
-		t.Fatal(err)
-	}
-	return childproc.ExitCode(err), out.String(), errb.String()
-}
-
-func errorsAs(err error, ee **exec.ExitError) bool {
-	e, ok := err.(*exec.ExitError)
-	if ok {
-		*ee = e
-	}
-	return ok
-}
 
 // expect checks an exit code and that stderr (or stdout) contains want.
 func expect(t *testing.T, what string, code int, stdout, stderr string, wantCode int, want ...string) {
@@ -112,87 +85,87 @@ func TestClientRules(t *testing.T) {
 	u.register(t, u.token, registry.Instance{Service: "web", ID: "web-1", Addr: "127.0.0.1:3"})
 
 	// From the folder: the address and token come from ./.lanes.
-	code, out, errOut := runIn(t, work, nil, "ls", "--service", "orders")
+	code, out, errOut := runIn(t, work, "", "ls", "--service", "orders")
 	expect(t, "ls --service orders from the folder", code, out, errOut, 0, "orders-alice", "orders-1")
 	if strings.Contains(out, "web-1") {
 		t.Errorf("ls --service orders lists web:\n%s", out)
 	}
-	code, out, errOut = runIn(t, work, nil, "ls", "-o", "yaml")
+	code, out, errOut = runIn(t, work, "", "ls", "-o", "yaml")
 	expect(t, "ls -o yaml", code, out, errOut, 0, "instances:", "id: orders-alice")
 
 	// No token anywhere: the error names the file looked for.
 	elsewhere := t.TempDir()
-	code, out, errOut = runIn(t, elsewhere, nil, "token", "ls", "--admin", u.admin)
+	code, out, errOut = runIn(t, elsewhere, "", "token", "ls", "--admin", u.admin)
 	expect(t, "token ls without a token", code, out, errOut, 1, "no token", filepath.Join(elsewhere, ".lanes", "admin-token"))
 
 	// Typos are caught, unless --force.
-	code, out, errOut = runIn(t, work, nil, "lane", "expire", "nosuchlane", "--in", "1h")
+	code, out, errOut = runIn(t, work, "", "lane", "expire", "nosuchlane", "--in", "1h")
 	expect(t, "lane expire nosuchlane", code, out, errOut, 1, `no instance, policy entry or client claim has lane "nosuchlane"`)
-	code, out, errOut = runIn(t, work, nil, "lane", "expire", "nosuchlane", "--in", "1h", "--force")
+	code, out, errOut = runIn(t, work, "", "lane", "expire", "nosuchlane", "--in", "1h", "--force")
 	expect(t, "lane expire nosuchlane --force", code, out, errOut, 0, "lane nosuchlane expires at")
-	code, out, errOut = runIn(t, work, nil, "lane", "expire", "alice", "--in", "72h")
+	code, out, errOut = runIn(t, work, "", "lane", "expire", "alice", "--in", "72h")
 	expect(t, "lane expire alice", code, out, errOut, 0, "lane alice expires at")
-	code, out, errOut = runIn(t, work, nil, "route", "explain", "nosuch")
+	code, out, errOut = runIn(t, work, "", "route", "explain", "nosuch")
 	expect(t, "route explain nosuch", code, out, errOut, 1, `no service is named "nosuch"`)
-	code, out, errOut = runIn(t, work, nil, "route", "explain", "nosuch", "--force")
+	code, out, errOut = runIn(t, work, "", "route", "explain", "nosuch", "--force")
 	expect(t, "route explain nosuch --force", code, out, errOut, 1, "no_instance")
-	code, out, errOut = runIn(t, work, nil, "route", "explain", "orders", "--lane", "bob")
+	code, out, errOut = runIn(t, work, "", "route", "explain", "orders", "--lane", "bob")
 	expect(t, "route explain orders --lane bob", code, out, errOut, 1, `no instance, policy entry or client claim has lane "bob"`)
-	code, out, errOut = runIn(t, work, nil, "route", "explain", "orders", "--lane", "bob", "--force")
+	code, out, errOut = runIn(t, work, "", "route", "explain", "orders", "--lane", "bob", "--force")
 	expect(t, "route explain orders --lane bob --force", code, out, errOut, 0, "orders-1")
-	code, out, errOut = runIn(t, work, nil, "ls", "--service", "nosuch")
+	code, out, errOut = runIn(t, work, "", "ls", "--service", "nosuch")
 	expect(t, "ls --service nosuch", code, out, errOut, 1, `no service is named "nosuch"`)
-	code, out, errOut = runIn(t, work, nil, "ls", "--service", "nosuch", "--force")
+	code, out, errOut = runIn(t, work, "", "ls", "--service", "nosuch", "--force")
 	expect(t, "ls --service nosuch --force", code, out, errOut, 0)
-	code, out, errOut = runIn(t, work, nil, "route", "explain", "orders", "--lane", "alice", "-o", "yaml")
+	code, out, errOut = runIn(t, work, "", "route", "explain", "orders", "--lane", "alice", "-o", "yaml")
 	expect(t, "route explain -o yaml", code, out, errOut, 0, "service: orders", "lane: alice")
 
 	// policy validate and apply take FILE as an argument; --dry-run
 	// prints the routes that change and applies nothing.
 	pol := filepath.Join(work, "policy.yaml")
 	os.WriteFile(pol, []byte("lanes:\n  bob:\n    fallback: [alice]\n"), 0o644)
-	code, out, errOut = runIn(t, work, nil, "policy", "validate", pol)
+	code, out, errOut = runIn(t, work, "", "policy", "validate", pol)
 	expect(t, "policy validate FILE", code, out, errOut, 0, pol+": valid")
-	code, out, errOut = runIn(t, work, nil, "policy", "validate", "--offline", "-f", pol)
+	code, out, errOut = runIn(t, work, "", "policy", "validate", "--offline", "-f", pol)
 	expect(t, "policy validate -f FILE", code, out, errOut, 0, pol+": valid")
-	code, out, errOut = runIn(t, work, nil, "policy", "apply", "--dry-run", pol)
+	code, out, errOut = runIn(t, work, "", "policy", "apply", "--dry-run", pol)
 	expect(t, "policy apply --dry-run", code, out, errOut, 0, "nothing applied", "1 route(s) would change")
 	if !regexp.MustCompile(`(?m)^orders\s+bob\s+\(baseline\): orders-1.*\s+alice: orders-alice`).MatchString(out) {
 		t.Errorf("dry run does not show orders/bob moving to alice:\n%s", out)
 	}
-	code, out, errOut = runIn(t, work, nil, "policy", "get", "-o", "json")
+	code, out, errOut = runIn(t, work, "", "policy", "get", "-o", "json")
 	expect(t, "policy get after the dry run", code, out, errOut, 0, `"revision"`)
 	if strings.Contains(out, "bob") {
 		t.Errorf("the dry run applied the policy:\n%s", out)
 	}
-	code, out, errOut = runIn(t, work, nil, "policy", "apply", pol)
+	code, out, errOut = runIn(t, work, "", "policy", "apply", pol)
 	expect(t, "policy apply FILE", code, out, errOut, 0, "policy applied")
-	code, out, errOut = runIn(t, work, nil, "policy", "apply", "--dry-run", pol)
+	code, out, errOut = runIn(t, work, "", "policy", "apply", "--dry-run", pol)
 	expect(t, "policy apply --dry-run, same document", code, out, errOut, 0, "no service or lane route changes")
 
 	// simulate --live turns today's fleet and policy into a scenario that
 	// passes; with another policy its failures are the routes that change.
-	code, out, errOut = runIn(t, work, nil, "simulate", "--live")
+	code, out, errOut = runIn(t, work, "", "simulate", "--live")
 	expect(t, "simulate --live", code, out, errOut, 0, "instances:", "id: orders-alice", "fallback:")
 	fleet := filepath.Join(work, "fleet.yaml")
 	os.WriteFile(fleet, []byte(out), 0o644)
-	code, out, errOut = runIn(t, work, nil, "simulate", fleet)
+	code, out, errOut = runIn(t, work, "", "simulate", fleet)
 	expect(t, "simulate the live fleet", code, out, errOut, 0, "ok   "+fleet)
 	empty := filepath.Join(work, "empty.yaml")
 	os.WriteFile(empty, []byte("lanes: {}\n"), 0o644)
-	code, out, errOut = runIn(t, work, nil, "simulate", "--live", "--policy", empty)
+	code, out, errOut = runIn(t, work, "", "simulate", "--live", "--policy", empty)
 	expect(t, "simulate --live --policy", code, out, errOut, 0, "instances:", "id: orders-alice")
 	try := filepath.Join(work, "try.yaml")
 	os.WriteFile(try, []byte(out), 0o644)
-	code, out, errOut = runIn(t, work, nil, "simulate", try)
+	code, out, errOut = runIn(t, work, "", "simulate", try)
 	expect(t, "simulate the live fleet with another policy", code, out, errOut, 1, "FAIL "+try, "1 failed", "orders-alice")
 
 	// A refused field names the flag.
-	code, out, errOut = runIn(t, work, nil, "token", "create", "--lane", "-bad")
+	code, out, errOut = runIn(t, work, "", "token", "create", "--lane", "-bad")
 	expect(t, "token create --lane -bad", code, out, errOut, 2, "--lane")
-	code, out, errOut = runIn(t, work, nil, "token", "create", "--lane", "alice", "--max-instances", "-1")
+	code, out, errOut = runIn(t, work, "", "token", "create", "--lane", "alice", "--max-instances", "-1")
 	expect(t, "token create --max-instances -1", code, out, errOut, 2, "--max-instances -1")
-	code, out, errOut = runIn(t, work, nil, "token", "create", "--lane", "alice", "--max-instances", "3")
+	code, out, errOut = runIn(t, work, "", "token", "create", "--lane", "alice", "--max-instances", "3")
 	expect(t, "token create --max-instances 3", code, out, errOut, 0, "lanes_")
 
 	// ls -w lists again at every change, until SIGTERM.
