@@ -124,8 +124,10 @@ func (u URL) PolicyNamespace() string {
 		return u.Policy
 	}
 	if u.Options.InPod {
-		if b, err := os.ReadFile(saNamespace); err == nil && validation.IsDNS1123Label(strings.TrimSpace(string(b))) == nil {
-			return strings.TrimSpace(string(b))
+		if b, err := os.ReadFile(saNamespace); err == nil {
+			if ns := strings.TrimSpace(string(b)); validation.IsDNS1123Label(ns) == nil {
+				return ns
+			}
 		}
 	}
 	if len(u.Options.Namespaces) > 0 {
