@@ -710,7 +710,8 @@ func testServed(t *testing.T, c *cluster, l *lanes, base, d *appsv1.Deployment) 
 	e, _ := controlplane.Value(l.srv, controlplane.EngineKey)
 	hc := podClient(e)
 	defer hc.CloseIdleConnections()
-	call := func(l string) string {
+	// callVia calls orders in lane l through hc, and returns who answered.
+	callVia := func(hc *http.Client, l string) string {
 		t.Helper()
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 		defer cancel()
@@ -726,6 +727,7 @@ func testServed(t *testing.T, c *cluster, l *lanes, base, d *appsv1.Deployment) 
 		b, _ := io.ReadAll(resp.Body)
 		return string(b)
 	}
+	call := func(l string) string { t.Helper(); return callVia(hc, l) }
 	kubetest.WaitInstances(t, e, "orders", func(in []registry.Instance) bool { return len(in) == 1 })
 	if who := call("alice"); who != "baseline" {
 		t.Errorf("lane alice before its pod is ready: served by %q, want the baseline (fallback)", who)
@@ -809,15 +811,8 @@ func testServed(t *testing.T, c *cluster, l *lanes, base, d *appsv1.Deployment) 
 	kubetest.WaitInstances(t, pe, "orders", func(in []registry.Instance) bool {
 		return slices.ContainsFunc(in, func(in registry.Instance) bool { return in.ID == "orders-laptop" && in.Lane == "carol" })
 	})
-	req, _ := http.NewRequestWithContext(lane.WithLane(ctx, "carol"), http.MethodGet, "http://orders/", nil)
-	resp, err := phc.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if string(b) != "carol's laptop" {
-		t.Errorf("lane carol from a pod: served by %q, want the laptop", b)
+	if who := callVia(phc, "carol"); who != "carol's laptop" {
+		t.Errorf("lane carol from a pod: served by %q, want the laptop", who)
 	}
 	if err := l.api.Deregister(ctx, "orders", "orders-laptop", lreg.Registration); err != nil {
 		t.Fatal(err)
