@@ -123,6 +123,35 @@ func hasPercent(s string) bool {
 	return false
 }
 
+// EntryContext returns the context of a request that enters this service
+// in lane name, as [Propagator.Extract] read it from c: [WithLane] with
+// name, and for a baseline request ("") [Propagator.ExtractKeyContext] too,
+// since the entry of a baseline request gives it a request key, which its
+// next hops carry on, so that every hop splits it alike. It is what the
+// lanes servers do with each request, reading what ctx carries and its
+// OpenTelemetry baggage once.
+func (p Propagator) EntryContext(ctx context.Context, name string, c Carrier) context.Context {
+	if name != "" {
+		return WithLane(ctx, name)
+	}
+	bag := baggage.FromContext(ctx)
+	cur := Carry(ctx)
+	var v *Carried
+	if k := p.ExtractKey(c); k != "" {
+		v = cur.with("", KeyMember+"="+k) // ExtractKey's keys are normalised
+	} else {
+		v = newKeyed("", nil)
+	}
+	ctx = store(ctx, cur, v)
+	if bag.Len() > 0 {
+		ctx = syncBaggage(ctx, bag, "")
+		if bag = baggage.FromContext(ctx); bag.Len() > 0 { // the lane member may have been the only one
+			ctx = syncKey(ctx, bag, v.Key())
+		}
+	}
+	return ctx
+}
+
 // ExtractKeyContext returns a copy of ctx that carries the request key read
 // from c by [Propagator.ExtractKey], or a new random one ([NewKey]) when c
 // carries none: the entry of a request gives it its key. Servers call it for

@@ -3,6 +3,7 @@ package lane
 import (
 	"context"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 
@@ -169,4 +170,60 @@ func TestRequestKey(t *testing.T) {
 	if got := baggage.FromContext(SyncBaggage(WithKey(otelBag(t, "lane=a,team=x"), "k3"), "")); got.Member(KeyMember).Value() != "k3" || got.Member("lane").Key() != "" {
 		t.Errorf("SyncBaggage baseline: %q", got)
 	}
+}
+
+// EntryContext is WithLane, then for a baseline request ExtractKeyContext: the same lane, key and
+// OpenTelemetry baggage, whatever the context carried before (a lane, a key, baggage members)
+// and whatever the request's headers carry. A new key is random, so it is compared by its form.
+func TestEntryContext(t *testing.T) {
+	p := Propagator{}
+	contexts := map[string]context.Context{
+		"empty":       context.Background(),
+		"lane":        WithLane(context.Background(), "bob"),
+		"key":         WithKey(context.Background(), "old"),
+		"baggage":     otelBag(t, "team=x"),
+		"baggage-key": otelBag(t, "team=x,lanes-key=old,lane=bob"),
+	}
+	headers := map[string]http.Header{
+		"none":    {},
+		"key":     {"Baggage": {"team=y,lanes-key=k1"}},
+		"bad-key": {"Baggage": {"lanes-key=a%20b"}},
+	}
+	for cn, ctx := range contexts {
+		for hn, h := range headers {
+			for _, name := range []string{"", "alice"} {
+				want := WithLane(ctx, name)
+				if name == "" {
+					want = p.ExtractKeyContext(want, HTTPHeader(h))
+				}
+				got := p.EntryContext(ctx, name, HTTPHeader(h))
+				wk, gk := KeyFromContext(want), KeyFromContext(got)
+				sameKey := wk == gk || len(wk) == 16 && len(gk) == 16 && wk != "old" && gk != "old"
+				wb, gb := baggage.FromContext(want), baggage.FromContext(got)
+				wm, gm := wb.Member(KeyMember), gb.Member(KeyMember)
+				if wl := FromContext(want); FromContext(got) != wl || !sameKey ||
+					!slices.Equal(otherMembers(wb), otherMembers(gb)) ||
+					(wm.Key() == "") != (gm.Key() == "") || name == "" && gm.Key() != "" && gm.Value() != gk {
+					t.Errorf("context %s, headers %s, lane %q: EntryContext has lane %q key %q baggage %q; WithLane and ExtractKeyContext: %q %q %q",
+						cn, hn, name, FromContext(got), gk, gb, wl, wk, wb)
+				}
+			}
+		}
+	}
+	h := HTTPHeader(http.Header{})
+	if n := testing.AllocsPerRun(100, func() { p.EntryContext(context.Background(), "", h) }); n > 2 {
+		t.Errorf("EntryContext of a baseline request without baggage: %v allocations, want 2 (its key)", n)
+	}
+}
+
+// otherMembers returns the members of b but the request key, sorted.
+func otherMembers(b baggage.Baggage) []string {
+	var out []string
+	for _, m := range b.Members() {
+		if m.Key() != KeyMember {
+			out = append(out, m.String())
+		}
+	}
+	slices.Sort(out)
+	return out
 }

@@ -416,12 +416,7 @@ func (si *serverInterceptor) incoming(ctx context.Context, method string) (conte
 	if err != nil {
 		si.invalidLane(ctx, method, err)
 	}
-	ctx = lane.WithLane(ctx, name) // and the OpenTelemetry baggage that otelgrpc's stats handler read
-	if name == "" {
-		// The entry of a baseline request gives it a request key, which its
-		// next hops carry on, so that every hop splits it alike.
-		ctx = si.prop.ExtractKeyContext(ctx, c)
-	}
+	ctx = si.prop.EntryContext(ctx, name, c) // and the OpenTelemetry baggage that otelgrpc's stats handler read
 	if c.Values(lane.BaggageHeader) != nil && !lane.BaggageCarries(c, name) {
 		// An interceptor or handler after this one that reads the baggage
 		// again from the metadata must read the lane decided here.

@@ -168,7 +168,7 @@ func (p *picker) record(ctx context.Context, req routing.Request, res routing.Re
 	if traced && cs != nil {
 		retries = int(cs.attempts.Add(1)) - 1
 	}
-	d := hopspan.DecisionOf(p.eng, p.svc.Name(), req.Lane, res, err, retries)
+	d := hopspan.DecisionOf(p.eng, p.svc, req.Lane, res, err, retries)
 	p.metrics.Observe(d.Service, d.Requested, d.Served, d.Reason)
 	if traced {
 		hopspan.RecordDecisionMidSpan(span, d) // otelgrpc adds its attributes after the pick

@@ -127,12 +127,7 @@ func (m *Middleware) serve(w http.ResponseWriter, r *http.Request, ctx context.C
 	} else if traced {
 		hopspan.RecordServer(span, name, "", true, false)
 	}
-	ctx = lane.WithLane(ctx, name)
-	if name == "" {
-		// The entry of a baseline request gives it a request key, which its
-		// next hops carry on, so that every hop splits it alike.
-		ctx = m.prop.ExtractKeyContext(ctx, lane.HTTPHeader(r.Header))
-	}
+	ctx = m.prop.EntryContext(ctx, name, lane.HTTPHeader(r.Header))
 	r = r.WithContext(ctx)
 	if hc := lane.HTTPHeader(r.Header); hc.Values(lane.BaggageHeader) != nil && !lane.BaggageCarries(hc, name) {
 		// An OpenTelemetry handler inside this one reads the baggage again

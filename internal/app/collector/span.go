@@ -52,7 +52,9 @@ type Span struct {
 	Error    bool   // status code ERROR
 	Status   string // the status message, if any
 
-	// Lanes attributes; HasLane is false on spans that lanes did not write (a user's own).
+	// Lanes attributes; HasLane is false on spans that lanes did not write (a user's own): a
+	// span that lanes wrote has lane.requested, or lane.service (a routing decision, which leaves
+	// out lane.requested for the baseline).
 	HasLane        bool
 	Requested      string
 	Served         string
@@ -165,7 +167,7 @@ func (c *converter) convert(ps *tracepb.Span, service string) *Span {
 		case string(lanestrace.FallbackReason):
 			s.FallbackReason = c.str(v.GetStringValue())
 		case string(lanestrace.Service):
-			s.Callee = c.str(v.GetStringValue())
+			s.HasLane, s.Callee = true, c.str(v.GetStringValue())
 		case string(lanestrace.InstanceID):
 			s.InstanceID = c.str(v.GetStringValue())
 		case string(lanestrace.InstanceAddr):
@@ -187,6 +189,11 @@ func (c *converter) convert(ps *tracepb.Span, service string) *Span {
 		case string(lanestrace.Entry):
 			s.Entry = v.GetBoolValue()
 		}
+	}
+	if s.Callee != "" && s.FallbackReason == "" {
+		// A decision leaves out the reason of a request served by the lane it asked for
+		// (lanestrace.Decision.Attributes).
+		s.FallbackReason = lanestrace.ReasonNone
 	}
 	return s
 }

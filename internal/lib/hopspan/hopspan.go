@@ -21,12 +21,12 @@ import (
 	"github.com/lanesdev/lanes/routing"
 )
 
-// DecisionOf describes the pick res of a call to service for a request in lane requested,
-// after retries moves, and err, the pick's error when no instance was chosen. It reads the
-// engine's snapshot of the service (routing.Service.LaneSize) to tell an ejected lane from an
-// empty one.
-func DecisionOf(e *routing.Engine, service, requested string, res routing.Result, err error, retries int) lanestrace.Decision {
-	d := lanestrace.Decision{Service: service, Requested: requested, Served: res.Lane, Retries: retries, Reason: lanestrace.ReasonNone}
+// DecisionOf describes the pick res of a call to svc (a service of e) for a request in lane
+// requested, after retries moves, and err, the pick's error when no instance was chosen. It reads
+// the snapshot of the service (routing.Service.LaneSize) to tell an ejected lane from an empty
+// one.
+func DecisionOf(e *routing.Engine, svc *routing.Service, requested string, res routing.Result, err error, retries int) lanestrace.Decision {
+	d := lanestrace.Decision{Service: svc.Name(), Requested: requested, Served: res.Lane, Retries: retries, Reason: lanestrace.ReasonNone}
 	if res.Instance != nil {
 		d.Instance, d.Addr = res.Instance.ID, res.Instance.Addr
 		if res.Instance.Labels[registry.LabelPath] == registry.PathTunnel {
@@ -42,16 +42,14 @@ func DecisionOf(e *routing.Engine, service, requested string, res routing.Result
 		}
 		return d
 	}
-	if e != nil {
-		d.Eligible, _ = e.Service(service).LaneSize(res.Lane)
-	}
+	d.Eligible, _ = svc.LaneSize(res.Lane)
 	switch res.Reason {
 	case routing.ReasonCanary:
 		d.Reason = lanestrace.ReasonCanary
 	case routing.ReasonInvalidLane:
 		d.Reason = lanestrace.ReasonInvalidLane
 	case routing.ReasonFallback, routing.ReasonLaneEmpty:
-		d.Reason = ReasonFor(e, service, requested, res.Lane)
+		d.Reason = reasonFor(e, svc, requested, res.Lane)
 	case routing.ReasonFailover:
 		if res.Lane != requested {
 			d.Reason = lanestrace.ReasonFailover
@@ -67,6 +65,15 @@ func DecisionOf(e *routing.Engine, service, requested string, res routing.Result
 // was ready (outlier detection ejected them); ReasonNoInstanceInLane otherwise. It reads the
 // engine's snapshot (routing.Service.LaneSize) and allocates nothing.
 func ReasonFor(e *routing.Engine, service, requested, served string) string {
+	var svc *routing.Service
+	if e != nil && served != requested {
+		svc = e.Service(service)
+	}
+	return reasonFor(e, svc, requested, served)
+}
+
+// reasonFor is ReasonFor with the service's handle (nil when e is).
+func reasonFor(e *routing.Engine, svc *routing.Service, requested, served string) string {
 	switch {
 	case served == requested:
 		return lanestrace.ReasonNone
@@ -77,7 +84,7 @@ func ReasonFor(e *routing.Engine, service, requested, served string) string {
 	case requested != "" && e.UnknownLane(requested):
 		return lanestrace.ReasonUnknownLane
 	}
-	if _, members := e.Service(service).LaneSize(requested); members > 0 {
+	if _, members := svc.LaneSize(requested); members > 0 {
 		return lanestrace.ReasonEjected
 	}
 	return lanestrace.ReasonNoInstanceInLane
@@ -128,25 +135,35 @@ func RecordDecision(span trace.Span, d lanestrace.Decision) {
 }
 
 // RecordDecisionMidSpan is RecordDecision for a span that gets more attributes after the
-// decision, as otelgrpc's client span does: the server's address and port when the call is sent,
-// its status code at its end. The span SDK grows a span's attribute slice to exactly the length
-// it needs when that more than doubles it, and doubles it otherwise; given at once, the decision
-// grows the slice to exactly its own end, and the next attributes grow it again. Given in two
-// parts, all but the last two and then those two, the second part doubles the slice, and what
-// comes after fits: on otelgrpc's client span, for whatever number of attributes it starts with,
-// as many allocations and fewer bytes (see docs/performance.md). The span's attributes are the
-// same.
+// decision, as otelgrpc's client span does: it starts with two (rpc.method and rpc.system.name,
+// in its default semantic conventions), and gets three after the pick (server.address and
+// server.port when the call is sent, the status code at its end). The span SDK grows a span's
+// attribute slice to exactly the length it needs when that more than doubles it, and doubles it
+// otherwise; given at once, the decision grows the slice to exactly its own end, and the next
+// attributes grow it again. Given in two parts (see firstPart), the first grows the slice to
+// exactly its end and the second doubles it, to room for what comes after: on otelgrpc's client
+// span, as many allocations and fewer bytes (see docs/performance.md). The span's attributes are
+// the same.
 func RecordDecisionMidSpan(span trace.Span, d lanestrace.Decision) {
 	kv, ok := decisionSet(d)
 	if !ok {
 		d.Record(span)
 		return
 	}
-	if n := len(kv) - 2; n > 0 {
+	if n := firstPart(len(kv)); n < len(kv) {
 		span.SetAttributes(kv[:n]...)
 		kv = kv[n:]
 	}
 	span.SetAttributes(kv...)
+}
+
+// firstPart returns how many of a decision's n attributes RecordDecisionMidSpan gives first, on a
+// span with two attributes that gets three after them: at least three, so that the first part
+// more than doubles the slice (to 2+first exactly), and enough that the doubled slice holds all
+// 2+n+3. For the decisions of a baseline call (four attributes) that is three and one; for a
+// lane call served by its lane (five), three and two; for a fallback (six), four and two.
+func firstPart(n int) int {
+	return max(3, (n+2)/2)
 }
 
 // decisionSet returns the attribute set of d, made once (see attrSets), and false for a decision

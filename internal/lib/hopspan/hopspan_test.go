@@ -54,7 +54,7 @@ outlier: {errors: 1}
 	})
 	decide := func(service, lane string) lanestrace.Decision {
 		res, err := e.Pick(service, routing.Request{Lane: lane, Key: "k"})
-		return hopspan.DecisionOf(e, service, lane, res, err, 0)
+		return hopspan.DecisionOf(e, e.Service(service), lane, res, err, 0)
 	}
 	for _, tc := range []struct {
 		service, lane, reason, served string
@@ -84,7 +84,7 @@ outlier: {errors: 1}
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d := hopspan.DecisionOf(e, "orders", "alice", retry, nil, 1); d.Reason != lanestrace.ReasonFailover || d.Served != "" || d.Retries != 1 {
+	if d := hopspan.DecisionOf(e, e.Service("orders"), "alice", retry, nil, 1); d.Reason != lanestrace.ReasonFailover || d.Served != "" || d.Retries != 1 {
 		t.Errorf("alice's retry after o-alice failed: %+v, want a failover to the baseline", d)
 	}
 	// alice's only instance fails once: ejected, so alice falls back although it is registered.
@@ -187,7 +187,7 @@ func TestUnknownLane(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if d := hopspan.DecisionOf(e, "orders", lane, res, nil, 0); d.Reason != want || d.Served != "" {
+		if d := hopspan.DecisionOf(e, e.Service("orders"), lane, res, nil, 0); d.Reason != want || d.Served != "" {
 			t.Errorf("orders in lane %s: %+v, want reason %s", lane, d, want)
 		}
 	}
@@ -205,7 +205,7 @@ func TestDecisionOfTunnel(t *testing.T) {
 	})
 	for _, tc := range []struct{ lane, tunnel string }{{"alice", "203.0.113.7"}, {"", ""}} {
 		res, err := e.Pick("web", routing.Request{Lane: tc.lane})
-		d := hopspan.DecisionOf(e, "web", tc.lane, res, err, 0)
+		d := hopspan.DecisionOf(e, e.Service("web"), tc.lane, res, err, 0)
 		if d.Tunnel != tc.tunnel {
 			t.Errorf("lane %q: Tunnel %q, want %q", tc.lane, d.Tunnel, tc.tunnel)
 		}
@@ -243,6 +243,39 @@ func TestRecordDecisionMidSpan(t *testing.T) {
 		whole, split := ended[len(ended)-2], ended[len(ended)-1]
 		if !slices.Equal(whole.Attributes(), split.Attributes()) || whole.Status() != split.Status() {
 			t.Errorf("%+v: recorded in two parts %v %v, at once %v %v", d, split.Attributes(), split.Status(), whole.Attributes(), whole.Status())
+		}
+	}
+}
+
+// On a span that starts with otelgrpc's two attributes and gets three after the pick, a decision
+// of four, five or six attributes (a baseline call, a lane call served by its lane, a fallback)
+// costs no allocation more than the span's own attributes do: the second part of the decision
+// grows the slice to room for what comes after.
+func TestRecordDecisionMidSpanGrowth(t *testing.T) {
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))
+	defer tp.Shutdown(context.Background())
+	tr := tp.Tracer("t")
+	start := trace.WithAttributes(attribute.String("rpc.method", "s/m"), attribute.String("rpc.system.name", "grpc"))
+	after := []attribute.KeyValue{attribute.String("server.address", "127.0.0.1"), attribute.Int("server.port", 1)}
+	status := attribute.Int("rpc.response.status_code", 0)
+	span := func(decide func(trace.Span)) float64 {
+		return testing.AllocsPerRun(100, func() {
+			_, s := tr.Start(context.Background(), "c", start)
+			decide(s)
+			s.SetAttributes(after...)
+			s.SetAttributes(status)
+			s.End()
+		})
+	}
+	plain := span(func(trace.Span) {})
+	for _, d := range []lanestrace.Decision{
+		{Service: "orders", Reason: lanestrace.ReasonNone, Instance: "o1", Addr: "127.0.0.1:1", Eligible: 2},
+		{Service: "orders", Requested: "alice", Served: "alice", Reason: lanestrace.ReasonNone, Instance: "o2", Addr: "127.0.0.1:2", Eligible: 1},
+		{Service: "orders", Requested: "bob", Reason: lanestrace.ReasonNoInstanceInLane, Instance: "o1", Addr: "127.0.0.1:1", Eligible: 2},
+	} {
+		hopspan.RecordDecisionMidSpan(noop.Span{}, d) // its set, made once
+		if n := span(func(s trace.Span) { hopspan.RecordDecisionMidSpan(s, d) }); n != plain {
+			t.Errorf("a decision of %d attributes: %v allocations a span, %v without it", len(d.Attributes()), n, plain)
 		}
 	}
 }

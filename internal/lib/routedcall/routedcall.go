@@ -535,7 +535,7 @@ func (c *Call) Run(ctx context.Context, cfg *Config, sp Spec, s Sender) error {
 		last = c.attempts(ctx, pick, sp.Idempotent, s)
 	}
 	if span != nil || cfg.Metrics != nil {
-		d := hopspan.DecisionOf(cfg.Engine, sp.Service.Name(), sp.Request.Lane, c.pick, err, c.Retries())
+		d := hopspan.DecisionOf(cfg.Engine, sp.Service, sp.Request.Lane, c.pick, err, c.Retries())
 		cfg.Metrics.Observe(d.Service, d.Requested, d.Served, d.Reason)
 		if span != nil {
 			end := err
