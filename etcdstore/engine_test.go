@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/lanesdev/lanes/internal/testkit/etcdtest"
+	"github.com/lanesdev/lanes/internal/testkit/timing"
 	"github.com/lanesdev/lanes/routing"
 )
 
@@ -54,11 +55,5 @@ func TestRoutingEngine(t *testing.T) {
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	timing.Until(t, what, 10*time.Second, cond)
 }

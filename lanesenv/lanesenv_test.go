@@ -16,6 +16,7 @@ import (
 
 	"github.com/lanesdev/lanes/internal/testkit/etcdtest"
 	"github.com/lanesdev/lanes/internal/testkit/leaktest"
+	"github.com/lanesdev/lanes/internal/testkit/timing"
 	"github.com/lanesdev/lanes/lanesenv"
 	"github.com/lanesdev/lanes/registry"
 	"github.com/lanesdev/lanes/routing"
@@ -210,13 +211,7 @@ func TestOpenKafka(t *testing.T) {
 
 func waitFor(t *testing.T, what string, ok func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 30s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	timing.Until(t, what, 30*time.Second, ok)
 }
 
 func FuzzParse(f *testing.F) {

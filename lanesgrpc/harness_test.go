@@ -22,6 +22,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/lanesdev/lanes/internal/testkit/timing"
 	"github.com/lanesdev/lanes/lane"
 	"github.com/lanesdev/lanes/lanesgrpc"
 	"github.com/lanesdev/lanes/policy"
@@ -41,13 +42,7 @@ const patience = 30 * time.Second
 // waitFor polls cond until it holds, or fails the test after patience.
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(patience)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	timing.Until(t, what, patience, cond)
 }
 
 // callCtx is the context of one test call: a lane (if any) and a deadline.

@@ -206,13 +206,7 @@ func get(t *testing.T, ctx context.Context, c *http.Client, url string, hdr ...s
 // waitFor polls cond until it holds, failing the test after patience.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(patience)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up waiting for %s after %s", what, patience)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	timing.Until(t, what, patience, cond)
 }
 
 // bg is the context of test requests: cancelled at the end of the test, and

@@ -18,6 +18,7 @@ import (
 
 	"github.com/lanesdev/lanes/internal/testkit/leaktest"
 	"github.com/lanesdev/lanes/internal/testkit/natstest"
+	"github.com/lanesdev/lanes/internal/testkit/timing"
 	"github.com/lanesdev/lanes/lane"
 	"github.com/lanesdev/lanes/lanesnats"
 	"github.com/lanesdev/lanes/policy"
@@ -220,13 +221,7 @@ func byWho(gs []got) map[string]int {
 
 func waitFor(t testing.TB, within time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", within, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	timing.Until(t, what, within, cond)
 }
 
 // owns waits until c fetches exactly the given lane tokens.

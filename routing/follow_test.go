@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/lanesdev/lanes/internal/testkit/timing"
 	"github.com/lanesdev/lanes/policy"
 	"github.com/lanesdev/lanes/registry"
 	"github.com/lanesdev/lanes/routing"
@@ -16,13 +17,7 @@ import (
 // nothing.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	timing.Until(t, what, 5*time.Second, cond)
 }
 
 func servedBy(s *routing.Service, req routing.Request) string {

@@ -2,9 +2,11 @@ package routing
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/lanesdev/lanes/internal/testkit/timing"
 	"github.com/lanesdev/lanes/registry"
 )
 
@@ -87,11 +89,5 @@ func waitUnknown(t *testing.T, e *Engine, l string, want bool) {
 
 func waitFor(t *testing.T, what string, want bool, f func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for f() != want {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %v after 30s, want %v", what, !want, want)
-		}
-		time.Sleep(time.Millisecond)
-	}
+	timing.Until(t, fmt.Sprintf("%s to be %v", what, want), 30*time.Second, func() bool { return f() == want })
 }

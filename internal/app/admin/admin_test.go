@@ -28,6 +28,7 @@ import (
 	"github.com/lanesdev/lanes/internal/testkit/etcdtest"
 	"github.com/lanesdev/lanes/internal/testkit/leaktest"
 	"github.com/lanesdev/lanes/internal/testkit/registrytest"
+	"github.com/lanesdev/lanes/internal/testkit/timing"
 	"github.com/lanesdev/lanes/registry"
 	"github.com/lanesdev/lanes/routing"
 )
@@ -522,11 +523,5 @@ func testErrors(t *testing.T, e *env) {
 
 func waitFor(t *testing.T, what string, f func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !f() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 30s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	timing.Until(t, what, 30*time.Second, f)
 }

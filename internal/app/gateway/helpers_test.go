@@ -18,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/lanesdev/lanes/internal/testkit/leaktest"
+	"github.com/lanesdev/lanes/internal/testkit/timing"
 	"github.com/lanesdev/lanes/policy"
 	"github.com/lanesdev/lanes/registry"
 	"github.com/lanesdev/lanes/routing"
@@ -68,13 +69,7 @@ const waitFor = 20 * time.Second
 // eventually polls cond until it holds or waitFor passes.
 func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(waitFor)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	timing.Until(t, what, waitFor, cond)
 }
 
 // echo is what a test backend answers: who it is and what it received.

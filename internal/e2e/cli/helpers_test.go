@@ -23,6 +23,7 @@ import (
 	"github.com/lanesdev/lanes/adminclient"
 	"github.com/lanesdev/lanes/etcdstore"
 	"github.com/lanesdev/lanes/internal/testkit/childproc"
+	"github.com/lanesdev/lanes/internal/testkit/timing"
 	"github.com/lanesdev/lanes/registry"
 )
 
@@ -294,17 +295,7 @@ func get(t *testing.T, c *http.Client, url string, edit func(*http.Request)) ans
 // fails with f's last message.
 func eventually(t *testing.T, what string, f func() string) {
 	t.Helper()
-	deadline := time.Now().Add(wait)
-	for {
-		msg := f()
-		if msg == "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %s", what, wait, msg)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
+	timing.Eventually(t, what, wait, f)
 }
 
 // expectBackend polls until requests edited by edit reach backend want.

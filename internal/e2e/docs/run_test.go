@@ -24,6 +24,7 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/lanesdev/lanes/internal/testkit/childproc"
+	"github.com/lanesdev/lanes/internal/testkit/timing"
 	"github.com/lanesdev/lanes/lane"
 	"github.com/lanesdev/lanes/lanesnats"
 )
@@ -556,17 +557,7 @@ func runMQ(t *testing.T, tmp string, env []string) {
 // eventually polls f until it returns "" or wait passes.
 func eventually(t *testing.T, what string, f func() string) {
 	t.Helper()
-	deadline := time.Now().Add(wait)
-	for {
-		msg := f()
-		if msg == "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s: %s", what, wait, msg)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
+	timing.Eventually(t, what, wait, f)
 }
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }

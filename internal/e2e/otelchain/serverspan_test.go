@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"testing"
-	"time"
 
 	"go.opentelemetry.io/contrib/instrumentation/net/http/otelhttp"
 	"go.opentelemetry.io/otel/propagation"
@@ -14,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/lanesdev/lanes/internal/testkit/timing"
 	"github.com/lanesdev/lanes/laneshttp"
 	"github.com/lanesdev/lanes/lanestrace"
 )
@@ -89,11 +89,5 @@ func TestOneServerSpanPerRequest(t *testing.T) {
 // waitFor polls ok until it holds or patience passes.
 func waitFor(t *testing.T, what string, ok func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(patience)
-	for !ok() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s", what, patience)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	timing.Until(t, what, patience, ok)
 }

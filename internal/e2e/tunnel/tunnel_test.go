@@ -22,6 +22,7 @@ import (
 	"github.com/lanesdev/lanes/adminapi"
 	"github.com/lanesdev/lanes/adminclient"
 	"github.com/lanesdev/lanes/internal/testkit/childproc"
+	"github.com/lanesdev/lanes/internal/testkit/timing"
 )
 
 // binary is the lanes command, built once by TestMain.
@@ -114,17 +115,12 @@ func start(t *testing.T, name, ns string, env []string, argv ...string) *childpr
 // eventually polls f until it holds.
 func eventually(t *testing.T, what string, f func() (bool, string)) {
 	t.Helper()
-	deadline := time.Now().Add(wait)
-	last := ""
-	for time.Now().Before(deadline) {
-		ok, s := f()
-		if ok {
-			return
+	timing.Eventually(t, what, wait, func() string {
+		if ok, last := f(); !ok {
+			return "last: " + last
 		}
-		last = s
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Fatalf("%s: not within %s (last: %s)", what, wait, last)
+		return ""
+	})
 }
 
 // get asks the gateway for path in lane l ("" for none).

@@ -20,3 +20,17 @@ func TestBound(t *testing.T) {
 		t.Errorf("Bound(1s) = %s, want %s (race %v)", got, want, Race)
 	}
 }
+
+// Eventually returns once f says "" (the third look, here), without waiting past it.
+func TestEventually(t *testing.T) {
+	n := 0
+	Eventually(t, "the third look", time.Minute, func() string {
+		if n++; n < 3 {
+			return "not yet"
+		}
+		return ""
+	})
+	if n != 3 {
+		t.Errorf("f called %d times, want 3", n)
+	}
+}

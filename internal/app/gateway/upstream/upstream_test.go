@@ -10,6 +10,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/lanesdev/lanes/internal/testkit/leaktest"
+	"github.com/lanesdev/lanes/internal/testkit/timing"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m, leaktest.Options()...) }
@@ -17,13 +18,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m, leaktest.Options()...) }
 // eventually polls cond until it holds, for 20s at most.
 func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	timing.Until(t, what, 20*time.Second, cond)
 }
 
 // TestPoolSweep: the sweeper keeps a pool whose connection is in use, closes
