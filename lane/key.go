@@ -128,26 +128,11 @@ func hasPercent(s string) bool {
 // name, and for a baseline request ("") [Propagator.ExtractKeyContext] too,
 // since the entry of a baseline request gives it a request key, which its
 // next hops carry on, so that every hop splits it alike. It is what the
-// lanes servers do with each request, reading what ctx carries and its
-// OpenTelemetry baggage once.
+// lanes servers do with each request.
 func (p Propagator) EntryContext(ctx context.Context, name string, c Carrier) context.Context {
-	if name != "" {
-		return WithLane(ctx, name)
-	}
-	bag := baggage.FromContext(ctx)
-	cur := Carry(ctx)
-	var v *Carried
-	if k := p.ExtractKey(c); k != "" {
-		v = cur.with("", KeyMember+"="+k) // ExtractKey's keys are normalised
-	} else {
-		v = newKeyed("", nil)
-	}
-	ctx = store(ctx, cur, v)
-	if bag.Len() > 0 {
-		ctx = syncBaggage(ctx, bag, "")
-		if bag = baggage.FromContext(ctx); bag.Len() > 0 { // the lane member may have been the only one
-			ctx = syncKey(ctx, bag, v.Key())
-		}
+	ctx = WithLane(ctx, name)
+	if name == "" {
+		ctx = p.ExtractKeyContext(ctx, c)
 	}
 	return ctx
 }
