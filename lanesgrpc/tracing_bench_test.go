@@ -21,6 +21,9 @@ import (
 	"github.com/lanesdev/lanes/routing"
 )
 
+// parallelCallers is how many calls the -parallel cases of benchTracedUnary make at once.
+const parallelCallers = 8
+
 // benchTracedUnary is BenchmarkUnary's "traced" cases: what tracing through lanes costs. A unary
 // call traced by lanes (otelgrpc's client and server spans, with the routing decision and the
 // server's side of the hop) against the same call through grpc-go's round_robin traced by plain
@@ -44,7 +47,12 @@ import (
 //   - cpu-vs-plain-otel-no-retry/lanes-traced-no-retry: both with gRPC's retry off
 //     (grpc.WithDisableRetry): what grpc-go's retry path costs either;
 //   - cpu-vs-plain-otel/plain-otel-again: a second plain otelgrpc client and server, the same
-//     as the first, against it: the spread and bias of the measurement itself (ideally 1.0).
+//     as the first, against it: the spread and bias of the measurement itself (ideally 1.0);
+//   - cpu-vs-plain-otel-parallel/...: the baseline call, the lane call and the control again,
+//     with parallelCallers calls at once on each side (benchcpu.CompareParallel), so that both
+//     cores are busy and neither side's figure depends on how often the scheduler parks and
+//     wakes a thread between two calls; cpu-vs-plain-otel-parallel-with-lane-metadata is the
+//     lane call against otelgrpc carrying the same lane metadata.
 func benchTracedUnary(b *testing.B) {
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSampler(sdktrace.AlwaysSample()))
 	defer tp.Shutdown(context.Background())
@@ -98,6 +106,11 @@ func benchTracedUnary(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+	callMany := func(b *testing.B, c testpb.TestServiceClient, ctx context.Context) { // from any goroutine
+		if _, err := c.EmptyCall(ctx, in); err != nil {
+			b.Error(err)
+		}
+	}
 	alone := func(c testpb.TestServiceClient, ctx context.Context) func(*testing.B) {
 		return func(b *testing.B) {
 			call(b, c, ctx)
@@ -121,6 +134,20 @@ func benchTracedUnary(b *testing.B) {
 			}
 		}
 	}
+	compareParallel := func(c testpb.TestServiceClient, ctx context.Context, ref testpb.TestServiceClient, refCtx context.Context, name string) func(*testing.B) {
+		return func(b *testing.B) {
+			call(b, c, ctx)
+			call(b, ref, refCtx)
+			b.ReportAllocs()
+			b.ResetTimer()
+			wall, cpu := benchcpu.CompareParallel(b, 256, parallelCallers, func() { callMany(b, c, ctx) }, func() { callMany(b, ref, refCtx) })
+			b.StopTimer()
+			b.ReportMetric(wall, "x_"+name)
+			if cpu > 0 {
+				b.ReportMetric(cpu, "x_"+name+"_cpu")
+			}
+		}
+	}
 	b.Run("plain-otel", alone(otel, bg))
 	b.Run("lanes-traced", alone(traced, bg))
 	b.Run("lanes-traced-lane", alone(traced, inLane))
@@ -136,4 +163,8 @@ func benchTracedUnary(b *testing.B) {
 	otelAgain := rrClient(serveEmpty(b, grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(tp), tc))),
 		grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithTracerProvider(tp), tc)))
 	b.Run("cpu-vs-plain-otel/plain-otel-again", compare(otelAgain, bg, otel, bg, "otelgrpc"))
+	b.Run("cpu-vs-plain-otel-parallel/lanes-traced", compareParallel(traced, bg, otel, bg, "otelgrpc"))
+	b.Run("cpu-vs-plain-otel-parallel/lanes-traced-lane", compareParallel(traced, inLane, otel, bg, "otelgrpc"))
+	b.Run("cpu-vs-plain-otel-parallel-with-lane-metadata/lanes-traced-lane", compareParallel(traced, inLane, otel, laneMD, "otelgrpc"))
+	b.Run("cpu-vs-plain-otel-parallel/plain-otel-again", compareParallel(otelAgain, bg, otel, bg, "otelgrpc"))
 }
