@@ -7,12 +7,15 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/lanesdev/lanes/adminapi"
+	"github.com/lanesdev/lanes/kubestore"
 )
 
 // The labels and annotations of what the fork controller makes. Its objects
@@ -21,7 +24,7 @@ import (
 const (
 	// LabelLane puts a pod into a lane: the registry on Kubernetes reads
 	// it, and a fork's selector includes it.
-	LabelLane = "lanes.dev/lane"
+	LabelLane = kubestore.LabelLane
 	// LabelManagedBy and ManagedBy mark the objects the controller owns.
 	LabelManagedBy = "app.kubernetes.io/managed-by"
 	ManagedBy      = "lanes.dev"
@@ -31,11 +34,27 @@ const (
 	// AnnotationHash is the hash of what the controller wrote; a copy
 	// whose hash differs from what it would write now is updated.
 	AnnotationHash = "lanes.dev/fork-hash"
+	// LabelForkOf marks the pods of a copy with the Deployment they copy
+	// (its name, or a hash of a name longer than a label value may be):
+	// with LabelLane, it is the copy's selector and its Services'.
+	LabelForkOf = "lanes.dev/fork-of"
 )
 
-// forkDeployment returns lane f's copy of the Deployment base, and the
-// ConfigMaps it copies (their names in base, to copy as cmName).
-func forkDeployment(f adminapi.Fork, base *appsv1.Deployment) (*appsv1.Deployment, []string, error) {
+// forkDeployment returns lane f's copy of the Deployment base, the
+// ConfigMaps it copies (their names in base, to copy as cmName), and the
+// copies of the Services of svcs (the Services of base's namespace) that
+// select base's pods.
+//
+// The copy's pods must not be endpoints of those Services: a client that
+// reaches them without lanes (kube-proxy, the Service's DNS name) would
+// send baseline traffic to the lane. A Service selects by equality, so the
+// copy's pods leave out, for each of them that they still match, one label
+// of its selector (the first by key), and carry LabelLane and
+// LabelForkOf instead; the copy's selector is those two. Each such Service
+// gets a headless copy in the lane (forkService) whose selector is the
+// same two, so that the cluster lists the copy's pods as endpoints of the
+// lane and lanes reads them as instances of the Service's lanes service.
+func forkDeployment(f adminapi.Fork, base *appsv1.Deployment, svcs []corev1.Service) (*appsv1.Deployment, []string, []*corev1.Service, error) {
 	d := &appsv1.Deployment{
 		TypeMeta: metav1.TypeMeta{APIVersion: "apps/v1", Kind: "Deployment"},
 		ObjectMeta: metav1.ObjectMeta{
@@ -56,24 +75,31 @@ func forkDeployment(f adminapi.Fork, base *appsv1.Deployment) (*appsv1.Deploymen
 		replicas = 1
 	}
 	spec.Replicas = &replicas
-	// The copy's selector includes the lane, so that its ReplicaSets and
-	// pods are apart from the baseline's.
-	sel := spec.Selector.DeepCopy()
-	if sel == nil {
-		sel = &metav1.LabelSelector{}
+	own := map[string]string{LabelLane: f.Lane, LabelForkOf: forkOfValue(f.Deployment)}
+	podLabels := maps.Clone(spec.Template.Labels)
+	if podLabels == nil {
+		podLabels = map[string]string{}
 	}
-	if sel.MatchLabels == nil {
-		sel.MatchLabels = map[string]string{}
+	selecting := selectingServices(svcs, spec.Template.Labels)
+	for _, svc := range selecting {
+		if !selects(svc.Spec.Selector, podLabels) {
+			continue // a label left out for another Service already
+		}
+		delete(podLabels, slices.Min(slices.Collect(maps.Keys(svc.Spec.Selector))))
 	}
-	sel.MatchLabels[LabelLane] = f.Lane
-	spec.Selector = sel
-	if spec.Template.Labels == nil {
-		spec.Template.Labels = map[string]string{}
+	maps.Copy(podLabels, own)
+	for _, svc := range selecting {
+		if selects(svc.Spec.Selector, podLabels) { // by the lane's own labels
+			return nil, nil, nil, fmt.Errorf("service %s/%s selects the pods of %s by the labels of the lane's copy (%v): the copy would serve its baseline traffic", svc.Namespace, svc.Name, base.Name, svc.Spec.Selector)
+		}
 	}
-	spec.Template.Labels[LabelLane] = f.Lane
+	spec.Template.Labels = podLabels
+	// The copy's ReplicaSets and pods are its own: neither the
+	// baseline's selector nor another fork's matches them.
+	spec.Selector = &metav1.LabelSelector{MatchLabels: maps.Clone(own)}
 	pod := &spec.Template.Spec
 	if len(pod.Containers) == 0 {
-		return nil, nil, fmt.Errorf("deployment %s/%s has no container", base.Namespace, base.Name)
+		return nil, nil, nil, fmt.Errorf("deployment %s/%s has no container", base.Namespace, base.Name)
 	}
 	c := &pod.Containers[0]
 	if f.Container != "" {
@@ -84,7 +110,7 @@ func forkDeployment(f adminapi.Fork, base *appsv1.Deployment) (*appsv1.Deploymen
 			}
 		}
 		if c == nil {
-			return nil, nil, fmt.Errorf("deployment %s/%s has no container %q", base.Namespace, base.Name, f.Container)
+			return nil, nil, nil, fmt.Errorf("deployment %s/%s has no container %q", base.Namespace, base.Name, f.Container)
 		}
 	}
 	if f.Image != "" {
@@ -100,10 +126,103 @@ func forkDeployment(f adminapi.Fork, base *appsv1.Deployment) (*appsv1.Deploymen
 	d.Spec = *spec
 	h, err := hashOf(d.Labels, d.Spec)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	d.Annotations[AnnotationHash] = h
-	return d, cms, nil
+	var copies []*corev1.Service
+	for _, svc := range selecting {
+		c, err := forkService(f, base.Name, svc, own)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		copies = append(copies, c)
+	}
+	return d, cms, copies, nil
+}
+
+// selectingServices returns the Services of svcs whose selector selects
+// pods labelled podLabels, by name. A Service without a selector selects
+// no pod.
+func selectingServices(svcs []corev1.Service, podLabels map[string]string) []corev1.Service {
+	var out []corev1.Service
+	for _, svc := range svcs {
+		if len(svc.Spec.Selector) > 0 && selects(svc.Spec.Selector, podLabels) && !isCopy(svc.ObjectMeta) {
+			out = append(out, svc)
+		}
+	}
+	slices.SortFunc(out, func(a, b corev1.Service) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// selects reports whether a Service's selector selects a pod with labels.
+func selects(selector, labels map[string]string) bool {
+	for k, v := range selector {
+		if w, ok := labels[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+// isCopy reports whether an object is one the fork controller made.
+func isCopy(m metav1.ObjectMeta) bool {
+	return m.Labels[LabelManagedBy] == ManagedBy && m.Annotations[AnnotationFork] != ""
+}
+
+// forkOfValue is LabelForkOf's value for the Deployment name: the name,
+// or, when it is longer than a label value may be, a hash of it.
+func forkOfValue(name string) string {
+	if len(name) <= validation.LabelValueMaxLength {
+		return name
+	}
+	sum := sha256.Sum256([]byte(name))
+	return "h-" + hex.EncodeToString(sum[:12])
+}
+
+// forkService returns lane f's copy of the Service svc, which selects the
+// pods of the Deployment named deployment: headless, selecting the copy's
+// pods (selector), with svc's ports, and read by lanes as svc's lanes
+// service. Its name is the copy's when svc is named after the Deployment,
+// the copy's and svc's otherwise, shortened by a hash to a Service name's
+// length.
+func forkService(f adminapi.Fork, deployment string, svc corev1.Service, selector map[string]string) (*corev1.Service, error) {
+	name := f.Name
+	if svc.Name != deployment {
+		name = f.Name + "-" + svc.Name
+	}
+	if len(name) > validation.DNS1035LabelMaxLength {
+		sum := sha256.Sum256([]byte(name))
+		name = strings.TrimRight(name[:validation.DNS1035LabelMaxLength-13], "-") + "-" + hex.EncodeToString(sum[:6])
+	}
+	service := svc.Annotations[kubestore.AnnotationService]
+	if service == "" {
+		service = svc.Name
+	}
+	ann := map[string]string{AnnotationFork: f.Namespace + "/" + f.Deployment, kubestore.AnnotationService: service}
+	if p, ok := svc.Annotations[kubestore.AnnotationPort]; ok {
+		ann[kubestore.AnnotationPort] = p
+	}
+	c := &corev1.Service{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Service"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name, Namespace: f.Namespace, Annotations: ann,
+			Labels: map[string]string{LabelLane: f.Lane, LabelManagedBy: ManagedBy},
+		},
+		Spec: corev1.ServiceSpec{
+			ClusterIP:                corev1.ClusterIPNone,
+			Selector:                 maps.Clone(selector),
+			PublishNotReadyAddresses: svc.Spec.PublishNotReadyAddresses,
+		},
+	}
+	for _, p := range svc.Spec.Ports {
+		c.Spec.Ports = append(c.Spec.Ports, corev1.ServicePort{Name: p.Name, Protocol: p.Protocol, AppProtocol: p.AppProtocol, Port: p.Port, TargetPort: p.TargetPort})
+	}
+	h, err := hashOf(c.Labels, c.Annotations, c.Spec)
+	if err != nil {
+		return nil, err
+	}
+	c.Annotations[AnnotationHash] = h
+	return c, nil
 }
 
 // cmName is the name of lane's copy of the ConfigMap name.

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
@@ -50,6 +52,13 @@ func (c *forkController) run(ctx context.Context, g *gogroup.Group) {
 		g.Go(func() {
 			followKube(ctx, c.log, "the forks' deployments in "+ns, c.poke, func(ctx context.Context) (watch.Interface, error) {
 				return c.cs.AppsV1().Deployments(ns).Watch(ctx, metav1.ListOptions{LabelSelector: ownedSelector})
+			})
+		})
+		// A Service that comes to select a forked Deployment's pods, or
+		// stops to, changes the copy's labels and its Services.
+		g.Go(func() {
+			followKube(ctx, c.log, "the services in "+ns, c.poke, func(ctx context.Context) (watch.Interface, error) {
+				return c.cs.CoreV1().Services(ns).Watch(ctx, metav1.ListOptions{})
 			})
 		})
 	}
@@ -175,15 +184,35 @@ func (c *forkController) reconcileNamespace(ctx context.Context, ns string, want
 		}
 		have[d.Name] = d
 	}
-	keepCMs := map[string]bool{} // lane and the Deployment copied
+	svcs, err := c.cs.CoreV1().Services(ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("list the services in %s: %w", ns, err)
+	}
+	keepCMs := map[string]bool{}             // lane and the Deployment copied
+	keepSvcs := map[string]map[string]bool{} // the same: the names of its Services' copies, nil for all
 	for name, f := range want {
-		keepCMs[f.Lane+" "+ns+"/"+f.Deployment] = true
+		k := f.Lane + " " + ns + "/" + f.Deployment
+		keepCMs[k] = true
 		status := "made"
-		if err := c.ensure(ctx, f, have[name]); err != nil {
+		names, err := c.ensure(ctx, f, have[name], svcs.Items)
+		if err != nil {
 			c.log.Warn("fork not made", "lane", f.Lane, "namespace", ns, "deployment", f.Deployment, "err", err)
 			status = err.Error()
 		}
+		keepSvcs[k] = names
 		c.say(ctx, f, status)
+	}
+	for _, svc := range svcs.Items {
+		if !isCopy(svc.ObjectMeta) || svc.Labels[LabelLane] == "" {
+			continue
+		}
+		names, wanted := keepSvcs[svc.Labels[LabelLane]+" "+svc.Annotations[AnnotationFork]]
+		if wanted && (names == nil || names[svc.Name]) {
+			continue
+		}
+		if err := c.cs.CoreV1().Services(ns).Delete(ctx, svc.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("delete service %s/%s: %w", ns, svc.Name, err)
+		}
 	}
 	cms, err := c.cs.CoreV1().ConfigMaps(ns).List(ctx, metav1.ListOptions{LabelSelector: ownedSelector})
 	if err != nil {
@@ -221,44 +250,84 @@ func (c *forkController) say(ctx context.Context, f admin.StoredFork, status str
 	c.said[k] = status
 }
 
-// ensure makes or updates f's copy (have is the one there, or nil), and
-// the copies of the ConfigMaps it uses.
-func (c *forkController) ensure(ctx context.Context, f admin.StoredFork, have *appsv1.Deployment) error {
+// ensure makes or updates f's copy (have is the one there, or nil), the
+// copies of the ConfigMaps it uses, and the copies of the Services of svcs
+// (those of its namespace) that select the Deployment's pods. It returns
+// the names of the Services' copies, or nil when it could not tell them.
+func (c *forkController) ensure(ctx context.Context, f admin.StoredFork, have *appsv1.Deployment, svcs []corev1.Service) (map[string]bool, error) {
 	deps := c.cs.AppsV1().Deployments(f.Namespace)
 	base, err := deps.Get(ctx, f.Deployment, metav1.GetOptions{})
 	if err != nil {
-		return fmt.Errorf("read deployment %s/%s: %w", f.Namespace, f.Deployment, err)
+		return nil, fmt.Errorf("read deployment %s/%s: %w", f.Namespace, f.Deployment, err)
 	}
-	d, cms, err := forkDeployment(f.Fork, base)
+	d, cms, copies, err := forkDeployment(f.Fork, base, svcs)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	for _, name := range cms {
 		if _, err := c.cs.CoreV1().ConfigMaps(f.Namespace).Get(ctx, cmName(name, f.Lane), metav1.GetOptions{}); err == nil {
 			continue // made before: the lane may have changed it since
 		} else if !apierrors.IsNotFound(err) {
-			return err
+			return nil, err
 		}
 		src, err := c.cs.CoreV1().ConfigMaps(f.Namespace).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
-			return fmt.Errorf("read configmap %s/%s: %w", f.Namespace, name, err)
+			return nil, fmt.Errorf("read configmap %s/%s: %w", f.Namespace, name, err)
 		}
 		if _, err := c.cs.CoreV1().ConfigMaps(f.Namespace).Create(ctx, forkConfigMap(f.Fork, src), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("copy configmap %s/%s: %w", f.Namespace, name, err)
+			return nil, fmt.Errorf("copy configmap %s/%s: %w", f.Namespace, name, err)
+		}
+	}
+	names := map[string]bool{}
+	for _, svc := range copies {
+		names[svc.Name] = true
+		if err := c.ensureService(ctx, svc, svcs); err != nil {
+			return nil, err
 		}
 	}
 	switch {
+	case have != nil && !apiequality.Semantic.DeepEqual(have.Spec.Selector, d.Spec.Selector):
+		// A Deployment's selector cannot change: a copy made with
+		// another one is made again.
+		if err := deps.Delete(ctx, have.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return names, fmt.Errorf("delete deployment %s/%s: %w", f.Namespace, have.Name, err)
+		}
+		fallthrough
 	case have == nil:
 		if _, err := deps.Create(ctx, d, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			return fmt.Errorf("create deployment %s/%s: %w", f.Namespace, d.Name, err)
+			return names, fmt.Errorf("create deployment %s/%s: %w", f.Namespace, d.Name, err)
 		}
 		c.log.Info("fork made", "lane", f.Lane, "namespace", f.Namespace, "deployment", d.Name, "of", f.Deployment)
 	case have.Annotations[AnnotationHash] != d.Annotations[AnnotationHash]:
 		d.ResourceVersion = have.ResourceVersion
 		if _, err := deps.Update(ctx, d, metav1.UpdateOptions{}); err != nil {
-			return fmt.Errorf("update deployment %s/%s: %w", f.Namespace, d.Name, err)
+			return names, fmt.Errorf("update deployment %s/%s: %w", f.Namespace, d.Name, err)
 		}
 		c.log.Info("fork updated", "lane", f.Lane, "namespace", f.Namespace, "deployment", d.Name)
+	}
+	return names, nil
+}
+
+// ensureService makes or updates the copy svc of a Service; svcs are the
+// Services there are. A Service of the copy's name that is not a copy is
+// left alone, and the fork not made.
+func (c *forkController) ensureService(ctx context.Context, svc *corev1.Service, svcs []corev1.Service) error {
+	api := c.cs.CoreV1().Services(svc.Namespace)
+	i := slices.IndexFunc(svcs, func(s corev1.Service) bool { return s.Name == svc.Name })
+	switch {
+	case i < 0:
+		if _, err := api.Create(ctx, svc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("copy service %s/%s: %w", svc.Namespace, svc.Name, err)
+		}
+	case !isCopy(svcs[i].ObjectMeta) || svcs[i].Annotations[AnnotationFork] != svc.Annotations[AnnotationFork] || svcs[i].Labels[LabelLane] != svc.Labels[LabelLane]:
+		return fmt.Errorf("service %s/%s is there and is not this fork's: the copy of a Service is named so", svc.Namespace, svc.Name)
+	case svcs[i].Annotations[AnnotationHash] != svc.Annotations[AnnotationHash]:
+		svc.ResourceVersion = svcs[i].ResourceVersion
+		// What the cluster allocated stays.
+		svc.Spec.ClusterIPs, svc.Spec.IPFamilies, svc.Spec.IPFamilyPolicy = svcs[i].Spec.ClusterIPs, svcs[i].Spec.IPFamilies, svcs[i].Spec.IPFamilyPolicy
+		if _, err := api.Update(ctx, svc, metav1.UpdateOptions{}); err != nil {
+			return fmt.Errorf("update service %s/%s: %w", svc.Namespace, svc.Name, err)
+		}
 	}
 	return nil
 }

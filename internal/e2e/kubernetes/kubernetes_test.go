@@ -11,6 +11,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -33,6 +34,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
@@ -46,6 +48,7 @@ import (
 	"github.com/lanesdev/lanes/internal/testkit/etcdtest"
 	"github.com/lanesdev/lanes/internal/testkit/kubetest"
 	"github.com/lanesdev/lanes/internal/testkit/leaktest"
+	"github.com/lanesdev/lanes/internal/testkit/timing"
 	"github.com/lanesdev/lanes/kubestore"
 	"github.com/lanesdev/lanes/lane"
 	"github.com/lanesdev/lanes/laneshttp"
@@ -662,13 +665,39 @@ func waitDeployment(t *testing.T, cs *kubetest.Clients, ns, name string, gone bo
 // and a pod whose process registers itself through the admin API is the
 // registration's (its lane), not the baseline's that its endpoint alone
 // would make it.
-func testServed(t *testing.T, c *cluster, l *lanes, base, d *appsv1.Deployment) {
+func testServed(t *testing.T, c *cluster, l *lanes, base, d *appsv1.Deployment) *appsv1.Deployment {
 	ctx := ctxT(t, time.Minute)
-	if _, err := c.cs.CoreV1().Services("default").Create(ctx, &corev1.Service{
+	baseSvc, err := c.cs.CoreV1().Services("default").Create(ctx, &corev1.Service{
 		ObjectMeta: metav1.ObjectMeta{Name: "orders"},
 		Spec:       corev1.ServiceSpec{Selector: base.Spec.Selector.MatchLabels, Ports: []corev1.ServicePort{{Name: "http", Port: 80}}},
-	}, metav1.CreateOptions{}); err != nil {
+	}, metav1.CreateOptions{})
+	if err != nil {
 		t.Fatal(err)
+	}
+	// The Service selects the baseline's pods: the controller takes the
+	// copy's pods out of it, and gives the lane a headless copy of it.
+	var laneSvc *corev1.Service
+	timing.Eventually(t, "the copy's pods out of Service orders, and its copy in lane alice", time.Minute, func() string {
+		dep, err := c.cs.AppsV1().Deployments("default").Get(ctx, d.Name, metav1.GetOptions{})
+		if err != nil {
+			return err.Error()
+		}
+		d = dep
+		if labels.SelectorFromSet(baseSvc.Spec.Selector).Matches(labels.Set(d.Spec.Template.Labels)) {
+			return fmt.Sprintf("Service orders selects the copy's pods %v", d.Spec.Template.Labels)
+		}
+		laneSvc, err = c.cs.CoreV1().Services("default").Get(ctx, "orders-alice", metav1.GetOptions{})
+		if err != nil {
+			return err.Error()
+		}
+		return ""
+	})
+	switch {
+	case laneSvc.Spec.ClusterIP != corev1.ClusterIPNone || laneSvc.Annotations[kubestore.AnnotationService] != "orders":
+		t.Errorf("the lane's copy of Service orders: clusterIP %q, annotations %v", laneSvc.Spec.ClusterIP, laneSvc.Annotations)
+	case !labels.SelectorFromSet(laneSvc.Spec.Selector).Matches(labels.Set(d.Spec.Template.Labels)) ||
+		labels.SelectorFromSet(laneSvc.Spec.Selector).Matches(labels.Set(base.Spec.Template.Labels)):
+		t.Errorf("the lane's copy of Service orders selects %v: want the copy's pods %v alone", laneSvc.Spec.Selector, d.Spec.Template.Labels)
 	}
 	pod := func(name string, tpl corev1.PodTemplateSpec) {
 		if _, err := c.cs.CoreV1().Pods("default").Create(ctx, &corev1.Pod{
@@ -679,12 +708,18 @@ func testServed(t *testing.T, c *cluster, l *lanes, base, d *appsv1.Deployment) 
 	}
 	pod("orders-5d8f-base1", base.Spec.Template)
 	pod("orders-alice-7c9b-x1", d.Spec.Template)
+	// The endpointslice controller's slices: each pod's, of the Service
+	// that selects it.
 	slice := func(name, podName, addr string, ready bool) {
 		host, p, _ := net.SplitHostPort(kubetest.PodAddr(addr))
 		port, _ := strconv.Atoi(p)
 		port32, pname := int32(port), "http"
+		svc := baseSvc.Name
+		if podName != "orders-5d8f-base1" {
+			svc = laneSvc.Name
+		}
 		es := &discoveryv1.EndpointSlice{
-			ObjectMeta:  metav1.ObjectMeta{Name: name, Labels: map[string]string{discoveryv1.LabelServiceName: "orders", discoveryv1.LabelManagedBy: "endpointslice-controller.k8s.io"}},
+			ObjectMeta:  metav1.ObjectMeta{Name: name, Labels: map[string]string{discoveryv1.LabelServiceName: svc, discoveryv1.LabelManagedBy: "endpointslice-controller.k8s.io"}},
 			AddressType: discoveryv1.AddressTypeIPv4,
 			Endpoints: []discoveryv1.Endpoint{{Addresses: []string{host}, Conditions: discoveryv1.EndpointConditions{Ready: &ready, Serving: &ready},
 				TargetRef: &corev1.ObjectReference{Kind: "Pod", Namespace: "default", Name: podName}}},
@@ -820,6 +855,7 @@ func testServed(t *testing.T, c *cluster, l *lanes, base, d *appsv1.Deployment) 
 	kubetest.WaitInstances(t, pe, "orders", func(in []registry.Instance) bool {
 		return !slices.ContainsFunc(in, func(in registry.Instance) bool { return in.ID == "orders-laptop" })
 	})
+	return d
 }
 
 // podClient is a client of the engine whose connections go where the pod
@@ -941,8 +977,8 @@ func testFork(t *testing.T, c *cluster, l *lanes, cfg controlplane.Config) {
 	d := waitDeployment(t, c.cs, "default", "orders-alice", false)
 	tpl := d.Spec.Template.Spec.Containers[0]
 	switch {
-	case d.Spec.Selector.MatchLabels[kube.LabelLane] != "alice" || d.Spec.Selector.MatchLabels["app"] != "orders":
-		t.Errorf("selector %v: want the baseline's and the lane", d.Spec.Selector.MatchLabels)
+	case d.Spec.Selector.MatchLabels[kube.LabelLane] != "alice" || d.Spec.Selector.MatchLabels[kube.LabelForkOf] != "orders" || len(d.Spec.Selector.MatchLabels) != 2:
+		t.Errorf("selector %v: want the lane and the Deployment", d.Spec.Selector.MatchLabels)
 	case d.Spec.Template.Labels[kube.LabelLane] != "alice":
 		t.Errorf("pod labels %v", d.Spec.Template.Labels)
 	case *d.Spec.Replicas != 1:
@@ -958,7 +994,7 @@ func testFork(t *testing.T, c *cluster, l *lanes, cfg controlplane.Config) {
 	if err != nil || cm.Data["GREETING"] != "hello" {
 		t.Errorf("the lane's ConfigMap: %v, %v", cm, err)
 	}
-	testServed(t, c, l, base, d)
+	d = testServed(t, c, l, base, d)
 
 	// The controller's word on each fork: lanes fork ls shows the copy
 	// made, and why a fork of a Deployment that is not there is not.
@@ -1026,6 +1062,15 @@ func testFork(t *testing.T, c *cluster, l *lanes, cfg controlplane.Config) {
 	}
 	waitDeployment(t, c.cs, "default", "orders-alice", true)
 	waitConfigMapGone(t, c.cs, "default", "orders-config-alice")
+	timing.Eventually(t, "the lane's copy of Service orders deleted with the fork", time.Minute, func() string {
+		if _, err := c.cs.CoreV1().Services("default").Get(ctx, "orders-alice", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return fmt.Sprintf("Service orders-alice: %v", err)
+		}
+		return ""
+	})
+	if _, err := c.cs.CoreV1().Services("default").Get(ctx, "orders", metav1.GetOptions{}); err != nil {
+		t.Errorf("the baseline's Service: %v", err)
+	}
 	if forks, err := l.api.Forks(ctx); err != nil || len(forks) != 0 {
 		t.Errorf("forks after the lane expired: %+v, %v", forks, err)
 	}
