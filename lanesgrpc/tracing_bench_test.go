@@ -120,13 +120,19 @@ func benchTracedUnary(b *testing.B) {
 			}
 		}
 	}
-	compare := func(c testpb.TestServiceClient, ctx context.Context, ref testpb.TestServiceClient, refCtx context.Context, name string) func(*testing.B) {
+	// compareAt compares c's calls with ref's, par at once (0: one at a time).
+	compareAt := func(par int, c testpb.TestServiceClient, ctx context.Context, ref testpb.TestServiceClient, refCtx context.Context, name string) func(*testing.B) {
 		return func(b *testing.B) {
 			call(b, c, ctx)
 			call(b, ref, refCtx)
 			b.ReportAllocs()
 			b.ResetTimer()
-			wall, cpu := benchcpu.Compare(b, 256, func() { call(b, c, ctx) }, func() { call(b, ref, refCtx) })
+			var wall, cpu float64
+			if par == 0 {
+				wall, cpu = benchcpu.Compare(b, 256, func() { call(b, c, ctx) }, func() { call(b, ref, refCtx) })
+			} else {
+				wall, cpu = benchcpu.CompareParallel(b, 256, par, func() { callMany(b, c, ctx) }, func() { callMany(b, ref, refCtx) })
+			}
 			b.StopTimer()
 			b.ReportMetric(wall, "x_"+name)
 			if cpu > 0 {
@@ -134,19 +140,8 @@ func benchTracedUnary(b *testing.B) {
 			}
 		}
 	}
-	compareParallel := func(c testpb.TestServiceClient, ctx context.Context, ref testpb.TestServiceClient, refCtx context.Context, name string) func(*testing.B) {
-		return func(b *testing.B) {
-			call(b, c, ctx)
-			call(b, ref, refCtx)
-			b.ReportAllocs()
-			b.ResetTimer()
-			wall, cpu := benchcpu.CompareParallel(b, 256, parallelCallers, func() { callMany(b, c, ctx) }, func() { callMany(b, ref, refCtx) })
-			b.StopTimer()
-			b.ReportMetric(wall, "x_"+name)
-			if cpu > 0 {
-				b.ReportMetric(cpu, "x_"+name+"_cpu")
-			}
-		}
+	compare := func(c testpb.TestServiceClient, ctx context.Context, ref testpb.TestServiceClient, refCtx context.Context, name string) func(*testing.B) {
+		return compareAt(0, c, ctx, ref, refCtx, name)
 	}
 	b.Run("plain-otel", alone(otel, bg))
 	b.Run("lanes-traced", alone(traced, bg))
@@ -163,8 +158,8 @@ func benchTracedUnary(b *testing.B) {
 	otelAgain := rrClient(serveEmpty(b, grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(tp), tc))),
 		grpc.WithStatsHandler(otelgrpc.NewClientHandler(otelgrpc.WithTracerProvider(tp), tc)))
 	b.Run("cpu-vs-plain-otel/plain-otel-again", compare(otelAgain, bg, otel, bg, "otelgrpc"))
-	b.Run("cpu-vs-plain-otel-parallel/lanes-traced", compareParallel(traced, bg, otel, bg, "otelgrpc"))
-	b.Run("cpu-vs-plain-otel-parallel/lanes-traced-lane", compareParallel(traced, inLane, otel, bg, "otelgrpc"))
-	b.Run("cpu-vs-plain-otel-parallel-with-lane-metadata/lanes-traced-lane", compareParallel(traced, inLane, otel, laneMD, "otelgrpc"))
-	b.Run("cpu-vs-plain-otel-parallel/plain-otel-again", compareParallel(otelAgain, bg, otel, bg, "otelgrpc"))
+	b.Run("cpu-vs-plain-otel-parallel/lanes-traced", compareAt(parallelCallers, traced, bg, otel, bg, "otelgrpc"))
+	b.Run("cpu-vs-plain-otel-parallel/lanes-traced-lane", compareAt(parallelCallers, traced, inLane, otel, bg, "otelgrpc"))
+	b.Run("cpu-vs-plain-otel-parallel-with-lane-metadata/lanes-traced-lane", compareAt(parallelCallers, traced, inLane, otel, laneMD, "otelgrpc"))
+	b.Run("cpu-vs-plain-otel-parallel/plain-otel-again", compareAt(parallelCallers, otelAgain, bg, otel, bg, "otelgrpc"))
 }
