@@ -39,8 +39,10 @@ func newFork() *cobra.Command {
 		Use:   "fork deploy/NAME --lane LANE [--image IMAGE] [--env K=V] [--ttl DURATION] [--with-configmaps]",
 		Short: "Run a lane's copy of a Kubernetes Deployment, everything else shared",
 		Long: `fork asks the control plane (lanes up --kube) for a copy of the Deployment
-NAME in the lane: named NAME-LANE, its pods labelled lanes.dev/lane=LANE (so
-that lanes routes the lane's requests to them and no other), with --image and
+NAME in the lane: named NAME-LANE, its pods labelled lanes.dev/lane=LANE and
+kept out of the Deployment's Services, each of which gets a headless copy in
+the lane (so that lanes routes the lane's requests to them and no other, and no
+baseline request reaches them through a Service), with --image and
 --env changed in its container (the first, or --container), one replica unless
 --replicas, and the Deployment's ConfigMaps copied into the lane with
 --with-configmaps. Forking the same Deployment into the same lane again
