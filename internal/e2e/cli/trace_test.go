@@ -3,9 +3,11 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -148,18 +150,28 @@ func TestDemoTrace(t *testing.T) {
 		t.Fatalf("x-trace-id %q, traceresponse %q", id, tr)
 	}
 	admin := []string{"--admin", u.admin, "--token", u.token}
+	// Each process exports its spans on its own: wait for all of them, the server span of every
+	// hop and the three calls.
 	var got adminapi.Trace
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		code, out, _ := run(t, "", append([]string{"trace", id, "-o", "json"}, admin...)...)
-		if code == 0 && json.Unmarshal([]byte(out), &got) == nil && servedBy(got, "payments") != nil && servedBy(got, "lanes-gateway") != nil {
-			break
+	eventually(t, "the whole trace in the collector", func() string {
+		code, out, errOut := run(t, "", append([]string{"trace", id, "-o", "json"}, admin...)...)
+		if code != 0 {
+			return fmt.Sprintf("lanes trace: exit %d: %s", code, errOut)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the trace did not reach the collector: exit %d\n%s", code, out)
+		got = adminapi.Trace{}
+		if err := json.Unmarshal([]byte(out), &got); err != nil {
+			return err.Error()
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		for _, s := range []string{"lanes-gateway", "web", "orders", "payments"} {
+			if servedBy(got, s) == nil {
+				return "no server span of " + s
+			}
+		}
+		if n := len(slices.DeleteFunc(slices.Clone(got.Hops), func(h adminapi.Hop) bool { return h.Kind != "client" })); n < 3 {
+			return fmt.Sprintf("%d client spans of 3", n)
+		}
+		return ""
+	})
 	for _, want := range []struct{ service, instanceLane string }{{"web", ""}, {"orders", ""}, {"payments", "alice"}} {
 		h := servedBy(got, want.service)
 		if h == nil || h.Requested != "alice" || h.Served != want.instanceLane {
