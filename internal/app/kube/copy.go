@@ -12,6 +12,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/lanesdev/lanes/adminapi"
@@ -154,14 +155,11 @@ func selectingServices(svcs []corev1.Service, podLabels map[string]string) []cor
 	return out
 }
 
-// selects reports whether a Service's selector selects a pod with labels.
-func selects(selector, labels map[string]string) bool {
-	for k, v := range selector {
-		if w, ok := labels[k]; !ok || w != v {
-			return false
-		}
-	}
-	return true
+// selects reports whether a Service's selector selects a pod with
+// podLabels, as the endpointslice controller reads it (a Service's selector
+// is validated by the API server).
+func selects(selector, podLabels map[string]string) bool {
+	return labels.SelectorFromValidatedSet(selector).Matches(labels.Set(podLabels))
 }
 
 // isCopy reports whether an object is one the fork controller made.
